@@ -1,0 +1,86 @@
+#include "clients/cli/attend.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "clients/cli/npy.h"
+#include "core/attention/attention.h"
+#include "core/attention/chunkwise.h"
+#include "core/attention/quadratic.h"
+#include "core/attention/recurrent.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+
+namespace {
+
+absl::Status CheckRank3(const NpyArray& a, const std::string& flag) {
+  if (a.shape.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": expected shape (T, H, d), got (", absl::StrJoin(a.shape, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Attend(const AttendOptions& o) {
+  LINATTN_ASSIGN_OR_RETURN(NpyArray q, ReadNpy(o.q_path));
+  LINATTN_ASSIGN_OR_RETURN(NpyArray k, ReadNpy(o.k_path));
+  LINATTN_ASSIGN_OR_RETURN(NpyArray v, ReadNpy(o.v_path));
+  LINATTN_RETURN_IF_ERROR(CheckRank3(q, "--q"));
+  LINATTN_RETURN_IF_ERROR(CheckRank3(k, "--k"));
+  LINATTN_RETURN_IF_ERROR(CheckRank3(v, "--v"));
+  if (k.shape != q.shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--k: shape (", absl::StrJoin(k.shape, ", "), ") differs from --q's (",
+        absl::StrJoin(q.shape, ", "), ")"));
+  }
+  if (v.shape[0] != q.shape[0] || v.shape[1] != q.shape[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--v: shape (", absl::StrJoin(v.shape, ", "), ") must share T and H with --q's (",
+        absl::StrJoin(q.shape, ", "), ")"));
+  }
+  const int64_t T = q.shape[0], H = q.shape[1];
+  if (H > kMaxDim || q.shape[2] > kMaxDim || v.shape[2] > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrCat("--q/--v: dimensions above ", kMaxDim));
+  }
+  AttentionSpec spec;
+  spec.num_heads = static_cast<uint32_t>(H);
+  spec.key_dim = static_cast<uint32_t>(q.shape[2]);
+  spec.value_dim = static_cast<uint32_t>(v.shape[2]);
+  LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
+  spec.unnormalized = o.unnormalized;
+  spec.epsilon = o.epsilon;
+  if (o.decay.size() == 1) {
+    spec.decay.assign(spec.num_heads, o.decay[0]);
+  } else {
+    spec.decay = o.decay;
+  }
+  spec.feature_dim = o.feature_dim;
+  spec.seed = o.seed;
+  spec.horizon = o.horizon;
+  if (spec.feature_map == FeatureMapKind::kCosine && spec.horizon == 0) {
+    spec.horizon = static_cast<uint32_t>(std::max<int64_t>(T, 1));
+  }
+  LINATTN_ASSIGN_OR_RETURN(Attention attention, Attention::Create(spec));
+
+  std::vector<float> y(uint64_t(T) * H * spec.value_dim), den(uint64_t(T) * H);
+  std::vector<uint8_t> available(uint64_t(T) * H);
+  SequenceInput in{q.data.data(), k.data.data(), v.data.data(), uint64_t(T)};
+  SequenceOutput out{y.data(), den.data(), available.data()};
+  AttentionState state = attention.NewState();
+  if (o.mode == "recurrent") {
+    LINATTN_RETURN_IF_ERROR(StepSequence(attention, state, in, out));
+  } else if (o.mode == "chunkwise") {
+    ChunkwiseRunner runner({.chunk_size = o.chunk});
+    LINATTN_RETURN_IF_ERROR(runner.Run(attention, state, in, out));
+  } else if (o.mode == "quadratic") {
+    LINATTN_RETURN_IF_ERROR(QuadraticAttention(attention, in, out));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode: unknown '", o.mode, "' (expected recurrent, chunkwise or quadratic)"));
+  }
+  return WriteNpy(o.out_path, {T, H, int64_t(spec.value_dim)}, y.data());
+}
+
+}  // namespace linattn

@@ -1,0 +1,35 @@
+// `linattn attend`: linear attention over .npy files, computed locally by
+// one of the core evaluation orders.
+//
+//   Q, K: float32 (T, H, d_k);  V: float32 (T, H, d_v)  →  Y: (T, H, d_v)
+// with NaN where a head's output is unavailable (zero denominator, ε = 0).
+#ifndef LINATTN_CLIENTS_CLI_ATTEND_H_
+#define LINATTN_CLIENTS_CLI_ATTEND_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace linattn {
+
+struct AttendOptions {
+  std::string q_path, k_path, v_path, out_path;
+  std::string feature_map = "elu1";
+  std::string mode = "chunkwise";  // recurrent | chunkwise | quadratic
+  uint32_t chunk = 64;
+  std::vector<float> decay;  // one value for every head, or one per head
+  float epsilon = 0.0f;
+  bool unnormalized = false;
+  uint32_t feature_dim = 0;  // FAVOR+ m (0 = 2·d_k)
+  uint64_t seed = 0;         // FAVOR+ seed
+  uint32_t horizon = 0;      // cosFormer M (0 = T)
+};
+
+// Reads the inputs, validates shapes, computes, writes `out_path`.
+absl::Status Attend(const AttendOptions& options);
+
+}  // namespace linattn
+
+#endif  // LINATTN_CLIENTS_CLI_ATTEND_H_

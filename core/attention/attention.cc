@@ -1,0 +1,113 @@
+#include "core/attention/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+
+namespace {
+
+absl::Status CheckFinite(absl::string_view field, const float* data,
+                         uint64_t count) {
+  if (count != 0 && data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": missing"));
+  }
+  // Branch-free scan first: the common case is all finite.
+  bool all_finite = true;
+  for (uint64_t i = 0; i < count; ++i) all_finite &= std::isfinite(data[i]);
+  if (all_finite) return absl::OkStatus();
+  for (uint64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(data[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "[", i, "]: must be finite, got ", data[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Attention> Attention::Create(const AttentionSpec& spec) {
+  LINATTN_ASSIGN_OR_RETURN(FeatureMap fm, FeatureMap::Create(spec));
+  return Attention(spec, std::move(fm));
+}
+
+absl::Status Attention::ValidateInput(const AttentionState& state,
+                                      const SequenceInput& in) const {
+  if (!state.Matches(spec_)) {
+    return absl::InvalidArgumentError(
+        "state: its shape does not match this attention spec");
+  }
+  const uint64_t rows = in.tokens * spec_.num_heads;
+  LINATTN_RETURN_IF_ERROR(CheckFinite("q", in.q, rows * spec_.key_dim));
+  LINATTN_RETURN_IF_ERROR(CheckFinite("k", in.k, rows * spec_.key_dim));
+  LINATTN_RETURN_IF_ERROR(CheckFinite("v", in.v, rows * spec_.value_dim));
+  if (spec_.feature_map == FeatureMapKind::kCosine &&
+      state.position() + in.tokens > spec_.horizon) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "tokens: positions up to ", state.position() + in.tokens - 1,
+        " reach the cosine horizon ", spec_.horizon,
+        " (cosFormer weights turn negative past it)"));
+  }
+  return absl::OkStatus();
+}
+
+void ReadOut(const AttentionSpec& spec, float log_scale, float den,
+             uint32_t d_v, float* num, float* denominator,
+             uint8_t* available) {
+  bool ok = true;
+  if (log_scale == 0.0f) {
+    *denominator = den;
+    if (spec.unnormalized) {
+      for (uint32_t c = 0; c < d_v; ++c) ok &= std::isfinite(num[c]);
+    } else {
+      const float divisor = den + spec.epsilon;
+      ok = divisor != 0.0f;
+      if (ok) {
+        for (uint32_t c = 0; c < d_v; ++c) {
+          num[c] /= divisor;
+          ok &= std::isfinite(num[c]);
+        }
+      }
+    }
+  } else {
+    // FAVOR+: the true numerator and denominator are e^{log_scale} times the
+    // ones computed; apply it in double, where it cancels or saturates
+    // cleanly.
+    const double scale = std::exp(static_cast<double>(log_scale));
+    const double true_den = static_cast<double>(den) * scale;
+    *denominator = static_cast<float>(true_den);
+    if (spec.unnormalized) {
+      for (uint32_t c = 0; c < d_v; ++c) {
+        num[c] = static_cast<float>(num[c] * scale);
+        ok &= std::isfinite(num[c]);
+      }
+    } else {
+      // y = num / (den + ε·e^{-log_scale}): the scale cancels, so a log scale
+      // beyond double's range still gives the exact ratio.
+      const double eps_scaled =
+          spec.epsilon == 0.0f
+              ? 0.0
+              : spec.epsilon * std::exp(-static_cast<double>(log_scale));
+      const double divisor = static_cast<double>(den) + eps_scaled;
+      ok = divisor != 0.0;
+      if (ok) {
+        for (uint32_t c = 0; c < d_v; ++c) {
+          num[c] = static_cast<float>(num[c] / divisor);
+          ok &= std::isfinite(num[c]);
+        }
+      }
+    }
+  }
+  *available = ok ? 1 : 0;
+  if (!ok) {
+    for (uint32_t c = 0; c < d_v; ++c) {
+      num[c] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+}
+
+}  // namespace linattn

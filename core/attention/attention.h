@@ -1,0 +1,85 @@
+// Attention: one prepared linear-attention layer (spec + feature map), and
+// the token buffers every evaluation order reads and writes.
+//
+// The evaluation orders live beside this file and all compute DESIGN.md §1:
+//   recurrent.h   one token at a time (Step, StepBatch, StepSequence)
+//   chunkwise.h   many tokens of many sessions at once (oneDNN matmuls)
+//   quadratic.h   the materialised causal kernel matrix (tests, explorer)
+//
+// An Attention is immutable after Create() and may be shared by any number
+// of sessions and threads; per-session memory is only AttentionState.
+//
+//   auto attention = Attention::Create(spec).value();
+//   AttentionState state = attention.NewState();
+//   LINATTN_RETURN_IF_ERROR(Step(attention, state, token, out));
+#ifndef LINATTN_CORE_ATTENTION_ATTENTION_H_
+#define LINATTN_CORE_ATTENTION_ATTENTION_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attention/feature_map.h"
+#include "core/attention/spec.h"
+#include "core/attention/state.h"
+
+namespace linattn {
+
+// Tokens in, row-major float32 (DESIGN.md §3 layouts).
+struct SequenceInput {
+  const float* q = nullptr;  // (tokens, heads, d_k)
+  const float* k = nullptr;  // (tokens, heads, d_k)
+  const float* v = nullptr;  // (tokens, heads, d_v)
+  uint64_t tokens = 0;
+};
+
+// Results out. An unavailable (token, head) has available = 0 and NaN in
+// its output row; its denominator is reported as computed.
+struct SequenceOutput {
+  float* output = nullptr;       // (tokens, heads, d_v)
+  float* denominator = nullptr;  // (tokens, heads): φ(q)ᵀz, without ε
+  uint8_t* available = nullptr;  // (tokens, heads): 1 = output defined
+};
+
+class Attention {
+ public:
+  // INVALID_ARGUMENT naming the field when the spec is not valid.
+  static absl::StatusOr<Attention> Create(const AttentionSpec& spec);
+
+  const AttentionSpec& spec() const { return spec_; }
+  const FeatureMap& feature_map() const { return feature_map_; }
+  uint32_t num_heads() const { return spec_.num_heads; }
+  uint32_t key_dim() const { return spec_.key_dim; }
+  uint32_t value_dim() const { return spec_.value_dim; }
+  uint32_t feature_dim() const { return feature_map_.dim(); }
+
+  // A zero state at position 0.
+  AttentionState NewState() const { return AttentionState(spec_); }
+
+  // Everything that must hold before `in` may touch `state`: the state has
+  // this layer's shape, pointers are set, every value is finite
+  // (INVALID_ARGUMENT naming e.g. "k[17]"), and cosFormer positions stay
+  // below the horizon (OUT_OF_RANGE). Reads q, k and v once.
+  absl::Status ValidateInput(const AttentionState& state,
+                             const SequenceInput& in) const;
+
+ private:
+  Attention(const AttentionSpec& spec, FeatureMap feature_map)
+      : spec_(spec), feature_map_(std::move(feature_map)) {}
+
+  AttentionSpec spec_;
+  FeatureMap feature_map_;
+};
+
+// Turns one head's read-out into its output, the same way for every
+// evaluation order. `num` (d_v) and `den` are φ(q)ᵀS and φ(q)ᵀz scaled by
+// e^{-log_scale}; on return num holds y (or NaN when unavailable).
+// Normalised: y = num / (den + ε·e^{-log_scale}); unavailable when that
+// divisor is exactly 0. Unnormalised: y = num·e^{log_scale}. Any non-finite
+// y is reported unavailable rather than returned.
+void ReadOut(const AttentionSpec& spec, float log_scale, float den,
+             uint32_t d_v, float* num, float* denominator, uint8_t* available);
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_ATTENTION_ATTENTION_H_

@@ -1,0 +1,357 @@
+#include "core/attention/chunkwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+
+namespace {
+constexpr int64_t kMaxBatchPiece = 256;
+constexpr uint32_t kMaxChunk = 4096;
+}  // namespace
+
+// One (session, head) sequence.
+struct ChunkwiseRunner::Stream {
+  uint32_t item = 0;
+  uint32_t head = 0;
+  uint64_t done = 0;        // tokens already prefilled
+  std::vector<float> pow;   // γ^k for k = 0..C, from double
+  bool decays = false;      // γ != 1
+  float rescale = 1.0f;     // FAVOR+: e^{old shift − new shift} this round
+  float shift = 0.0f;       // FAVOR+: key log-scale this round
+  uint32_t first_job = 0;   // this round's jobs: [first_job, first_job+jobs)
+  uint32_t jobs = 0;
+};
+
+// One chunk of one stream.
+struct ChunkwiseRunner::Job {
+  uint32_t stream = 0;
+  uint64_t start = 0;  // first token
+  uint32_t len = 0;    // L ≤ C
+  float key_max = -INFINITY;
+};
+
+ChunkwiseRunner::ChunkwiseRunner(ChunkwiseOptions options)
+    : options_(options) {}
+
+absl::Status ChunkwiseRunner::Run(const Attention& attention,
+                                  AttentionState& state,
+                                  const SequenceInput& in,
+                                  const SequenceOutput& out) {
+  PrefillItem item{&attention, &state, in, out};
+  return Run({&item, 1});
+}
+
+absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
+                                   const float* a, const float* b, float* c) {
+  const int64_t a_stride = shape.m * shape.k;
+  const int64_t b_stride = shape.k * shape.n;
+  const int64_t c_stride = shape.m * shape.n;
+  int64_t done = 0;
+  while (done < batch) {
+    int64_t piece = kMaxBatchPiece;
+    while (piece > batch - done) piece /= 2;
+    shape.batch = piece;
+    LINATTN_RETURN_IF_ERROR(BatchedMatmul(shape, a + done * a_stride,
+                                          b + done * b_stride,
+                                          c + done * c_stride));
+    last_flops_ += shape.Flops();
+    done += piece;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
+  last_flops_ = 0;
+  if (options_.chunk_size == 0 || options_.chunk_size > kMaxChunk) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_size: must be in [1, ", kMaxChunk, "], got ",
+        options_.chunk_size));
+  }
+  if (options_.round_chunks == 0) {
+    return absl::InvalidArgumentError("round_chunks: must be at least 1");
+  }
+  std::vector<const AttentionState*> seen;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const PrefillItem& item = items[i];
+    if (item.attention == nullptr || item.state == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("items[", i, "]: attention and state are required"));
+    }
+    absl::Status s = item.attention->ValidateInput(*item.state, item.in);
+    if (s.ok() && item.in.tokens != 0 &&
+        (item.out.output == nullptr || item.out.denominator == nullptr ||
+         item.out.available == nullptr)) {
+      s = absl::InvalidArgumentError("out: output buffers missing");
+    }
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("items[", i, "].", s.message()));
+    }
+    seen.push_back(item.state);
+  }
+  std::sort(seen.begin(), seen.end());
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+    return absl::InvalidArgumentError(
+        "items: the same state appears twice in one prefill batch");
+  }
+
+  // Work on copies; commit only once every product has succeeded.
+  std::vector<AttentionState> work;
+  work.reserve(items.size());
+  for (const PrefillItem& item : items) work.push_back(item.state->Copy());
+
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> groups;
+  for (uint32_t i = 0; i < items.size(); ++i) {
+    if (items[i].in.tokens == 0) continue;
+    groups[{items[i].attention->feature_dim(), items[i].attention->value_dim()}]
+        .push_back(i);
+  }
+  try {
+    for (const auto& [dims, members] : groups) {
+      LINATTN_RETURN_IF_ERROR(RunGroup(items, work, members));
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory in chunkwise prefill");
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    work[i].set_position(items[i].state->position() + items[i].in.tokens);
+    *items[i].state = std::move(work[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
+                                       std::span<AttentionState> work,
+                                       const std::vector<uint32_t>& members) {
+  const uint32_t C = options_.chunk_size;
+  const int64_t d_phi = items[members[0]].attention->feature_dim();
+  const int64_t d_v = items[members[0]].attention->value_dim();
+  const StepKernels& kernels = ActiveKernels();
+
+  std::vector<Stream> streams;
+  for (uint32_t i : members) {
+    const AttentionSpec& spec = items[i].attention->spec();
+    for (uint32_t h = 0; h < spec.num_heads; ++h) {
+      Stream st;
+      st.item = i;
+      st.head = h;
+      const double g = HeadDecay(spec, h);
+      st.decays = g != 1.0;
+      st.pow.resize(C + 1);
+      for (uint32_t p = 0; p <= C; ++p) {
+        st.pow[p] = static_cast<float>(std::pow(g, static_cast<double>(p)));
+      }
+      streams.push_back(std::move(st));
+    }
+  }
+  bool any_decay = false;
+  for (const Stream& st : streams) any_decay |= st.decays;
+
+  std::vector<Job> jobs;
+  while (true) {
+    // Plan the round: up to round_chunks chunks of every unfinished stream.
+    jobs.clear();
+    for (uint32_t si = 0; si < streams.size(); ++si) {
+      Stream& st = streams[si];
+      const uint64_t total = items[st.item].in.tokens;
+      st.first_job = static_cast<uint32_t>(jobs.size());
+      st.jobs = 0;
+      for (uint64_t t = st.done;
+           t < total && st.jobs < options_.round_chunks; t += C) {
+        jobs.push_back({si, t, static_cast<uint32_t>(std::min<uint64_t>(C, total - t))});
+        ++st.jobs;
+      }
+    }
+    if (jobs.empty()) break;
+    const int64_t n_jobs = static_cast<int64_t>(jobs.size());
+    const uint64_t rows = uint64_t(n_jobs) * C;
+    q_.EnsureSize(rows * d_phi);
+    k_.EnsureSize(rows * d_phi);
+    if (any_decay) kd_.EnsureSize(rows * d_phi);
+    v_.EnsureSize(rows * d_v);
+    a_.EnsureSize(rows * C);
+    o_.EnsureSize(rows * d_v);
+    s_.EnsureSize(uint64_t(n_jobs) * d_phi * d_v);
+    z_.EnsureSize(uint64_t(n_jobs) * d_phi);
+    den_.EnsureSize(rows);
+    qlog_.EnsureSize(rows);
+
+    // Pass 1: gather rows and apply φ (FAVOR+ keys: exponents only, since
+    // their shift depends on the whole round). Padding rows are zero.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_jobs; ++j) {
+      Job& job = jobs[j];
+      const Stream& st = streams[job.stream];
+      const PrefillItem& item = items[st.item];
+      const FeatureMap& fm = item.attention->feature_map();
+      const uint32_t H = item.attention->num_heads();
+      const uint32_t d_k = item.attention->key_dim();
+      const uint64_t position0 = work[st.item].position();
+      for (uint32_t t = 0; t < C; ++t) {
+        float* qrow = q_.data() + (uint64_t(j) * C + t) * d_phi;
+        float* krow = k_.data() + (uint64_t(j) * C + t) * d_phi;
+        float* vrow = v_.data() + (uint64_t(j) * C + t) * d_v;
+        if (t >= job.len) {
+          std::memset(qrow, 0, d_phi * sizeof(float));
+          std::memset(krow, 0, d_phi * sizeof(float));
+          std::memset(vrow, 0, d_v * sizeof(float));
+          qlog_.data()[j * C + t] = 0.0f;
+          continue;
+        }
+        const uint64_t token = job.start + t;
+        const uint64_t row = token * H + st.head;
+        qlog_.data()[j * C + t] =
+            fm.Apply(item.in.q + row * d_k, position0 + token, qrow);
+        if (fm.is_favor()) {
+          job.key_max =
+              std::max(job.key_max, fm.Exponents(item.in.k + row * d_k, krow));
+        } else {
+          fm.Apply(item.in.k + row * d_k, position0 + token, krow);
+        }
+        std::memcpy(vrow, item.in.v + row * d_v, d_v * sizeof(float));
+      }
+    }
+    // FAVOR+: one key shift per stream and round (the running max).
+    for (Stream& st : streams) {
+      if (st.jobs == 0 || !items[st.item].attention->feature_map().is_favor()) {
+        continue;
+      }
+      const float old_shift = work[st.item].key_shift(st.head);
+      float shift = old_shift;
+      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
+        shift = std::max(shift, jobs[j].key_max);
+      }
+      st.shift = shift;
+      st.rescale = shift > old_shift ? std::exp(old_shift - shift) : 1.0f;
+      work[st.item].key_shift(st.head) = shift;
+    }
+    // Pass 2: finish FAVOR+ keys; Δz = Σ_j γ^{L−1−j} φ(k_j), and the decayed
+    // key rows for ΔS.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_jobs; ++j) {
+      const Job& job = jobs[j];
+      const Stream& st = streams[job.stream];
+      const FeatureMap& fm = items[st.item].attention->feature_map();
+      float* dz = z_.data() + j * d_phi;
+      std::fill(dz, dz + d_phi, 0.0f);
+      for (uint32_t t = 0; t < job.len; ++t) {
+        float* krow = k_.data() + (uint64_t(j) * C + t) * d_phi;
+        if (fm.is_favor()) fm.FavorExp(krow, st.shift);
+        const float w = st.pow[job.len - 1 - t];
+        if (any_decay) {
+          float* kdrow = kd_.data() + (uint64_t(j) * C + t) * d_phi;
+          for (int64_t c = 0; c < d_phi; ++c) kdrow[c] = w * krow[c];
+          for (int64_t c = 0; c < d_phi; ++c) dz[c] += kdrow[c];
+        } else {
+          for (int64_t c = 0; c < d_phi; ++c) dz[c] += krow[c];
+        }
+      }
+      if (any_decay) {
+        std::memset(kd_.data() + (uint64_t(j) * C + job.len) * d_phi, 0,
+                    (C - job.len) * d_phi * sizeof(float));
+      }
+    }
+    // A = Q·Kᵀ and ΔS = (decayed K)ᵀ·V, all chunks at once.
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = d_phi, .n = C, .transpose_b = true},
+                                 n_jobs, q_.data(), k_.data(), a_.data()));
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = d_phi, .k = C, .n = d_v, .transpose_a = true},
+                                 n_jobs, any_decay ? kd_.data() : k_.data(),
+                                 v_.data(), s_.data()));
+    // Pass 3: causal mask with decay, D_ij = γ^{i−j}[i ≥ j]; the intra-chunk
+    // denominator is the row sum (the ones column of V⁺).
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_jobs; ++j) {
+      const Stream& st = streams[jobs[j].stream];
+      for (uint32_t i = 0; i < C; ++i) {
+        float* arow = a_.data() + (uint64_t(j) * C + i) * C;
+        float sum = 0.0f;
+        for (uint32_t c = 0; c <= i; ++c) {
+          arow[c] *= st.pow[i - c];
+          sum += arow[c];
+        }
+        std::fill(arow + i + 1, arow + C, 0.0f);
+        den_.data()[j * C + i] = sum;
+      }
+    }
+    // Scan: turn each chunk's (ΔS, Δz) into the state before it, carrying
+    // S ← γ^L·S + ΔS along the stream. Streams are independent.
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t si = 0; si < static_cast<int64_t>(streams.size()); ++si) {
+      const Stream& st = streams[si];
+      if (st.jobs == 0) continue;
+      AttentionState& state = work[st.item];
+      float* s = state.s(st.head);
+      float* z = state.z(st.head);
+      if (st.rescale != 1.0f) {
+        kernels.scale(uint64_t(d_phi) * d_v, st.rescale, s);
+        kernels.scale(d_phi, st.rescale, z);
+      }
+      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
+        const float g = st.pow[jobs[j].len];
+        kernels.scan_step(uint64_t(d_phi) * d_v, g, s,
+                          s_.data() + uint64_t(j) * d_phi * d_v);
+        kernels.scan_step(d_phi, g, z, z_.data() + uint64_t(j) * d_phi);
+      }
+    }
+    // O = Q·S_prev (inter-chunk numerators).
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = d_phi, .n = d_v}, n_jobs,
+                                 q_.data(), s_.data(), o_.data()));
+    // Pass 4: inter-chunk denominators Q·z_prev, and diag(γ^{i+1}) on the
+    // inter-chunk terms before the intra-chunk products are added.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_jobs; ++j) {
+      const Stream& st = streams[jobs[j].stream];
+      const float* zp = z_.data() + j * d_phi;
+      for (uint32_t i = 0; i < jobs[j].len; ++i) {
+        const float* qrow = q_.data() + (uint64_t(j) * C + i) * d_phi;
+        float d = 0.0f;
+        for (int64_t c = 0; c < d_phi; ++c) d += qrow[c] * zp[c];
+        if (st.decays) {
+          const float g = st.pow[i + 1];
+          d *= g;
+          kernels.scale(d_v, g, o_.data() + (uint64_t(j) * C + i) * d_v);
+        }
+        den_.data()[j * C + i] += d;
+      }
+    }
+    // O += (Q·Kᵀ ⊙ D)·V.
+    LINATTN_RETURN_IF_ERROR(
+        Gemm({.m = C, .k = C, .n = d_v, .accumulate = true}, n_jobs, a_.data(),
+             v_.data(), o_.data()));
+    // Pass 5: read-out into the caller's (token, head) layout.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_jobs; ++j) {
+      const Job& job = jobs[j];
+      const Stream& st = streams[job.stream];
+      const PrefillItem& item = items[st.item];
+      const AttentionSpec& spec = item.attention->spec();
+      const float key_log = item.attention->feature_map().is_favor() ? st.shift : 0.0f;
+      for (uint32_t i = 0; i < job.len; ++i) {
+        const uint64_t row = (job.start + i) * spec.num_heads + st.head;
+        float* y = item.out.output + row * d_v;
+        std::memcpy(y, o_.data() + (uint64_t(j) * C + i) * d_v,
+                    d_v * sizeof(float));
+        ReadOut(spec, qlog_.data()[j * C + i] + key_log, den_.data()[j * C + i],
+                static_cast<uint32_t>(d_v), y, item.out.denominator + row,
+                item.out.available + row);
+      }
+    }
+    for (Stream& st : streams) {
+      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
+        st.done += jobs[j].len;
+      }
+      st.rescale = 1.0f;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace linattn

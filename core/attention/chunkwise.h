@@ -1,0 +1,87 @@
+// The chunkwise evaluation order (prefill): many tokens of many sessions in
+// a few large batched matmuls on oneDNN (DESIGN.md §1). Per head, a chunk of
+// L ≤ C rows with previous state S⁺ = [S | z]:
+//   O⁺ = diag(γ^{i+1}) Q S⁺_prev + (Q Kᵀ ⊙ D) V⁺,   D_ij = γ^{i−j}[i ≥ j]
+//   S⁺ ← γ^L S⁺_prev + (diag(γ^{L−1−j}) K)ᵀ V⁺
+// with Q = φ(Q_chunk), K = φ(K_chunk), V⁺ = [V | 1]. The ones column is
+// never materialised: its products are row sums.
+//
+// Every (session, head, chunk) of a round is one batch element, so the four
+// products Q·Kᵀ, Kᵀ·V, Q·S_prev and A·V each run as one batched primitive
+// over all sessions and heads. Only the state scan between chunks is
+// sequential (O(d_φ·d_v) per chunk).
+//
+// A ChunkwiseRunner owns reusable workspaces: use one per thread.
+#ifndef LINATTN_CORE_ATTENTION_CHUNKWISE_H_
+#define LINATTN_CORE_ATTENTION_CHUNKWISE_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/attention/attention.h"
+#include "core/onednn/matmul.h"
+#include "core/util/aligned_buffer.h"
+
+namespace linattn {
+
+struct ChunkwiseOptions {
+  uint32_t chunk_size = 64;   // C, rows per chunk
+  uint32_t round_chunks = 16;  // chunks per head per round (bounds workspace)
+};
+
+// One session's part of a prefill batch.
+struct PrefillItem {
+  const Attention* attention = nullptr;
+  AttentionState* state = nullptr;
+  SequenceInput in;
+  SequenceOutput out;
+};
+
+class ChunkwiseRunner {
+ public:
+  explicit ChunkwiseRunner(ChunkwiseOptions options = {});
+
+  // Prefills every item and advances its position. Items may differ in spec
+  // and length; those with equal (d_φ, d_v) share batched matmuls. All input
+  // is validated before any state changes, and states are replaced only
+  // after every product succeeded: on error nothing has changed.
+  absl::Status Run(std::span<const PrefillItem> items);
+  absl::Status Run(const Attention& attention, AttentionState& state,
+                   const SequenceInput& in, const SequenceOutput& out);
+
+  // Matmul FLOPs executed by the last Run (for benchmarks).
+  double last_matmul_flops() const { return last_flops_; }
+  const ChunkwiseOptions& options() const { return options_; }
+
+ private:
+  struct Stream;
+  struct Job;
+  absl::Status RunGroup(std::span<const PrefillItem> items,
+                        std::span<AttentionState> work,
+                        const std::vector<uint32_t>& members);
+  // `batch` products of `shape` (its batch field ignored) on packed
+  // buffers, run as primitives of power-of-two batch so that the number of
+  // cached shapes stays small.
+  absl::Status Gemm(MatmulShape shape, int64_t batch, const float* a,
+                    const float* b, float* c);
+
+  ChunkwiseOptions options_;
+  double last_flops_ = 0;
+  // Round workspaces, (jobs, ...) each; grown on demand, reused.
+  AlignedBuffer q_;      // (jobs, C, d_φ)  φ(Q) rows
+  AlignedBuffer k_;      // (jobs, C, d_φ)  φ(K) rows
+  AlignedBuffer kd_;     // (jobs, C, d_φ)  γ^{L−1−j}·φ(K) rows (decay only)
+  AlignedBuffer v_;      // (jobs, C, d_v)
+  AlignedBuffer a_;      // (jobs, C, C)    masked Q·Kᵀ
+  AlignedBuffer o_;      // (jobs, C, d_v)  numerators
+  AlignedBuffer s_;      // (jobs, d_φ, d_v) ΔS, then S before the chunk
+  AlignedBuffer z_;      // (jobs, d_φ)      Δz, then z before the chunk
+  AlignedBuffer den_;    // (jobs, C)       denominators
+  AlignedBuffer qlog_;   // (jobs, C)       FAVOR+ query log-scales
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_ATTENTION_CHUNKWISE_H_

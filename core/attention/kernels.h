@@ -1,0 +1,58 @@
+// Vector kernels of the recurrent step and the chunkwise scan, compiled once
+// per instruction set and chosen at run time.
+//
+// kernels_impl.inc holds the one source; kernels_{generic,avx2,avx512}.cc
+// compile it with different target flags into separate namespaces, and
+// ActiveKernels() picks the widest set the CPU supports (the environment
+// variable LINATTN_ISA=generic|avx2|avx512 narrows the choice). Nothing is
+// built with -march=native, so one binary runs on any x86-64.
+#ifndef LINATTN_CORE_ATTENTION_KERNELS_H_
+#define LINATTN_CORE_ATTENTION_KERNELS_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace linattn {
+
+enum class Isa { kGeneric, kAvx2, kAvx512 };
+
+struct StepKernels {
+  Isa isa;
+  const char* name;
+  // Fused recurrent update and read-out of one head; S is read and written
+  // once:
+  //   S ← g·S + φk vᵀ,   z ← g·z + φk,   num = Sᵀφq,   den = φqᵀz
+  // s: (d_phi, d_v) row-major, z: (d_phi), num: (d_v) written.
+  void (*step_head)(float g, const float* phi_q, const float* phi_k,
+                    const float* v, uint32_t d_phi, uint32_t d_v, float* s,
+                    float* z, float* num, float* den);
+  // Chunkwise scan step: (carry, delta) ← (g·carry + delta, carry), i.e.
+  // delta receives the state before the chunk and carry the state after.
+  void (*scan_step)(uint64_t n, float g, float* carry, float* delta);
+  // x ← a·x.
+  void (*scale)(uint64_t n, float a, float* x);
+};
+
+// The kernels for `isa`, or nullptr when this CPU cannot run them.
+const StepKernels* KernelsFor(Isa isa);
+// The widest supported set (honouring LINATTN_ISA). Thread-safe.
+const StepKernels& ActiveKernels();
+// Every set this CPU can run, narrowest first (for tests and benchmarks).
+std::vector<const StepKernels*> SupportedKernels();
+
+// Overrides ActiveKernels() while alive; for tests and benchmarks only.
+class ScopedKernelsOverride {
+ public:
+  explicit ScopedKernelsOverride(const StepKernels* kernels);
+  ~ScopedKernelsOverride();
+  ScopedKernelsOverride(const ScopedKernelsOverride&) = delete;
+  ScopedKernelsOverride& operator=(const ScopedKernelsOverride&) = delete;
+
+ private:
+  const StepKernels* previous_;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_ATTENTION_KERNELS_H_

@@ -1,0 +1,157 @@
+#include "core/attention/recurrent.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
+#include "core/util/aligned_buffer.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+
+namespace {
+
+// Above this many floats of state per batch, heads are spread over threads;
+// below it a fork/join costs more than it saves.
+constexpr uint64_t kParallelStateFloats = 64 * 1024;
+
+// φ(q), φ(k) of one head; reused across calls on the same thread.
+float* FeatureScratch(uint32_t d_phi) {
+  thread_local AlignedBuffer scratch;
+  scratch.EnsureSize(2 * uint64_t{d_phi});
+  return scratch.data();
+}
+
+// Token `t`, head `h` of `in`: features, fused state update and read-out.
+void StepHead(const StepKernels& kernels, const Attention& attention,
+              AttentionState& state, const SequenceInput& in,
+              const SequenceOutput& out, uint64_t t, uint32_t h) {
+  const AttentionSpec& spec = attention.spec();
+  const FeatureMap& fm = attention.feature_map();
+  const uint32_t H = spec.num_heads, d_k = spec.key_dim, d_v = spec.value_dim;
+  const uint32_t d_phi = fm.dim();
+  const uint64_t row = t * H + h;
+  const uint64_t position = state.position() + t;
+
+  float* phi_q = FeatureScratch(d_phi);
+  float* phi_k = phi_q + d_phi;
+  float log_scale = fm.Apply(in.q + row * d_k, position, phi_q);
+  float g = HeadDecay(spec, h);
+  if (fm.is_favor()) {
+    // Keys share one running log-scale per head; when a key raises it, S and
+    // z move to the new scale in the same pass (g absorbs e^{old−new}).
+    const float old_shift = state.key_shift(h);
+    const float shift = std::max(old_shift, fm.Exponents(in.k + row * d_k, phi_k));
+    fm.FavorExp(phi_k, shift);
+    if (shift > old_shift) g *= std::exp(old_shift - shift);
+    state.key_shift(h) = shift;
+    log_scale += shift;
+  } else {
+    fm.Apply(in.k + row * d_k, position, phi_k);
+  }
+  float* y = out.output + row * d_v;
+  float den = 0.0f;
+  kernels.step_head(g, phi_q, phi_k, in.v + row * d_v, d_phi, d_v,
+                    state.s(h), state.z(h), y, &den);
+  ReadOut(spec, log_scale, den, d_v, y, out.denominator + row,
+          out.available + row);
+}
+
+absl::Status CheckOutput(const SequenceOutput& out, uint64_t tokens) {
+  if (tokens != 0 && (out.output == nullptr || out.denominator == nullptr ||
+                      out.available == nullptr)) {
+    return absl::InvalidArgumentError("out: output buffers missing");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Step(const Attention& attention, AttentionState& state,
+                  const SequenceInput& token, const SequenceOutput& out) {
+  StepItem item{&attention, &state, token, out};
+  return StepBatch({&item, 1});
+}
+
+absl::Status StepBatch(std::span<const StepItem> items) {
+  // Validate everything first: a failed batch changes nothing.
+  std::vector<const AttentionState*> states;
+  states.reserve(items.size());
+  uint64_t state_floats = 0;
+  uint64_t total_heads = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& item = items[i];
+    if (item.attention == nullptr || item.state == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("items[", i, "]: attention and state are required"));
+    }
+    if (item.token.tokens != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "items[", i, "].tokens: a step takes exactly 1 token, got ",
+          item.token.tokens));
+    }
+    if (absl::Status s = item.attention->ValidateInput(*item.state, item.token);
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("items[", i, "].", s.message()));
+    }
+    if (absl::Status s = CheckOutput(item.out, 1); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("items[", i, "].", s.message()));
+    }
+    states.push_back(item.state);
+    state_floats += item.state->size();
+    total_heads += item.attention->num_heads();
+  }
+  std::sort(states.begin(), states.end());
+  if (std::adjacent_find(states.begin(), states.end()) != states.end()) {
+    return absl::InvalidArgumentError(
+        "items: the same state appears twice in one batch");
+  }
+
+  const StepKernels& kernels = ActiveKernels();
+  // Flatten (item, head) so that a single session's heads also spread over
+  // threads. Heads of one item touch disjoint parts of its state, except the
+  // position, which is advanced after the parallel region.
+  std::vector<std::pair<uint32_t, uint32_t>> work;
+  work.reserve(total_heads);
+  for (uint32_t i = 0; i < items.size(); ++i) {
+    for (uint32_t h = 0; h < items[i].attention->num_heads(); ++h) {
+      work.emplace_back(i, h);
+    }
+  }
+  const int64_t n = static_cast<int64_t>(work.size());
+#pragma omp parallel for schedule(static) if (state_floats >= kParallelStateFloats)
+  for (int64_t w = 0; w < n; ++w) {
+    const StepItem& item = items[work[w].first];
+    StepHead(kernels, *item.attention, *item.state, item.token, item.out, 0,
+             work[w].second);
+  }
+  for (const StepItem& item : items) {
+    item.state->set_position(item.state->position() + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepSequence(const Attention& attention, AttentionState& state,
+                          const SequenceInput& in, const SequenceOutput& out) {
+  LINATTN_RETURN_IF_ERROR(attention.ValidateInput(state, in));
+  LINATTN_RETURN_IF_ERROR(CheckOutput(out, in.tokens));
+  const StepKernels& kernels = ActiveKernels();
+  const uint32_t H = attention.num_heads();
+  // Heads are independent streams: each thread walks its heads through all
+  // tokens, so a head's S stays in that core's cache.
+  const bool parallel = state.size() >= kParallelStateFloats / 4 && H > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t h = 0; h < static_cast<int64_t>(H); ++h) {
+    for (uint64_t t = 0; t < in.tokens; ++t) {
+      StepHead(kernels, attention, state, in, out, t, static_cast<uint32_t>(h));
+    }
+  }
+  state.set_position(state.position() + in.tokens);
+  return absl::OkStatus();
+}
+
+}  // namespace linattn

@@ -1,0 +1,41 @@
+// The recurrent evaluation order: one token at a time, S and z updated in
+// place (DESIGN.md §1):
+//   S_t = γ·S_{t−1} + φ(k_t)v_tᵀ,  z_t = γ·z_{t−1} + φ(k_t),
+//   y_t = φ(q_t)ᵀS_t / (φ(q_t)ᵀz_t + ε)   (or φ(q_t)ᵀS_t, unnormalised)
+//
+// Every function validates all of its input before it touches any state;
+// on error no state or position has changed. Each state may be updated by
+// one caller at a time; distinct states may be stepped concurrently.
+#ifndef LINATTN_CORE_ATTENTION_RECURRENT_H_
+#define LINATTN_CORE_ATTENTION_RECURRENT_H_
+
+#include <span>
+
+#include "absl/status/status.h"
+#include "core/attention/attention.h"
+
+namespace linattn {
+
+// One token (q, k: heads×d_k; v: heads×d_v) of one session.
+absl::Status Step(const Attention& attention, AttentionState& state,
+                  const SequenceInput& token, const SequenceOutput& out);
+
+// One token for each of several sessions (the decode batch). Items may have
+// different specs; each state may appear once. Heads of all items are spread
+// over the OpenMP threads. Bit-identical to calling Step() per item.
+struct StepItem {
+  const Attention* attention = nullptr;
+  AttentionState* state = nullptr;
+  SequenceInput token;  // tokens must be 1
+  SequenceOutput out;
+};
+absl::Status StepBatch(std::span<const StepItem> items);
+
+// `in.tokens` tokens of one session, one after another through Step's
+// kernel (the token-by-token prefill).
+absl::Status StepSequence(const Attention& attention, AttentionState& state,
+                          const SequenceInput& in, const SequenceOutput& out);
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_ATTENTION_RECURRENT_H_

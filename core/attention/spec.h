@@ -1,0 +1,75 @@
+// AttentionSpec: the shape and kind of one linear-attention layer, and its
+// validation.
+//
+// A spec is plain data chosen by a client (DESIGN.md §3, AttentionSpec). It
+// fixes, per session: the number of heads, the query/key and value widths,
+// the feature map φ, normalised or unnormalised read-out, ε, a per-head decay
+// γ, and the parameters of the FAVOR+ and cosFormer feature maps.
+//
+//   AttentionSpec spec{.num_heads = 8, .key_dim = 64, .value_dim = 64};
+//   LINATTN_RETURN_IF_ERROR(ValidateSpec(spec));
+//   int d_phi = FeatureDim(spec);
+#ifndef LINATTN_CORE_ATTENTION_SPEC_H_
+#define LINATTN_CORE_ATTENTION_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace linattn {
+
+// The feature maps of DESIGN.md §1. The public spelling is FeatureMapName().
+enum class FeatureMapKind {
+  kElu1,      // ELU(x)+1: x >= 0 ? x+1 : exp(x); d_φ = d_k
+  kRelu,      // max(x, 0); d_φ = d_k
+  kIdentity,  // x; d_φ = d_k; unnormalised only
+  kFavor,     // Performer FAVOR+ positive random features; d_φ = m
+  kCosine,    // cosFormer: relu(x)·[cos(πi/2M), sin(πi/2M)]; d_φ = 2·d_k
+};
+
+// Largest accepted dimension (heads, key, value or feature); keeps every
+// size computation far inside 64-bit range.
+inline constexpr uint32_t kMaxDim = 1u << 16;
+
+struct AttentionSpec {
+  uint32_t num_heads = 1;
+  uint32_t key_dim = 1;    // d_k: width of q and k per head
+  uint32_t value_dim = 1;  // d_v: width of v and of the output per head
+  FeatureMapKind feature_map = FeatureMapKind::kElu1;
+  bool unnormalized = false;  // y = φ(q)ᵀS instead of φ(q)ᵀS / (φ(q)ᵀz + ε)
+  float epsilon = 0.0f;       // added to the denominator; 0 = exact
+  // γ per head in [0, 1]; empty means no decay (γ = 1 for every head).
+  std::vector<float> decay;
+  // FAVOR+ feature count m; 0 = 2·key_dim. Other maps accept 0 or their own
+  // d_φ.
+  uint32_t feature_dim = 0;
+  uint64_t seed = 0;     // FAVOR+ random-feature seed (fixed for a session)
+  uint32_t horizon = 0;  // cosFormer M; positions must stay below it
+};
+
+// "elu1", "relu", "identity", "favor", "cosine".
+absl::string_view FeatureMapName(FeatureMapKind kind);
+// Parses the public spelling; INVALID_ARGUMENT naming `feature_map` otherwise.
+absl::StatusOr<FeatureMapKind> ParseFeatureMap(absl::string_view name);
+
+// OK, or INVALID_ARGUMENT whose message starts with the offending field.
+absl::Status ValidateSpec(const AttentionSpec& spec);
+
+// d_φ, the width of φ(x) per head. Requires a valid spec.
+uint32_t FeatureDim(const AttentionSpec& spec);
+
+// γ of head h (1 when the spec has no decay).
+inline float HeadDecay(const AttentionSpec& spec, uint32_t h) {
+  return spec.decay.empty() ? 1.0f : spec.decay[h];
+}
+
+// Floats of recurrent state per head: S (d_φ×d_v) then z (d_φ).
+uint64_t StateFloatsPerHead(const AttentionSpec& spec);
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_ATTENTION_SPEC_H_

@@ -1,0 +1,60 @@
+#include "core/attention/state.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace linattn {
+
+namespace {
+uint64_t StateFloats(const AttentionSpec& spec) {
+  uint64_t floats = uint64_t{spec.num_heads} * StateFloatsPerHead(spec);
+  if (spec.feature_map == FeatureMapKind::kFavor) floats += spec.num_heads;
+  return floats;
+}
+}  // namespace
+
+uint64_t StateBytes(const AttentionSpec& spec) {
+  return StateFloats(spec) * sizeof(float);
+}
+
+AttentionState::AttentionState(const AttentionSpec& spec)
+    : num_heads_(spec.num_heads),
+      feature_dim_(FeatureDim(spec)),
+      value_dim_(spec.value_dim),
+      has_key_shift_(spec.feature_map == FeatureMapKind::kFavor),
+      head_stride_(StateFloatsPerHead(spec)),
+      shift_offset_(uint64_t{spec.num_heads} * StateFloatsPerHead(spec)),
+      block_(StateFloats(spec)) {
+  Reset();
+}
+
+void AttentionState::Reset() {
+  if (block_.size() != 0) {
+    std::memset(block_.data(), 0, block_.size() * sizeof(float));
+  }
+  if (has_key_shift_) {
+    for (uint32_t h = 0; h < num_heads_; ++h) key_shift(h) = -INFINITY;
+  }
+  position_ = 0;
+}
+
+AttentionState AttentionState::Copy() const {
+  AttentionState out;
+  out.num_heads_ = num_heads_;
+  out.feature_dim_ = feature_dim_;
+  out.value_dim_ = value_dim_;
+  out.has_key_shift_ = has_key_shift_;
+  out.head_stride_ = head_stride_;
+  out.shift_offset_ = shift_offset_;
+  out.position_ = position_;
+  out.block_ = block_.Copy();
+  return out;
+}
+
+bool AttentionState::Matches(const AttentionSpec& spec) const {
+  return num_heads_ == spec.num_heads && feature_dim_ == FeatureDim(spec) &&
+         value_dim_ == spec.value_dim &&
+         has_key_shift_ == (spec.feature_map == FeatureMapKind::kFavor);
+}
+
+}  // namespace linattn

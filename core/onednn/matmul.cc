@@ -1,0 +1,108 @@
+#include "core/onednn/matmul.h"
+
+#include <new>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/aligned_buffer.h"
+
+namespace linattn {
+
+namespace {
+
+using dnnl::memory;
+
+memory::desc Desc(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+  // A logical (batch, rows, cols) matrix stored row-major, or stored as
+  // (batch, cols, rows) when transposed.
+  memory::dims dims = {batch, rows, cols};
+  memory::dims strides = transposed ? memory::dims{rows * cols, 1, rows}
+                                    : memory::dims{rows * cols, cols, 1};
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+dnnl::stream& ThreadStream() {
+  thread_local dnnl::stream stream(CpuEngine());
+  return stream;
+}
+
+}  // namespace
+
+const dnnl::engine& CpuEngine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+MatmulCache& MatmulCache::Global() {
+  static MatmulCache* cache = new MatmulCache();
+  return *cache;
+}
+
+size_t MatmulCache::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+const MatmulCache::Entry& MatmulCache::Get(const MatmulShape& shape) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(shape);
+  if (it != entries_.end()) return *it->second;
+
+  // Step 1: memory descriptors of the three operands.
+  auto entry = std::make_unique<Entry>();
+  entry->a = Desc(shape.batch, shape.m, shape.k, shape.transpose_a);
+  entry->b = Desc(shape.batch, shape.k, shape.n, shape.transpose_b);
+  entry->c = Desc(shape.batch, shape.m, shape.n, false);
+  // Step 2: attributes: a user-provided scratchpad (so concurrent calls
+  // never share one) and, to accumulate, a sum post-op C ← A·B + C.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (shape.accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  // Step 3: operation descriptor → primitive descriptor → primitive.
+  dnnl::matmul::desc desc(entry->a, entry->b, entry->c);
+  dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
+  entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  entry->primitive = dnnl::matmul(pd);
+  const Entry& ref = *entry;
+  entries_.emplace(shape, std::move(entry));
+  return ref;
+}
+
+absl::Status BatchedMatmul(const MatmulShape& shape, const float* a,
+                           const float* b, float* c) {
+  try {
+    const MatmulCache::Entry& e = MatmulCache::Global().Get(shape);
+    thread_local AlignedBuffer scratch;
+    scratch.EnsureSize((e.scratchpad_bytes + sizeof(float) - 1) / sizeof(float));
+    const dnnl::engine& engine = CpuEngine();
+    // Step 4: wrap the caller's buffers (no copies) and execute.
+    memory a_mem(e.a, engine, const_cast<float*>(a));
+    memory b_mem(e.b, engine, const_cast<float*>(b));
+    memory c_mem(e.c, engine, c);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, a_mem},
+                                            {DNNL_ARG_WEIGHTS, b_mem},
+                                            {DNNL_ARG_DST, c_mem}};
+    if (e.scratchpad_bytes != 0) {
+      memory::desc scratch_desc({static_cast<int64_t>(e.scratchpad_bytes)},
+                                memory::data_type::u8, memory::format_tag::a);
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   memory(scratch_desc, engine, scratch.data()));
+    }
+    dnnl::stream& stream = ThreadStream();
+    e.primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error& err) {
+    return absl::InternalError(
+        absl::StrCat("oneDNN matmul failed: ", err.what(), " (status ",
+                     static_cast<int>(err.status), ")"));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory in oneDNN matmul");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace linattn

@@ -1,0 +1,66 @@
+// AlignedBuffer: an owning, 64-byte-aligned, zero-initialised float array.
+//
+// Used for recurrent state and kernel workspaces, where rows are streamed
+// with wide vector loads. Copying is explicit (Copy()) so the cost of
+// duplicating a state block is visible at the call site.
+#ifndef LINATTN_CORE_UTIL_ALIGNED_BUFFER_H_
+#define LINATTN_CORE_UTIL_ALIGNED_BUFFER_H_
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+namespace linattn {
+
+inline constexpr std::size_t kBufferAlignment = 64;  // one cache line / zmm
+
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  // Allocates `size` floats, all zero. Throws std::bad_alloc on failure.
+  explicit AlignedBuffer(std::size_t size) : size_(size) {
+    if (size == 0) return;
+    std::size_t bytes = RoundUp(size * sizeof(float));
+    void* p = std::aligned_alloc(kBufferAlignment, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    data_.reset(static_cast<float*>(p));
+  }
+  AlignedBuffer(AlignedBuffer&&) noexcept = default;
+  AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  // A deep copy; O(size).
+  AlignedBuffer Copy() const {
+    AlignedBuffer out(size_);
+    if (size_ != 0) std::memcpy(out.data(), data(), size_ * sizeof(float));
+    return out;
+  }
+
+  // Grows (never shrinks) to at least `size` floats; contents are not kept.
+  void EnsureSize(std::size_t size) {
+    if (size > size_) *this = AlignedBuffer(size);
+  }
+
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  static std::size_t RoundUp(std::size_t bytes) {
+    return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  }
+
+  std::unique_ptr<float[], Free> data_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_UTIL_ALIGNED_BUFFER_H_

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages linattn builds, tests and runs with.
+# Idempotent: only packages that are missing are installed; nothing is
+# downloaded from outside Debian's archive.
+#
+#   scripts/install-deps.sh          build + test dependencies
+#   scripts/install-deps.sh --python also the numpy used by the .npy round-trip check
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake make pkg-config git clang-format
+  # RPC: gRPC C++ and Protocol Buffers (compiler, plugin, headers)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # compute: oneDNN 2.6 (v2 API)
+  libdnnl-dev
+  # support libraries
+  libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+if [[ "${1:-}" == "--python" ]]; then
+  packages+=(python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
