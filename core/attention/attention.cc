@@ -1,5 +1,6 @@
 #include "core/attention/attention.h"
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -10,15 +11,23 @@ namespace linattn {
 
 namespace {
 
+// Branch-free, vectorisable: a float is NaN or ±inf exactly when its
+// exponent bits are all ones.
+bool AllFinite(const float* x, uint64_t n) {
+  uint32_t non_finite = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(x[i]);
+    non_finite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return non_finite == 0;
+}
+
 absl::Status CheckFinite(absl::string_view field, const float* data,
                          uint64_t count) {
   if (count != 0 && data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": missing"));
   }
-  // Branch-free scan first: the common case is all finite.
-  bool all_finite = true;
-  for (uint64_t i = 0; i < count; ++i) all_finite &= std::isfinite(data[i]);
-  if (all_finite) return absl::OkStatus();
+  if (AllFinite(data, count)) return absl::OkStatus();
   for (uint64_t i = 0; i < count; ++i) {
     if (!std::isfinite(data[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -62,15 +71,15 @@ void ReadOut(const AttentionSpec& spec, float log_scale, float den,
   if (log_scale == 0.0f) {
     *denominator = den;
     if (spec.unnormalized) {
-      for (uint32_t c = 0; c < d_v; ++c) ok &= std::isfinite(num[c]);
+      ok = AllFinite(num, d_v);
     } else {
       const float divisor = den + spec.epsilon;
       ok = divisor != 0.0f;
       if (ok) {
-        for (uint32_t c = 0; c < d_v; ++c) {
-          num[c] /= divisor;
-          ok &= std::isfinite(num[c]);
-        }
+        // Division, not a reciprocal product: a single key then returns v₀
+        // exactly wherever fp32 can (num = den·v₀ exactly).
+        for (uint32_t c = 0; c < d_v; ++c) num[c] /= divisor;
+        ok = AllFinite(num, d_v);
       }
     }
   } else {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/attention/kernels.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -121,18 +122,14 @@ float FeatureMap::Exponents(const float* x, float* a) const {
 }
 
 void FeatureMap::FavorExp(float* a, float shift) const {
-  for (uint32_t i = 0; i < dim_; ++i) {
-    a[i] = output_scale_ * std::exp(a[i] - shift);
-  }
+  ActiveKernels().exp_shifted(dim_, shift, output_scale_, a);
 }
 
 float FeatureMap::Apply(const float* x, uint64_t position, float* out) const {
   const uint32_t d = key_dim_;
   switch (kind_) {
     case FeatureMapKind::kElu1:
-      for (uint32_t c = 0; c < d; ++c) {
-        out[c] = x[c] >= 0.0f ? x[c] + 1.0f : std::exp(x[c]);
-      }
+      ActiveKernels().elu1(d, x, out);
       return 0.0f;
     case FeatureMapKind::kRelu:
       for (uint32_t c = 0; c < d; ++c) out[c] = std::max(x[c], 0.0f);

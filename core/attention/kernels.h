@@ -32,6 +32,11 @@ struct StepKernels {
   void (*scan_step)(uint64_t n, float g, float* carry, float* delta);
   // x ← a·x.
   void (*scale)(uint64_t n, float a, float* x);
+  // ELU(x)+1: out = x ≥ 0 ? x + 1 : exp(x), with a vectorised exp accurate
+  // to 2 ulp (subnormal results included).
+  void (*elu1)(uint32_t n, const float* x, float* out);
+  // a ← scale·exp(a − shift) for a ≤ shift (FAVOR+ features); same exp.
+  void (*exp_shifted)(uint32_t n, float shift, float scale, float* a);
 };
 
 // The kernels for `isa`, or nullptr when this CPU cannot run them.

@@ -15,7 +15,7 @@ namespace {
 
 // Above this many floats of state per batch, heads are spread over threads;
 // below it a fork/join costs more than it saves.
-constexpr uint64_t kParallelStateFloats = 64 * 1024;
+constexpr uint64_t kParallelStateFloats = 16 * 1024;
 
 // φ(q), φ(k) of one head; reused across calls on the same thread.
 float* FeatureScratch(uint32_t d_phi) {
@@ -76,9 +76,16 @@ absl::Status Step(const Attention& attention, AttentionState& state,
 }
 
 absl::Status StepBatch(std::span<const StepItem> items) {
-  // Validate everything first: a failed batch changes nothing.
-  std::vector<const AttentionState*> states;
-  states.reserve(items.size());
+  // Validate everything first: a failed batch changes nothing. The scratch
+  // vectors keep their capacity, so steady-state decode allocates nothing.
+  // (Bound to references: inside the OpenMP region below, the names of
+  // thread_locals would denote each worker's own copies.)
+  thread_local std::vector<const AttentionState*> states_scratch;
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> work_scratch;
+  std::vector<const AttentionState*>& states = states_scratch;
+  std::vector<std::pair<uint32_t, uint32_t>>& work = work_scratch;
+  states.clear();
+  work.clear();
   uint64_t state_floats = 0;
   uint64_t total_heads = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -115,7 +122,6 @@ absl::Status StepBatch(std::span<const StepItem> items) {
   // Flatten (item, head) so that a single session's heads also spread over
   // threads. Heads of one item touch disjoint parts of its state, except the
   // position, which is advanced after the parallel region.
-  std::vector<std::pair<uint32_t, uint32_t>> work;
   work.reserve(total_heads);
   for (uint32_t i = 0; i < items.size(); ++i) {
     for (uint32_t h = 0; h < items[i].attention->num_heads(); ++h) {

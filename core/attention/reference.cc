@@ -88,15 +88,22 @@ ReferenceResult ReferenceAttention(const Attention& attention,
       double den = 0, den_abs = 0;
       std::vector<double> num(d_v, 0.0);
       for (uint64_t j = 0; j <= i; ++j) {
-        double w = 0;
-        for (uint32_t c = 0; c < d_phi; ++c) w += phi_q[i][c] * phi_k[j][c];
-        w *= std::pow(gamma, double(i - j));
+        // w and, for error bounds, Σ_c |φ(q)_c·φ(k)_c| (≥ |w|; equal for
+        // non-negative features, larger where signed features cancel).
+        double w = 0, w_abs = 0;
+        for (uint32_t c = 0; c < d_phi; ++c) {
+          w += phi_q[i][c] * phi_k[j][c];
+          w_abs += std::abs(phi_q[i][c] * phi_k[j][c]);
+        }
+        const double decay = std::pow(gamma, double(i - j));
+        w *= decay;
+        w_abs *= decay;
         den += w;
-        den_abs += std::abs(w);
+        den_abs += w_abs;
         const float* vj = in.v + (j * H + h) * d_v;
         for (uint32_t c = 0; c < d_v; ++c) {
           num[c] += w * vj[c];
-          r.numerator_abs[row * d_v + c] += std::abs(w * vj[c]);
+          r.numerator_abs[row * d_v + c] += w_abs * std::abs(vj[c]);
         }
       }
       r.denominator[row] = den;

@@ -17,9 +17,11 @@ struct ReferenceResult {
   std::vector<double> output;       // (T, H, d_v); NaN where unavailable
   std::vector<double> denominator;  // (T, H): φ(q)ᵀz
   std::vector<uint8_t> available;   // (T, H)
-  // Σ_j γ^{i−j}|φ(q_i)·φ(k_j)|·|v_j[c]|, (T, H, d_v): bounds numerator error.
+  // Σ_j γ^{i−j}·Σ_c|φ(q_i)_c·φ(k_j)_c|·|v_j|, (T, H, d_v): bounds numerator
+  // error (the inner absolute sum, not |φ(q_i)·φ(k_j)|, since fp32 dot
+  // products err relative to it).
   std::vector<double> numerator_abs;
-  // Σ_j γ^{i−j}|φ(q_i)·φ(k_j)|, (T, H): bounds denominator error.
+  // Σ_j γ^{i−j}·Σ_c|φ(q_i)_c·φ(k_j)_c|, (T, H): bounds denominator error.
   std::vector<double> denominator_abs;
   // Largest FAVOR+ exponent magnitude Σ_c|ω_ic·x̂_c| + ‖x̂‖²/2 over all q
   // and k (0 for other maps): fp32 exponents carry error ∝ it.

@@ -1,1 +1,235 @@
+// Recurrent = batched = chunkwise = quadratic = scalar reference, on random
+// shapes, for every feature map, normalised and not, with and without decay.
+#include <algorithm>
+#include <cstring>
+#include <random>
+
 #include <gtest/gtest.h>
+
+#include "core/attention/chunkwise.h"
+#include "core/attention/kernels.h"
+#include "core/attention/quadratic.h"
+#include "core/attention/recurrent.h"
+#include "core/attention/reference.h"
+#include "tests/attention/test_util.h"
+
+namespace linattn {
+namespace {
+
+using testing::ExpectMatchesReference;
+using testing::Outputs;
+using testing::RandomTokens;
+using testing::Tokens;
+
+struct Case {
+  AttentionSpec spec;
+  uint64_t tokens = 0;
+  uint32_t chunk = 0;
+  uint64_t seed = 0;
+};
+
+std::string Describe(const Case& c) {
+  const AttentionSpec& s = c.spec;
+  return absl::StrCat(FeatureMapName(s.feature_map), s.unnormalized ? "_unnorm" : "_norm",
+                      s.decay.empty() ? "" : "_decay", "_T", c.tokens, "_H", s.num_heads,
+                      "_dk", s.key_dim, "_dv", s.value_dim, "_C", c.chunk);
+}
+
+// Deterministic random cases: shapes drawn from the ranges (heads
+// 1–8, dims 1–128, T 1–2000 not a multiple of the chunk, chunks 1, 16, 64,
+// 100), shrunk until the O(T²) double reference stays cheap.
+std::vector<Case> MakeCases() {
+  std::mt19937_64 rng(20201229);
+  const uint64_t kTokens[] = {1, 2, 17, 63, 65, 101, 250, 513, 1000, 1999, 2000};
+  const uint32_t kChunks[] = {1, 16, 64, 100};
+  const FeatureMapKind kMaps[] = {FeatureMapKind::kElu1, FeatureMapKind::kRelu,
+                                  FeatureMapKind::kIdentity, FeatureMapKind::kFavor,
+                                  FeatureMapKind::kCosine};
+  std::vector<Case> cases;
+  int n = 0;
+  for (FeatureMapKind map : kMaps) {
+    for (bool unnormalized : {false, true}) {
+      if (map == FeatureMapKind::kIdentity && !unnormalized) continue;
+      for (bool decay : {false, true}) {
+        for (int rep = 0; rep < 3; ++rep, ++n) {
+          Case c;
+          c.seed = rng();
+          c.chunk = kChunks[n % 4];
+          c.tokens = kTokens[rng() % std::size(kTokens)];
+          AttentionSpec& s = c.spec;
+          s.feature_map = map;
+          s.unnormalized = unnormalized;
+          s.num_heads = 1 + rng() % 8;
+          s.key_dim = 1 + rng() % 128;
+          s.value_dim = 1 + rng() % 128;
+          if (rep == 0) s.key_dim = s.value_dim = 128;  // the widest shape
+          if (map == FeatureMapKind::kFavor) s.feature_dim = 1 + rng() % 256, s.seed = rng();
+          auto cost = [&] {
+            return double(c.tokens) * c.tokens * s.num_heads * (FeatureDim(s) + s.value_dim);
+          };
+          while (cost() > 3e7) {
+            if (s.num_heads > 1) s.num_heads = (s.num_heads + 1) / 2;
+            else if (FeatureDim(s) > 8 && (s.feature_map != FeatureMapKind::kFavor || s.key_dim > 4)) {
+              s.key_dim = std::max(1u, s.key_dim / 2);
+              if (s.feature_dim > 8) s.feature_dim /= 2;
+            } else if (s.value_dim > 4) s.value_dim /= 2;
+            else c.tokens = c.tokens * 3 / 4;
+          }
+          if (c.chunk > 1 && c.tokens % c.chunk == 0) ++c.tokens;  // never a multiple
+          if (map == FeatureMapKind::kCosine) s.horizon = c.tokens + 7;
+          if (decay) {
+            for (uint32_t h = 0; h < s.num_heads; ++h) {
+              s.decay.push_back(h == 0 ? 1.0f : 0.9f + 0.1f * (rng() % 1000) / 1000.0f);
+            }
+            if (s.num_heads > 1) s.decay[1] = 0.0f;  // no memory at all
+          }
+          s.epsilon = (n % 3 == 0) ? 1e-6f : 0.0f;
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+class EvaluationOrders : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EvaluationOrders, AgreeWithReference) {
+  const Case& c = GetParam();
+  const AttentionSpec& spec = c.spec;
+  auto attention = Attention::Create(spec);
+  ASSERT_TRUE(attention.ok()) << attention.status();
+  const uint32_t H = spec.num_heads, d_v = spec.value_dim;
+  const uint64_t T = c.tokens;
+  Tokens data = RandomTokens(spec, T, c.seed);
+  const ReferenceResult ref = ReferenceAttention(*attention, data.input());
+
+  // Quadratic order.
+  Outputs quad(spec, T);
+  ASSERT_TRUE(QuadraticAttention(*attention, data.input(), quad.view()).ok());
+  ExpectMatchesReference(*attention, ref, quad, "quadratic");
+
+  // Recurrent order, with every kernel set this CPU has.
+  for (const StepKernels* kernels : SupportedKernels()) {
+    ScopedKernelsOverride use(kernels);
+    Outputs out(spec, T);
+    AttentionState state = attention->NewState();
+    ASSERT_TRUE(StepSequence(*attention, state, data.input(), out.view()).ok());
+    EXPECT_EQ(state.position(), T);
+    ExpectMatchesReference(*attention, ref, out, absl::StrCat("recurrent/", kernels->name));
+  }
+
+  // Chunkwise order in two calls (the state carries over), then the rest of
+  // a second copy through recurrent steps after a chunkwise prefix.
+  ChunkwiseRunner runner({.chunk_size = c.chunk});
+  const uint64_t split = T / 3;
+  {
+    Outputs out(spec, T);
+    AttentionState state = attention->NewState();
+    ASSERT_TRUE(runner.Run(*attention, state, {data.q.data(), data.k.data(), data.v.data(), split},
+                           out.view()).ok());
+    const uint64_t qk = split * H * spec.key_dim, vv = split * H * d_v;
+    ASSERT_TRUE(runner.Run(*attention, state,
+                           {data.q.data() + qk, data.k.data() + qk, data.v.data() + vv, T - split},
+                           out.view(split, H, d_v)).ok());
+    EXPECT_EQ(state.position(), T);
+    ExpectMatchesReference(*attention, ref, out, "chunkwise");
+  }
+  {
+    Outputs out(spec, T);
+    AttentionState state = attention->NewState();
+    const uint64_t prefix = T - T / 4;
+    ASSERT_TRUE(runner.Run(*attention, state, {data.q.data(), data.k.data(), data.v.data(), prefix},
+                           out.view()).ok());
+    const uint64_t qk = prefix * H * spec.key_dim, vv = prefix * H * d_v;
+    ASSERT_TRUE(StepSequence(*attention, state,
+                             {data.q.data() + qk, data.k.data() + qk, data.v.data() + vv, T - prefix},
+                             out.view(prefix, H, d_v)).ok());
+    ExpectMatchesReference(*attention, ref, out, "chunkwise then recurrent");
+  }
+}
+
+// Several sessions at once: the batched step equals stepping each session
+// alone bit for bit, and a multi-session chunkwise batch matches each
+// session's reference.
+TEST_P(EvaluationOrders, BatchedSessionsMatchOneByOne) {
+  const Case& c = GetParam();
+  auto attention = Attention::Create(c.spec);
+  ASSERT_TRUE(attention.ok());
+  const AttentionSpec& spec = c.spec;
+  const uint32_t H = spec.num_heads;
+  const uint64_t T = std::min<uint64_t>(c.tokens, 300);
+  constexpr int kSessions = 3;
+  // A second spec in the same batch: same shapes, other map, so items differ.
+  AttentionSpec other = spec;
+  other.feature_map = FeatureMapKind::kElu1;
+  other.unnormalized = false;
+  other.feature_dim = 0;
+  other.horizon = 0;
+  auto other_attention = Attention::Create(other);
+  ASSERT_TRUE(other_attention.ok());
+
+  std::vector<const Attention*> attentions;
+  std::vector<Tokens> data;
+  for (int s = 0; s < kSessions; ++s) {
+    attentions.push_back(s == 1 ? &*other_attention : &*attention);
+    data.push_back(RandomTokens(attentions.back()->spec(), T, c.seed + 17 * s));
+  }
+  // One by one.
+  std::vector<Outputs> alone;
+  for (int s = 0; s < kSessions; ++s) {
+    alone.emplace_back(attentions[s]->spec(), T);
+    AttentionState state = attentions[s]->NewState();
+    ASSERT_TRUE(StepSequence(*attentions[s], state, data[s].input(), alone[s].view()).ok());
+  }
+  // Batched: one token of every session per call.
+  std::vector<AttentionState> states;
+  std::vector<Outputs> batched;
+  for (int s = 0; s < kSessions; ++s) {
+    states.push_back(attentions[s]->NewState());
+    batched.emplace_back(attentions[s]->spec(), T);
+  }
+  for (uint64_t t = 0; t < T; ++t) {
+    std::vector<StepItem> items;
+    for (int s = 0; s < kSessions; ++s) {
+      const AttentionSpec& sp = attentions[s]->spec();
+      const uint64_t qk = t * H * sp.key_dim, vv = t * H * sp.value_dim;
+      items.push_back({attentions[s], &states[s],
+                       {data[s].q.data() + qk, data[s].k.data() + qk, data[s].v.data() + vv, 1},
+                       batched[s].view(t, H, sp.value_dim)});
+    }
+    ASSERT_TRUE(StepBatch(items).ok());
+  }
+  for (int s = 0; s < kSessions; ++s) {
+    EXPECT_EQ(0, std::memcmp(alone[s].output.data(), batched[s].output.data(),
+                             alone[s].output.size() * sizeof(float)))
+        << "session " << s << ": batched step differs from one-by-one";
+    EXPECT_EQ(alone[s].available, batched[s].available);
+  }
+  // Chunkwise with all sessions in one Run.
+  std::vector<AttentionState> cstates;
+  std::vector<Outputs> chunked;
+  std::vector<PrefillItem> items;
+  for (int s = 0; s < kSessions; ++s) {
+    cstates.push_back(attentions[s]->NewState());
+    chunked.emplace_back(attentions[s]->spec(), T);
+  }
+  for (int s = 0; s < kSessions; ++s) {
+    items.push_back({attentions[s], &cstates[s], data[s].input(), chunked[s].view()});
+  }
+  ChunkwiseRunner runner({.chunk_size = c.chunk, .round_chunks = 3});
+  ASSERT_TRUE(runner.Run(items).ok());
+  for (int s = 0; s < kSessions; ++s) {
+    ExpectMatchesReference(*attentions[s], ReferenceAttention(*attentions[s], data[s].input()),
+                           chunked[s], absl::StrCat("chunkwise batch, session ", s));
+    EXPECT_EQ(cstates[s].position(), T);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RandomShapes, EvaluationOrders, ::testing::ValuesIn(MakeCases()),
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           return absl::StrCat(param.index, "_", Describe(param.param));
+                         });
+
+}  // namespace
+}  // namespace linattn

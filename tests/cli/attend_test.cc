@@ -1,1 +1,130 @@
+// `linattn attend` end to end through real .npy files in a temp directory,
+// and the installed binary once through a shell.
+#include "clients/cli/attend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+#include <random>
+
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "clients/cli/npy.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+class AttendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("linattn_attend_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    std::mt19937_64 rng(9);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    q_.resize(T * H * D);
+    k_.resize(T * H * D);
+    v_.resize(T * H * D);
+    for (auto* vec : {&q_, &k_, &v_}) {
+      for (float& x : *vec) x = dist(rng);
+    }
+    ASSERT_TRUE(WriteNpy(Path("q.npy"), {T, H, D}, q_.data()).ok());
+    ASSERT_TRUE(WriteNpy(Path("k.npy"), {T, H, D}, k_.data()).ok());
+    ASSERT_TRUE(WriteNpy(Path("v.npy"), {T, H, D}, v_.data()).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  AttendOptions Options(const std::string& mode, const std::string& out) const {
+    AttendOptions o;
+    o.q_path = Path("q.npy");
+    o.k_path = Path("k.npy");
+    o.v_path = Path("v.npy");
+    o.out_path = Path(out);
+    o.mode = mode;
+    o.chunk = 16;
+    return o;
+  }
+
+  static constexpr int64_t T = 50, H = 3, D = 4;
+  fs::path dir_;
+  std::vector<float> q_, k_, v_;
+};
+
+TEST_F(AttendTest, OrdersAgreeThroughFiles) {
+  for (const std::string map : {"elu1", "favor", "cosine"}) {
+    std::vector<std::vector<float>> results;
+    for (const std::string mode : {"recurrent", "chunkwise", "quadratic"}) {
+      AttendOptions o = Options(mode, mode + ".npy");
+      o.feature_map = map;
+      o.decay = {0.95f};
+      ASSERT_TRUE(linattn::Attend(o).ok()) << mode;
+      auto y = ReadNpy(o.out_path);
+      ASSERT_TRUE(y.ok());
+      EXPECT_EQ(y->shape, (std::vector<int64_t>{T, H, D}));
+      results.push_back(y->data);
+    }
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      // cosine is relu-based: an all-negative query is unavailable (NaN) in every order.
+      ASSERT_EQ(std::isnan(results[0][i]), std::isnan(results[1][i])) << map;
+      ASSERT_EQ(std::isnan(results[0][i]), std::isnan(results[2][i])) << map;
+      if (std::isnan(results[0][i])) continue;
+      // Weighted means of |v| ≤ 1 over ≤ 50 terms: (3·50 + 2·d_φ + 16)·u bounds each difference.
+      EXPECT_NEAR(results[0][i], results[1][i], 2e-5) << map;
+      EXPECT_NEAR(results[0][i], results[2][i], 2e-5) << map;
+    }
+  }
+}
+
+TEST_F(AttendTest, UnavailableIsNaN) {
+  std::vector<float> negative(q_.size(), -1.0f);
+  ASSERT_TRUE(WriteNpy(Path("q.npy"), {T, H, D}, negative.data()).ok());
+  AttendOptions o = Options("chunkwise", "y.npy");
+  o.feature_map = "relu";
+  ASSERT_TRUE(linattn::Attend(o).ok());
+  auto y = ReadNpy(o.out_path);
+  ASSERT_TRUE(y.ok());
+  for (float x : y->data) EXPECT_TRUE(std::isnan(x));
+}
+
+TEST_F(AttendTest, RejectsBadInputs) {
+  AttendOptions o = Options("recurrent", "y.npy");
+  ASSERT_TRUE(WriteNpy(Path("v2.npy"), {T + 1, H, D}, std::vector<float>((T + 1) * H * D).data()).ok());
+  o.v_path = Path("v2.npy");
+  EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("--v"));
+  o = Options("recurrent", "y.npy");
+  ASSERT_TRUE(WriteNpy(Path("k2.npy"), {T * H * D}, k_.data()).ok());
+  o.k_path = Path("k2.npy");
+  EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("--k: expected shape (T, H, d)"));
+  o = Options("recurrent", "y.npy");
+  o.decay = {0.5f, 0.5f};  // H = 3
+  EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("decay"));
+  o = Options("sideways", "y.npy");
+  EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("--mode"));
+  EXPECT_FALSE(fs::exists(Path("y.npy")));
+}
+
+TEST_F(AttendTest, BinaryPrintsTheSeedExampleAndFailsCleanly) {
+  const std::string bin = LINATTN_BINARY;
+  const std::string out = Path("explain.txt");
+  ASSERT_EQ(0, std::system((bin + " explain --preset general --feature-map elu1 --prefix 1 > " + out).c_str()));
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("denominator  φ(q)·z = 5\n"));
+  EXPECT_THAT(text, HasSubstr("numerator / denominator = 1\n"));
+  const std::string err = Path("err.txt");
+  const int rc = std::system((bin + " attend --q " + Path("missing.npy") + " --k x --v y --out z 2> " + err).c_str());
+  EXPECT_NE(rc, 0);
+  std::ifstream ein(err);
+  std::string etext((std::istreambuf_iterator<char>(ein)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(etext, HasSubstr("missing.npy: cannot open"));
+}
+
+}  // namespace
+}  // namespace linattn

@@ -1,0 +1,141 @@
+// Engine benchmarks (numbers, not pass/fail): decode step vs the machine's
+// read-modify-write bandwidth, chunkwise prefill vs oneDNN's large-GEMM
+// peak, and chunkwise vs token-by-token prefill.
+//
+//   build/bin/attention_benchmark --benchmark_out=bench.json --benchmark_out_format=json
+//   /usr/bin/python3 bench/report.py bench.json     # the README table
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "bench/machine_limits.h"
+#include "core/attention/chunkwise.h"
+#include "core/attention/kernels.h"
+#include "core/attention/recurrent.h"
+
+namespace linattn {
+namespace {
+
+constexpr uint32_t kHeads = 8;
+
+AttentionSpec Spec(uint32_t d) {
+  return {.num_heads = kHeads, .key_dim = d, .value_dim = d};
+}
+
+std::vector<float> Random(uint64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// (a) One decode step for each of B sessions: B·H heads, each reading and
+// writing its S (d×d) and z (d) once.
+void BM_DecodeStep(benchmark::State& st) {
+  const uint32_t d = st.range(0), B = st.range(1);
+  const Attention attention = *Attention::Create(Spec(d));
+  std::vector<AttentionState> states;
+  for (uint32_t b = 0; b < B; ++b) states.push_back(attention.NewState());
+  const std::vector<float> qkv = Random(uint64_t(B) * 3 * kHeads * d, 1);
+  std::vector<float> y(uint64_t(B) * kHeads * d), den(B * kHeads);
+  std::vector<uint8_t> avail(B * kHeads);
+  std::vector<StepItem> items;
+  for (uint32_t b = 0; b < B; ++b) {
+    const float* base = qkv.data() + uint64_t(b) * 3 * kHeads * d;
+    items.push_back({&attention, &states[b], {base, base + kHeads * d, base + 2 * kHeads * d, 1},
+                     {y.data() + uint64_t(b) * kHeads * d, den.data() + b * kHeads,
+                      avail.data() + b * kHeads}});
+  }
+  const uint64_t state_bytes = uint64_t(B) * states[0].bytes();
+  for (auto _ : st) {
+    if (!StepBatch(items).ok()) st.SkipWithError("step failed");
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double rmw = bench::RmwBandwidth(state_bytes);
+  st.SetBytesProcessed(int64_t(st.iterations()) * 2 * state_bytes);
+  st.counters["state_bytes_rw"] = 2.0 * state_bytes;
+  st.counters["us_per_session"] =
+      benchmark::Counter(double(st.iterations()) * B * 1e-6,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  st.counters["rmw_GBps"] = rmw / 1e9;
+  st.counters["frac_of_rmw"] = benchmark::Counter(
+      2.0 * state_bytes * st.iterations() / rmw, benchmark::Counter::kIsRate);
+  st.SetLabel(ActiveKernels().name);
+}
+BENCHMARK(BM_DecodeStep)->ArgsProduct({{64, 128}, {1, 64}})->UseRealTime();
+
+// The bound itself, at the decode working sets, for the record.
+void BM_ReadModifyWrite(benchmark::State& st) {
+  const uint64_t bytes = st.range(0);
+  for (auto _ : st) benchmark::DoNotOptimize(bench::RmwBandwidth(bytes));
+  st.counters["GBps"] = bench::RmwBandwidth(bytes) / 1e9;
+}
+BENCHMARK(BM_ReadModifyWrite)
+    ->Arg(kHeads * (64 * 64 + 64) * 4)
+    ->Arg(64 * kHeads * (64 * 64 + 64) * 4)
+    ->Arg(kHeads * (128 * 128 + 128) * 4)
+    ->Arg(64 * kHeads * (128 * 128 + 128) * 4)
+    ->Iterations(1);
+
+// (b) Chunkwise prefill of T tokens into one fresh session.
+void BM_ChunkwisePrefill(benchmark::State& st) {
+  const uint32_t d = st.range(0);
+  const uint64_t T = st.range(1);
+  const uint32_t chunk = st.range(2);
+  const Attention attention = *Attention::Create(Spec(d));
+  const std::vector<float> q = Random(T * kHeads * d, 1), k = Random(T * kHeads * d, 2),
+                           v = Random(T * kHeads * d, 3);
+  std::vector<float> y(T * kHeads * d), den(T * kHeads);
+  std::vector<uint8_t> avail(T * kHeads);
+  ChunkwiseRunner runner({.chunk_size = chunk});
+  AttentionState state = attention.NewState();
+  double flops = 0;
+  for (auto _ : st) {
+    state.Reset();
+    if (!runner.Run(attention, state, {q.data(), k.data(), v.data(), T},
+                    {y.data(), den.data(), avail.data()}).ok()) {
+      st.SkipWithError("prefill failed");
+    }
+    flops += runner.last_matmul_flops();
+  }
+  const double peak = bench::LargeGemmGflops();
+  st.SetItemsProcessed(int64_t(st.iterations()) * T);
+  st.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  st.counters["gemm_peak_GFLOPs"] = peak;
+  st.counters["frac_of_peak"] = benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ChunkwisePrefill)
+    ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}, {64}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// (c) The same prefill token by token through the recurrent step.
+void BM_RecurrentPrefill(benchmark::State& st) {
+  const uint32_t d = st.range(0);
+  const uint64_t T = st.range(1);
+  const Attention attention = *Attention::Create(Spec(d));
+  const std::vector<float> q = Random(T * kHeads * d, 1), k = Random(T * kHeads * d, 2),
+                           v = Random(T * kHeads * d, 3);
+  std::vector<float> y(T * kHeads * d), den(T * kHeads);
+  std::vector<uint8_t> avail(T * kHeads);
+  AttentionState state = attention.NewState();
+  for (auto _ : st) {
+    state.Reset();
+    if (!StepSequence(attention, state, {q.data(), k.data(), v.data(), T},
+                      {y.data(), den.data(), avail.data()}).ok()) {
+      st.SkipWithError("prefill failed");
+    }
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * T);
+}
+BENCHMARK(BM_RecurrentPrefill)
+    ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace linattn
+
+BENCHMARK_MAIN();

@@ -1,0 +1,68 @@
+#include "bench/machine_limits.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "core/onednn/matmul.h"
+#include "core/util/aligned_buffer.h"
+
+namespace linattn::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+double RmwBandwidth(uint64_t bytes) {
+  static std::mutex mu;
+  static std::map<uint64_t, double> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(bytes); it != cache.end()) return it->second;
+
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
+  AlignedBuffer buffer(n);
+  float* x = buffer.data();
+  for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
+  // Best of several timed runs of enough passes to take ~50 ms each.
+  double best = 0;
+  int64_t passes = std::max<int64_t>(1, (64 << 20) / std::max<int64_t>(n, 1));
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = Clock::now();
+    for (int64_t p = 0; p < passes; ++p) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] * 0.999f + 0.001f;
+    }
+    const double s = Seconds(start, Clock::now());
+    best = std::max(best, 2.0 * bytes * passes / s);
+    if (s < 0.05) passes *= 2;
+  }
+  cache[bytes] = best;
+  return best;
+}
+
+double LargeGemmGflops() {
+  static const double gflops = [] {
+    const int64_t n = 2048;
+    AlignedBuffer a(n * n), b(n * n), c(n * n);
+    for (int64_t i = 0; i < n * n; ++i) a.data()[i] = b.data()[i] = 0.5f;
+    const MatmulShape shape{.batch = 1, .m = n, .k = n, .n = n};
+    (void)BatchedMatmul(shape, a.data(), b.data(), c.data());  // warm-up
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = Clock::now();
+      (void)BatchedMatmul(shape, a.data(), b.data(), c.data());
+      best = std::max(best, shape.Flops() / Seconds(start, Clock::now()) / 1e9);
+    }
+    return best;
+  }();
+  return gflops;
+}
+
+}  // namespace linattn::bench

@@ -1,0 +1,21 @@
+// The machine's own limits, measured in the same process as the kernels they
+// bound, so every ratio in a benchmark run compares like with like.
+#ifndef LINATTN_BENCH_MACHINE_LIMITS_H_
+#define LINATTN_BENCH_MACHINE_LIMITS_H_
+
+#include <cstdint>
+
+namespace linattn::bench {
+
+// Read-modify-write bandwidth (bytes read + bytes written per second) of
+// x ← a·x + b over a buffer of `bytes`, using all OpenMP threads as the
+// batched kernels do. Cached per size.
+double RmwBandwidth(uint64_t bytes);
+
+// oneDNN fp32 matmul GFLOP/s on a large square GEMM (n = 2048): the compute
+// bound for the chunkwise path. Measured once.
+double LargeGemmGflops();
+
+}  // namespace linattn::bench
+
+#endif  // LINATTN_BENCH_MACHINE_LIMITS_H_
