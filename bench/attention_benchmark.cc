@@ -84,12 +84,13 @@ void BM_ChunkwisePrefill(benchmark::State& st) {
   const uint32_t d = st.range(0);
   const uint64_t T = st.range(1);
   const uint32_t chunk = st.range(2);
+  const uint32_t round_chunks = st.range(3);
   const Attention attention = *Attention::Create(Spec(d));
   const std::vector<float> q = Random(T * kHeads * d, 1), k = Random(T * kHeads * d, 2),
                            v = Random(T * kHeads * d, 3);
   std::vector<float> y(T * kHeads * d), den(T * kHeads);
   std::vector<uint8_t> avail(T * kHeads);
-  ChunkwiseRunner runner({.chunk_size = chunk});
+  ChunkwiseRunner runner({.chunk_size = chunk, .round_chunks = round_chunks});
   AttentionState state = attention.NewState();
   double flops = 0;
   for (auto _ : st) {
@@ -107,7 +108,8 @@ void BM_ChunkwisePrefill(benchmark::State& st) {
   st.counters["frac_of_peak"] = benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ChunkwisePrefill)
-    ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}, {64}})
+    ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}, {64}, {16}})
+    ->ArgsProduct({{64, 128}, {16384}, {32, 64, 128}, {2, 4, 8, 32}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

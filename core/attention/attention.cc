@@ -1,5 +1,6 @@
 #include "core/attention/attention.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -8,8 +9,6 @@
 #include "core/util/status_macros.h"
 
 namespace linattn {
-
-namespace {
 
 // Branch-free, vectorisable: a float is NaN or ±inf exactly when its
 // exponent bits are all ones.
@@ -22,12 +21,29 @@ bool AllFinite(const float* x, uint64_t n) {
   return non_finite == 0;
 }
 
+namespace {
+
+// AllFinite over long prefill inputs, split over the OpenMP threads. (Not
+// for per-row use: even a disabled parallel region costs a runtime call.)
+bool AllFiniteParallel(const float* x, uint64_t n) {
+  constexpr uint64_t kBlock = uint64_t{1} << 16;
+  if (n < 16 * kBlock) return AllFinite(x, n);
+  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+  uint32_t non_finite = 0;
+#pragma omp parallel for schedule(static) reduction(| : non_finite)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint64_t start = uint64_t(b) * kBlock;
+    non_finite |= AllFinite(x + start, std::min(kBlock, n - start)) ? 0u : 1u;
+  }
+  return non_finite == 0;
+}
+
 absl::Status CheckFinite(absl::string_view field, const float* data,
-                         uint64_t count) {
+                         uint64_t count, bool check_values) {
   if (count != 0 && data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": missing"));
   }
-  if (AllFinite(data, count)) return absl::OkStatus();
+  if (!check_values || AllFiniteParallel(data, count)) return absl::OkStatus();
   for (uint64_t i = 0; i < count; ++i) {
     if (!std::isfinite(data[i])) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -45,15 +61,19 @@ absl::StatusOr<Attention> Attention::Create(const AttentionSpec& spec) {
 }
 
 absl::Status Attention::ValidateInput(const AttentionState& state,
-                                      const SequenceInput& in) const {
+                                      const SequenceInput& in,
+                                      bool check_values) const {
   if (!state.Matches(spec_)) {
     return absl::InvalidArgumentError(
         "state: its shape does not match this attention spec");
   }
   const uint64_t rows = in.tokens * spec_.num_heads;
-  LINATTN_RETURN_IF_ERROR(CheckFinite("q", in.q, rows * spec_.key_dim));
-  LINATTN_RETURN_IF_ERROR(CheckFinite("k", in.k, rows * spec_.key_dim));
-  LINATTN_RETURN_IF_ERROR(CheckFinite("v", in.v, rows * spec_.value_dim));
+  LINATTN_RETURN_IF_ERROR(
+      CheckFinite("q", in.q, rows * spec_.key_dim, check_values));
+  LINATTN_RETURN_IF_ERROR(
+      CheckFinite("k", in.k, rows * spec_.key_dim, check_values));
+  LINATTN_RETURN_IF_ERROR(
+      CheckFinite("v", in.v, rows * spec_.value_dim, check_values));
   if (spec_.feature_map == FeatureMapKind::kCosine &&
       state.position() + in.tokens > spec_.horizon) {
     return absl::OutOfRangeError(absl::StrCat(

@@ -59,9 +59,13 @@ class Attention {
   // Everything that must hold before `in` may touch `state`: the state has
   // this layer's shape, pointers are set, every value is finite
   // (INVALID_ARGUMENT naming e.g. "k[17]"), and cosFormer positions stay
-  // below the horizon (OUT_OF_RANGE). Reads q, k and v once.
+  // below the horizon (OUT_OF_RANGE). Reads q, k and v once, unless
+  // `check_values` is false: then the caller checks finiteness itself
+  // (AllFinite) before it commits any state, as the chunkwise pass does
+  // while it reads the rows anyway.
   absl::Status ValidateInput(const AttentionState& state,
-                             const SequenceInput& in) const;
+                             const SequenceInput& in,
+                             bool check_values = true) const;
 
  private:
   Attention(const AttentionSpec& spec, FeatureMap feature_map)
@@ -70,6 +74,9 @@ class Attention {
   AttentionSpec spec_;
   FeatureMap feature_map_;
 };
+
+// True when none of x[0..n) is NaN or ±inf. Vectorised; no threads.
+bool AllFinite(const float* x, uint64_t n);
 
 // Turns one head's read-out into its output, the same way for every
 // evaluation order. `num` (d_v) and `den` are φ(q)ᵀS and φ(q)ᵀz scaled by

@@ -15,6 +15,7 @@ namespace linattn {
 namespace {
 constexpr int64_t kMaxBatchPiece = 256;
 constexpr uint32_t kMaxChunk = 4096;
+
 }  // namespace
 
 // One (session, head) sequence.
@@ -85,7 +86,10 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
       return absl::InvalidArgumentError(
           absl::StrCat("items[", i, "]: attention and state are required"));
     }
-    absl::Status s = item.attention->ValidateInput(*item.state, item.in);
+    // Finiteness is checked row by row in the gather pass (the input is read
+    // there anyway); no state is committed before it has passed.
+    absl::Status s = item.attention->ValidateInput(*item.state, item.in,
+                                                   /*check_values=*/false);
     if (s.ok() && item.in.tokens != 0 &&
         (item.out.output == nullptr || item.out.denominator == nullptr ||
          item.out.available == nullptr)) {
@@ -156,6 +160,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
   for (const Stream& st : streams) any_decay |= st.decays;
 
   std::vector<Job> jobs;
+  std::vector<std::pair<uint32_t, uint32_t>> units;
   while (true) {
     // Plan the round: up to round_chunks chunks of every unfinished stream.
     jobs.clear();
@@ -172,10 +177,20 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
     }
     if (jobs.empty()) break;
     const int64_t n_jobs = static_cast<int64_t>(jobs.size());
+    // Gather and scatter go token-major, all heads of a token together, so
+    // the caller's (token, head, d) rows are read and written contiguously:
+    // one unit = (an item's first stream, chunk index within the round).
+    units.clear();
+    for (uint32_t si = 0; si < streams.size();
+         si += items[streams[si].item].attention->num_heads()) {
+      for (uint32_t c = 0; c < streams[si].jobs; ++c) units.emplace_back(si, c);
+    }
+    const int64_t n_units = static_cast<int64_t>(units.size());
     const uint64_t rows = uint64_t(n_jobs) * C;
     q_.EnsureSize(rows * d_phi);
     k_.EnsureSize(rows * d_phi);
-    if (any_decay) kd_.EnsureSize(rows * d_phi);
+    kt_.EnsureSize(rows * d_phi);
+    if (any_decay) kdt_.EnsureSize(rows * d_phi);
     v_.EnsureSize(rows * d_v);
     a_.EnsureSize(rows * C);
     o_.EnsureSize(rows * d_v);
@@ -184,39 +199,55 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
     den_.EnsureSize(rows);
     qlog_.EnsureSize(rows);
 
-    // Pass 1: gather rows and apply φ (FAVOR+ keys: exponents only, since
-    // their shift depends on the whole round). Padding rows are zero.
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n_jobs; ++j) {
-      Job& job = jobs[j];
-      const Stream& st = streams[job.stream];
-      const PrefillItem& item = items[st.item];
+    // Pass 1: gather rows, check them, and apply φ (FAVOR+ keys: exponents
+    // only, since their shift depends on the whole round). Padding rows are
+    // zero.
+    uint32_t non_finite = 0;
+#pragma omp parallel for schedule(static) reduction(| : non_finite)
+    for (int64_t u = 0; u < n_units; ++u) {
+      const auto [first_stream, chunk] = units[u];
+      const PrefillItem& item = items[streams[first_stream].item];
       const FeatureMap& fm = item.attention->feature_map();
       const uint32_t H = item.attention->num_heads();
       const uint32_t d_k = item.attention->key_dim();
-      const uint64_t position0 = work[st.item].position();
+      const uint64_t position0 = work[streams[first_stream].item].position();
       for (uint32_t t = 0; t < C; ++t) {
-        float* qrow = q_.data() + (uint64_t(j) * C + t) * d_phi;
-        float* krow = k_.data() + (uint64_t(j) * C + t) * d_phi;
-        float* vrow = v_.data() + (uint64_t(j) * C + t) * d_v;
-        if (t >= job.len) {
-          std::memset(qrow, 0, d_phi * sizeof(float));
-          std::memset(krow, 0, d_phi * sizeof(float));
-          std::memset(vrow, 0, d_v * sizeof(float));
-          qlog_.data()[j * C + t] = 0.0f;
-          continue;
+        for (uint32_t h = 0; h < H; ++h) {
+          const uint32_t j = streams[first_stream + h].first_job + chunk;
+          Job& job = jobs[j];
+          float* qrow = q_.data() + (uint64_t(j) * C + t) * d_phi;
+          float* krow = k_.data() + (uint64_t(j) * C + t) * d_phi;
+          float* vrow = v_.data() + (uint64_t(j) * C + t) * d_v;
+          if (t >= job.len) {
+            std::memset(qrow, 0, d_phi * sizeof(float));
+            std::memset(krow, 0, d_phi * sizeof(float));
+            std::memset(vrow, 0, d_v * sizeof(float));
+            qlog_.data()[uint64_t(j) * C + t] = 0.0f;
+            continue;
+          }
+          const uint64_t token = job.start + t;
+          const uint64_t row = token * H + h;
+          const float* q = item.in.q + row * d_k;
+          const float* k = item.in.k + row * d_k;
+          const float* v = item.in.v + row * d_v;
+          non_finite |= !AllFinite(q, d_k) | !AllFinite(k, d_k) | !AllFinite(v, d_v);
+          qlog_.data()[uint64_t(j) * C + t] = fm.Apply(q, position0 + token, qrow);
+          if (fm.is_favor()) {
+            job.key_max = std::max(job.key_max, fm.Exponents(k, krow));
+          } else {
+            fm.Apply(k, position0 + token, krow);
+          }
+          std::memcpy(vrow, v, d_v * sizeof(float));
         }
-        const uint64_t token = job.start + t;
-        const uint64_t row = token * H + st.head;
-        qlog_.data()[j * C + t] =
-            fm.Apply(item.in.q + row * d_k, position0 + token, qrow);
-        if (fm.is_favor()) {
-          job.key_max =
-              std::max(job.key_max, fm.Exponents(item.in.k + row * d_k, krow));
-        } else {
-          fm.Apply(item.in.k + row * d_k, position0 + token, krow);
+      }
+    }
+    if (non_finite != 0) {
+      // Name the first bad value; the working copies are dropped.
+      for (uint32_t i : members) {
+        if (absl::Status s = items[i].attention->ValidateInput(*items[i].state, items[i].in);
+            !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("items[", i, "].", s.message()));
         }
-        std::memcpy(vrow, item.in.v + row * d_v, d_v * sizeof(float));
       }
     }
     // FAVOR+: one key shift per stream and round (the running max).
@@ -233,37 +264,42 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       st.rescale = shift > old_shift ? std::exp(old_shift - shift) : 1.0f;
       work[st.item].key_shift(st.head) = shift;
     }
-    // Pass 2: finish FAVOR+ keys; Δz = Σ_j γ^{L−1−j} φ(k_j), and the decayed
-    // key rows for ΔS.
+    // Pass 2: finish FAVOR+ keys, transpose each chunk's keys to (d_φ, C) so
+    // that Q·Kᵀ and Kᵀ·V are plain row-major products, and along the way
+    // Δz = Σ_j γ^{L−1−j} φ(k_j) and the decayed keys for ΔS. One chunk's
+    // block stays in L1 throughout.
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < n_jobs; ++j) {
       const Job& job = jobs[j];
       const Stream& st = streams[job.stream];
       const FeatureMap& fm = items[st.item].attention->feature_map();
-      float* dz = z_.data() + j * d_phi;
-      std::fill(dz, dz + d_phi, 0.0f);
-      for (uint32_t t = 0; t < job.len; ++t) {
-        float* krow = k_.data() + (uint64_t(j) * C + t) * d_phi;
-        if (fm.is_favor()) fm.FavorExp(krow, st.shift);
-        const float w = st.pow[job.len - 1 - t];
-        if (any_decay) {
-          float* kdrow = kd_.data() + (uint64_t(j) * C + t) * d_phi;
-          for (int64_t c = 0; c < d_phi; ++c) kdrow[c] = w * krow[c];
-          for (int64_t c = 0; c < d_phi; ++c) dz[c] += kdrow[c];
-        } else {
-          for (int64_t c = 0; c < d_phi; ++c) dz[c] += krow[c];
-        }
+      float* k = k_.data() + uint64_t(j) * C * d_phi;     // (C, d_φ)
+      float* kt = kt_.data() + uint64_t(j) * C * d_phi;   // (d_φ, C)
+      if (fm.is_favor()) fm.FavorExp(k, job.len * d_phi, st.shift);
+      for (uint32_t t = 0; t < C; ++t) {
+        for (int64_t c = 0; c < d_phi; ++c) kt[c * C + t] = k[t * d_phi + c];
       }
-      if (any_decay) {
-        std::memset(kd_.data() + (uint64_t(j) * C + job.len) * d_phi, 0,
-                    (C - job.len) * d_phi * sizeof(float));
+      float* dz = z_.data() + j * d_phi;
+      for (int64_t c = 0; c < d_phi; ++c) {
+        const float* kt_row = kt + c * C;
+        float sum = 0.0f;
+        if (any_decay) {
+          float* kdt_row = kdt_.data() + uint64_t(j) * C * d_phi + c * C;
+          for (uint32_t t = 0; t < C; ++t) {
+            kdt_row[t] = t < job.len ? st.pow[job.len - 1 - t] * kt_row[t] : 0.0f;
+            sum += kdt_row[t];
+          }
+        } else {
+          for (uint32_t t = 0; t < job.len; ++t) sum += kt_row[t];
+        }
+        dz[c] = sum;
       }
     }
     // A = Q·Kᵀ and ΔS = (decayed K)ᵀ·V, all chunks at once.
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = d_phi, .n = C, .transpose_b = true},
-                                 n_jobs, q_.data(), k_.data(), a_.data()));
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = d_phi, .k = C, .n = d_v, .transpose_a = true},
-                                 n_jobs, any_decay ? kd_.data() : k_.data(),
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = d_phi, .n = C}, n_jobs,
+                                 q_.data(), kt_.data(), a_.data()));
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = d_phi, .k = C, .n = d_v}, n_jobs,
+                                 any_decay ? kdt_.data() : kt_.data(),
                                  v_.data(), s_.data()));
     // Pass 3: causal mask with decay, D_ij = γ^{i−j}[i ≥ j]; the intra-chunk
     // denominator is the row sum (the ones column of V⁺).
@@ -328,20 +364,25 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
              v_.data(), o_.data()));
     // Pass 5: read-out into the caller's (token, head) layout.
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n_jobs; ++j) {
-      const Job& job = jobs[j];
-      const Stream& st = streams[job.stream];
-      const PrefillItem& item = items[st.item];
+    for (int64_t u = 0; u < n_units; ++u) {
+      const auto [first_stream, chunk] = units[u];
+      const PrefillItem& item = items[streams[first_stream].item];
       const AttentionSpec& spec = item.attention->spec();
-      const float key_log = item.attention->feature_map().is_favor() ? st.shift : 0.0f;
-      for (uint32_t i = 0; i < job.len; ++i) {
-        const uint64_t row = (job.start + i) * spec.num_heads + st.head;
-        float* y = item.out.output + row * d_v;
-        std::memcpy(y, o_.data() + (uint64_t(j) * C + i) * d_v,
-                    d_v * sizeof(float));
-        ReadOut(spec, qlog_.data()[j * C + i] + key_log, den_.data()[j * C + i],
-                static_cast<uint32_t>(d_v), y, item.out.denominator + row,
-                item.out.available + row);
+      const bool favor = item.attention->feature_map().is_favor();
+      const uint32_t H = spec.num_heads;
+      for (uint32_t i = 0; i < C; ++i) {
+        for (uint32_t h = 0; h < H; ++h) {
+          const Stream& st = streams[first_stream + h];
+          const uint32_t j = st.first_job + chunk;
+          if (i >= jobs[j].len) break;
+          const uint64_t row = (jobs[j].start + i) * H + h;
+          float* y = item.out.output + row * d_v;
+          std::memcpy(y, o_.data() + (uint64_t(j) * C + i) * d_v,
+                      d_v * sizeof(float));
+          ReadOut(spec, qlog_.data()[uint64_t(j) * C + i] + (favor ? st.shift : 0.0f),
+                  den_.data()[uint64_t(j) * C + i], static_cast<uint32_t>(d_v), y,
+                  item.out.denominator + row, item.out.available + row);
+        }
       }
     }
     for (Stream& st : streams) {

@@ -121,8 +121,8 @@ float FeatureMap::Exponents(const float* x, float* a) const {
   return max_a;
 }
 
-void FeatureMap::FavorExp(float* a, float shift) const {
-  ActiveKernels().exp_shifted(dim_, shift, output_scale_, a);
+void FeatureMap::FavorExp(float* a, uint32_t count, float shift) const {
+  ActiveKernels().exp_shifted(count, shift, output_scale_, a);
 }
 
 float FeatureMap::Apply(const float* x, uint64_t position, float* out) const {

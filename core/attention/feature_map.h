@@ -42,8 +42,10 @@ class FeatureMap {
 
   // FAVOR+ only: exponents a[m] of x[d_k]; returns max_i a_i.
   float Exponents(const float* x, float* a) const;
-  // FAVOR+ only: a[i] ← m^{-½}·exp(a[i] − shift), in place.
-  void FavorExp(float* a, float shift) const;
+  // FAVOR+ only: a[i] ← m^{-½}·exp(a[i] − shift), in place, for the m
+  // exponents of one vector, or for `count` exponents in any arrangement.
+  void FavorExp(float* a, float shift) const { FavorExp(a, dim_, shift); }
+  void FavorExp(float* a, uint32_t count, float shift) const;
 
   // FAVOR+ projection, m×d_k row-major (empty for other maps).
   const std::vector<float>& projection() const { return omega_; }
