@@ -92,6 +92,9 @@ std::vector<Case> MakeCases() {
   return cases;
 }
 
+// Test names and failure messages show the shape, not the struct's bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << Describe(c); }
+
 class EvaluationOrders : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EvaluationOrders, AgreeWithReference) {
