@@ -2,8 +2,9 @@
 // read-modify-write bandwidth, chunkwise prefill vs oneDNN's large-GEMM
 // peak, and chunkwise vs token-by-token prefill.
 //
-//   build/bin/attention_benchmark --benchmark_out=bench.json --benchmark_out_format=json
-//   /usr/bin/python3 bench/report.py bench.json     # the README table
+//   build/bin/attention_benchmark --benchmark_out=bench.json
+//   --benchmark_out_format=json /usr/bin/python3 bench/report.py bench.json #
+//   the README table
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -44,9 +45,11 @@ void BM_DecodeStep(benchmark::State& st) {
   std::vector<StepItem> items;
   for (uint32_t b = 0; b < B; ++b) {
     const float* base = qkv.data() + uint64_t(b) * 3 * kHeads * d;
-    items.push_back({&attention, &states[b], {base, base + kHeads * d, base + 2 * kHeads * d, 1},
-                     {y.data() + uint64_t(b) * kHeads * d, den.data() + b * kHeads,
-                      avail.data() + b * kHeads}});
+    items.push_back({&attention,
+                     &states[b],
+                     {base, base + kHeads * d, base + 2 * kHeads * d, 1},
+                     {y.data() + uint64_t(b) * kHeads * d,
+                      den.data() + b * kHeads, avail.data() + b * kHeads}});
   }
   const uint64_t state_bytes = uint64_t(B) * states[0].bytes();
   for (auto _ : st) {
@@ -56,9 +59,9 @@ void BM_DecodeStep(benchmark::State& st) {
   const double rmw = bench::RmwBandwidth(state_bytes);
   st.SetBytesProcessed(int64_t(st.iterations()) * 2 * state_bytes);
   st.counters["state_bytes_rw"] = 2.0 * state_bytes;
-  st.counters["us_per_session_step"] =
-      benchmark::Counter(double(st.iterations()) * B * 1e-6,
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  st.counters["us_per_session_step"] = benchmark::Counter(
+      double(st.iterations()) * B * 1e-6,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   st.counters["rmw_GBps"] = rmw / 1e9;
   st.counters["frac_of_rmw"] = benchmark::Counter(
       2.0 * state_bytes * st.iterations() / rmw, benchmark::Counter::kIsRate);
@@ -73,41 +76,56 @@ void BM_ReadModifyWrite(benchmark::State& st) {
   st.counters["GBps"] = bench::RmwBandwidth(bytes) / 1e9;
 }
 BENCHMARK(BM_ReadModifyWrite)
-    ->Arg(kHeads * (64 * 64 + 64) * 4)
+    ->Arg(kHeads*(64 * 64 + 64) * 4)
     ->Arg(64 * kHeads * (64 * 64 + 64) * 4)
-    ->Arg(kHeads * (128 * 128 + 128) * 4)
+    ->Arg(kHeads*(128 * 128 + 128) * 4)
     ->Arg(64 * kHeads * (128 * 128 + 128) * 4)
     ->Iterations(1);
+
+// T random tokens of an H = 8, d_k = d_v = d session and their outputs.
+struct PrefillData {
+  PrefillData(uint32_t d, uint64_t tokens)
+      : attention(*Attention::Create(Spec(d))),
+        T(tokens),
+        q(Random(T * kHeads * d, 1)),
+        k(Random(T * kHeads * d, 2)),
+        v(Random(T * kHeads * d, 3)),
+        y(T * kHeads * d),
+        den(T * kHeads),
+        avail(T * kHeads) {}
+  SequenceInput in() const { return {q.data(), k.data(), v.data(), T}; }
+  SequenceOutput out() { return {y.data(), den.data(), avail.data()}; }
+
+  const Attention attention;
+  const uint64_t T;
+  const std::vector<float> q, k, v;
+  std::vector<float> y, den;
+  std::vector<uint8_t> avail;
+};
 
 // (b) Chunkwise prefill of T tokens into one fresh session; arguments are
 // d, T, chunk size C and chunks per head per round. GFLOPs counts the
 // matmuls executed: per head and chunk 2C(C·d + 2d² + C·d).
 void BM_ChunkwisePrefill(benchmark::State& st) {
-  const uint32_t d = st.range(0);
-  const uint64_t T = st.range(1);
-  const uint32_t chunk = st.range(2);
-  const uint32_t round_chunks = st.range(3);
-  const Attention attention = *Attention::Create(Spec(d));
-  const std::vector<float> q = Random(T * kHeads * d, 1), k = Random(T * kHeads * d, 2),
-                           v = Random(T * kHeads * d, 3);
-  std::vector<float> y(T * kHeads * d), den(T * kHeads);
-  std::vector<uint8_t> avail(T * kHeads);
-  ChunkwiseRunner runner({.chunk_size = chunk, .round_chunks = round_chunks});
-  AttentionState state = attention.NewState();
+  PrefillData data(st.range(0), st.range(1));
+  ChunkwiseRunner runner({.chunk_size = static_cast<uint32_t>(st.range(2)),
+                          .round_chunks = static_cast<uint32_t>(st.range(3))});
+  AttentionState state = data.attention.NewState();
   double flops = 0;
   for (auto _ : st) {
     state.Reset();
-    if (!runner.Run(attention, state, {q.data(), k.data(), v.data(), T},
-                    {y.data(), den.data(), avail.data()}).ok()) {
+    if (!runner.Run(data.attention, state, data.in(), data.out()).ok()) {
       st.SkipWithError("prefill failed");
     }
     flops += runner.last_matmul_flops();
   }
   const double peak = bench::LargeGemmGflops();
-  st.SetItemsProcessed(int64_t(st.iterations()) * T);
-  st.counters["GFLOPs"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  st.SetItemsProcessed(int64_t(st.iterations()) * data.T);
+  st.counters["GFLOPs"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
   st.counters["gemm_peak_GFLOPs"] = peak;
-  st.counters["frac_of_peak"] = benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsRate);
+  st.counters["frac_of_peak"] =
+      benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ChunkwisePrefill)
     ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}, {64}, {16}})
@@ -116,22 +134,15 @@ BENCHMARK(BM_ChunkwisePrefill)
 
 // (c) The same prefill token by token through the recurrent step.
 void BM_RecurrentPrefill(benchmark::State& st) {
-  const uint32_t d = st.range(0);
-  const uint64_t T = st.range(1);
-  const Attention attention = *Attention::Create(Spec(d));
-  const std::vector<float> q = Random(T * kHeads * d, 1), k = Random(T * kHeads * d, 2),
-                           v = Random(T * kHeads * d, 3);
-  std::vector<float> y(T * kHeads * d), den(T * kHeads);
-  std::vector<uint8_t> avail(T * kHeads);
-  AttentionState state = attention.NewState();
+  PrefillData data(st.range(0), st.range(1));
+  AttentionState state = data.attention.NewState();
   for (auto _ : st) {
     state.Reset();
-    if (!StepSequence(attention, state, {q.data(), k.data(), v.data(), T},
-                      {y.data(), den.data(), avail.data()}).ok()) {
+    if (!StepSequence(data.attention, state, data.in(), data.out()).ok()) {
       st.SkipWithError("prefill failed");
     }
   }
-  st.SetItemsProcessed(int64_t(st.iterations()) * T);
+  st.SetItemsProcessed(int64_t(st.iterations()) * data.T);
 }
 BENCHMARK(BM_RecurrentPrefill)
     ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}})

@@ -15,8 +15,9 @@ namespace {
 
 absl::Status CheckRank3(const NpyArray& a, const std::string& flag) {
   if (a.shape.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, ": expected shape (T, H, d), got (", absl::StrJoin(a.shape, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected shape (T, H, d), got (",
+                     absl::StrJoin(a.shape, ", "), ")"));
   }
   return absl::OkStatus();
 }
@@ -36,13 +37,15 @@ absl::Status Attend(const AttendOptions& o) {
         absl::StrJoin(q.shape, ", "), ")"));
   }
   if (v.shape[0] != q.shape[0] || v.shape[1] != q.shape[1]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--v: shape (", absl::StrJoin(v.shape, ", "), ") must share T and H with --q's (",
-        absl::StrJoin(q.shape, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--v: shape (", absl::StrJoin(v.shape, ", "),
+                     ") must share T and H with --q's (",
+                     absl::StrJoin(q.shape, ", "), ")"));
   }
   const int64_t T = q.shape[0], H = q.shape[1];
   if (H > kMaxDim || q.shape[2] > kMaxDim || v.shape[2] > kMaxDim) {
-    return absl::InvalidArgumentError(absl::StrCat("--q/--v: dimensions above ", kMaxDim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--q/--v: dimensions above ", kMaxDim));
   }
   AttentionSpec spec;
   spec.num_heads = static_cast<uint32_t>(H);
@@ -77,8 +80,9 @@ absl::Status Attend(const AttendOptions& o) {
   } else if (o.mode == "quadratic") {
     LINATTN_RETURN_IF_ERROR(QuadraticAttention(attention, in, out));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--mode: unknown '", o.mode, "' (expected recurrent, chunkwise or quadratic)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode: unknown '", o.mode,
+                     "' (expected recurrent, chunkwise or quadratic)"));
   }
   return WriteNpy(o.out_path, {T, H, int64_t(spec.value_dim)}, y.data());
 }

@@ -24,13 +24,15 @@ struct Preset {
 
 absl::StatusOr<Preset> FindPreset(const std::string& name) {
   if (name == "general") {
-    return Preset{{0.5f, 1.0f}, {{1, 0}, {0, 1}, {1, 1}, {-0.5f, 0.5f}}, {1, 2, 3, 0.5f}};
+    return Preset{
+        {0.5f, 1.0f}, {{1, 0}, {0, 1}, {1, 1}, {-0.5f, 0.5f}}, {1, 2, 3, 0.5f}};
   }
   if (name == "negative") {
-    return Preset{{-1.0f, -0.5f}, {{-1, -2}, {-0.5f, -1}, {-2, -0.5f}}, {1, -1, 2}};
+    return Preset{
+        {-1.0f, -0.5f}, {{-1, -2}, {-0.5f, -1}, {-2, -0.5f}}, {1, -1, 2}};
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("preset: unknown '", name, "' (expected general or negative)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "preset: unknown '", name, "' (expected general or negative)"));
 }
 
 std::string Vec(std::span<const float> v) {
@@ -57,7 +59,8 @@ std::string FormatFloat(float value) {
 
 absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {
   LINATTN_ASSIGN_OR_RETURN(Preset preset, FindPreset(options.preset));
-  LINATTN_ASSIGN_OR_RETURN(FeatureMapKind map, ParseFeatureMap(options.feature_map));
+  LINATTN_ASSIGN_OR_RETURN(FeatureMapKind map,
+                           ParseFeatureMap(options.feature_map));
   if (map != FeatureMapKind::kElu1 && map != FeatureMapKind::kRelu) {
     return absl::InvalidArgumentError(
         "feature_map: the explorer shows elu1 or relu (2-D, non-negative)");
@@ -65,11 +68,15 @@ absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {
   const int n = static_cast<int>(preset.keys.size());
   const int prefix = options.prefix.value_or(n);
   if (prefix < 1 || prefix > n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prefix: must be in [1, ", n, "] for preset ", options.preset, ", got ", prefix));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix: must be in [1, ", n, "] for preset ",
+                     options.preset, ", got ", prefix));
   }
-  AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 1,
-                     .feature_map = map, .epsilon = 0.0f};
+  AttentionSpec spec{.num_heads = 1,
+                     .key_dim = 2,
+                     .value_dim = 1,
+                     .feature_map = map,
+                     .epsilon = 0.0f};
   LINATTN_ASSIGN_OR_RETURN(Attention attention, Attention::Create(spec));
 
   ExplainResult r;
@@ -94,7 +101,8 @@ absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {
     q_seq.insert(q_seq.end(), r.q.begin(), r.q.end());
     k_seq.insert(k_seq.end(), r.keys[i].begin(), r.keys[i].end());
   }
-  SequenceInput in{q_seq.data(), k_seq.data(), r.values.data(), uint64_t(prefix)};
+  SequenceInput in{q_seq.data(), k_seq.data(), r.values.data(),
+                   uint64_t(prefix)};
   std::vector<float> y(prefix), den(prefix), ry(prefix), rden(prefix);
   std::vector<uint8_t> avail(prefix), ravail(prefix);
   AttentionState state = attention.NewState();
@@ -107,15 +115,16 @@ absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {
   r.available = avail.back() != 0;
   r.output = y.back();
 
-  LINATTN_RETURN_IF_ERROR(
-      QuadraticAttention(attention, in, {ry.data(), rden.data(), ravail.data()}));
+  LINATTN_RETURN_IF_ERROR(QuadraticAttention(
+      attention, in, {ry.data(), rden.data(), ravail.data()}));
   r.reference_available = ravail.back() != 0;
   r.reference = ry.back();
 
   float max_logit = -INFINITY;
   std::vector<float> logits;
   for (int i = 0; i < prefix; ++i) {
-    const float w = r.phi_q[0] * r.phi_keys[i][0] + r.phi_q[1] * r.phi_keys[i][1];
+    const float w =
+        r.phi_q[0] * r.phi_keys[i][0] + r.phi_q[1] * r.phi_keys[i][1];
     r.weights.push_back(r.available ? w / r.denominator : NAN);
     logits.push_back(r.q[0] * r.keys[i][0] + r.q[1] * r.keys[i][1]);
     max_logit = std::max(max_logit, logits.back());
@@ -135,38 +144,49 @@ absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {
 std::string FormatExplainText(const ExplainResult& r) {
   std::string o;
   absl::StrAppend(&o, "Linear attention reassociation: preset ", r.preset,
-                  ", feature map ", r.feature_map, ", prefix ", r.prefix, " of ",
-                  r.keys.size(), " keys\n\n");
-  absl::StrAppend(&o, "q        = ", Vec(r.q), "\nφ(q)     = ", Vec(r.phi_q), "\n\n");
+                  ", feature map ", r.feature_map, ", prefix ", r.prefix,
+                  " of ", r.keys.size(), " keys\n\n");
+  absl::StrAppend(&o, "q        = ", Vec(r.q), "\nφ(q)     = ", Vec(r.phi_q),
+                  "\n\n");
   for (size_t i = 0; i < r.keys.size(); ++i) {
-    absl::StrAppend(&o, absl::StrFormat("k_%d = %-13s φ(k_%d) = %-26s v_%d = %-5s%s\n",
-                                        i, Vec(r.keys[i]), i, Vec(r.phi_keys[i]), i,
-                                        FormatFloat(r.values[i]),
-                                        int(i) < r.prefix ? "" : "  (outside the prefix)"));
+    absl::StrAppend(
+        &o, absl::StrFormat("k_%d = %-13s φ(k_%d) = %-26s v_%d = %-5s%s\n", i,
+                            Vec(r.keys[i]), i, Vec(r.phi_keys[i]), i,
+                            FormatFloat(r.values[i]),
+                            int(i) < r.prefix ? "" : "  (outside the prefix)"));
   }
-  absl::StrAppend(&o, "\nrunning sums after ", r.prefix, r.prefix == 1 ? " key" : " keys", ":\n");
+  absl::StrAppend(&o, "\nrunning sums after ", r.prefix,
+                  r.prefix == 1 ? " key" : " keys", ":\n");
   absl::StrAppend(&o, "  z = Σ φ(k_i)      = ", Vec(r.z), "\n");
   absl::StrAppend(&o, "  S = Σ φ(k_i)·v_i  = ", Vec(r.s), "\n\n");
   absl::StrAppend(&o, "numerator    φ(q)·S = ", FormatFloat(r.numerator), "\n");
-  absl::StrAppend(&o, "denominator  φ(q)·z = ", FormatFloat(r.denominator), "\n");
+  absl::StrAppend(&o, "denominator  φ(q)·z = ", FormatFloat(r.denominator),
+                  "\n");
   if (r.available) {
-    absl::StrAppend(&o, "output       numerator / denominator = ", FormatFloat(r.output), "\n");
-    absl::StrAppend(&o, "weights      φ(q)·φ(k_i) / denominator = ", Vec(r.weights), "\n");
+    absl::StrAppend(&o, "output       numerator / denominator = ",
+                    FormatFloat(r.output), "\n");
+    absl::StrAppend(
+        &o, "weights      φ(q)·φ(k_i) / denominator = ", Vec(r.weights), "\n");
   } else {
-    absl::StrAppend(&o, "output       unavailable (the denominator is exactly 0: "
-                        "φ(q)·z vanishes, so the attention is undefined)\n");
+    absl::StrAppend(&o,
+                    "output       unavailable (the denominator is exactly 0: "
+                    "φ(q)·z vanishes, so the attention is undefined)\n");
   }
-  absl::StrAppend(&o, "reference    Σ (φ(q)·φ(k_i)) v_i / Σ φ(q)·φ(k_i) = ",
-                  r.reference_available ? FormatFloat(r.reference) : "unavailable", "\n\n");
-  absl::StrAppend(&o, "softmax attention for contrast: weights softmax(q·k_i) = ",
-                  Vec(r.softmax_weights), ", output ", FormatFloat(r.softmax_output), "\n");
+  absl::StrAppend(
+      &o, "reference    Σ (φ(q)·φ(k_i)) v_i / Σ φ(q)·φ(k_i) = ",
+      r.reference_available ? FormatFloat(r.reference) : "unavailable", "\n\n");
+  absl::StrAppend(
+      &o, "softmax attention for contrast: weights softmax(q·k_i) = ",
+      Vec(r.softmax_weights), ", output ", FormatFloat(r.softmax_output), "\n");
   return o;
 }
 
 nlohmann::json ExplainJson(const ExplainResult& r) {
   nlohmann::json keys = nlohmann::json::array();
   for (size_t i = 0; i < r.keys.size(); ++i) {
-    keys.push_back({{"k", r.keys[i]}, {"phi_k", r.phi_keys[i]}, {"v", r.values[i]},
+    keys.push_back({{"k", r.keys[i]},
+                    {"phi_k", r.phi_keys[i]},
+                    {"v", r.values[i]},
                     {"in_prefix", int(i) < r.prefix}});
   }
   return {
@@ -183,8 +203,10 @@ nlohmann::json ExplainJson(const ExplainResult& r) {
       {"available", r.available},
       {"output", NullableFloat(r.available, r.output)},
       {"reference", NullableFloat(r.reference_available, r.reference)},
-      {"weights", r.available ? nlohmann::json(r.weights) : nlohmann::json(nullptr)},
-      {"softmax", {{"weights", r.softmax_weights}, {"output", r.softmax_output}}},
+      {"weights",
+       r.available ? nlohmann::json(r.weights) : nlohmann::json(nullptr)},
+      {"softmax",
+       {{"weights", r.softmax_weights}, {"output", r.softmax_output}}},
   };
 }
 

@@ -4,8 +4,9 @@
 // recurrent step (ε = 0, so a zero denominator shows as unavailable), and
 // the result is set beside the quadratic-order reference and softmax
 // attention. Presets (DESIGN.md §3):
-//   general:  q = [0.5, 1]; keys [1,0], [0,1], [1,1], [−0.5,0.5]; values 1, 2, 3, 0.5
-//   negative: q = [−1, −0.5]; keys [−1,−2], [−0.5,−1], [−2,−0.5]; values 1, −1, 2
+//   general:  q = [0.5, 1]; keys [1,0], [0,1], [1,1], [−0.5,0.5]; values 1, 2,
+//   3, 0.5 negative: q = [−1, −0.5]; keys [−1,−2], [−0.5,−1], [−2,−0.5]; values
+//   1, −1, 2
 #ifndef LINATTN_CLIENTS_CLI_EXPLAIN_H_
 #define LINATTN_CLIENTS_CLI_EXPLAIN_H_
 
@@ -39,9 +40,9 @@ struct ExplainResult {
   float numerator = 0;       // φ(q)·S
   float denominator = 0;     // φ(q)·z
   bool available = false;
-  float output = 0;          // numerator / denominator (when available)
+  float output = 0;  // numerator / denominator (when available)
   bool reference_available = false;
-  float reference = 0;       // quadratic order: Σ w_i v_i / Σ w_i
+  float reference = 0;         // quadratic order: Σ w_i v_i / Σ w_i
   std::vector<float> weights;  // linear-attention weights φ(q)·φ(k_i)/den
   std::vector<float> softmax_weights;  // softmax(q·k_i) over the prefix
   float softmax_output = 0;

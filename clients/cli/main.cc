@@ -1,6 +1,7 @@
 // `linattn`: the command-line client (DESIGN.md §3).
-//   linattn explain --preset general|negative [--feature-map elu1|relu] [--prefix N] [--json]
-//   linattn attend --q Q.npy --k K.npy --v V.npy --out Y.npy [options]
+//   linattn explain --preset general|negative [--feature-map elu1|relu]
+//   [--prefix N] [--json] linattn attend --q Q.npy --k K.npy --v V.npy --out
+//   Y.npy [options]
 #include <cstdio>
 #include <iostream>
 
@@ -28,38 +29,47 @@ int main(int argc, char** argv) {
   bool json = false;
   int prefix = 0;
   CLI::App* ex = app.add_subcommand(
-      "explain", "Show the seed's worked module: φ(q), φ(k_i), running z and S, "
-                 "numerator, denominator, output, reference and softmax");
+      "explain",
+      "Show the seed's worked module: φ(q), φ(k_i), running z and S, "
+      "numerator, denominator, output, reference and softmax");
   ex->add_option("--preset", explain.preset, "general | negative")
       ->check(CLI::IsMember({"general", "negative"}));
   ex->add_option("--feature-map", explain.feature_map, "elu1 | relu")
       ->check(CLI::IsMember({"elu1", "relu"}));
-  CLI::Option* prefix_opt =
-      ex->add_option("--prefix", prefix, "number of keys summed (default: all)");
+  CLI::Option* prefix_opt = ex->add_option(
+      "--prefix", prefix, "number of keys summed (default: all)");
   ex->add_flag("--json", json, "print one JSON object");
 
   linattn::AttendOptions attend;
   std::string decay;
   CLI::App* at = app.add_subcommand(
-      "attend", "Linear attention over float32 .npy files: Q, K (T, H, d_k), "
-                "V (T, H, d_v) -> Y (T, H, d_v), NaN where unavailable");
+      "attend",
+      "Linear attention over float32 .npy files: Q, K (T, H, d_k), "
+      "V (T, H, d_v) -> Y (T, H, d_v), NaN where unavailable");
   at->add_option("--q", attend.q_path, "queries .npy (T, H, d_k)")->required();
   at->add_option("--k", attend.k_path, "keys .npy (T, H, d_k)")->required();
   at->add_option("--v", attend.v_path, "values .npy (T, H, d_v)")->required();
-  at->add_option("--out", attend.out_path, "output .npy (T, H, d_v)")->required();
+  at->add_option("--out", attend.out_path, "output .npy (T, H, d_v)")
+      ->required();
   at->add_option("--feature-map", attend.feature_map,
                  "elu1 | relu | identity | favor | cosine")
       ->check(CLI::IsMember({"elu1", "relu", "identity", "favor", "cosine"}));
-  at->add_option("--mode", attend.mode, "evaluation order: recurrent | chunkwise | quadratic")
+  at->add_option("--mode", attend.mode,
+                 "evaluation order: recurrent | chunkwise | quadratic")
       ->check(CLI::IsMember({"recurrent", "chunkwise", "quadratic"}));
   at->add_option("--chunk", attend.chunk, "chunk size C of the chunkwise order")
       ->check(CLI::Range(1, 4096));
-  at->add_option("--decay", decay, "γ per head, comma-separated (one value = every head)");
-  at->add_option("--epsilon", attend.epsilon, "ε added to the denominator (default 0: exact)");
-  at->add_flag("--unnormalized", attend.unnormalized, "y = φ(q)ᵀS, no denominator");
-  at->add_option("--feature-dim", attend.feature_dim, "FAVOR+ feature count m (default 2·d_k)");
+  at->add_option("--decay", decay,
+                 "γ per head, comma-separated (one value = every head)");
+  at->add_option("--epsilon", attend.epsilon,
+                 "ε added to the denominator (default 0: exact)");
+  at->add_flag("--unnormalized", attend.unnormalized,
+               "y = φ(q)ᵀS, no denominator");
+  at->add_option("--feature-dim", attend.feature_dim,
+                 "FAVOR+ feature count m (default 2·d_k)");
   at->add_option("--seed", attend.seed, "FAVOR+ random-feature seed");
-  at->add_option("--horizon", attend.horizon, "cosFormer horizon M (default T)");
+  at->add_option("--horizon", attend.horizon,
+                 "cosFormer horizon M (default T)");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -75,7 +85,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (at->parsed()) {
-    for (absl::string_view part : absl::StrSplit(decay, ',', absl::SkipEmpty())) {
+    for (absl::string_view part :
+         absl::StrSplit(decay, ',', absl::SkipEmpty())) {
       float g = 0;
       if (!absl::SimpleAtof(part, &g)) {
         return Fail(absl::InvalidArgumentError(

@@ -24,8 +24,8 @@ absl::Status Bad(absl::string_view name, absl::string_view what) {
 
 // The value of 'key' in the header dict literal, e.g. "'<f4'" or "(2, 3)".
 absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
-                                           absl::string_view key,
-                                           absl::string_view name) {
+                                            absl::string_view key,
+                                            absl::string_view name) {
   const std::string quoted = absl::StrCat("'", key, "'");
   size_t at = dict.find(quoted);
   if (at == absl::string_view::npos) {
@@ -37,8 +37,10 @@ absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
     return Bad(name, absl::StrCat("malformed header near ", quoted));
   }
   rest = absl::StripLeadingAsciiWhitespace(rest);
-  if (rest.empty()) return Bad(name, absl::StrCat("malformed header near ", quoted));
-  size_t end = rest.front() == '(' ? rest.find(')') + 1 : rest.find_first_of(",}");
+  if (rest.empty())
+    return Bad(name, absl::StrCat("malformed header near ", quoted));
+  size_t end =
+      rest.front() == '(' ? rest.find(')') + 1 : rest.find_first_of(",}");
   if (end == absl::string_view::npos || end == 0) {
     return Bad(name, absl::StrCat("malformed header near ", quoted));
   }
@@ -47,7 +49,8 @@ absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
 
 }  // namespace
 
-absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view name) {
+absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
+                                  absl::string_view name) {
   if (bytes.size() < 10 || bytes.substr(0, 6) != kMagic) {
     return Bad(name, "not a .npy file (missing the \\x93NUMPY magic)");
   }
@@ -59,7 +62,8 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view nam
     header_start = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) return Bad(name, "truncated header");
-    for (int i = 0; i < 4; ++i) header_len |= uint64_t(uint8_t(bytes[8 + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      header_len |= uint64_t(uint8_t(bytes[8 + i])) << (8 * i);
     header_start = 12;
   } else {
     return Bad(name, absl::StrCat("unsupported .npy format version ", major));
@@ -78,8 +82,9 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view nam
   auto fortran = DictValue(dict, "fortran_order", name);
   if (!fortran.ok()) return fortran.status();
   if (*fortran != "False") {
-    return Bad(name, "Fortran-ordered arrays are not supported; save a "
-                     "C-ordered copy (numpy.ascontiguousarray)");
+    return Bad(name,
+               "Fortran-ordered arrays are not supported; save a "
+               "C-ordered copy (numpy.ascontiguousarray)");
   }
   auto shape_text = DictValue(dict, "shape", name);
   if (!shape_text.ok()) return shape_text.status();
@@ -89,12 +94,14 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view nam
   }
   NpyArray array;
   uint64_t count = 1;
-  for (absl::string_view part : absl::StrSplit(inner, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part :
+       absl::StrSplit(inner, ',', absl::SkipWhitespace())) {
     int64_t dim = 0;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim) || dim < 0) {
       return Bad(name, absl::StrCat("malformed shape ", *shape_text));
     }
-    if (dim != 0 && count > std::numeric_limits<uint64_t>::max() / 4 / uint64_t(dim)) {
+    if (dim != 0 &&
+        count > std::numeric_limits<uint64_t>::max() / 4 / uint64_t(dim)) {
       return Bad(name, absl::StrCat("shape ", *shape_text, " is too large"));
     }
     count *= uint64_t(dim);
@@ -103,12 +110,15 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view nam
   const uint64_t data_start = header_start + header_len;
   const uint64_t have = bytes.size() - data_start;
   if (have != count * sizeof(float)) {
-    return Bad(name, absl::StrCat("shape ", *shape_text, " needs ",
-                                  count * sizeof(float), " bytes of data, the file has ",
-                                  have, have < count * sizeof(float) ? " (truncated)" : ""));
+    return Bad(
+        name,
+        absl::StrCat("shape ", *shape_text, " needs ", count * sizeof(float),
+                     " bytes of data, the file has ", have,
+                     have < count * sizeof(float) ? " (truncated)" : ""));
   }
   array.data.resize(count);
-  if (count != 0) std::memcpy(array.data.data(), bytes.data() + data_start, have);
+  if (count != 0)
+    std::memcpy(array.data.data(), bytes.data() + data_start, have);
   return array;
 }
 
@@ -125,8 +135,9 @@ std::string SerializeNpy(const std::vector<int64_t>& shape, const float* data) {
   for (int64_t d : shape) count *= uint64_t(d);
   std::string shape_text = absl::StrJoin(shape, ", ");
   if (shape.size() == 1) shape_text += ",";
-  std::string dict = absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (",
-                                  shape_text, "), }");
+  std::string dict =
+      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (",
+                   shape_text, "), }");
   // Pad with spaces so the data starts on a 64-byte boundary; end with \n.
   size_t total = 10 + dict.size() + 1;
   dict.append((64 - total % 64) % 64, ' ');
@@ -141,10 +152,11 @@ std::string SerializeNpy(const std::vector<int64_t>& shape, const float* data) {
   return out;
 }
 
-absl::Status WriteNpy(const std::string& path, const std::vector<int64_t>& shape,
-                      const float* data) {
+absl::Status WriteNpy(const std::string& path,
+                      const std::vector<int64_t>& shape, const float* data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  if (!out)
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
   const std::string bytes = SerializeNpy(shape, data);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();

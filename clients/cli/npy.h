@@ -6,10 +6,10 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace linattn {
 
@@ -19,13 +19,14 @@ struct NpyArray {
 };
 
 // Parses .npy bytes; `name` only labels error messages.
-absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view name);
+absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
+                                  absl::string_view name);
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
 
 // The bytes of a version 1.0 .npy file holding `data` with `shape`.
 std::string SerializeNpy(const std::vector<int64_t>& shape, const float* data);
-absl::Status WriteNpy(const std::string& path, const std::vector<int64_t>& shape,
-                      const float* data);
+absl::Status WriteNpy(const std::string& path,
+                      const std::vector<int64_t>& shape, const float* data);
 
 }  // namespace linattn
 

@@ -46,8 +46,8 @@ absl::Status CheckFinite(absl::string_view field, const float* data,
   if (!check_values || AllFiniteParallel(data, count)) return absl::OkStatus();
   for (uint64_t i = 0; i < count; ++i) {
     if (!std::isfinite(data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, "[", i, "]: must be finite, got ", data[i]));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i, "]: must be finite, got ", data[i]));
     }
   }
   return absl::OkStatus();
@@ -85,8 +85,7 @@ absl::Status Attention::ValidateInput(const AttentionState& state,
 }
 
 void ReadOut(const AttentionSpec& spec, float log_scale, float den,
-             uint32_t d_v, float* num, float* denominator,
-             uint8_t* available) {
+             uint32_t d_v, float* num, float* denominator, uint8_t* available) {
   bool ok = true;
   if (log_scale == 0.0f) {
     *denominator = den;

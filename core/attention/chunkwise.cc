@@ -22,12 +22,12 @@ constexpr uint32_t kMaxChunk = 4096;
 struct ChunkwiseRunner::Stream {
   uint32_t item = 0;
   uint32_t head = 0;
-  uint64_t done = 0;        // tokens already prefilled
-  std::vector<float> pow;   // γ^k for k = 0..C, from double
-  bool decays = false;      // γ != 1
-  float rescale = 1.0f;     // FAVOR+: e^{old shift − new shift} this round
-  float shift = 0.0f;       // FAVOR+: key log-scale this round
-  uint32_t first_job = 0;   // this round's jobs: [first_job, first_job+jobs)
+  uint64_t done = 0;       // tokens already prefilled
+  std::vector<float> pow;  // γ^k for k = 0..C, from double
+  bool decays = false;     // γ != 1
+  float rescale = 1.0f;    // FAVOR+: e^{old shift − new shift} this round
+  float shift = 0.0f;      // FAVOR+: key log-scale this round
+  uint32_t first_job = 0;  // this round's jobs: [first_job, first_job+jobs)
   uint32_t jobs = 0;
 };
 
@@ -60,9 +60,8 @@ absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
     int64_t piece = kMaxBatchPiece;
     while (piece > batch - done) piece /= 2;
     shape.batch = piece;
-    LINATTN_RETURN_IF_ERROR(BatchedMatmul(shape, a + done * a_stride,
-                                          b + done * b_stride,
-                                          c + done * c_stride));
+    LINATTN_RETURN_IF_ERROR(BatchedMatmul(
+        shape, a + done * a_stride, b + done * b_stride, c + done * c_stride));
     last_flops_ += shape.Flops();
     done += piece;
   }
@@ -72,9 +71,9 @@ absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
 absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
   last_flops_ = 0;
   if (options_.chunk_size == 0 || options_.chunk_size > kMaxChunk) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_size: must be in [1, ", kMaxChunk, "], got ",
-        options_.chunk_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_size: must be in [1, ", kMaxChunk, "], got ",
+                     options_.chunk_size));
   }
   if (options_.round_chunks == 0) {
     return absl::InvalidArgumentError("round_chunks: must be at least 1");
@@ -169,9 +168,10 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       const uint64_t total = items[st.item].in.tokens;
       st.first_job = static_cast<uint32_t>(jobs.size());
       st.jobs = 0;
-      for (uint64_t t = st.done;
-           t < total && st.jobs < options_.round_chunks; t += C) {
-        jobs.push_back({si, t, static_cast<uint32_t>(std::min<uint64_t>(C, total - t))});
+      for (uint64_t t = st.done; t < total && st.jobs < options_.round_chunks;
+           t += C) {
+        jobs.push_back(
+            {si, t, static_cast<uint32_t>(std::min<uint64_t>(C, total - t))});
         ++st.jobs;
       }
     }
@@ -230,8 +230,10 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
           const float* q = item.in.q + row * d_k;
           const float* k = item.in.k + row * d_k;
           const float* v = item.in.v + row * d_v;
-          non_finite |= !AllFinite(q, d_k) | !AllFinite(k, d_k) | !AllFinite(v, d_v);
-          qlog_.data()[uint64_t(j) * C + t] = fm.Apply(q, position0 + token, qrow);
+          non_finite |=
+              !AllFinite(q, d_k) | !AllFinite(k, d_k) | !AllFinite(v, d_v);
+          qlog_.data()[uint64_t(j) * C + t] =
+              fm.Apply(q, position0 + token, qrow);
           if (fm.is_favor()) {
             job.key_max = std::max(job.key_max, fm.Exponents(k, krow));
           } else {
@@ -244,9 +246,11 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
     if (non_finite != 0) {
       // Name the first bad value; the working copies are dropped.
       for (uint32_t i : members) {
-        if (absl::Status s = items[i].attention->ValidateInput(*items[i].state, items[i].in);
+        if (absl::Status s =
+                items[i].attention->ValidateInput(*items[i].state, items[i].in);
             !s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("items[", i, "].", s.message()));
+          return absl::Status(s.code(),
+                              absl::StrCat("items[", i, "].", s.message()));
         }
       }
     }
@@ -273,8 +277,8 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       const Job& job = jobs[j];
       const Stream& st = streams[job.stream];
       const FeatureMap& fm = items[st.item].attention->feature_map();
-      float* k = k_.data() + uint64_t(j) * C * d_phi;     // (C, d_φ)
-      float* kt = kt_.data() + uint64_t(j) * C * d_phi;   // (d_φ, C)
+      float* k = k_.data() + uint64_t(j) * C * d_phi;    // (C, d_φ)
+      float* kt = kt_.data() + uint64_t(j) * C * d_phi;  // (d_φ, C)
       if (fm.is_favor()) fm.FavorExp(k, job.len * d_phi, st.shift);
       for (uint32_t t = 0; t < C; ++t) {
         for (int64_t c = 0; c < d_phi; ++c) kt[c * C + t] = k[t * d_phi + c];
@@ -286,7 +290,8 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
         if (any_decay) {
           float* kdt_row = kdt_.data() + uint64_t(j) * C * d_phi + c * C;
           for (uint32_t t = 0; t < C; ++t) {
-            kdt_row[t] = t < job.len ? st.pow[job.len - 1 - t] * kt_row[t] : 0.0f;
+            kdt_row[t] =
+                t < job.len ? st.pow[job.len - 1 - t] * kt_row[t] : 0.0f;
             sum += kdt_row[t];
           }
         } else {
@@ -359,9 +364,8 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       }
     }
     // O += (Q·Kᵀ ⊙ D)·V.
-    LINATTN_RETURN_IF_ERROR(
-        Gemm({.m = C, .k = C, .n = d_v, .accumulate = true}, n_jobs, a_.data(),
-             v_.data(), o_.data()));
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = C, .n = d_v, .accumulate = true},
+                                 n_jobs, a_.data(), v_.data(), o_.data()));
     // Pass 5: read-out into the caller's (token, head) layout.
 #pragma omp parallel for schedule(static)
     for (int64_t u = 0; u < n_units; ++u) {
@@ -379,9 +383,10 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
           float* y = item.out.output + row * d_v;
           std::memcpy(y, o_.data() + (uint64_t(j) * C + i) * d_v,
                       d_v * sizeof(float));
-          ReadOut(spec, qlog_.data()[uint64_t(j) * C + i] + (favor ? st.shift : 0.0f),
-                  den_.data()[uint64_t(j) * C + i], static_cast<uint32_t>(d_v), y,
-                  item.out.denominator + row, item.out.available + row);
+          ReadOut(spec,
+                  qlog_.data()[uint64_t(j) * C + i] + (favor ? st.shift : 0.0f),
+                  den_.data()[uint64_t(j) * C + i], static_cast<uint32_t>(d_v),
+                  y, item.out.denominator + row, item.out.available + row);
         }
       }
     }

@@ -27,7 +27,7 @@
 namespace linattn {
 
 struct ChunkwiseOptions {
-  uint32_t chunk_size = 64;   // C, rows per chunk
+  uint32_t chunk_size = 64;    // C, rows per chunk
   uint32_t round_chunks = 16;  // chunks per head per round (bounds workspace)
 };
 
@@ -70,17 +70,17 @@ class ChunkwiseRunner {
   ChunkwiseOptions options_;
   double last_flops_ = 0;
   // Round workspaces, (jobs, ...) each; grown on demand, reused.
-  AlignedBuffer q_;      // (jobs, C, d_φ)  φ(Q) rows
-  AlignedBuffer k_;      // (jobs, C, d_φ)  φ(K) rows
-  AlignedBuffer kt_;     // (jobs, d_φ, C)  φ(K)ᵀ
-  AlignedBuffer kdt_;    // (jobs, d_φ, C)  (diag(γ^{L−1−j})·φ(K))ᵀ (decay only)
-  AlignedBuffer v_;      // (jobs, C, d_v)
-  AlignedBuffer a_;      // (jobs, C, C)    masked Q·Kᵀ
-  AlignedBuffer o_;      // (jobs, C, d_v)  numerators
-  AlignedBuffer s_;      // (jobs, d_φ, d_v) ΔS, then S before the chunk
-  AlignedBuffer z_;      // (jobs, d_φ)      Δz, then z before the chunk
-  AlignedBuffer den_;    // (jobs, C)       denominators
-  AlignedBuffer qlog_;   // (jobs, C)       FAVOR+ query log-scales
+  AlignedBuffer q_;   // (jobs, C, d_φ)  φ(Q) rows
+  AlignedBuffer k_;   // (jobs, C, d_φ)  φ(K) rows
+  AlignedBuffer kt_;  // (jobs, d_φ, C)  φ(K)ᵀ
+  AlignedBuffer kdt_;  // (jobs, d_φ, C)  (diag(γ^{L−1−j})·φ(K))ᵀ (decay only)
+  AlignedBuffer v_;     // (jobs, C, d_v)
+  AlignedBuffer a_;     // (jobs, C, C)    masked Q·Kᵀ
+  AlignedBuffer o_;     // (jobs, C, d_v)  numerators
+  AlignedBuffer s_;     // (jobs, d_φ, d_v) ΔS, then S before the chunk
+  AlignedBuffer z_;     // (jobs, d_φ)      Δz, then z before the chunk
+  AlignedBuffer den_;   // (jobs, C)       denominators
+  AlignedBuffer qlog_;  // (jobs, C)       FAVOR+ query log-scales
 };
 
 }  // namespace linattn

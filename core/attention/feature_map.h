@@ -59,9 +59,9 @@ class FeatureMap {
   uint32_t key_dim_ = 0;
   uint32_t dim_ = 0;
   uint32_t horizon_ = 0;
-  float input_scale_ = 1.0f;  // d_k^{-¼} (FAVOR+)
+  float input_scale_ = 1.0f;   // d_k^{-¼} (FAVOR+)
   float output_scale_ = 1.0f;  // m^{-½} (FAVOR+)
-  std::vector<float> omega_;  // (m, d_k)
+  std::vector<float> omega_;   // (m, d_k)
 };
 
 // FAVOR+ projection: m rows of length d_k, in blocks of d_k mutually

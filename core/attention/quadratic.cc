@@ -30,15 +30,18 @@ absl::Status QuadraticAttention(const Attention& attention,
     if (fm.is_favor()) key_shift = -INFINITY;
     for (uint64_t t = 0; t < T; ++t) {
       const uint64_t row = t * H + h;
-      q_log[t] = fm.Apply(in.q + row * d_k, start_position + t, &phi_q[t * d_phi]);
+      q_log[t] =
+          fm.Apply(in.q + row * d_k, start_position + t, &phi_q[t * d_phi]);
       if (fm.is_favor()) {
-        key_shift = std::max(key_shift, fm.Exponents(in.k + row * d_k, &phi_k[t * d_phi]));
+        key_shift = std::max(key_shift,
+                             fm.Exponents(in.k + row * d_k, &phi_k[t * d_phi]));
       } else {
         fm.Apply(in.k + row * d_k, start_position + t, &phi_k[t * d_phi]);
       }
     }
     if (fm.is_favor()) {
-      for (uint64_t t = 0; t < T; ++t) fm.FavorExp(&phi_k[t * d_phi], key_shift);
+      for (uint64_t t = 0; t < T; ++t)
+        fm.FavorExp(&phi_k[t * d_phi], key_shift);
     }
     const double gamma = HeadDecay(spec, h);
     for (uint64_t i = 0; i < T; ++i) {

@@ -1,5 +1,6 @@
 // The quadratic evaluation order: the materialised causal kernel matrix,
-//   y_i = Σ_{j≤i} γ^{i−j} (φ(q_i)·φ(k_j)) v_j / Σ_{j≤i} γ^{i−j} (φ(q_i)·φ(k_j)),
+//   y_i = Σ_{j≤i} γ^{i−j} (φ(q_i)·φ(k_j)) v_j / Σ_{j≤i} γ^{i−j}
+//   (φ(q_i)·φ(k_j)),
 // in fp32 from an empty state starting at `start_position`. O(T²) time and
 // O(T) extra memory per head: for tests and the explorer, not for serving.
 #ifndef LINATTN_CORE_ATTENTION_QUADRATIC_H_

@@ -43,7 +43,8 @@ void StepHead(const StepKernels& kernels, const Attention& attention,
     // Keys share one running log-scale per head; when a key raises it, S and
     // z move to the new scale in the same pass (g absorbs e^{old−new}).
     const float old_shift = state.key_shift(h);
-    const float shift = std::max(old_shift, fm.Exponents(in.k + row * d_k, phi_k));
+    const float shift =
+        std::max(old_shift, fm.Exponents(in.k + row * d_k, phi_k));
     fm.FavorExp(phi_k, shift);
     if (shift > old_shift) g *= std::exp(old_shift - shift);
     state.key_shift(h) = shift;
@@ -53,8 +54,8 @@ void StepHead(const StepKernels& kernels, const Attention& attention,
   }
   float* y = out.output + row * d_v;
   float den = 0.0f;
-  kernels.step_head(g, phi_q, phi_k, in.v + row * d_v, d_phi, d_v,
-                    state.s(h), state.z(h), y, &den);
+  kernels.step_head(g, phi_q, phi_k, in.v + row * d_v, d_phi, d_v, state.s(h),
+                    state.z(h), y, &den);
   ReadOut(spec, log_scale, den, d_v, y, out.denominator + row,
           out.available + row);
 }
@@ -129,7 +130,8 @@ absl::Status StepBatch(std::span<const StepItem> items) {
     }
   }
   const int64_t n = static_cast<int64_t>(work.size());
-#pragma omp parallel for schedule(static) if (state_floats >= kParallelStateFloats)
+#pragma omp parallel for schedule(static) if (state_floats >= \
+                                              kParallelStateFloats)
   for (int64_t w = 0; w < n; ++w) {
     const StepItem& item = items[work[w].first];
     StepHead(kernels, *item.attention, *item.state, item.token, item.out, 0,

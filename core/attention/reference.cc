@@ -11,14 +11,15 @@ namespace {
 
 // φ(x) in double, straight from DESIGN.md §1. Returns the FAVOR+ exponent
 // magnitude (0 for other maps).
-double Features(const AttentionSpec& spec, const FeatureMap& fm,
-                const float* x, uint64_t position, std::vector<double>& out) {
+double Features(const AttentionSpec& spec, const FeatureMap& fm, const float* x,
+                uint64_t position, std::vector<double>& out) {
   const uint32_t d = spec.key_dim;
   const uint32_t m = fm.dim();
   out.assign(m, 0.0);
   switch (spec.feature_map) {
     case FeatureMapKind::kElu1:
-      for (uint32_t c = 0; c < d; ++c) out[c] = x[c] >= 0 ? x[c] + 1.0 : std::exp(double(x[c]));
+      for (uint32_t c = 0; c < d; ++c)
+        out[c] = x[c] >= 0 ? x[c] + 1.0 : std::exp(double(x[c]));
       return 0.0;
     case FeatureMapKind::kRelu:
       for (uint32_t c = 0; c < d; ++c) out[c] = std::max(double(x[c]), 0.0);
@@ -27,7 +28,8 @@ double Features(const AttentionSpec& spec, const FeatureMap& fm,
       for (uint32_t c = 0; c < d; ++c) out[c] = x[c];
       return 0.0;
     case FeatureMapKind::kCosine: {
-      const double angle = std::numbers::pi * double(position) / (2.0 * spec.horizon);
+      const double angle =
+          std::numbers::pi * double(position) / (2.0 * spec.horizon);
       for (uint32_t c = 0; c < d; ++c) {
         const double r = std::max(double(x[c]), 0.0);
         out[c] = r * std::cos(angle);
@@ -112,9 +114,9 @@ ReferenceResult ReferenceAttention(const Attention& attention,
       const bool ok = spec.unnormalized || divisor != 0.0;
       r.available[row] = ok;
       for (uint32_t c = 0; c < d_v; ++c) {
-        r.output[row * d_v + c] =
-            !ok ? std::numeric_limits<double>::quiet_NaN()
-                : spec.unnormalized ? num[c] : num[c] / divisor;
+        r.output[row * d_v + c] = !ok ? std::numeric_limits<double>::quiet_NaN()
+                                  : spec.unnormalized ? num[c]
+                                                      : num[c] / divisor;
       }
     }
   }

@@ -14,8 +14,8 @@ constexpr FeatureMapKind kAllMaps[] = {
 
 absl::Status CheckDim(absl::string_view field, uint32_t value) {
   if (value == 0 || value > kMaxDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": must be in [1, ", kMaxDim, "], got ", value));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must be in [1, ", kMaxDim, "], got ", value));
   }
   return absl::OkStatus();
 }
@@ -78,27 +78,28 @@ absl::Status ValidateSpec(const AttentionSpec& spec) {
         "can cancel; use it with unnormalized = true");
   }
   if (!std::isfinite(spec.epsilon) || spec.epsilon < 0.0f) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "epsilon: must be finite and >= 0, got ", spec.epsilon));
+    return absl::InvalidArgumentError(
+        absl::StrCat("epsilon: must be finite and >= 0, got ", spec.epsilon));
   }
   if (!spec.decay.empty()) {
     if (spec.decay.size() != spec.num_heads) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "decay: expected ", spec.num_heads, " values (one per head) or none, got ",
-          spec.decay.size()));
+          "decay: expected ", spec.num_heads,
+          " values (one per head) or none, got ", spec.decay.size()));
     }
     for (size_t h = 0; h < spec.decay.size(); ++h) {
       float g = spec.decay[h];
       if (!(g >= 0.0f && g <= 1.0f)) {  // also rejects NaN
-        return absl::InvalidArgumentError(absl::StrCat(
-            "decay[", h, "]: must be in [0, 1], got ", g));
+        return absl::InvalidArgumentError(
+            absl::StrCat("decay[", h, "]: must be in [0, 1], got ", g));
       }
     }
   }
   if (spec.feature_map == FeatureMapKind::kFavor) {
     if (spec.feature_dim > kMaxDim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "feature_dim: must be at most ", kMaxDim, ", got ", spec.feature_dim));
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature_dim: must be at most ", kMaxDim, ", got ",
+                       spec.feature_dim));
     }
     if (2ull * spec.key_dim > kMaxDim && spec.feature_dim == 0) {
       return absl::InvalidArgumentError(
@@ -106,9 +107,9 @@ absl::Status ValidateSpec(const AttentionSpec& spec) {
     }
   } else if (spec.feature_dim != 0 && spec.feature_dim != FeatureDim(spec)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "feature_dim: ", FeatureMapName(spec.feature_map), " has d_φ = ",
-        FeatureDim(spec), "; leave feature_dim at 0 or set it to that, got ",
-        spec.feature_dim));
+        "feature_dim: ", FeatureMapName(spec.feature_map),
+        " has d_φ = ", FeatureDim(spec),
+        "; leave feature_dim at 0 or set it to that, got ", spec.feature_dim));
   }
   if (spec.feature_map == FeatureMapKind::kCosine) {
     if (spec.horizon == 0) {

@@ -14,11 +14,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace linattn {
 
@@ -41,7 +41,7 @@ struct AttentionSpec {
   uint32_t value_dim = 1;  // d_v: width of v and of the output per head
   FeatureMapKind feature_map = FeatureMapKind::kElu1;
   bool unnormalized = false;  // y = φ(q)ᵀS instead of φ(q)ᵀS / (φ(q)ᵀz + ε)
-  float epsilon = 0.0f;       // added to the denominator; 0 = exact
+  float epsilon = 0.0f;  // added to the denominator; 0 = exact
   // γ per head in [0, 1]; empty means no decay (γ = 1 for every head).
   std::vector<float> decay;
   // FAVOR+ feature count m; 0 = 2·key_dim. Other maps accept 0 or their own

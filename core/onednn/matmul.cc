@@ -29,7 +29,8 @@ dnnl::stream& ThreadStream() {
 }  // namespace
 
 const dnnl::engine& CpuEngine() {
-  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine* engine =
+      new dnnl::engine(dnnl::engine::kind::cpu, 0);
   return *engine;
 }
 
@@ -77,7 +78,8 @@ absl::Status BatchedMatmul(const MatmulShape& shape, const float* a,
   try {
     const MatmulCache::Entry& e = MatmulCache::Global().Get(shape);
     thread_local AlignedBuffer scratch;
-    scratch.EnsureSize((e.scratchpad_bytes + sizeof(float) - 1) / sizeof(float));
+    scratch.EnsureSize((e.scratchpad_bytes + sizeof(float) - 1) /
+                       sizeof(float));
     const dnnl::engine& engine = CpuEngine();
     // Step 4: wrap the caller's buffers (no copies) and execute.
     memory a_mem(e.a, engine, const_cast<float*>(a));

@@ -11,19 +11,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define LINATTN_RETURN_IF_ERROR(expr)                  \
-  do {                                                 \
-    if (::absl::Status linattn_status_ = (expr);       \
-        !linattn_status_.ok()) {                       \
-      return linattn_status_;                          \
-    }                                                  \
+#define LINATTN_RETURN_IF_ERROR(expr)                                     \
+  do {                                                                    \
+    if (::absl::Status linattn_status_ = (expr); !linattn_status_.ok()) { \
+      return linattn_status_;                                             \
+    }                                                                     \
   } while (false)
 
 #define LINATTN_STATUS_CONCAT_INNER_(a, b) a##b
 #define LINATTN_STATUS_CONCAT_(a, b) LINATTN_STATUS_CONCAT_INNER_(a, b)
 
-#define LINATTN_ASSIGN_OR_RETURN(lhs, expr)                              \
-  LINATTN_ASSIGN_OR_RETURN_IMPL_(                                        \
+#define LINATTN_ASSIGN_OR_RETURN(lhs, expr) \
+  LINATTN_ASSIGN_OR_RETURN_IMPL_(           \
       LINATTN_STATUS_CONCAT_(linattn_statusor_, __LINE__), lhs, expr)
 
 #define LINATTN_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \

@@ -1,10 +1,10 @@
 // Bad input is rejected with a message naming the field, and a failed call
 // leaves every state (block and position) exactly as it was.
-#include <cmath>
-#include <cstring>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
 
 #include "core/attention/chunkwise.h"
 #include "core/attention/recurrent.h"
@@ -33,7 +33,10 @@ void ExpectSame(const AttentionState& a, const AttentionState& b) {
 class Errors : public ::testing::Test {
  protected:
   void SetUp() override {
-    spec_ = {.num_heads = 2, .key_dim = 3, .value_dim = 4, .feature_map = FeatureMapKind::kFavor};
+    spec_ = {.num_heads = 2,
+             .key_dim = 3,
+             .value_dim = 4,
+             .feature_map = FeatureMapKind::kFavor};
     attention_.emplace(*Attention::Create(spec_));
     data_ = testing::RandomTokens(spec_, 20, 1);
   }
@@ -71,8 +74,9 @@ TEST_F(Errors, ABadItemFailsTheWholeBatchAndChangesNoSession) {
   testing::Tokens bad = data_;
   bad.v[5] = NAN;
   testing::Outputs out_a(spec_, 20), out_b(spec_, 20);
-  std::vector<PrefillItem> items = {{&*attention_, &a, data_.input(), out_a.view()},
-                                    {&*attention_, &b, bad.input(), out_b.view()}};
+  std::vector<PrefillItem> items = {
+      {&*attention_, &a, data_.input(), out_a.view()},
+      {&*attention_, &b, bad.input(), out_b.view()}};
   ChunkwiseRunner runner;
   absl::Status s = runner.Run(items);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -80,8 +84,15 @@ TEST_F(Errors, ABadItemFailsTheWholeBatchAndChangesNoSession) {
   ExpectSame(a, a0);
   ExpectSame(b, b0);
 
-  std::vector<StepItem> steps = {{&*attention_, &a, {data_.q.data(), data_.k.data(), data_.v.data(), 1}, out_a.view()},
-                                 {&*attention_, &b, {bad.q.data(), bad.k.data(), bad.v.data() + 4, 1}, out_b.view()}};
+  std::vector<StepItem> steps = {
+      {&*attention_,
+       &a,
+       {data_.q.data(), data_.k.data(), data_.v.data(), 1},
+       out_a.view()},
+      {&*attention_,
+       &b,
+       {bad.q.data(), bad.k.data(), bad.v.data() + 4, 1},
+       out_b.view()}};
   s = StepBatch(steps);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("items[1].v[1]"));
@@ -104,7 +115,8 @@ TEST_F(Errors, WrongShapesAndArguments) {
   AttentionSpec other = spec_;
   other.value_dim = 5;
   auto other_attention = Attention::Create(other);
-  absl::Status s = StepSequence(*other_attention, state, data_.input(), out.view());
+  absl::Status s =
+      StepSequence(*other_attention, state, data_.input(), out.view());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("state"));
   // A step of more than one token.
@@ -112,7 +124,8 @@ TEST_F(Errors, WrongShapesAndArguments) {
   s = StepBatch({&item, 1});
   EXPECT_THAT(std::string(s.message()), HasSubstr("tokens"));
   // Missing buffers.
-  s = StepSequence(*attention_, state, {nullptr, data_.k.data(), data_.v.data(), 3}, out.view());
+  s = StepSequence(*attention_, state,
+                   {nullptr, data_.k.data(), data_.v.data(), 3}, out.view());
   EXPECT_THAT(std::string(s.message()), HasSubstr("q: missing"));
   // A chunk size out of range.
   ChunkwiseRunner zero({.chunk_size = 0});
@@ -122,8 +135,11 @@ TEST_F(Errors, WrongShapesAndArguments) {
 }
 
 TEST(ErrorsCosine, PositionsPastTheHorizonAreOutOfRange) {
-  AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 2,
-                     .feature_map = FeatureMapKind::kCosine, .horizon = 10};
+  AttentionSpec spec{.num_heads = 1,
+                     .key_dim = 2,
+                     .value_dim = 2,
+                     .feature_map = FeatureMapKind::kCosine,
+                     .horizon = 10};
   auto attention = Attention::Create(spec);
   ASSERT_TRUE(attention.ok());
   AttentionState state = attention->NewState();

@@ -1,10 +1,10 @@
 // Recurrent = batched = chunkwise = quadratic = scalar reference, on random
 // shapes, for every feature map, normalised and not, with and without decay.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstring>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "core/attention/chunkwise.h"
 #include "core/attention/kernels.h"
@@ -30,9 +30,10 @@ struct Case {
 
 std::string Describe(const Case& c) {
   const AttentionSpec& s = c.spec;
-  return absl::StrCat(FeatureMapName(s.feature_map), s.unnormalized ? "_unnorm" : "_norm",
-                      s.decay.empty() ? "" : "_decay", "_T", c.tokens, "_H", s.num_heads,
-                      "_dk", s.key_dim, "_dv", s.value_dim, "_C", c.chunk);
+  return absl::StrCat(
+      FeatureMapName(s.feature_map), s.unnormalized ? "_unnorm" : "_norm",
+      s.decay.empty() ? "" : "_decay", "_T", c.tokens, "_H", s.num_heads, "_dk",
+      s.key_dim, "_dv", s.value_dim, "_C", c.chunk);
 }
 
 // Deterministic random cases: shapes drawn from the ranges (heads
@@ -40,11 +41,12 @@ std::string Describe(const Case& c) {
 // 100), shrunk until the O(T²) double reference stays cheap.
 std::vector<Case> MakeCases() {
   std::mt19937_64 rng(20201229);
-  const uint64_t kTokens[] = {1, 2, 17, 63, 65, 101, 250, 513, 1000, 1999, 2000};
+  const uint64_t kTokens[] = {1,   2,   17,   63,   65,  101,
+                              250, 513, 1000, 1999, 2000};
   const uint32_t kChunks[] = {1, 16, 64, 100};
-  const FeatureMapKind kMaps[] = {FeatureMapKind::kElu1, FeatureMapKind::kRelu,
-                                  FeatureMapKind::kIdentity, FeatureMapKind::kFavor,
-                                  FeatureMapKind::kCosine};
+  const FeatureMapKind kMaps[] = {
+      FeatureMapKind::kElu1, FeatureMapKind::kRelu, FeatureMapKind::kIdentity,
+      FeatureMapKind::kFavor, FeatureMapKind::kCosine};
   std::vector<Case> cases;
   int n = 0;
   for (FeatureMapKind map : kMaps) {
@@ -63,23 +65,32 @@ std::vector<Case> MakeCases() {
           s.key_dim = 1 + rng() % 128;
           s.value_dim = 1 + rng() % 128;
           if (rep == 0) s.key_dim = s.value_dim = 128;  // the widest shape
-          if (map == FeatureMapKind::kFavor) s.feature_dim = 1 + rng() % 256, s.seed = rng();
+          if (map == FeatureMapKind::kFavor)
+            s.feature_dim = 1 + rng() % 256, s.seed = rng();
           auto cost = [&] {
-            return double(c.tokens) * c.tokens * s.num_heads * (FeatureDim(s) + s.value_dim);
+            return double(c.tokens) * c.tokens * s.num_heads *
+                   (FeatureDim(s) + s.value_dim);
           };
           while (cost() > 3e7) {
-            if (s.num_heads > 1) s.num_heads = (s.num_heads + 1) / 2;
-            else if (FeatureDim(s) > 8 && (s.feature_map != FeatureMapKind::kFavor || s.key_dim > 4)) {
+            if (s.num_heads > 1)
+              s.num_heads = (s.num_heads + 1) / 2;
+            else if (FeatureDim(s) > 8 &&
+                     (s.feature_map != FeatureMapKind::kFavor ||
+                      s.key_dim > 4)) {
               s.key_dim = std::max(1u, s.key_dim / 2);
               if (s.feature_dim > 8) s.feature_dim /= 2;
-            } else if (s.value_dim > 4) s.value_dim /= 2;
-            else c.tokens = c.tokens * 3 / 4;
+            } else if (s.value_dim > 4)
+              s.value_dim /= 2;
+            else
+              c.tokens = c.tokens * 3 / 4;
           }
-          if (c.chunk > 1 && c.tokens % c.chunk == 0) ++c.tokens;  // never a multiple
+          if (c.chunk > 1 && c.tokens % c.chunk == 0)
+            ++c.tokens;  // never a multiple
           if (map == FeatureMapKind::kCosine) s.horizon = c.tokens + 7;
           if (decay) {
             for (uint32_t h = 0; h < s.num_heads; ++h) {
-              s.decay.push_back(h == 0 ? 1.0f : 0.9f + 0.1f * (rng() % 1000) / 1000.0f);
+              s.decay.push_back(
+                  h == 0 ? 1.0f : 0.9f + 0.1f * (rng() % 1000) / 1000.0f);
             }
             if (s.num_heads > 1) s.decay[1] = 0.0f;  // no memory at all
           }
@@ -119,7 +130,8 @@ TEST_P(EvaluationOrders, AgreeWithReference) {
     AttentionState state = attention->NewState();
     ASSERT_TRUE(StepSequence(*attention, state, data.input(), out.view()).ok());
     EXPECT_EQ(state.position(), T);
-    ExpectMatchesReference(*attention, ref, out, absl::StrCat("recurrent/", kernels->name));
+    ExpectMatchesReference(*attention, ref, out,
+                           absl::StrCat("recurrent/", kernels->name));
   }
 
   // Chunkwise order in two calls (the state carries over), then the rest of
@@ -129,12 +141,18 @@ TEST_P(EvaluationOrders, AgreeWithReference) {
   {
     Outputs out(spec, T);
     AttentionState state = attention->NewState();
-    ASSERT_TRUE(runner.Run(*attention, state, {data.q.data(), data.k.data(), data.v.data(), split},
-                           out.view()).ok());
+    ASSERT_TRUE(runner
+                    .Run(*attention, state,
+                         {data.q.data(), data.k.data(), data.v.data(), split},
+                         out.view())
+                    .ok());
     const uint64_t qk = split * H * spec.key_dim, vv = split * H * d_v;
-    ASSERT_TRUE(runner.Run(*attention, state,
-                           {data.q.data() + qk, data.k.data() + qk, data.v.data() + vv, T - split},
-                           out.view(split, H, d_v)).ok());
+    ASSERT_TRUE(runner
+                    .Run(*attention, state,
+                         {data.q.data() + qk, data.k.data() + qk,
+                          data.v.data() + vv, T - split},
+                         out.view(split, H, d_v))
+                    .ok());
     EXPECT_EQ(state.position(), T);
     ExpectMatchesReference(*attention, ref, out, "chunkwise");
   }
@@ -142,12 +160,17 @@ TEST_P(EvaluationOrders, AgreeWithReference) {
     Outputs out(spec, T);
     AttentionState state = attention->NewState();
     const uint64_t prefix = T - T / 4;
-    ASSERT_TRUE(runner.Run(*attention, state, {data.q.data(), data.k.data(), data.v.data(), prefix},
-                           out.view()).ok());
+    ASSERT_TRUE(runner
+                    .Run(*attention, state,
+                         {data.q.data(), data.k.data(), data.v.data(), prefix},
+                         out.view())
+                    .ok());
     const uint64_t qk = prefix * H * spec.key_dim, vv = prefix * H * d_v;
     ASSERT_TRUE(StepSequence(*attention, state,
-                             {data.q.data() + qk, data.k.data() + qk, data.v.data() + vv, T - prefix},
-                             out.view(prefix, H, d_v)).ok());
+                             {data.q.data() + qk, data.k.data() + qk,
+                              data.v.data() + vv, T - prefix},
+                             out.view(prefix, H, d_v))
+                    .ok());
     ExpectMatchesReference(*attention, ref, out, "chunkwise then recurrent");
   }
 }
@@ -183,7 +206,9 @@ TEST_P(EvaluationOrders, BatchedSessionsMatchOneByOne) {
   for (int s = 0; s < kSessions; ++s) {
     alone.emplace_back(attentions[s]->spec(), T);
     AttentionState state = attentions[s]->NewState();
-    ASSERT_TRUE(StepSequence(*attentions[s], state, data[s].input(), alone[s].view()).ok());
+    ASSERT_TRUE(
+        StepSequence(*attentions[s], state, data[s].input(), alone[s].view())
+            .ok());
   }
   // Batched: one token of every session per call.
   std::vector<AttentionState> states;
@@ -197,8 +222,10 @@ TEST_P(EvaluationOrders, BatchedSessionsMatchOneByOne) {
     for (int s = 0; s < kSessions; ++s) {
       const AttentionSpec& sp = attentions[s]->spec();
       const uint64_t qk = t * H * sp.key_dim, vv = t * H * sp.value_dim;
-      items.push_back({attentions[s], &states[s],
-                       {data[s].q.data() + qk, data[s].k.data() + qk, data[s].v.data() + vv, 1},
+      items.push_back({attentions[s],
+                       &states[s],
+                       {data[s].q.data() + qk, data[s].k.data() + qk,
+                        data[s].v.data() + vv, 1},
                        batched[s].view(t, H, sp.value_dim)});
     }
     ASSERT_TRUE(StepBatch(items).ok());
@@ -218,20 +245,24 @@ TEST_P(EvaluationOrders, BatchedSessionsMatchOneByOne) {
     chunked.emplace_back(attentions[s]->spec(), T);
   }
   for (int s = 0; s < kSessions; ++s) {
-    items.push_back({attentions[s], &cstates[s], data[s].input(), chunked[s].view()});
+    items.push_back(
+        {attentions[s], &cstates[s], data[s].input(), chunked[s].view()});
   }
   ChunkwiseRunner runner({.chunk_size = c.chunk, .round_chunks = 3});
   ASSERT_TRUE(runner.Run(items).ok());
   for (int s = 0; s < kSessions; ++s) {
-    ExpectMatchesReference(*attentions[s], ReferenceAttention(*attentions[s], data[s].input()),
-                           chunked[s], absl::StrCat("chunkwise batch, session ", s));
+    ExpectMatchesReference(
+        *attentions[s], ReferenceAttention(*attentions[s], data[s].input()),
+        chunked[s], absl::StrCat("chunkwise batch, session ", s));
     EXPECT_EQ(cstates[s].position(), T);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RandomShapes, EvaluationOrders, ::testing::ValuesIn(MakeCases()),
+INSTANTIATE_TEST_SUITE_P(RandomShapes, EvaluationOrders,
+                         ::testing::ValuesIn(MakeCases()),
                          [](const ::testing::TestParamInfo<Case>& param) {
-                           return absl::StrCat(param.index, "_", Describe(param.param));
+                           return absl::StrCat(param.index, "_",
+                                               Describe(param.param));
                          });
 
 }  // namespace

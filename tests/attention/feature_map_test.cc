@@ -1,10 +1,10 @@
 #include "core/attention/feature_map.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <numbers>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "core/attention/chunkwise.h"
 #include "core/attention/quadratic.h"
@@ -36,10 +36,13 @@ TEST(FeatureMap, ElementwiseMapsFollowTheirDefinitions) {
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_EQ(out[3], 0.5f);
   EXPECT_EQ(out[4], 3.0f);
-  FeatureMap id = Make({.key_dim = 5, .feature_map = FeatureMapKind::kIdentity, .unnormalized = true});
+  FeatureMap id = Make({.key_dim = 5,
+                        .feature_map = FeatureMapKind::kIdentity,
+                        .unnormalized = true});
   id.Apply(x, 0, out);
   EXPECT_EQ(out[0], -2.0f);
-  FeatureMap cosine = Make({.key_dim = 5, .feature_map = FeatureMapKind::kCosine, .horizon = 10});
+  FeatureMap cosine = Make(
+      {.key_dim = 5, .feature_map = FeatureMapKind::kCosine, .horizon = 10});
   ASSERT_EQ(cosine.dim(), 10u);
   cosine.Apply(x, 5, out);  // angle π·5/20 = π/4
   EXPECT_FLOAT_EQ(out[4], 3.0f * std::cos(std::numbers::pi / 4));
@@ -49,13 +52,16 @@ TEST(FeatureMap, ElementwiseMapsFollowTheirDefinitions) {
 }
 
 TEST(FeatureMap, FavorIsDeterministicInItsSeed) {
-  AttentionSpec spec{.key_dim = 16, .feature_map = FeatureMapKind::kFavor, .feature_dim = 40, .seed = 7};
+  AttentionSpec spec{.key_dim = 16,
+                     .feature_map = FeatureMapKind::kFavor,
+                     .feature_dim = 40,
+                     .seed = 7};
   FeatureMap a = Make(spec), b = Make(spec);
   EXPECT_EQ(a.projection(), b.projection());
   spec.seed = 8;
   EXPECT_NE(Make(spec).projection(), a.projection());
-  const float x[16] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f,
-                       0.9f, 1.0f, -1.1f, 1.2f, 0.0f, 0.1f, 0.2f, -0.3f};
+  const float x[16] = {0.1f, -0.2f, 0.3f,  0.4f, -0.5f, 0.6f, 0.7f, -0.8f,
+                       0.9f, 1.0f,  -1.1f, 1.2f, 0.0f,  0.1f, 0.2f, -0.3f};
   float fa[40], fb[40];
   EXPECT_EQ(a.Apply(x, 0, fa), b.Apply(x, 0, fb));
   for (int i = 0; i < 40; ++i) EXPECT_EQ(fa[i], fb[i]);
@@ -74,7 +80,8 @@ TEST(FeatureMap, FavorRowsAreOrthogonalWithinABlock) {
           nj += double(omega[j * d + c]) * omega[j * d + c];
         }
         // Orthogonal in double, then rounded to fp32 once per entry.
-        EXPECT_LT(std::abs(dot) / std::sqrt(ni * nj), 4 * d * 0x1.0p-24) << i << "," << j;
+        EXPECT_LT(std::abs(dot) / std::sqrt(ni * nj), 4 * d * 0x1.0p-24)
+            << i << "," << j;
       }
     }
   }
@@ -91,20 +98,26 @@ TEST(FeatureMap, FavorApproachesSoftmaxAsFeaturesGrow) {
     double err = 0;
     int count = 0;
     for (uint64_t seed = 0; seed < 6; ++seed) {
-      AttentionSpec spec{.num_heads = 1, .key_dim = d, .value_dim = 1,
-                         .feature_map = FeatureMapKind::kFavor, .feature_dim = m, .seed = seed};
+      AttentionSpec spec{.num_heads = 1,
+                         .key_dim = d,
+                         .value_dim = 1,
+                         .feature_map = FeatureMapKind::kFavor,
+                         .feature_dim = m,
+                         .seed = seed};
       auto attention = Attention::Create(spec);
       ASSERT_TRUE(attention.ok());
       std::vector<float> q(T * d), k(T * d), v(T);
       for (float& x : q) x = dist(rng);
       for (float& x : k) x = dist(rng);
       for (float& x : v) x = dist(rng);
-      ReferenceResult ref = ReferenceAttention(*attention, {q.data(), k.data(), v.data(), T});
+      ReferenceResult ref =
+          ReferenceAttention(*attention, {q.data(), k.data(), v.data(), T});
       for (uint32_t i = 0; i < T; ++i) {
         double num = 0, den = 0;
         for (uint32_t j = 0; j <= i; ++j) {
           double dot = 0;
-          for (uint32_t c = 0; c < d; ++c) dot += double(q[i * d + c]) * k[j * d + c];
+          for (uint32_t c = 0; c < d; ++c)
+            dot += double(q[i * d + c]) * k[j * d + c];
           const double w = std::exp(dot / std::sqrt(double(d)));
           num += w * v[j];
           den += w;
@@ -128,8 +141,12 @@ TEST(FeatureMap, FavorApproachesSoftmaxAsFeaturesGrow) {
 // fp32 can hold once rescaled; the rest are e^{-250} smaller.)
 TEST(FeatureMap, FavorRunningMaxKeepsOverflowingInputsFinite) {
   const uint32_t d = 256, m = 64, T = 40;
-  AttentionSpec spec{.num_heads = 1, .key_dim = d, .value_dim = 3,
-                     .feature_map = FeatureMapKind::kFavor, .feature_dim = m, .seed = 5};
+  AttentionSpec spec{.num_heads = 1,
+                     .key_dim = d,
+                     .value_dim = 3,
+                     .feature_map = FeatureMapKind::kFavor,
+                     .feature_dim = m,
+                     .seed = 5};
   auto attention = Attention::Create(spec);
   ASSERT_TRUE(attention.ok());
   const std::vector<float>& omega = attention->feature_map().projection();
@@ -138,7 +155,8 @@ TEST(FeatureMap, FavorRunningMaxKeepsOverflowingInputsFinite) {
   std::mt19937_64 rng(1);
   for (uint32_t t = 0; t < T; ++t) {
     const uint32_t rq = t % 2, rk = t % 2;
-    const float sk = 0.8f + 0.4f * (rng() % 100) / 100.0f;  // exponent ≈ 128·sk·(2 − sk)
+    const float sk =
+        0.8f + 0.4f * (rng() % 100) / 100.0f;  // exponent ≈ 128·sk·(2 − sk)
     for (uint32_t c = 0; c < d; ++c) {
       q[t * d + c] = omega[rq * d + c] * to_x;
       k[t * d + c] = omega[rk * d + c] * to_x * sk;
@@ -146,9 +164,11 @@ TEST(FeatureMap, FavorRunningMaxKeepsOverflowingInputsFinite) {
     for (int c = 0; c < 3; ++c) v[t * 3 + c] = float(rng() % 7) - 3.0f;
   }
   std::vector<float> a(m);
-  const float max_exponent = attention->feature_map().Exponents(q.data(), a.data());
+  const float max_exponent =
+      attention->feature_map().Exponents(q.data(), a.data());
   ASSERT_GT(max_exponent, 100.0f);
-  ASSERT_TRUE(std::isinf(std::exp(max_exponent))) << "premise: plain exp overflows fp32";
+  ASSERT_TRUE(std::isinf(std::exp(max_exponent)))
+      << "premise: plain exp overflows fp32";
 
   const SequenceInput in{q.data(), k.data(), v.data(), T};
   const ReferenceResult ref = ReferenceAttention(*attention, in);
@@ -167,7 +187,8 @@ TEST(FeatureMap, FavorRunningMaxKeepsOverflowingInputsFinite) {
   testing::ExpectMatchesReference(*attention, ref, chunk, "chunkwise");
   testing::ExpectMatchesReference(*attention, ref, quad, "quadratic");
   // The state stays finite too: S and z are kept at the keys' running scale.
-  for (uint64_t i = 0; i < s1.size(); ++i) ASSERT_TRUE(std::isfinite(s1.data()[i]));
+  for (uint64_t i = 0; i < s1.size(); ++i)
+    ASSERT_TRUE(std::isfinite(s1.data()[i]));
 }
 
 }  // namespace

@@ -1,11 +1,11 @@
 // Every kernel set this CPU runs against the plain loops of its contract.
 #include "core/attention/kernels.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace linattn {
 namespace {
@@ -15,7 +15,8 @@ constexpr double kU = 0x1.0p-24;
 TEST(Kernels, GenericIsAlwaysAvailableAndActiveIsSupported) {
   ASSERT_NE(KernelsFor(Isa::kGeneric), nullptr);
   bool found = false;
-  for (const StepKernels* k : SupportedKernels()) found |= k == &ActiveKernels();
+  for (const StepKernels* k : SupportedKernels())
+    found |= k == &ActiveKernels();
   EXPECT_TRUE(found);
   ScopedKernelsOverride use(KernelsFor(Isa::kGeneric));
   EXPECT_EQ(&ActiveKernels(), KernelsFor(Isa::kGeneric));
@@ -24,46 +25,55 @@ TEST(Kernels, GenericIsAlwaysAvailableAndActiveIsSupported) {
 TEST(Kernels, StepHeadMatchesPlainLoops) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const std::pair<uint32_t, uint32_t> shapes[] = {{1, 1},   {3, 5},   {4, 16},  {17, 33},
-                                                  {64, 64}, {128, 128}, {130, 7}, {5, 257}};
+  const std::pair<uint32_t, uint32_t> shapes[] = {
+      {1, 1},   {3, 5},     {4, 16},  {17, 33},
+      {64, 64}, {128, 128}, {130, 7}, {5, 257}};
   for (const StepKernels* kernels : SupportedKernels()) {
     for (auto [d_phi, d_v] : shapes) {
       for (float g : {1.0f, 0.75f, 0.0f}) {
-        std::vector<float> s(d_phi * d_v), z(d_phi), q(d_phi), k(d_phi), v(d_v), num(d_v);
+        std::vector<float> s(d_phi * d_v), z(d_phi), q(d_phi), k(d_phi), v(d_v),
+            num(d_v);
         for (float& x : s) x = dist(rng);
         for (float& x : z) x = std::abs(dist(rng));
         for (float& x : q) x = dist(rng);
         for (float& x : k) x = dist(rng);
         for (float& x : v) x = dist(rng);
-        // Plain loops in double: S' = g·S + k vᵀ, z' = g·z + k, num = S'ᵀq, den = q·z'.
+        // Plain loops in double: S' = g·S + k vᵀ, z' = g·z + k, num = S'ᵀq, den
+        // = q·z'.
         std::vector<double> s2(s.size()), num2(d_v, 0.0), num_abs(d_v, 0.0);
         double den2 = 0, den_abs = 0;
         for (uint32_t i = 0; i < d_phi; ++i) {
           for (uint32_t c = 0; c < d_v; ++c) {
             s2[i * d_v + c] = double(g) * s[i * d_v + c] + double(k[i]) * v[c];
             num2[c] += double(q[i]) * s2[i * d_v + c];
-            num_abs[c] += std::abs(double(q[i])) *
-                          (std::abs(double(g) * s[i * d_v + c]) + std::abs(double(k[i]) * v[c]));
+            num_abs[c] +=
+                std::abs(double(q[i])) * (std::abs(double(g) * s[i * d_v + c]) +
+                                          std::abs(double(k[i]) * v[c]));
           }
           const double zi = double(g) * z[i] + k[i];
           den2 += q[i] * zi;
-          den_abs += std::abs(double(q[i])) * (std::abs(double(g) * z[i]) + std::abs(k[i]));
+          den_abs += std::abs(double(q[i])) *
+                     (std::abs(double(g) * z[i]) + std::abs(k[i]));
         }
         std::vector<float> s_in = s, z_in = z;
         float den = 0;
-        kernels->step_head(g, q.data(), k.data(), v.data(), d_phi, d_v, s.data(), z.data(),
-                           num.data(), &den);
+        kernels->step_head(g, q.data(), k.data(), v.data(), d_phi, d_v,
+                           s.data(), z.data(), num.data(), &den);
         for (uint32_t i = 0; i < d_phi * d_v; ++i) {
-          const double bound = 2 * kU * (std::abs(double(g) * s_in[i]) +
-                                         std::abs(double(k[i / d_v]) * v[i % d_v]));
-          ASSERT_LE(std::abs(s[i] - s2[i]), bound) << kernels->name << " S[" << i << "]";
+          const double bound = 2 * kU *
+                               (std::abs(double(g) * s_in[i]) +
+                                std::abs(double(k[i / d_v]) * v[i % d_v]));
+          ASSERT_LE(std::abs(s[i] - s2[i]), bound)
+              << kernels->name << " S[" << i << "]";
         }
         // The update (2 roundings) then a d_φ-term dot product.
         for (uint32_t c = 0; c < d_v; ++c) {
           ASSERT_LE(std::abs(num[c] - num2[c]), (d_phi + 4) * kU * num_abs[c])
-              << kernels->name << " num[" << c << "] d_phi=" << d_phi << " d_v=" << d_v;
+              << kernels->name << " num[" << c << "] d_phi=" << d_phi
+              << " d_v=" << d_v;
         }
-        ASSERT_LE(std::abs(den - den2), (d_phi + 4) * kU * den_abs) << kernels->name;
+        ASSERT_LE(std::abs(den - den2), (d_phi + 4) * kU * den_abs)
+            << kernels->name;
       }
     }
   }
@@ -74,7 +84,8 @@ TEST(Kernels, StepHeadMatchesPlainLoops) {
 TEST(Kernels, ExpIsAccurateEverywhere) {
   std::vector<float> x;
   for (float v = -104.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
-  for (float v : {-103.9f, -87.4f, -87.3f, -1e-6f, 0.0f, 1e-30f, 0.5f, 88.7f}) x.push_back(v);
+  for (float v : {-103.9f, -87.4f, -87.3f, -1e-6f, 0.0f, 1e-30f, 0.5f, 88.7f})
+    x.push_back(v);
   for (const StepKernels* kernels : SupportedKernels()) {
     std::vector<float> a = x;
     kernels->exp_shifted(static_cast<uint32_t>(a.size()), 0.0f, 1.0f, a.data());
@@ -84,12 +95,15 @@ TEST(Kernels, ExpIsAccurateEverywhere) {
       const double truth = std::exp(double(x[i]));
       const double err = std::abs(a[i] - truth);
       if (truth >= 0x1.0p-126) {
-        ASSERT_LE(err, 4 * kU * truth) << kernels->name << " exp(" << x[i] << ")";
+        ASSERT_LE(err, 4 * kU * truth)
+            << kernels->name << " exp(" << x[i] << ")";
       } else {
-        ASSERT_LE(err, 0x1.0p-149) << kernels->name << " exp(" << x[i] << ") subnormal";
+        ASSERT_LE(err, 0x1.0p-149)
+            << kernels->name << " exp(" << x[i] << ") subnormal";
       }
       const double elu_truth = x[i] >= 0 ? double(x[i]) + 1 : truth;
-      ASSERT_LE(std::abs(elu[i] - elu_truth), std::max(4 * kU * elu_truth, 0x1.0p-149))
+      ASSERT_LE(std::abs(elu[i] - elu_truth),
+                std::max(4 * kU * elu_truth, 0x1.0p-149))
           << kernels->name << " elu1(" << x[i] << ")";
     }
   }
@@ -97,14 +111,17 @@ TEST(Kernels, ExpIsAccurateEverywhere) {
 
 TEST(Kernels, ScanStepAndScale) {
   for (const StepKernels* kernels : SupportedKernels()) {
-    std::vector<float> carry = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+    std::vector<float> carry = {1,  2,  3,  4,  5,  6,  7,  8, 9,
+                                10, 11, 12, 13, 14, 15, 16, 17};
     std::vector<float> delta(carry.size());
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = 0.5f * i;
     const std::vector<float> before = carry, d = delta;
     kernels->scan_step(carry.size(), 0.5f, carry.data(), delta.data());
     for (size_t i = 0; i < carry.size(); ++i) {
-      EXPECT_EQ(delta[i], before[i]) << kernels->name;             // state before the chunk
-      EXPECT_EQ(carry[i], 0.5f * before[i] + d[i]) << kernels->name;  // exact: dyadic values
+      EXPECT_EQ(delta[i], before[i])
+          << kernels->name;  // state before the chunk
+      EXPECT_EQ(carry[i], 0.5f * before[i] + d[i])
+          << kernels->name;  // exact: dyadic values
     }
     kernels->scale(carry.size(), 0.25f, carry.data());
     EXPECT_EQ(carry[3], (0.5f * 4 + 1.5f) * 0.25f) << kernels->name;

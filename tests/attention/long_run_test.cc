@@ -12,11 +12,11 @@
 // order rounds less often along t but adds a C-term product per chunk, and
 // the read-out a d_φ-term dot product, so every entry also gets
 // (C + d_φ + 16)·u·A_t.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/attention/chunkwise.h"
 #include "core/attention/recurrent.h"
@@ -34,11 +34,13 @@ struct DoubleHead {
 TEST(LongRun, MillionTokensRecurrentEqualsChunkwise) {
   const uint64_t kTokens = 1'000'000, kBlock = 4096;
   const uint32_t kChunk = 64;
-  AttentionSpec spec{.num_heads = 2, .key_dim = 8, .value_dim = 8, .decay = {1.0f, 0.999f}};
+  AttentionSpec spec{
+      .num_heads = 2, .key_dim = 8, .value_dim = 8, .decay = {1.0f, 0.999f}};
   auto attention = Attention::Create(spec);
   ASSERT_TRUE(attention.ok());
   const uint32_t H = 2, d = 8;
-  AttentionState recurrent = attention->NewState(), chunkwise = attention->NewState();
+  AttentionState recurrent = attention->NewState(),
+                 chunkwise = attention->NewState();
   ChunkwiseRunner runner({.chunk_size = kChunk});
 
   std::vector<DoubleHead> truth(H);
@@ -53,8 +55,10 @@ TEST(LongRun, MillionTokensRecurrentEqualsChunkwise) {
     const uint64_t n = std::min(kBlock, kTokens - start);
     testing::Tokens data = testing::RandomTokens(spec, n, start);
     testing::Outputs out_r(spec, n), out_c(spec, n);
-    ASSERT_TRUE(StepSequence(*attention, recurrent, data.input(), out_r.view()).ok());
-    ASSERT_TRUE(runner.Run(*attention, chunkwise, data.input(), out_c.view()).ok());
+    ASSERT_TRUE(
+        StepSequence(*attention, recurrent, data.input(), out_r.view()).ok());
+    ASSERT_TRUE(
+        runner.Run(*attention, chunkwise, data.input(), out_c.view()).ok());
     for (uint64_t t = 0; t < n; ++t) {
       for (uint32_t h = 0; h < H; ++h) {
         const double g = spec.decay[h];
@@ -76,23 +80,33 @@ TEST(LongRun, MillionTokensRecurrentEqualsChunkwise) {
             th.s_abs[e] = g * th.s_abs[e] + std::abs(x);
             th.s[e] = g * th.s[e] + x;
             num[c] += phi_q[i] * th.s[e];
-            num_err[c] += phi_q[i] * kU * (3 * (th.s_abs[e] + th.s_age[e]) +
-                                           (kChunk + d + 16) * th.s_abs[e]);
+            num_err[c] += phi_q[i] * kU *
+                          (3 * (th.s_abs[e] + th.s_age[e]) +
+                           (kChunk + d + 16) * th.s_abs[e]);
           }
           th.z_age[i] = g * (th.z_age[i] + th.z_abs[i]);
           th.z_abs[i] = g * th.z_abs[i] + phi_k[i];
           th.z[i] = g * th.z[i] + phi_k[i];
           den += phi_q[i] * th.z[i];
-          den_err += phi_q[i] * kU * (3 * (th.z_abs[i] + th.z_age[i]) + (kChunk + d + 16) * th.z_abs[i]);
+          den_err += phi_q[i] * kU *
+                     (3 * (th.z_abs[i] + th.z_age[i]) +
+                      (kChunk + d + 16) * th.z_abs[i]);
         }
         for (uint32_t c = 0; c < d; ++c) {
           const double y = num[c] / den;
-          const double bound = (num_err[c] + std::abs(y) * den_err) / (den - den_err) + 2 * kU * std::abs(y);
-          const float yr = out_r.output[row * d + c], yc = out_c.output[row * d + c];
-          ASSERT_TRUE(std::isfinite(yr) && std::isfinite(yc)) << "token " << start + t;
-          ASSERT_LE(std::abs(yr - y), bound) << "recurrent, token " << start + t << " head " << h;
-          ASSERT_LE(std::abs(yc - y), bound) << "chunkwise, token " << start + t << " head " << h;
-          ASSERT_LE(std::abs(yr - yc), 2 * bound) << "token " << start + t << " head " << h;
+          const double bound =
+              (num_err[c] + std::abs(y) * den_err) / (den - den_err) +
+              2 * kU * std::abs(y);
+          const float yr = out_r.output[row * d + c],
+                      yc = out_c.output[row * d + c];
+          ASSERT_TRUE(std::isfinite(yr) && std::isfinite(yc))
+              << "token " << start + t;
+          ASSERT_LE(std::abs(yr - y), bound)
+              << "recurrent, token " << start + t << " head " << h;
+          ASSERT_LE(std::abs(yc - y), bound)
+              << "chunkwise, token " << start + t << " head " << h;
+          ASSERT_LE(std::abs(yr - yc), 2 * bound)
+              << "token " << start + t << " head " << h;
           worst_recurrent = std::max(worst_recurrent, std::abs(yr - y) / bound);
           worst_chunkwise = std::max(worst_chunkwise, std::abs(yc - y) / bound);
         }
@@ -101,10 +115,13 @@ TEST(LongRun, MillionTokensRecurrentEqualsChunkwise) {
   }
   EXPECT_EQ(recurrent.position(), kTokens);
   EXPECT_EQ(chunkwise.position(), kTokens);
-  RecordProperty("worst_recurrent_error_over_bound", std::to_string(worst_recurrent));
-  RecordProperty("worst_chunkwise_error_over_bound", std::to_string(worst_chunkwise));
-  std::printf("worst |error|/bound over 1M tokens: recurrent %.3g, chunkwise %.3g\n",
-              worst_recurrent, worst_chunkwise);
+  RecordProperty("worst_recurrent_error_over_bound",
+                 std::to_string(worst_recurrent));
+  RecordProperty("worst_chunkwise_error_over_bound",
+                 std::to_string(worst_chunkwise));
+  std::printf(
+      "worst |error|/bound over 1M tokens: recurrent %.3g, chunkwise %.3g\n",
+      worst_recurrent, worst_chunkwise);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The seed's worked example and its adversarial preset, exactly.
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "core/attention/chunkwise.h"
 #include "core/attention/quadratic.h"
@@ -12,7 +12,11 @@ namespace linattn {
 namespace {
 
 AttentionSpec TwoDSpec(FeatureMapKind map) {
-  return {.num_heads = 1, .key_dim = 2, .value_dim = 1, .feature_map = map, .epsilon = 0.0f};
+  return {.num_heads = 1,
+          .key_dim = 2,
+          .value_dim = 1,
+          .feature_map = map,
+          .epsilon = 0.0f};
 }
 
 // General preset, elu1, prefix 1: φ(q) = [1.5, 2], z = S = [2, 1],
@@ -29,12 +33,14 @@ TEST(SeedExample, GeneralPresetElu1PrefixOne) {
   AttentionState state = attention->NewState();
   float y = 0, den = 0;
   uint8_t available = 0;
-  ASSERT_TRUE(Step(*attention, state, {q, k, v, 1}, {&y, &den, &available}).ok());
+  ASSERT_TRUE(
+      Step(*attention, state, {q, k, v, 1}, {&y, &den, &available}).ok());
   EXPECT_EQ(state.z(0)[0], 2.0f);
   EXPECT_EQ(state.z(0)[1], 1.0f);
   EXPECT_EQ(state.s(0)[0], 2.0f);
   EXPECT_EQ(state.s(0)[1], 1.0f);
-  EXPECT_EQ(phi_q[0] * state.s(0)[0] + phi_q[1] * state.s(0)[1], 5.0f);  // numerator
+  EXPECT_EQ(phi_q[0] * state.s(0)[0] + phi_q[1] * state.s(0)[1],
+            5.0f);  // numerator
   EXPECT_EQ(den, 5.0f);
   EXPECT_EQ(available, 1);
   EXPECT_EQ(y, 1.0f);
@@ -45,9 +51,11 @@ TEST(SeedExample, GeneralPresetElu1PrefixOne) {
     uint8_t a2 = 0;
     AttentionState s2 = attention->NewState();
     ChunkwiseRunner runner;
-    ASSERT_TRUE((order == 0 ? runner.Run(*attention, s2, {q, k, v, 1}, {&y2, &den2, &a2})
-                            : QuadraticAttention(*attention, {q, k, v, 1}, {&y2, &den2, &a2}))
-                    .ok());
+    ASSERT_TRUE(
+        (order == 0
+             ? runner.Run(*attention, s2, {q, k, v, 1}, {&y2, &den2, &a2})
+             : QuadraticAttention(*attention, {q, k, v, 1}, {&y2, &den2, &a2}))
+            .ok());
     EXPECT_EQ(y2, 1.0f);
     EXPECT_EQ(den2, 5.0f);
   }
@@ -77,13 +85,17 @@ TEST(SeedExample, SingleKeyReturnsItsValueExactly) {
 TEST(SeedExample, SingleKeyReturnsItsValueForEveryMap) {
   for (FeatureMapKind map : {FeatureMapKind::kElu1, FeatureMapKind::kRelu,
                              FeatureMapKind::kFavor, FeatureMapKind::kCosine}) {
-    AttentionSpec spec{.num_heads = 3, .key_dim = 5, .value_dim = 4, .feature_map = map};
+    AttentionSpec spec{
+        .num_heads = 3, .key_dim = 5, .value_dim = 4, .feature_map = map};
     if (map == FeatureMapKind::kCosine) spec.horizon = 8;
     auto attention = Attention::Create(spec);
     ASSERT_TRUE(attention.ok());
-    const float q[15] = {0.3f, -1, 2, 0.25f, 0.7f, 1, 1, 1, 1, 1, -2, 2, 0, 3, 0.5f};
-    const float k[15] = {1, -0.5f, 0, 2, 0.1f, 3, 0, 0.4f, 0, 0, 0.2f, 0.4f, -0.6f, 0.8f, -1};
-    const float v[12] = {1, -2, 3.5f, 0.125f, 7, 0, -1e-3f, 1e3f, 0.1f, 0.2f, 0.3f, 0.4f};
+    const float q[15] = {0.3f, -1, 2,  0.25f, 0.7f, 1, 1,   1,
+                         1,    1,  -2, 2,     0,    3, 0.5f};
+    const float k[15] = {1, -0.5f, 0,    2,    0.1f,  3,    0, 0.4f,
+                         0, 0,     0.2f, 0.4f, -0.6f, 0.8f, -1};
+    const float v[12] = {1,      -2,   3.5f, 0.125f, 7,    0,
+                         -1e-3f, 1e3f, 0.1f, 0.2f,   0.3f, 0.4f};
     float y[12], den[3];
     uint8_t avail[3];
     AttentionState state = attention->NewState();
@@ -92,7 +104,8 @@ TEST(SeedExample, SingleKeyReturnsItsValueForEveryMap) {
     for (int i = 0; i < 12; ++i) {
       ASSERT_EQ(avail[i / 4], 1) << FeatureMapName(map);
       EXPECT_LE(std::abs(y[i] - v[i]), bound * std::abs(v[i]))
-          << FeatureMapName(map) << " element " << i << ": " << y[i] << " vs " << v[i];
+          << FeatureMapName(map) << " element " << i << ": " << y[i] << " vs "
+          << v[i];
     }
   }
 }
@@ -110,11 +123,13 @@ TEST(SeedExample, NegativePreset) {
     AttentionState state = attention->NewState();
     float y[3], den[3];
     uint8_t avail[3];
-    ASSERT_TRUE(StepSequence(*attention, state, {q, k, v, 3}, {y, den, avail}).ok());
+    ASSERT_TRUE(
+        StepSequence(*attention, state, {q, k, v, 3}, {y, den, avail}).ok());
     for (int t = 0; t < 3; ++t) {
       EXPECT_EQ(avail[t], 0);
       EXPECT_EQ(den[t], 0.0f);
-      EXPECT_TRUE(std::isnan(y[t])) << "unavailable is reported as NaN with available=0";
+      EXPECT_TRUE(std::isnan(y[t]))
+          << "unavailable is reported as NaN with available=0";
     }
   }
   {
@@ -123,8 +138,10 @@ TEST(SeedExample, NegativePreset) {
     AttentionState state = attention->NewState();
     float y[3], den[3], ry[3], rden[3];
     uint8_t avail[3], ravail[3];
-    ASSERT_TRUE(StepSequence(*attention, state, {q, k, v, 3}, {y, den, avail}).ok());
-    ASSERT_TRUE(QuadraticAttention(*attention, {q, k, v, 3}, {ry, rden, ravail}).ok());
+    ASSERT_TRUE(
+        StepSequence(*attention, state, {q, k, v, 3}, {y, den, avail}).ok());
+    ASSERT_TRUE(
+        QuadraticAttention(*attention, {q, k, v, 3}, {ry, rden, ravail}).ok());
     const ReferenceResult ref = ReferenceAttention(*attention, {q, k, v, 3});
     for (int t = 0; t < 3; ++t) {
       EXPECT_EQ(avail[t], 1);

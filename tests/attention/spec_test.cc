@@ -15,7 +15,9 @@ void ExpectRejected(const AttentionSpec& spec, const std::string& field) {
   EXPECT_THAT(std::string(s.message()), StartsWith(field + ":"));
 }
 
-TEST(Spec, DefaultsAreValid) { EXPECT_TRUE(ValidateSpec(AttentionSpec{}).ok()); }
+TEST(Spec, DefaultsAreValid) {
+  EXPECT_TRUE(ValidateSpec(AttentionSpec{}).ok());
+}
 
 TEST(Spec, RejectsBadFieldsNamingThem) {
   AttentionSpec s;

@@ -1,8 +1,8 @@
 #include "core/attention/state.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace linattn {
 namespace {

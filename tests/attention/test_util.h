@@ -5,7 +5,8 @@
 // Error bound (standard floating-point analysis, u = 2^-24 for fp32
 // round-to-nearest). Every weight w_ij = γ^{i−j}·φ(q_i)·φ(k_j) is computed
 // with relative error at most
-//   ρ_q + ρ_k          feature maps (exp within 2 ulp; for FAVOR+ the exponent's own
+//   ρ_q + ρ_k          feature maps (exp within 2 ulp; for FAVOR+ the
+//   exponent's own
 //                      rounding, (d_k + 8)·u·A, amplified by exp)
 //   + d_φ·u            the dot product of non-negative features (absolute
 //                      sums bound it for signed ones)
@@ -75,9 +76,11 @@ struct Outputs {
 };
 
 // Relative error of one weight from the feature maps (ρ_q + ρ_k).
-inline double FeatureError(const AttentionSpec& spec, const ReferenceResult& ref) {
+inline double FeatureError(const AttentionSpec& spec,
+                           const ReferenceResult& ref) {
   if (spec.feature_map == FeatureMapKind::kFavor) {
-    return 2.0 * ((spec.key_dim + 8) * ref.favor_exponent_scale + 5) * kUnitRoundoff;
+    return 2.0 * ((spec.key_dim + 8) * ref.favor_exponent_scale + 5) *
+           kUnitRoundoff;
   }
   // Each feature within 2 ulp (= 4u) of φ: the vectorised exp's accuracy.
   return 8.0 * kUnitRoundoff;
@@ -85,38 +88,48 @@ inline double FeatureError(const AttentionSpec& spec, const ReferenceResult& ref
 
 // Checks every (token, head) of `got` against the reference within the bound
 // above; `what` names the evaluation order in failure messages.
-inline void ExpectMatchesReference(const Attention& attention, const ReferenceResult& ref,
-                                   const Outputs& got, const std::string& what) {
+inline void ExpectMatchesReference(const Attention& attention,
+                                   const ReferenceResult& ref,
+                                   const Outputs& got,
+                                   const std::string& what) {
   const AttentionSpec& spec = attention.spec();
   const uint32_t H = spec.num_heads, d_v = spec.value_dim;
   const uint64_t T = ref.denominator.size() / H;
   const double rho = FeatureError(spec, ref);
   int failures = 0;
   for (uint64_t t = 0; t < T && failures < 5; ++t) {
-    const double e = rho + (3.0 * (t + 1) + 2.0 * attention.feature_dim() + 16) * kUnitRoundoff;
+    const double e =
+        rho +
+        (3.0 * (t + 1) + 2.0 * attention.feature_dim() + 16) * kUnitRoundoff;
     for (uint32_t h = 0; h < H && failures < 5; ++h) {
       const uint64_t row = t * H + h;
       const double D_abs = ref.denominator_abs[row];
       if (got.available[row] != ref.available[row]) {
-        ADD_FAILURE() << what << ": token " << t << " head " << h << " available="
-                      << int(got.available[row]) << ", reference " << int(ref.available[row])
+        ADD_FAILURE() << what << ": token " << t << " head " << h
+                      << " available=" << int(got.available[row])
+                      << ", reference " << int(ref.available[row])
                       << " (denominator " << ref.denominator[row] << ")";
         ++failures;
         continue;
       }
-      const double den_bound = e * D_abs + kUnitRoundoff * std::abs(ref.denominator[row]);
+      const double den_bound =
+          e * D_abs + kUnitRoundoff * std::abs(ref.denominator[row]);
       if (std::abs(ref.denominator[row]) > std::numeric_limits<float>::max()) {
         // Beyond fp32's range the reported denominator saturates to ±inf.
-        EXPECT_TRUE(std::isinf(got.denominator[row])) << what << ": token " << t;
-      } else if (std::abs(got.denominator[row] - ref.denominator[row]) > den_bound) {
-        ADD_FAILURE() << what << ": token " << t << " head " << h << " denominator "
-                      << got.denominator[row] << " vs reference " << ref.denominator[row]
-                      << " (bound " << den_bound << ")";
+        EXPECT_TRUE(std::isinf(got.denominator[row]))
+            << what << ": token " << t;
+      } else if (std::abs(got.denominator[row] - ref.denominator[row]) >
+                 den_bound) {
+        ADD_FAILURE() << what << ": token " << t << " head " << h
+                      << " denominator " << got.denominator[row]
+                      << " vs reference " << ref.denominator[row] << " (bound "
+                      << den_bound << ")";
         ++failures;
       }
       if (!ref.available[row]) {
         for (uint32_t c = 0; c < d_v; ++c) {
-          EXPECT_TRUE(std::isnan(got.output[row * d_v + c])) << what << ": unavailable must be NaN";
+          EXPECT_TRUE(std::isnan(got.output[row * d_v + c]))
+              << what << ": unavailable must be NaN";
         }
         continue;
       }
@@ -130,13 +143,15 @@ inline void ExpectMatchesReference(const Attention& attention, const ReferenceRe
         } else {
           const double margin = D - e * D_abs;
           if (margin <= 0) continue;  // too ill-conditioned to bound
-          bound = e * (N_abs + std::abs(y) * D_abs) / margin + 2 * kUnitRoundoff * std::abs(y);
+          bound = e * (N_abs + std::abs(y) * D_abs) / margin +
+                  2 * kUnitRoundoff * std::abs(y);
         }
         const double got_y = got.output[row * d_v + c];
         if (!(std::abs(got_y - y) <= bound)) {
-          ADD_FAILURE() << what << ": token " << t << " head " << h << " column " << c
-                        << ": " << got_y << " vs reference " << y << " (|diff| "
-                        << std::abs(got_y - y) << " > bound " << bound << ")";
+          ADD_FAILURE() << what << ": token " << t << " head " << h
+                        << " column " << c << ": " << got_y << " vs reference "
+                        << y << " (|diff| " << std::abs(got_y - y)
+                        << " > bound " << bound << ")";
           if (++failures >= 5) break;
         }
       }

@@ -2,15 +2,15 @@
 // and the installed binary once through a shell.
 #include "clients/cli/attend.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <random>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "clients/cli/npy.h"
 
@@ -40,7 +40,9 @@ class AttendTest : public ::testing::Test {
     ASSERT_TRUE(WriteNpy(Path("v.npy"), {T, H, D}, v_.data()).ok());
   }
   void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Path(const std::string& name) const {
+    return (dir_ / name).string();
+  }
   AttendOptions Options(const std::string& mode, const std::string& out) const {
     AttendOptions o;
     o.q_path = Path("q.npy");
@@ -71,11 +73,13 @@ TEST_F(AttendTest, OrdersAgreeThroughFiles) {
       results.push_back(y->data);
     }
     for (size_t i = 0; i < results[0].size(); ++i) {
-      // cosine is relu-based: an all-negative query is unavailable (NaN) in every order.
+      // cosine is relu-based: an all-negative query is unavailable (NaN) in
+      // every order.
       ASSERT_EQ(std::isnan(results[0][i]), std::isnan(results[1][i])) << map;
       ASSERT_EQ(std::isnan(results[0][i]), std::isnan(results[2][i])) << map;
       if (std::isnan(results[0][i])) continue;
-      // Weighted means of |v| ≤ 1 over ≤ 50 terms: (3·50 + 2·d_φ + 16)·u bounds each difference.
+      // Weighted means of |v| ≤ 1 over ≤ 50 terms: (3·50 + 2·d_φ + 16)·u bounds
+      // each difference.
       EXPECT_NEAR(results[0][i], results[1][i], 2e-5) << map;
       EXPECT_NEAR(results[0][i], results[2][i], 2e-5) << map;
     }
@@ -95,13 +99,16 @@ TEST_F(AttendTest, UnavailableIsNaN) {
 
 TEST_F(AttendTest, RejectsBadInputs) {
   AttendOptions o = Options("recurrent", "y.npy");
-  ASSERT_TRUE(WriteNpy(Path("v2.npy"), {T + 1, H, D}, std::vector<float>((T + 1) * H * D).data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("v2.npy"), {T + 1, H, D},
+                       std::vector<float>((T + 1) * H * D).data())
+                  .ok());
   o.v_path = Path("v2.npy");
   EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("--v"));
   o = Options("recurrent", "y.npy");
   ASSERT_TRUE(WriteNpy(Path("k2.npy"), {T * H * D}, k_.data()).ok());
   o.k_path = Path("k2.npy");
-  EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("--k: expected shape (T, H, d)"));
+  EXPECT_THAT(std::string(linattn::Attend(o).message()),
+              HasSubstr("--k: expected shape (T, H, d)"));
   o = Options("recurrent", "y.npy");
   o.decay = {0.5f, 0.5f};  // H = 3
   EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("decay"));
@@ -113,16 +120,25 @@ TEST_F(AttendTest, RejectsBadInputs) {
 TEST_F(AttendTest, BinaryPrintsTheSeedExampleAndFailsCleanly) {
   const std::string bin = LINATTN_BINARY;
   const std::string out = Path("explain.txt");
-  ASSERT_EQ(0, std::system((bin + " explain --preset general --feature-map elu1 --prefix 1 > " + out).c_str()));
+  ASSERT_EQ(
+      0,
+      std::system(
+          (bin + " explain --preset general --feature-map elu1 --prefix 1 > " +
+           out)
+              .c_str()));
   std::ifstream in(out);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("denominator  φ(q)·z = 5\n"));
   EXPECT_THAT(text, HasSubstr("numerator / denominator = 1\n"));
   const std::string err = Path("err.txt");
-  const int rc = std::system((bin + " attend --q " + Path("missing.npy") + " --k x --v y --out z 2> " + err).c_str());
+  const int rc = std::system((bin + " attend --q " + Path("missing.npy") +
+                              " --k x --v y --out z 2> " + err)
+                                 .c_str());
   EXPECT_NE(rc, 0);
   std::ifstream ein(err);
-  std::string etext((std::istreambuf_iterator<char>(ein)), std::istreambuf_iterator<char>());
+  std::string etext((std::istreambuf_iterator<char>(ein)),
+                    std::istreambuf_iterator<char>());
   EXPECT_THAT(etext, HasSubstr("missing.npy: cannot open"));
 }
 

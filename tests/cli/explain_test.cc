@@ -62,9 +62,12 @@ TEST(Explain, NegativePresetElu1MatchesReference) {
 }
 
 TEST(Explain, RejectsBadArguments) {
-  EXPECT_THAT(std::string(Explain({.preset = "x"}).status().message()), HasSubstr("preset"));
-  EXPECT_THAT(std::string(Explain({.prefix = 5}).status().message()), HasSubstr("prefix"));
-  EXPECT_THAT(std::string(Explain({.prefix = 0}).status().message()), HasSubstr("prefix"));
+  EXPECT_THAT(std::string(Explain({.preset = "x"}).status().message()),
+              HasSubstr("preset"));
+  EXPECT_THAT(std::string(Explain({.prefix = 5}).status().message()),
+              HasSubstr("prefix"));
+  EXPECT_THAT(std::string(Explain({.prefix = 0}).status().message()),
+              HasSubstr("prefix"));
   EXPECT_THAT(std::string(Explain({.feature_map = "favor"}).status().message()),
               HasSubstr("feature_map"));
 }

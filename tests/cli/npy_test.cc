@@ -11,7 +11,8 @@ using ::testing::HasSubstr;
 TEST(Npy, RoundTripsAndAlignsData) {
   const float data[6] = {1, -2, 3.5f, 0, 1e-30f, 7};
   const std::string bytes = SerializeNpy({2, 1, 3}, data);
-  EXPECT_EQ(bytes.size() % 64, 24u % 64 == 0 ? 0u : bytes.size() % 64);  // data follows the header
+  EXPECT_EQ(bytes.size() % 64,
+            24u % 64 == 0 ? 0u : bytes.size() % 64);  // data follows the header
   EXPECT_EQ((bytes.size() - 24) % 64, 0u);  // header is padded to 64 bytes
   auto parsed = ParseNpy(bytes, "x.npy");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -21,7 +22,8 @@ TEST(Npy, RoundTripsAndAlignsData) {
 
 // Bytes numpy itself writes for np.arange(3, dtype=np.float32).
 TEST(Npy, ReadsNumpyWrittenHeader) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }";
+  std::string header =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }";
   header.append(128 - 10 - header.size() - 1, ' ');
   header += '\n';
   std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
@@ -42,22 +44,27 @@ TEST(Npy, RejectsBadFilesClearly) {
   auto truncated = ParseNpy(good.substr(0, good.size() - 3), "t.npy");
   EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(truncated.status().message()), HasSubstr("t.npy"));
-  EXPECT_THAT(std::string(truncated.status().message()), HasSubstr("truncated"));
+  EXPECT_THAT(std::string(truncated.status().message()),
+              HasSubstr("truncated"));
 
   std::string f64 = good;
   f64.replace(f64.find("<f4"), 3, "<f8");
-  EXPECT_THAT(std::string(ParseNpy(f64, "d.npy").status().message()), HasSubstr("not float32"));
+  EXPECT_THAT(std::string(ParseNpy(f64, "d.npy").status().message()),
+              HasSubstr("not float32"));
 
   std::string fortran = good;
   fortran.replace(fortran.find("False"), 5, "True ");
-  EXPECT_THAT(std::string(ParseNpy(fortran, "f.npy").status().message()), HasSubstr("Fortran"));
+  EXPECT_THAT(std::string(ParseNpy(fortran, "f.npy").status().message()),
+              HasSubstr("Fortran"));
 
   EXPECT_THAT(std::string(ParseNpy("hello world", "h.npy").status().message()),
               HasSubstr("not a .npy file"));
   std::string bad_shape = good;
   bad_shape.replace(bad_shape.find("(2, 2)"), 6, "(2, x)");
-  EXPECT_THAT(std::string(ParseNpy(bad_shape, "s.npy").status().message()), HasSubstr("shape"));
-  EXPECT_EQ(ReadNpy("/nonexistent/q.npy").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(ParseNpy(bad_shape, "s.npy").status().message()),
+              HasSubstr("shape"));
+  EXPECT_EQ(ReadNpy("/nonexistent/q.npy").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 #include "core/onednn/matmul.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace linattn {
 namespace {
@@ -17,8 +17,13 @@ TEST(Matmul, MatchesTripleLoop) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       for (bool acc : {false, true}) {
-        MatmulShape shape{.batch = 3, .m = 7, .k = 13, .n = 5,
-                          .transpose_a = ta, .transpose_b = tb, .accumulate = acc};
+        MatmulShape shape{.batch = 3,
+                          .m = 7,
+                          .k = 13,
+                          .n = 5,
+                          .transpose_a = ta,
+                          .transpose_b = tb,
+                          .accumulate = acc};
         std::vector<float> a(3 * 7 * 13), b(3 * 13 * 5), c(3 * 7 * 5);
         for (float& x : a) x = dist(rng);
         for (float& x : b) x = dist(rng);
@@ -28,14 +33,18 @@ TEST(Matmul, MatchesTripleLoop) {
         for (int bi = 0; bi < 3; ++bi) {
           for (int i = 0; i < 7; ++i) {
             for (int j = 0; j < 5; ++j) {
-              double sum = acc ? c0[(bi * 7 + i) * 5 + j] : 0.0, abs_sum = std::abs(sum);
+              double sum = acc ? c0[(bi * 7 + i) * 5 + j] : 0.0,
+                     abs_sum = std::abs(sum);
               for (int p = 0; p < 13; ++p) {
-                const float av = ta ? a[(bi * 13 + p) * 7 + i] : a[(bi * 7 + i) * 13 + p];
-                const float bv = tb ? b[(bi * 5 + j) * 13 + p] : b[(bi * 13 + p) * 5 + j];
+                const float av =
+                    ta ? a[(bi * 13 + p) * 7 + i] : a[(bi * 7 + i) * 13 + p];
+                const float bv =
+                    tb ? b[(bi * 5 + j) * 13 + p] : b[(bi * 13 + p) * 5 + j];
                 sum += double(av) * bv;
                 abs_sum += std::abs(double(av) * bv);
               }
-              EXPECT_NEAR(c[(bi * 7 + i) * 5 + j], sum, 15 * 0x1.0p-24 * abs_sum)
+              EXPECT_NEAR(c[(bi * 7 + i) * 5 + j], sum,
+                          15 * 0x1.0p-24 * abs_sum)
                   << "ta=" << ta << " tb=" << tb << " acc=" << acc;
             }
           }
@@ -50,7 +59,8 @@ TEST(Matmul, PrimitivesAreCreatedOncePerShape) {
   std::vector<float> a(32, 1.0f), b(32, 1.0f), c(32);
   ASSERT_TRUE(BatchedMatmul(shape, a.data(), b.data(), c.data()).ok());
   const size_t cached = MatmulCache::Global().size();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(BatchedMatmul(shape, a.data(), b.data(), c.data()).ok());
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(BatchedMatmul(shape, a.data(), b.data(), c.data()).ok());
   EXPECT_EQ(MatmulCache::Global().size(), cached);
   EXPECT_EQ(c[0], 4.0f);
 }
