@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -150,10 +151,12 @@ std::string FormatExplainText(const ExplainResult& r) {
                   "\n\n");
   for (size_t i = 0; i < r.keys.size(); ++i) {
     absl::StrAppend(
-        &o, absl::StrFormat("k_%d = %-13s φ(k_%d) = %-26s v_%d = %-5s%s\n", i,
-                            Vec(r.keys[i]), i, Vec(r.phi_keys[i]), i,
-                            FormatFloat(r.values[i]),
-                            int(i) < r.prefix ? "" : "  (outside the prefix)"));
+        &o,
+        absl::StripTrailingAsciiWhitespace(absl::StrFormat(
+            "k_%d = %-13s φ(k_%d) = %-26s v_%d = %-5s%s", i, Vec(r.keys[i]), i,
+            Vec(r.phi_keys[i]), i, FormatFloat(r.values[i]),
+            int(i) < r.prefix ? "" : "  (outside the prefix)")),
+        "\n");
   }
   absl::StrAppend(&o, "\nrunning sums after ", r.prefix,
                   r.prefix == 1 ? " key" : " keys", ":\n");

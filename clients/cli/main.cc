@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
       "explain",
       "Show the seed's worked module: φ(q), φ(k_i), running z and S, "
       "numerator, denominator, output, reference and softmax");
-  ex->add_option("--preset", explain.preset, "general | negative")
+  ex->add_option("--preset", explain.preset,
+                 "general | negative (default: general)")
       ->check(CLI::IsMember({"general", "negative"}));
-  ex->add_option("--feature-map", explain.feature_map, "elu1 | relu")
+  ex->add_option("--feature-map", explain.feature_map,
+                 "elu1 | relu (default: elu1)")
       ->check(CLI::IsMember({"elu1", "relu"}));
   CLI::Option* prefix_opt = ex->add_option(
       "--prefix", prefix, "number of keys summed (default: all)");
@@ -52,12 +54,15 @@ int main(int argc, char** argv) {
   at->add_option("--out", attend.out_path, "output .npy (T, H, d_v)")
       ->required();
   at->add_option("--feature-map", attend.feature_map,
-                 "elu1 | relu | identity | favor | cosine")
+                 "elu1 | relu | identity | favor | cosine (default: elu1)")
       ->check(CLI::IsMember({"elu1", "relu", "identity", "favor", "cosine"}));
-  at->add_option("--mode", attend.mode,
-                 "evaluation order: recurrent | chunkwise | quadratic")
+  at->add_option(
+        "--mode", attend.mode,
+        "evaluation order: recurrent | chunkwise | quadratic (default: "
+        "chunkwise)")
       ->check(CLI::IsMember({"recurrent", "chunkwise", "quadratic"}));
-  at->add_option("--chunk", attend.chunk, "chunk size C of the chunkwise order")
+  at->add_option("--chunk", attend.chunk,
+                 "chunk size C of the chunkwise order (default: 64)")
       ->check(CLI::Range(1, 4096));
   at->add_option("--decay", decay,
                  "γ per head, comma-separated (one value = every head)");

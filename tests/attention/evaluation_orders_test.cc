@@ -85,7 +85,7 @@ std::vector<Case> MakeCases() {
               c.tokens = c.tokens * 3 / 4;
           }
           if (c.chunk > 1 && c.tokens % c.chunk == 0)
-            ++c.tokens;  // never a multiple
+            --c.tokens;  // never a multiple (and T ≤ 2000)
           if (map == FeatureMapKind::kCosine) s.horizon = c.tokens + 7;
           if (decay) {
             for (uint32_t h = 0; h < s.num_heads; ++h) {
