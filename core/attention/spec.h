@@ -49,6 +49,8 @@ struct AttentionSpec {
   uint32_t feature_dim = 0;
   uint64_t seed = 0;     // FAVOR+ random-feature seed (fixed for a session)
   uint32_t horizon = 0;  // cosFormer M; positions must stay below it
+
+  friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
 };
 
 // "elu1", "relu", "identity", "favor", "cosine".

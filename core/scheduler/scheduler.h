@@ -1,0 +1,96 @@
+// Scheduler: the one place session state is computed on. Requests of many
+// sessions queue here; a worker thread takes them in rounds and runs each
+// round as batches:
+//   - decode steps of all sessions in the round → one StepBatch call;
+//   - prefills of all sessions in the round → one chunkwise Run (every
+//     (session, head, chunk) one element of the same batched matmuls);
+//   - other state work (inspect, snapshot, fork) → one call each.
+// A round holds at most one request per session, taken in arrival order, so
+// a session's requests run strictly in order and one at a time, while
+// different sessions run together. Parallelism inside a round comes from the
+// kernels' OpenMP threads (one pool: no oversubscription with oneDNN).
+//
+// Every request is validated on its own before it joins a batch, so one bad
+// request fails alone and changes nothing; `done` is called exactly once, on
+// the worker thread (or the caller's, if the scheduler has stopped).
+//
+// Thread-safe. Callers keep input and output buffers alive until `done`.
+#ifndef LINATTN_CORE_SCHEDULER_SCHEDULER_H_
+#define LINATTN_CORE_SCHEDULER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "core/attention/chunkwise.h"
+#include "core/session/session_manager.h"
+
+namespace linattn {
+
+struct SchedulerOptions {
+  uint32_t max_round = 1024;  // requests per round
+  ChunkwiseOptions chunkwise;
+};
+
+struct SchedulerStats {
+  uint64_t rounds = 0;
+  uint64_t steps = 0;
+  uint64_t step_batches = 0;
+  uint64_t largest_step_batch = 0;
+  uint64_t prefills = 0;
+  uint64_t prefill_batches = 0;
+  uint64_t prefill_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  using Done = absl::AnyInvocable<void(absl::Status) &&>;
+  using StateWork = absl::AnyInvocable<absl::Status(Session&) &&>;
+
+  explicit Scheduler(SchedulerOptions options = {});
+  // Stops the worker after the queued requests have run.
+  ~Scheduler();
+
+  // One decode token (in.tokens == 1).
+  void Step(std::shared_ptr<Session> session, SequenceInput in,
+            SequenceOutput out, Done done);
+  // `in.tokens` tokens through the chunkwise path.
+  void Prefill(std::shared_ptr<Session> session, SequenceInput in,
+               SequenceOutput out, Done done);
+  // Any other work on the session's state, ordered with its steps.
+  void Run(std::shared_ptr<Session> session, StateWork work, Done done);
+
+  // Runs what is queued, then refuses new requests with UNAVAILABLE.
+  void Shutdown();
+  SchedulerStats stats() const;
+
+ private:
+  enum class Kind { kStep, kPrefill, kWork };
+  struct Request {
+    Kind kind;
+    std::shared_ptr<Session> session;
+    SequenceInput in;
+    SequenceOutput out;
+    StateWork work;
+    Done done;
+  };
+  void Enqueue(Request request);
+  void WorkerLoop();
+  void RunRound(std::vector<Request>& round);
+
+  const SchedulerOptions options_;
+  mutable absl::Mutex mu_;
+  std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
+  ChunkwiseRunner runner_;  // worker thread only
+  std::thread worker_;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_SCHEDULER_SCHEDULER_H_

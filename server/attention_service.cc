@@ -1,0 +1,285 @@
+#include "server/attention_service.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/session/snapshot.h"
+#include "server/convert.h"
+#include "server/status.h"
+
+namespace linattn {
+
+namespace {
+
+// The three tensors of a request hold tokens × heads × dim floats each.
+absl::Status CheckSizes(const AttentionSpec& spec, uint64_t tokens, int q,
+                        int k, int v) {
+  const uint64_t qk = tokens * spec.num_heads * spec.key_dim;
+  const uint64_t vv = tokens * spec.num_heads * spec.value_dim;
+  auto check = [&](const char* field, int got, uint64_t want, const char* dim) {
+    return uint64_t(got) == want
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(
+                     absl::StrCat(field, ": expected ", want,
+                                  " floats (tokens ", tokens, " × num_heads ",
+                                  spec.num_heads, " × ", dim, "), got ", got));
+  };
+  if (absl::Status s = check("q", q, qk, "key_dim"); !s.ok()) return s;
+  if (absl::Status s = check("k", k, qk, "key_dim"); !s.ok()) return s;
+  return check("v", v, vv, "value_dim");
+}
+
+void CopyAvailable(const std::vector<uint8_t>& from,
+                   google::protobuf::RepeatedField<bool>* to) {
+  to->Resize(static_cast<int>(from.size()), false);
+  for (size_t i = 0; i < from.size(); ++i)
+    to->Set(static_cast<int>(i), from[i] != 0);
+}
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
+                                 const absl::Status& s) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSession(
+    grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* request,
+    v1::Session* response) {
+  auto spec = FromProto(request->spec());
+  if (!spec.ok()) return Finish(ctx, spec.status());
+  auto session = sessions_->CreateSession(spec->spec, spec->epsilon,
+                                          request->session_id());
+  if (!session.ok()) return Finish(ctx, session.status());
+  ToProto(DescribeSession(**session), response);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::GetSession(
+    grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* request,
+    v1::Session* response) {
+  auto session = sessions_->Find(request->session_id());
+  if (!session.ok()) return Finish(ctx, session.status());
+  ToProto(DescribeSession(**session), response);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
+    grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest*,
+    v1::ListSessionsResponse* response) {
+  for (const auto& session : sessions_->List()) {
+    ToProto(DescribeSession(*session), response->add_sessions());
+  }
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::DeleteSession(
+    grpc::CallbackServerContext* ctx, const v1::DeleteSessionRequest* request,
+    v1::DeleteSessionResponse*) {
+  return Finish(ctx, sessions_->Delete(request->session_id()));
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
+    grpc::CallbackServerContext* ctx, const v1::PrefillRequest* request,
+    v1::PrefillResponse* response) {
+  auto found = sessions_->Find(request->session_id());
+  if (!found.ok()) return Finish(ctx, found.status());
+  std::shared_ptr<Session> session = *std::move(found);
+  const AttentionSpec& spec = session->spec();
+  const uint64_t T = request->tokens();
+  if (T == 0)
+    return Finish(ctx,
+                  absl::InvalidArgumentError("tokens: must be at least 1"));
+  if (absl::Status s = CheckSizes(spec, T, request->q_size(), request->k_size(),
+                                  request->v_size());
+      !s.ok()) {
+    return Finish(ctx, s);
+  }
+  response->mutable_output()->Resize(
+      static_cast<int>(T * spec.num_heads * spec.value_dim), 0);
+  response->mutable_denominator()->Resize(static_cast<int>(T * spec.num_heads),
+                                          0);
+  std::vector<uint8_t> available(T * spec.num_heads);
+  const SequenceInput in{request->q().data(), request->k().data(),
+                         request->v().data(), T};
+  const SequenceOutput out{response->mutable_output()->mutable_data(),
+                           response->mutable_denominator()->mutable_data(),
+                           available.data()};
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  Session* raw = session.get();
+  scheduler_->Prefill(
+      std::move(session), in, out,
+      [reactor, response, raw,
+       available = std::move(available)](absl::Status status) mutable {
+        if (status.ok()) {
+          CopyAvailable(available, response->mutable_available());
+          response->set_position(raw->state().position());
+        } else {
+          response->Clear();
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
+}
+
+// One Decode stream: read a token, step it on the scheduler, write the
+// result, read the next. A bad message ends the stream with its status and
+// leaves the session as it was.
+class AttentionServiceImpl::DecodeReactor
+    : public grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
+ public:
+  explicit DecodeReactor(AttentionServiceImpl* service) : service_(service) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side (or the call was cancelled)
+      Finish(grpc::Status::OK);
+      return;
+    }
+    auto found = service_->sessions_->Find(request_.session_id());
+    if (!found.ok()) {
+      Finish(ToGrpcStatus(found.status()));
+      return;
+    }
+    session_ = *std::move(found);
+    const AttentionSpec& spec = session_->spec();
+    if (absl::Status s = CheckSizes(spec, 1, request_.q_size(),
+                                    request_.k_size(), request_.v_size());
+        !s.ok()) {
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    response_.Clear();
+    response_.mutable_output()->Resize(
+        static_cast<int>(spec.num_heads * spec.value_dim), 0);
+    response_.mutable_denominator()->Resize(static_cast<int>(spec.num_heads),
+                                            0);
+    available_.assign(spec.num_heads, 0);
+    const SequenceInput in{request_.q().data(), request_.k().data(),
+                           request_.v().data(), 1};
+    const SequenceOutput out{response_.mutable_output()->mutable_data(),
+                             response_.mutable_denominator()->mutable_data(),
+                             available_.data()};
+    service_->scheduler_->Step(session_, in, out, [this](absl::Status status) {
+      if (!status.ok()) {
+        Finish(ToGrpcStatus(status));
+        return;
+      }
+      CopyAvailable(available_, response_.mutable_available());
+      response_.set_position(session_->state().position());
+      StartWrite(&response_);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  AttentionServiceImpl* const service_;
+  v1::DecodeRequest request_;
+  v1::DecodeResponse response_;
+  std::vector<uint8_t> available_;
+  std::shared_ptr<Session> session_;
+};
+
+grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse>*
+AttentionServiceImpl::Decode(grpc::CallbackServerContext*) {
+  return new DecodeReactor(this);
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
+    grpc::CallbackServerContext* ctx, const v1::InspectRequest* request,
+    v1::InspectResponse* response) {
+  auto found = sessions_->Find(request->session_id());
+  if (!found.ok()) return Finish(ctx, found.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  scheduler_->Run(
+      *std::move(found),
+      [response](Session& session) {
+        const AttentionState& state = session.state();
+        const uint64_t s_floats =
+            uint64_t{state.feature_dim()} * state.value_dim();
+        for (uint32_t h = 0; h < state.num_heads(); ++h) {
+          response->mutable_s()->Add(state.s(h), state.s(h) + s_floats);
+          response->mutable_z()->Add(state.z(h),
+                                     state.z(h) + state.feature_dim());
+          if (state.has_key_shift())
+            response->add_key_log_scale(state.key_shift(h));
+        }
+        response->set_position(state.position());
+        SessionInfo info = DescribeSession(session);
+        info.position = state.position();
+        ToProto(info, response->mutable_session());
+        return absl::OkStatus();
+      },
+      [reactor](absl::Status status) {
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Snapshot(
+    grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* request,
+    v1::SnapshotResponse* response) {
+  auto found = sessions_->Find(request->session_id());
+  if (!found.ok()) return Finish(ctx, found.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  scheduler_->Run(
+      *std::move(found),
+      [response](Session& session) {
+        response->set_state(SerializeSnapshot(session.spec(), session.state()));
+        return absl::OkStatus();
+      },
+      [reactor](absl::Status status) {
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Restore(
+    grpc::CallbackServerContext* ctx, const v1::RestoreRequest* request,
+    v1::Session* response) {
+  auto parsed = ParseSnapshot(request->state());
+  if (!parsed.ok()) return Finish(ctx, parsed.status());
+  auto session = sessions_->AdoptSession(parsed->spec, std::move(parsed->state),
+                                         request->session_id());
+  if (!session.ok()) return Finish(ctx, session.status());
+  ToProto(DescribeSession(**session), response);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AttentionServiceImpl::Fork(
+    grpc::CallbackServerContext* ctx, const v1::ForkRequest* request,
+    v1::Session* response) {
+  auto found = sessions_->Find(request->session_id());
+  if (!found.ok()) return Finish(ctx, found.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  SessionManager* sessions = sessions_;
+  scheduler_->Run(
+      *std::move(found),
+      [sessions, response,
+       new_id = request->new_session_id()](Session& parent) {
+        // O(state): one copy of the block, then the two evolve independently.
+        auto child = sessions->AdoptSession(parent.spec(),
+                                            parent.state().Copy(), new_id);
+        if (!child.ok()) return child.status();
+        ToProto(DescribeSession(**child), response);
+        return absl::OkStatus();
+      },
+      [reactor](absl::Status status) {
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  return reactor;
+}
+
+}  // namespace linattn

@@ -1,0 +1,80 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace linattn {
+
+absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
+    const ServerOptions& options) {
+  std::unique_ptr<LinattnServer> server(new LinattnServer());
+  LINATTN_ASSIGN_OR_RETURN(server->sessions_,
+                           SessionManager::Create(options.sessions));
+  server->scheduler_ = std::make_unique<Scheduler>(options.scheduler);
+  server->service_ = std::make_unique<AttentionServiceImpl>(
+      server->sessions_.get(), server->scheduler_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &server->port_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("listen: cannot bind ", options.listen));
+  }
+  const size_t colon = options.listen.rfind(':');
+  server->address_ =
+      absl::StrCat(options.listen.substr(0, colon), ":", server->port_);
+  grpc::HealthCheckServiceInterface* health =
+      server->server_->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus("linattn.v1.AttentionService", true);
+  if (options.idle_ttl.count() > 0) {
+    server->evictor_ = std::thread(
+        [s = server.get(), ttl = options.idle_ttl] { s->EvictionLoop(ttl); });
+  }
+  return server;
+}
+
+void LinattnServer::EvictionLoop(std::chrono::milliseconds ttl) {
+  const auto period = std::clamp(ttl / 4, std::chrono::milliseconds(10),
+                                 std::chrono::milliseconds(1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    if (size_t n = sessions_->EvictIdle(ttl); n != 0) {
+      spdlog::info("evicted {} idle session(s) (idle ttl {} ms)", n,
+                   ttl.count());
+    }
+    lock.lock();
+  }
+}
+
+void LinattnServer::Drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  server_->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  scheduler_->Shutdown();
+  if (evictor_.joinable()) evictor_.join();
+}
+
+LinattnServer::~LinattnServer() {
+  Drain(std::chrono::milliseconds(0));
+  server_->Wait();
+}
+
+}  // namespace linattn

@@ -1,0 +1,68 @@
+// LinattnServer: the gRPC server around the session table and scheduler —
+// listening socket, limits, health and reflection, idle eviction and
+// graceful drain. main.cc only parses flags and waits for a signal.
+#ifndef LINATTN_SERVER_SERVER_H_
+#define LINATTN_SERVER_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "core/scheduler/scheduler.h"
+#include "core/session/session_manager.h"
+#include "server/attention_service.h"
+
+namespace linattn {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";  // port 0 = pick a free one
+  SessionManagerOptions sessions;
+  SchedulerOptions scheduler;
+  std::chrono::milliseconds idle_ttl{0};  // 0 = sessions never expire
+  int max_message_bytes = 64 << 20;
+};
+
+class LinattnServer {
+ public:
+  // Binds and starts serving; health reports SERVING once this returns.
+  static absl::StatusOr<std::unique_ptr<LinattnServer>> Start(
+      const ServerOptions& options);
+  ~LinattnServer();
+
+  // The address actually bound (with the chosen port when 0 was asked).
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  // Graceful drain: health turns NOT_SERVING, no new calls are accepted,
+  // in-flight calls get until `grace` to finish (then are cancelled), queued
+  // compute runs out. Idempotent.
+  void Drain(std::chrono::milliseconds grace);
+
+  SessionManager& sessions() { return *sessions_; }
+  Scheduler& scheduler() { return *scheduler_; }
+
+ private:
+  LinattnServer() = default;
+  void EvictionLoop(std::chrono::milliseconds ttl);
+
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  int port_ = 0;
+  std::thread evictor_;
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_SERVER_SERVER_H_

@@ -1,0 +1,596 @@
+// AttentionService end to end: a real linattn-server process on 127.0.0.1
+// with an ephemeral port, real gRPC clients.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "core/attention/recurrent.h"
+#include "core/attention/reference.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "linattn/v1/attention.grpc.pb.h"
+#include "tests/attention/test_util.h"
+#include "tests/integration/server_process.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+using Stub = v1::AttentionService::Stub;
+
+v1::AttentionSpec ProtoSpec(uint32_t heads, uint32_t dk, uint32_t dv,
+                            const std::string& map = "elu1",
+                            std::optional<float> epsilon = 0.0f) {
+  v1::AttentionSpec s;
+  s.set_num_heads(heads);
+  s.set_key_dim(dk);
+  s.set_value_dim(dv);
+  s.set_feature_map(map);
+  if (epsilon) s.set_epsilon(*epsilon);
+  return s;
+}
+
+// The core spec a session reports (as resolved by the server).
+AttentionSpec CoreSpec(const v1::Session& session) {
+  const v1::AttentionSpec& p = session.spec();
+  AttentionSpec s;
+  s.num_heads = p.num_heads();
+  s.key_dim = p.key_dim();
+  s.value_dim = p.value_dim();
+  s.feature_map = *ParseFeatureMap(p.feature_map());
+  s.unnormalized = p.unnormalized();
+  s.epsilon = p.epsilon();
+  s.decay.assign(p.decay().begin(), p.decay().end());
+  s.feature_dim = s.feature_map == FeatureMapKind::kFavor ? p.feature_dim() : 0;
+  s.seed = p.seed();
+  s.horizon = p.horizon();
+  return s;
+}
+
+v1::Session Create(Stub& stub, const v1::AttentionSpec& spec,
+                   const std::string& id = "") {
+  grpc::ClientContext ctx;
+  v1::CreateSessionRequest req;
+  *req.mutable_spec() = spec;
+  req.set_session_id(id);
+  v1::Session session;
+  grpc::Status s = stub.CreateSession(&ctx, req, &session);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return session;
+}
+
+struct StreamResult {
+  grpc::Status status;
+  std::vector<float> output;  // tokens × H × d_v
+  std::vector<uint8_t> available;
+  uint64_t last_position = 0;
+};
+
+// Decodes `tokens` tokens [first, first+count) of `data` over one stream.
+StreamResult DecodeStream(Stub& stub, const std::string& id,
+                          const testing::Tokens& data,
+                          const AttentionSpec& spec, uint64_t first,
+                          uint64_t count,
+                          grpc::ClientContext* ctx_in = nullptr) {
+  grpc::ClientContext local;
+  grpc::ClientContext* ctx = ctx_in != nullptr ? ctx_in : &local;
+  auto stream = stub.Decode(ctx);
+  StreamResult r;
+  const uint64_t qk = uint64_t(spec.num_heads) * spec.key_dim;
+  const uint64_t vv = uint64_t(spec.num_heads) * spec.value_dim;
+  for (uint64_t t = first; t < first + count; ++t) {
+    v1::DecodeRequest req;
+    req.set_session_id(id);
+    req.mutable_q()->Add(data.q.begin() + t * qk,
+                         data.q.begin() + (t + 1) * qk);
+    req.mutable_k()->Add(data.k.begin() + t * qk,
+                         data.k.begin() + (t + 1) * qk);
+    req.mutable_v()->Add(data.v.begin() + t * vv,
+                         data.v.begin() + (t + 1) * vv);
+    if (!stream->Write(req)) break;
+    v1::DecodeResponse resp;
+    if (!stream->Read(&resp)) break;
+    r.output.insert(r.output.end(), resp.output().begin(), resp.output().end());
+    for (bool a : resp.available()) r.available.push_back(a);
+    r.last_position = resp.position();
+  }
+  stream->WritesDone();
+  r.status = stream->Finish();
+  return r;
+}
+
+v1::InspectResponse Inspect(Stub& stub, const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::InspectRequest req;
+  req.set_session_id(id);
+  v1::InspectResponse resp;
+  EXPECT_TRUE(stub.Inspect(&ctx, req, &resp).ok());
+  return resp;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+class AttentionServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = ServerProcess::Start();
+    ASSERT_NE(server_, nullptr) << "linattn-server did not start";
+    stub_ = v1::AttentionService::NewStub(server_->Channel());
+  }
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<Stub> stub_;
+};
+
+TEST_F(AttentionServiceTest, HealthIsServing) {
+  auto health = grpc::health::v1::Health::NewStub(server_->Channel());
+  for (const char* service : {"", "linattn.v1.AttentionService"}) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING)
+        << service;
+  }
+}
+
+TEST_F(AttentionServiceTest, SessionLifecycle) {
+  v1::Session a = Create(*stub_, ProtoSpec(8, 64, 64, "elu1", std::nullopt));
+  EXPECT_EQ(a.session_id().size(), 32u);       // 128 random bits in hex
+  EXPECT_FLOAT_EQ(a.spec().epsilon(), 1e-6f);  // the server default, reported
+  EXPECT_EQ(a.state_bytes(), 8u * (64 * 64 + 64) * 4);
+  EXPECT_EQ(a.position(), 0u);
+  v1::Session b = Create(*stub_, ProtoSpec(2, 4, 4), "client.chosen-id_1");
+  EXPECT_EQ(b.session_id(), "client.chosen-id_1");
+
+  grpc::ClientContext dup_ctx;
+  v1::CreateSessionRequest dup;
+  *dup.mutable_spec() = ProtoSpec(2, 4, 4);
+  dup.set_session_id("client.chosen-id_1");
+  v1::Session ignored;
+  EXPECT_EQ(stub_->CreateSession(&dup_ctx, dup, &ignored).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  grpc::ClientContext bad_ctx;
+  dup.set_session_id("no spaces allowed");
+  grpc::Status bad = stub_->CreateSession(&bad_ctx, dup, &ignored);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("session_id"));
+
+  grpc::ClientContext list_ctx;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub_->ListSessions(&list_ctx, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 2);
+
+  grpc::ClientContext get_ctx;
+  v1::GetSessionRequest get;
+  get.set_session_id(a.session_id());
+  v1::Session got;
+  ASSERT_TRUE(stub_->GetSession(&get_ctx, get, &got).ok());
+  EXPECT_EQ(got.state_bytes(), a.state_bytes());
+
+  for (int round = 0; round < 2; ++round) {
+    grpc::ClientContext del_ctx;
+    v1::DeleteSessionRequest del;
+    del.set_session_id(a.session_id());
+    v1::DeleteSessionResponse del_resp;
+    EXPECT_EQ(stub_->DeleteSession(&del_ctx, del, &del_resp).error_code(),
+              round == 0 ? grpc::StatusCode::OK : grpc::StatusCode::NOT_FOUND);
+  }
+  grpc::ClientContext gone_ctx;
+  EXPECT_EQ(stub_->GetSession(&gone_ctx, get, &got).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+// Several sessions of different specs decoding at once over concurrent
+// streams: every output is bit-identical to the local recurrent step (the
+// batched step runs the same kernel per head), so no state leaks between
+// sessions and no step is lost.
+TEST_F(AttentionServiceTest, ConcurrentDecodeMatchesLocalRecurrent) {
+  std::vector<v1::AttentionSpec> specs = {
+      ProtoSpec(4, 16, 8), ProtoSpec(2, 8, 8, "favor"),
+      ProtoSpec(3, 5, 7, "relu"), ProtoSpec(8, 32, 32)};
+  specs[2].add_decay(0.9f);
+  specs[2].add_decay(1.0f);
+  specs[2].add_decay(0.5f);
+  specs[1].set_seed(77);
+  constexpr uint64_t kTokens = 60;
+  std::vector<v1::Session> sessions;
+  std::vector<testing::Tokens> data;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    sessions.push_back(Create(*stub_, specs[i]));
+    data.push_back(
+        testing::RandomTokens(CoreSpec(sessions[i]), kTokens, 100 + i));
+  }
+  std::vector<StreamResult> results(specs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = DecodeStream(*stub_, sessions[i].session_id(), data[i],
+                                CoreSpec(sessions[i]), 0, kTokens);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    const AttentionSpec spec = CoreSpec(sessions[i]);
+    Attention attention = *Attention::Create(spec);
+    AttentionState state = attention.NewState();
+    testing::Outputs local(spec, kTokens);
+    ASSERT_TRUE(
+        StepSequence(attention, state, data[i].input(), local.view()).ok());
+    EXPECT_TRUE(SameBits(results[i].output, local.output)) << "session " << i;
+    EXPECT_EQ(results[i].last_position, kTokens);
+    EXPECT_EQ(Inspect(*stub_, sessions[i].session_id()).position(), kTokens);
+  }
+}
+
+TEST_F(AttentionServiceTest, PrefillThenDecodeEqualsDecodeAlone) {
+  const v1::Session a = Create(*stub_, ProtoSpec(4, 16, 16));
+  const v1::Session b = Create(*stub_, ProtoSpec(4, 16, 16));
+  const AttentionSpec spec = CoreSpec(a);
+  constexpr uint64_t kTokens = 300, kPrefix = 230;
+  const testing::Tokens data = testing::RandomTokens(spec, kTokens, 5);
+
+  grpc::ClientContext ctx;
+  v1::PrefillRequest req;
+  req.set_session_id(a.session_id());
+  req.set_tokens(kPrefix);
+  const uint64_t qk = kPrefix * 4 * 16;
+  req.mutable_q()->Add(data.q.begin(), data.q.begin() + qk);
+  req.mutable_k()->Add(data.k.begin(), data.k.begin() + qk);
+  req.mutable_v()->Add(data.v.begin(), data.v.begin() + qk);
+  v1::PrefillResponse resp;
+  ASSERT_TRUE(stub_->Prefill(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.position(), kPrefix);
+  ASSERT_EQ(resp.output_size(), int(qk));
+  ASSERT_EQ(resp.available_size(), int(kPrefix * 4));
+  StreamResult rest = DecodeStream(*stub_, a.session_id(), data, spec, kPrefix,
+                                   kTokens - kPrefix);
+  ASSERT_TRUE(rest.status.ok());
+  StreamResult alone =
+      DecodeStream(*stub_, b.session_id(), data, spec, 0, kTokens);
+  ASSERT_TRUE(alone.status.ok());
+
+  // Both against the double reference, within the fp32 bound.
+  Attention attention = *Attention::Create(spec);
+  const ReferenceResult ref = ReferenceAttention(attention, data.input());
+  testing::Outputs via_prefill(spec, kTokens), via_decode(spec, kTokens);
+  std::copy(resp.output().begin(), resp.output().end(),
+            via_prefill.output.begin());
+  std::copy(resp.denominator().begin(), resp.denominator().end(),
+            via_prefill.denominator.begin());
+  std::copy(resp.available().begin(), resp.available().end(),
+            via_prefill.available.begin());
+  std::copy(rest.output.begin(), rest.output.end(),
+            via_prefill.output.begin() + qk);
+  std::copy(rest.available.begin(), rest.available.end(),
+            via_prefill.available.begin() + kPrefix * 4);
+  via_decode.output = alone.output;
+  via_decode.available = alone.available;
+  // Denominators of the streamed tokens are checked by the local tests;
+  // here take the reference's so only outputs are compared.
+  for (uint64_t i = kPrefix * 4; i < kTokens * 4; ++i) {
+    via_prefill.denominator[i] = static_cast<float>(ref.denominator[i]);
+  }
+  for (uint64_t i = 0; i < kTokens * 4; ++i) {
+    via_decode.denominator[i] = static_cast<float>(ref.denominator[i]);
+  }
+  testing::ExpectMatchesReference(attention, ref, via_prefill,
+                                  "prefill then decode");
+  testing::ExpectMatchesReference(attention, ref, via_decode, "decode alone");
+}
+
+TEST_F(AttentionServiceTest, SnapshotRestoreAndForkContinueBitIdentically) {
+  const v1::Session a = Create(*stub_, ProtoSpec(3, 8, 6, "favor"));
+  const AttentionSpec spec = CoreSpec(a);
+  const testing::Tokens data = testing::RandomTokens(spec, 40, 9);
+  ASSERT_TRUE(
+      DecodeStream(*stub_, a.session_id(), data, spec, 0, 25).status.ok());
+
+  grpc::ClientContext snap_ctx;
+  v1::SnapshotRequest snap_req;
+  snap_req.set_session_id(a.session_id());
+  v1::SnapshotResponse snap;
+  ASSERT_TRUE(stub_->Snapshot(&snap_ctx, snap_req, &snap).ok());
+  grpc::ClientContext restore_ctx;
+  v1::RestoreRequest restore_req;
+  restore_req.set_state(snap.state());
+  restore_req.set_session_id("restored");
+  v1::Session restored;
+  ASSERT_TRUE(stub_->Restore(&restore_ctx, restore_req, &restored).ok());
+  EXPECT_EQ(restored.position(), 25u);
+  grpc::ClientContext fork_ctx;
+  v1::ForkRequest fork_req;
+  fork_req.set_session_id(a.session_id());
+  v1::Session forked;
+  ASSERT_TRUE(stub_->Fork(&fork_ctx, fork_req, &forked).ok());
+  EXPECT_EQ(forked.position(), 25u);
+
+  std::vector<StreamResult> next;
+  for (const std::string& id :
+       {a.session_id(), restored.session_id(), forked.session_id()}) {
+    next.push_back(DecodeStream(*stub_, id, data, spec, 25, 15));
+    ASSERT_TRUE(next.back().status.ok());
+  }
+  EXPECT_TRUE(SameBits(next[0].output, next[1].output)) << "restored differs";
+  EXPECT_TRUE(SameBits(next[0].output, next[2].output)) << "fork differs";
+  // Forks evolve independently: more tokens on the fork leave the parent.
+  ASSERT_TRUE(
+      DecodeStream(*stub_, forked.session_id(), data, spec, 0, 5).status.ok());
+  EXPECT_EQ(Inspect(*stub_, a.session_id()).position(), 40u);
+  EXPECT_EQ(Inspect(*stub_, forked.session_id()).position(), 45u);
+}
+
+TEST_F(AttentionServiceTest, RestoreRefusesDamagedSnapshots) {
+  const v1::Session a = Create(*stub_, ProtoSpec(2, 4, 4));
+  grpc::ClientContext ctx;
+  v1::SnapshotRequest req;
+  req.set_session_id(a.session_id());
+  v1::SnapshotResponse snap;
+  ASSERT_TRUE(stub_->Snapshot(&ctx, req, &snap).ok());
+  std::string truncated = snap.state().substr(0, snap.state().size() - 9);
+  std::string altered = snap.state();
+  altered[altered.size() / 2] ^= 0x40;
+  for (const std::string& blob : {truncated, altered, std::string("garbage")}) {
+    grpc::ClientContext rctx;
+    v1::RestoreRequest r;
+    r.set_state(blob);
+    v1::Session out;
+    grpc::Status s = stub_->Restore(&rctx, r, &out);
+    EXPECT_TRUE(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                s.error_code() == grpc::StatusCode::DATA_LOSS)
+        << s.error_code();
+    EXPECT_THAT(s.error_message(), HasSubstr("state"));
+  }
+  grpc::ClientContext list_ctx;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub_->ListSessions(&list_ctx, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 1) << "a failed restore created a session";
+}
+
+// Every bad request names its field and leaves the session exactly as it
+// was; a Decode stream ended by a bad message leaves the session usable.
+TEST_F(AttentionServiceTest, ErrorsLeaveTheSessionUnchanged) {
+  const v1::Session a = Create(*stub_, ProtoSpec(2, 4, 3));
+  const AttentionSpec spec = CoreSpec(a);
+  const testing::Tokens data = testing::RandomTokens(spec, 10, 3);
+  ASSERT_TRUE(
+      DecodeStream(*stub_, a.session_id(), data, spec, 0, 4).status.ok());
+  const v1::InspectResponse before = Inspect(*stub_, a.session_id());
+
+  auto expect_unchanged = [&](const std::string& what) {
+    const v1::InspectResponse after = Inspect(*stub_, a.session_id());
+    EXPECT_EQ(after.position(), before.position()) << what;
+    EXPECT_TRUE(SameBits({after.s().begin(), after.s().end()},
+                         {before.s().begin(), before.s().end()}))
+        << what;
+    EXPECT_TRUE(SameBits({after.z().begin(), after.z().end()},
+                         {before.z().begin(), before.z().end()}))
+        << what;
+  };
+  auto prefill = [&](int tokens, int q, int k, int v, float poison_k) {
+    grpc::ClientContext ctx;
+    v1::PrefillRequest req;
+    req.set_session_id(a.session_id());
+    req.set_tokens(tokens);
+    for (int i = 0; i < q; ++i) req.add_q(0.1f);
+    for (int i = 0; i < k; ++i) req.add_k(i == 5 ? poison_k : 0.2f);
+    for (int i = 0; i < v; ++i) req.add_v(0.3f);
+    v1::PrefillResponse resp;
+    return stub_->Prefill(&ctx, req, &resp);
+  };
+  grpc::Status s = prefill(2, 15, 16, 12, 0.2f);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("q: expected 16 floats"));
+  expect_unchanged("wrong q size");
+  s = prefill(2, 16, 16, 12, NAN);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("k[5]"));
+  expect_unchanged("NaN in k");
+  s = prefill(0, 0, 0, 0, 0);
+  EXPECT_THAT(s.error_message(), HasSubstr("tokens"));
+
+  // A bad Decode message ends its stream with the status …
+  grpc::ClientContext ctx;
+  auto stream = stub_->Decode(&ctx);
+  v1::DecodeRequest bad;
+  bad.set_session_id(a.session_id());
+  for (int i = 0; i < 8; ++i) bad.add_q(0.5f), bad.add_k(0.5f);
+  for (int i = 0; i < 5; ++i) bad.add_v(0.5f);  // needs 6
+  stream->Write(bad);
+  v1::DecodeResponse resp;
+  EXPECT_FALSE(stream->Read(&resp));
+  s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("v: expected 6 floats"));
+  expect_unchanged("bad decode message");
+  // … and a new stream continues where the session was.
+  StreamResult more = DecodeStream(*stub_, a.session_id(), data, spec, 4, 2);
+  ASSERT_TRUE(more.status.ok());
+  EXPECT_EQ(more.last_position, 6u);
+
+  // Unknown session, bad spec, cosine horizon.
+  StreamResult missing = DecodeStream(*stub_, "nope", data, spec, 0, 1);
+  EXPECT_EQ(missing.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext spec_ctx;
+  v1::CreateSessionRequest create;
+  *create.mutable_spec() = ProtoSpec(2, 4, 3, "softmax");
+  v1::Session out;
+  s = stub_->CreateSession(&spec_ctx, create, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("spec.feature_map"));
+  grpc::ClientContext heads_ctx;
+  *create.mutable_spec() = ProtoSpec(0, 4, 3);
+  s = stub_->CreateSession(&heads_ctx, create, &out);
+  EXPECT_THAT(s.error_message(), HasSubstr("spec.num_heads"));
+  v1::AttentionSpec cosine = ProtoSpec(2, 4, 3, "cosine");
+  cosine.set_horizon(3);
+  const v1::Session c = Create(*stub_, cosine);
+  StreamResult past =
+      DecodeStream(*stub_, c.session_id(), data, CoreSpec(c), 0, 5);
+  EXPECT_EQ(past.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_EQ(past.last_position, 3u);
+  EXPECT_EQ(Inspect(*stub_, c.session_id()).position(), 3u);
+}
+
+TEST_F(AttentionServiceTest, DecodeDeadlineAndCancellation) {
+  const v1::Session a = Create(*stub_, ProtoSpec(2, 4, 4));
+  const AttentionSpec spec = CoreSpec(a);
+  const testing::Tokens data = testing::RandomTokens(spec, 10, 4);
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(300));
+    auto stream = stub_->Decode(&ctx);
+    v1::DecodeRequest req;
+    req.set_session_id(a.session_id());
+    req.mutable_q()->Add(data.q.begin(), data.q.begin() + 8);
+    req.mutable_k()->Add(data.k.begin(), data.k.begin() + 8);
+    req.mutable_v()->Add(data.v.begin(), data.v.begin() + 8);
+    ASSERT_TRUE(stream->Write(req));
+    v1::DecodeResponse resp;
+    ASSERT_TRUE(stream->Read(&resp));
+    EXPECT_FALSE(stream->Read(&resp));  // blocks until the deadline passes
+    EXPECT_EQ(stream->Finish().error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Decode(&ctx);
+    ctx.TryCancel();
+    v1::DecodeResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The session took exactly the one token and still works.
+  StreamResult after = DecodeStream(*stub_, a.session_id(), data, spec, 1, 2);
+  ASSERT_TRUE(after.status.ok());
+  EXPECT_EQ(after.last_position, 3u);
+}
+
+TEST(AttentionServiceLimits, SessionsMemoryAndMessageSize) {
+  auto server =
+      ServerProcess::Start({"--max-sessions", "2", "--max-state-memory", "1MiB",
+                            "--max-message-bytes", "65536"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::AttentionService::NewStub(server->Channel());
+  const v1::Session a = Create(*stub, ProtoSpec(1, 4, 4));
+  grpc::ClientContext big_ctx;
+  v1::CreateSessionRequest big;
+  *big.mutable_spec() =
+      ProtoSpec(8, 128, 128);  // 528 KiB … twice is over 1 MiB
+  v1::Session b;
+  ASSERT_TRUE(stub->CreateSession(&big_ctx, big, &b).ok());
+  grpc::ClientContext third_ctx;
+  v1::Session c;
+  grpc::Status s = stub->CreateSession(&third_ctx, big, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  grpc::ClientContext del_ctx;
+  v1::DeleteSessionRequest del;
+  del.set_session_id(a.session_id());
+  v1::DeleteSessionResponse del_resp;
+  ASSERT_TRUE(stub->DeleteSession(&del_ctx, del, &del_resp).ok());
+  grpc::ClientContext mem_ctx;
+  s = stub->CreateSession(&mem_ctx, big, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("bytes of state"));
+
+  // A prefill message over 64 KiB is refused by the transport.
+  grpc::ClientContext pre_ctx;
+  v1::PrefillRequest pre;
+  pre.set_session_id(b.session_id());
+  pre.set_tokens(20);
+  for (int i = 0; i < 20 * 8 * 128; ++i)
+    pre.add_q(0.f), pre.add_k(0.f), pre.add_v(0.f);
+  v1::PrefillResponse pre_resp;
+  EXPECT_EQ(stub->Prefill(&pre_ctx, pre, &pre_resp).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // So is a response over it: Inspect of a 528 KiB state.
+  grpc::ClientContext inspect_ctx;
+  v1::InspectRequest inspect;
+  inspect.set_session_id(b.session_id());
+  v1::InspectResponse inspect_resp;
+  EXPECT_EQ(stub->Inspect(&inspect_ctx, inspect, &inspect_resp).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  grpc::ClientContext get_ctx;
+  v1::GetSessionRequest get;
+  get.set_session_id(b.session_id());
+  v1::Session got;
+  ASSERT_TRUE(stub->GetSession(&get_ctx, get, &got).ok());
+  EXPECT_EQ(got.position(), 0u);
+}
+
+TEST(AttentionServiceEviction, IdleSessionsExpire) {
+  auto server = ServerProcess::Start({"--idle-ttl", "0.3"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::AttentionService::NewStub(server->Channel());
+  const v1::Session idle = Create(*stub, ProtoSpec(1, 2, 2));
+  const v1::Session busy = Create(*stub, ProtoSpec(1, 2, 2));
+  const testing::Tokens data = testing::RandomTokens(CoreSpec(busy), 30, 1);
+  // Keep one session busy for ~1.5 s; the other idles past its TTL.
+  for (int i = 0; i < 15; ++i) {
+    ASSERT_TRUE(
+        DecodeStream(*stub, busy.session_id(), data, CoreSpec(busy), i, 1)
+            .status.ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest get;
+  get.set_session_id(idle.session_id());
+  v1::Session out;
+  EXPECT_EQ(stub->GetSession(&ctx, get, &out).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext ctx2;
+  get.set_session_id(busy.session_id());
+  ASSERT_TRUE(stub->GetSession(&ctx2, get, &out).ok());
+  EXPECT_EQ(out.position(), 15u);
+}
+
+// SIGTERM: health turns NOT_SERVING, an open stream may finish its work,
+// new calls are refused, and the process exits 0.
+TEST(AttentionServiceDrain, SigtermFinishesInFlightCallsAndExitsZero) {
+  auto server = ServerProcess::Start({"--grace-period", "5"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::AttentionService::NewStub(server->Channel());
+  const v1::Session a = Create(*stub, ProtoSpec(2, 4, 4));
+  const AttentionSpec spec = CoreSpec(a);
+  const testing::Tokens data = testing::RandomTokens(spec, 4, 8);
+  grpc::ClientContext ctx;
+  auto stream = stub->Decode(&ctx);
+  auto step = [&](uint64_t t) {
+    v1::DecodeRequest req;
+    req.set_session_id(a.session_id());
+    req.mutable_q()->Add(data.q.begin() + t * 8, data.q.begin() + (t + 1) * 8);
+    req.mutable_k()->Add(data.k.begin() + t * 8, data.k.begin() + (t + 1) * 8);
+    req.mutable_v()->Add(data.v.begin() + t * 8, data.v.begin() + (t + 1) * 8);
+    v1::DecodeResponse resp;
+    return stream->Write(req) && stream->Read(&resp) ? resp.position() : 0;
+  };
+  ASSERT_EQ(step(0), 1u);
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(step(1), 2u)
+      << "the in-flight stream keeps working during the grace period";
+  // New calls are refused while draining.
+  auto fresh = v1::AttentionService::NewStub(server->Channel());
+  grpc::ClientContext new_ctx;
+  new_ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(2));
+  v1::ListSessionsResponse list;
+  EXPECT_FALSE(fresh->ListSessions(&new_ctx, {}, &list).ok());
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  const int status = server->Wait(std::chrono::seconds(10));
+  ASSERT_NE(status, -1) << "did not exit after the stream finished";
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace linattn

@@ -1,0 +1,110 @@
+// A real linattn-server process on 127.0.0.1 with an ephemeral port, for
+// integration tests. Started with --listen 127.0.0.1:0 --port-file; stopped
+// with SIGTERM (then SIGKILL after a bound) when the object goes away.
+#ifndef LINATTN_TESTS_INTEGRATION_SERVER_PROCESS_H_
+#define LINATTN_TESTS_INTEGRATION_SERVER_PROCESS_H_
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace linattn::testing {
+
+class ServerProcess {
+ public:
+  // Starts the server with `args` added; nullptr if it did not come up
+  // within 20 s.
+  static std::unique_ptr<ServerProcess> Start(
+      const std::vector<std::string>& args = {}) {
+    auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
+    p->port_file_ = std::filesystem::temp_directory_path() /
+                    ("linattn_port_" + std::to_string(::getpid()) + "_" +
+                     std::to_string(counter_++));
+    std::filesystem::remove(p->port_file_);
+    std::vector<std::string> argv = {
+        LINATTN_SERVER_BINARY,  "--listen",    "127.0.0.1:0", "--port-file",
+        p->port_file_.string(), "--log-level", "warn"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    if (posix_spawn(&p->pid_, cargv[0], nullptr, nullptr, cargv.data(),
+                    environ) != 0) {
+      return nullptr;
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(p->port_file_);
+      if (in >> p->port_ && p->port_ > 0) return p;
+      int status = 0;
+      if (waitpid(p->pid_, &status, WNOHANG) == p->pid_) {
+        p->pid_ = -1;
+        return nullptr;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return nullptr;
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0) Stop(std::chrono::seconds(10));
+    std::filesystem::remove(port_file_);
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::shared_ptr<grpc::Channel> Channel() const {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    args.SetMaxSendMessageSize(256 << 20);
+    return grpc::CreateCustomChannel(address(),
+                                     grpc::InsecureChannelCredentials(), args);
+  }
+  pid_t pid() const { return pid_; }
+
+  // SIGTERM, then wait up to `bound` (SIGKILL after). Returns the wait
+  // status, or -1 if it had to be killed.
+  int Stop(std::chrono::milliseconds bound) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    return Wait(bound);
+  }
+  int Wait(std::chrono::milliseconds bound) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+ private:
+  ServerProcess() = default;
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::filesystem::path port_file_;
+};
+
+}  // namespace linattn::testing
+
+#endif  // LINATTN_TESTS_INTEGRATION_SERVER_PROCESS_H_
