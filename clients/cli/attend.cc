@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "clients/cli/npy.h"
+#include "clients/cli/remote.h"
 #include "core/attention/attention.h"
 #include "core/attention/chunkwise.h"
 #include "core/attention/quadratic.h"
@@ -53,7 +54,7 @@ absl::Status Attend(const AttendOptions& o) {
   spec.value_dim = static_cast<uint32_t>(v.shape[2]);
   LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
   spec.unnormalized = o.unnormalized;
-  spec.epsilon = o.epsilon;
+  spec.epsilon = o.epsilon.value_or(0.0f);
   if (o.decay.size() == 1) {
     spec.decay.assign(spec.num_heads, o.decay[0]);
   } else {
@@ -71,18 +72,45 @@ absl::Status Attend(const AttendOptions& o) {
   std::vector<uint8_t> available(uint64_t(T) * H);
   SequenceInput in{q.data.data(), k.data.data(), v.data.data(), uint64_t(T)};
   SequenceOutput out{y.data(), den.data(), available.data()};
-  AttentionState state = attention.NewState();
-  if (o.mode == "recurrent") {
-    LINATTN_RETURN_IF_ERROR(StepSequence(attention, state, in, out));
-  } else if (o.mode == "chunkwise") {
-    ChunkwiseRunner runner({.chunk_size = o.chunk});
-    LINATTN_RETURN_IF_ERROR(runner.Run(attention, state, in, out));
-  } else if (o.mode == "quadratic") {
-    LINATTN_RETURN_IF_ERROR(QuadraticAttention(attention, in, out));
+  const bool remote_mode = o.mode == "decode" || o.mode == "prefill";
+  if (remote_mode && o.server.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode ", o.mode, ": runs in a server session; give --server ADDR"));
+  }
+  if (!remote_mode && !o.server.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode ", o.mode,
+        ": computes locally; with --server use decode or prefill"));
+  }
+  if (remote_mode) {
+    RemoteAttention remote(o.server);
+    LINATTN_ASSIGN_OR_RETURN(v1::Session session,
+                             remote.CreateSession(spec, o.epsilon));
+    // Requests of ≤ 16 MiB, well inside the server's default message limit.
+    const uint64_t token_bytes =
+        4ull * spec.num_heads * (2 * spec.key_dim + spec.value_dim);
+    const uint64_t max_tokens =
+        std::max<uint64_t>(1, (16u << 20) / token_bytes);
+    absl::Status s =
+        o.mode == "decode"
+            ? remote.Decode(session.session_id(), spec, in, out)
+            : remote.Prefill(session.session_id(), spec, in, out, max_tokens);
+    (void)remote.DeleteSession(session.session_id());
+    LINATTN_RETURN_IF_ERROR(s);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode: unknown '", o.mode,
-                     "' (expected recurrent, chunkwise or quadratic)"));
+    AttentionState state = attention.NewState();
+    if (o.mode == "recurrent") {
+      LINATTN_RETURN_IF_ERROR(StepSequence(attention, state, in, out));
+    } else if (o.mode == "chunkwise") {
+      ChunkwiseRunner runner({.chunk_size = o.chunk});
+      LINATTN_RETURN_IF_ERROR(runner.Run(attention, state, in, out));
+    } else if (o.mode == "quadratic") {
+      LINATTN_RETURN_IF_ERROR(QuadraticAttention(attention, in, out));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mode: unknown '", o.mode,
+          "' (expected recurrent, chunkwise, quadratic, decode or prefill)"));
+    }
   }
   return WriteNpy(o.out_path, {T, H, int64_t(spec.value_dim)}, y.data());
 }

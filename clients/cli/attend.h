@@ -7,6 +7,7 @@
 #define LINATTN_CLIENTS_CLI_ATTEND_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,14 @@ namespace linattn {
 struct AttendOptions {
   std::string q_path, k_path, v_path, out_path;
   std::string feature_map = "elu1";
-  std::string mode = "chunkwise";  // recurrent | chunkwise | quadratic
+  // Local: recurrent | chunkwise | quadratic. With `server`: decode (one
+  // Decode stream) | prefill (Prefill requests) in a temporary session.
+  std::string mode = "chunkwise";
+  std::string server;  // host:port of a linattn-server
   uint32_t chunk = 64;
   std::vector<float> decay;  // one value for every head, or one per head
-  float epsilon = 0.0f;
+  std::optional<float>
+      epsilon;  // unset: 0 locally, the server's default remotely
   bool unnormalized = false;
   uint32_t feature_dim = 0;  // FAVOR+ m (0 = 2·d_k)
   uint64_t seed = 0;         // FAVOR+ seed

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "clients/cli/remote.h"
 #include "core/attention/attention.h"
 #include "core/attention/quadratic.h"
 #include "core/attention/recurrent.h"
@@ -106,11 +107,32 @@ absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {
                    uint64_t(prefix)};
   std::vector<float> y(prefix), den(prefix), ry(prefix), rden(prefix);
   std::vector<uint8_t> avail(prefix), ravail(prefix);
-  AttentionState state = attention.NewState();
-  LINATTN_RETURN_IF_ERROR(
-      StepSequence(attention, state, in, {y.data(), den.data(), avail.data()}));
-  r.z = {state.z(0)[0], state.z(0)[1]};
-  r.s = {state.s(0)[0], state.s(0)[1]};
+  if (options.server.empty()) {
+    AttentionState state = attention.NewState();
+    LINATTN_RETURN_IF_ERROR(StepSequence(attention, state, in,
+                                         {y.data(), den.data(), avail.data()}));
+    r.z = {state.z(0)[0], state.z(0)[1]};
+    r.s = {state.s(0)[0], state.s(0)[1]};
+  } else {
+    // The same steps in a server session (ε = 0 exactly), then its state
+    // through Inspect.
+    RemoteAttention remote(options.server);
+    LINATTN_ASSIGN_OR_RETURN(v1::Session session,
+                             remote.CreateSession(spec, 0.0f));
+    absl::Status s = remote.Decode(session.session_id(), spec, in,
+                                   {y.data(), den.data(), avail.data()});
+    absl::StatusOr<v1::InspectResponse> state =
+        s.ok() ? remote.Inspect(session.session_id()) : s;
+    (void)remote.DeleteSession(session.session_id());
+    if (!state.ok()) return state.status();
+    if (state->z_size() != 2 || state->s_size() != 2) {
+      return absl::InternalError(
+          "server: Inspect returned a state of the wrong size");
+    }
+    r.z = {state->z(0), state->z(1)};
+    r.s = {state->s(0), state->s(1)};
+    r.server = options.server;
+  }
   r.numerator = r.phi_q[0] * r.s[0] + r.phi_q[1] * r.s[1];
   r.denominator = den.back();
   r.available = avail.back() != 0;
@@ -144,9 +166,12 @@ absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {
 
 std::string FormatExplainText(const ExplainResult& r) {
   std::string o;
-  absl::StrAppend(&o, "Linear attention reassociation: preset ", r.preset,
-                  ", feature map ", r.feature_map, ", prefix ", r.prefix,
-                  " of ", r.keys.size(), " keys\n\n");
+  absl::StrAppend(
+      &o, "Linear attention reassociation: preset ", r.preset, ", feature map ",
+      r.feature_map, ", prefix ", r.prefix, " of ", r.keys.size(), " keys",
+      r.server.empty() ? ""
+                       : absl::StrCat(" (state from server ", r.server, ")"),
+      "\n\n");
   absl::StrAppend(&o, "q        = ", Vec(r.q), "\nφ(q)     = ", Vec(r.phi_q),
                   "\n\n");
   for (size_t i = 0; i < r.keys.size(); ++i) {
@@ -210,6 +235,8 @@ nlohmann::json ExplainJson(const ExplainResult& r) {
        r.available ? nlohmann::json(r.weights) : nlohmann::json(nullptr)},
       {"softmax",
        {{"weights", r.softmax_weights}, {"output", r.softmax_output}}},
+      {"server",
+       r.server.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.server)},
   };
 }
 

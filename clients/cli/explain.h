@@ -24,6 +24,7 @@ struct ExplainOptions {
   std::string preset = "general";    // general | negative
   std::string feature_map = "elu1";  // elu1 | relu
   std::optional<int> prefix;         // keys summed; default all
+  std::string server;  // host:port: run the steps in a server session
 };
 
 struct ExplainResult {
@@ -46,6 +47,7 @@ struct ExplainResult {
   std::vector<float> weights;  // linear-attention weights φ(q)·φ(k_i)/den
   std::vector<float> softmax_weights;  // softmax(q·k_i) over the prefix
   float softmax_output = 0;
+  std::string server;  // where the state was computed ("" = locally)
 };
 
 absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options);

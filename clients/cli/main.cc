@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/attend.h"
 #include "clients/cli/explain.h"
+#include "clients/cli/remote.h"
 
 namespace {
 
@@ -41,6 +42,18 @@ int main(int argc, char** argv) {
   CLI::Option* prefix_opt = ex->add_option(
       "--prefix", prefix, "number of keys summed (default: all)");
   ex->add_flag("--json", json, "print one JSON object");
+  ex->add_option("--server", explain.server,
+                 "host:port: step the prefix in a server session and read its "
+                 "state through Inspect");
+
+  std::string health_server, health_service;
+  double health_timeout = 2.0;
+  CLI::App* he = app.add_subcommand(
+      "health", "Check a server's grpc.health.v1 status; exit 0 when SERVING");
+  he->add_option("--server", health_server, "host:port")->required();
+  he->add_option("--service", health_service,
+                 "service name (default: the whole server)");
+  he->add_option("--timeout", health_timeout, "seconds (default: 2)");
 
   linattn::AttendOptions attend;
   std::string decay;
@@ -56,18 +69,23 @@ int main(int argc, char** argv) {
   at->add_option("--feature-map", attend.feature_map,
                  "elu1 | relu | identity | favor | cosine (default: elu1)")
       ->check(CLI::IsMember({"elu1", "relu", "identity", "favor", "cosine"}));
-  at->add_option(
-        "--mode", attend.mode,
-        "evaluation order: recurrent | chunkwise | quadratic (default: "
-        "chunkwise)")
-      ->check(CLI::IsMember({"recurrent", "chunkwise", "quadratic"}));
+  at->add_option("--mode", attend.mode,
+                 "evaluation order: recurrent | chunkwise | quadratic locally, "
+                 "decode | prefill with --server (default: chunkwise)")
+      ->check(CLI::IsMember(
+          {"recurrent", "chunkwise", "quadratic", "decode", "prefill"}));
+  at->add_option("--server", attend.server,
+                 "host:port of a linattn-server (modes decode and prefill)");
   at->add_option("--chunk", attend.chunk,
                  "chunk size C of the chunkwise order (default: 64)")
       ->check(CLI::Range(1, 4096));
   at->add_option("--decay", decay,
                  "γ per head, comma-separated (one value = every head)");
-  at->add_option("--epsilon", attend.epsilon,
-                 "ε added to the denominator (default 0: exact)");
+  float epsilon = 0;
+  CLI::Option* epsilon_opt = at->add_option(
+      "--epsilon", epsilon,
+      "ε added to the denominator (default: 0 locally, the server's default "
+      "with --server)");
   at->add_flag("--unnormalized", attend.unnormalized,
                "y = φ(q)ᵀS, no denominator");
   at->add_option("--feature-dim", attend.feature_dim,
@@ -99,8 +117,18 @@ int main(int argc, char** argv) {
       }
       attend.decay.push_back(g);
     }
+    if (epsilon_opt->count() > 0) attend.epsilon = epsilon;
     if (absl::Status s = linattn::Attend(attend); !s.ok()) return Fail(s);
     return 0;
+  }
+  if (he->parsed()) {
+    linattn::RemoteAttention remote(health_server);
+    auto serving = remote.Healthy(
+        health_service,
+        std::chrono::milliseconds(int64_t(health_timeout * 1000)));
+    if (!serving.ok()) return Fail(serving.status());
+    std::cout << (*serving ? "SERVING" : "NOT_SERVING") << "\n";
+    return *serving ? 0 : 1;
   }
   return 0;
 }

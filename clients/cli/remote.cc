@@ -1,0 +1,146 @@
+#include "clients/cli/remote.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace linattn {
+
+namespace {
+
+void CopyOut(const v1::DecodeResponse& r, uint64_t row0, uint32_t heads,
+             uint32_t d_v, const SequenceOutput& out) {
+  std::copy(r.output().begin(), r.output().end(), out.output + row0 * d_v);
+  std::copy(r.denominator().begin(), r.denominator().end(),
+            out.denominator + row0);
+  for (uint32_t h = 0; h < heads && h < uint32_t(r.available_size()); ++h) {
+    out.available[row0 + h] = r.available(h) ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+RemoteAttention::RemoteAttention(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // the server enforces its own limit
+  args.SetMaxSendMessageSize(-1);
+  channel_ = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::AttentionService::NewStub(channel_);
+}
+
+absl::StatusOr<v1::Session> RemoteAttention::CreateSession(
+    const AttentionSpec& spec, std::optional<float> epsilon,
+    const std::string& session_id) {
+  v1::CreateSessionRequest req;
+  v1::AttentionSpec* s = req.mutable_spec();
+  s->set_num_heads(spec.num_heads);
+  s->set_key_dim(spec.key_dim);
+  s->set_value_dim(spec.value_dim);
+  s->set_feature_map(std::string(FeatureMapName(spec.feature_map)));
+  s->set_unnormalized(spec.unnormalized);
+  if (epsilon) s->set_epsilon(*epsilon);
+  s->mutable_decay()->Assign(spec.decay.begin(), spec.decay.end());
+  s->set_feature_dim(spec.feature_dim);
+  s->set_seed(spec.seed);
+  s->set_horizon(spec.horizon);
+  req.set_session_id(session_id);
+  grpc::ClientContext ctx;
+  v1::Session session;
+  if (grpc::Status st = stub_->CreateSession(&ctx, req, &session); !st.ok()) {
+    return FromGrpcStatus(st);
+  }
+  return session;
+}
+
+absl::Status RemoteAttention::DeleteSession(const std::string& session_id) {
+  grpc::ClientContext ctx;
+  v1::DeleteSessionRequest req;
+  req.set_session_id(session_id);
+  v1::DeleteSessionResponse resp;
+  return FromGrpcStatus(stub_->DeleteSession(&ctx, req, &resp));
+}
+
+absl::StatusOr<v1::InspectResponse> RemoteAttention::Inspect(
+    const std::string& session_id) {
+  grpc::ClientContext ctx;
+  v1::InspectRequest req;
+  req.set_session_id(session_id);
+  v1::InspectResponse resp;
+  if (grpc::Status st = stub_->Inspect(&ctx, req, &resp); !st.ok())
+    return FromGrpcStatus(st);
+  return resp;
+}
+
+absl::Status RemoteAttention::Prefill(const std::string& session_id,
+                                      const AttentionSpec& spec,
+                                      const SequenceInput& in,
+                                      const SequenceOutput& out,
+                                      uint64_t max_tokens) {
+  const uint64_t H = spec.num_heads, qk = H * spec.key_dim,
+                 vv = H * spec.value_dim;
+  for (uint64_t t0 = 0; t0 < in.tokens; t0 += max_tokens) {
+    const uint64_t n = std::min(max_tokens, in.tokens - t0);
+    v1::PrefillRequest req;
+    req.set_session_id(session_id);
+    req.set_tokens(static_cast<uint32_t>(n));
+    req.mutable_q()->Add(in.q + t0 * qk, in.q + (t0 + n) * qk);
+    req.mutable_k()->Add(in.k + t0 * qk, in.k + (t0 + n) * qk);
+    req.mutable_v()->Add(in.v + t0 * vv, in.v + (t0 + n) * vv);
+    grpc::ClientContext ctx;
+    v1::PrefillResponse resp;
+    if (grpc::Status st = stub_->Prefill(&ctx, req, &resp); !st.ok())
+      return FromGrpcStatus(st);
+    std::copy(resp.output().begin(), resp.output().end(), out.output + t0 * vv);
+    std::copy(resp.denominator().begin(), resp.denominator().end(),
+              out.denominator + t0 * H);
+    for (int i = 0; i < resp.available_size(); ++i) {
+      out.available[t0 * H + i] = resp.available(i) ? 1 : 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteAttention::Decode(const std::string& session_id,
+                                     const AttentionSpec& spec,
+                                     const SequenceInput& in,
+                                     const SequenceOutput& out) {
+  const uint64_t H = spec.num_heads, qk = H * spec.key_dim,
+                 vv = H * spec.value_dim;
+  grpc::ClientContext ctx;
+  auto stream = stub_->Decode(&ctx);
+  for (uint64_t t = 0; t < in.tokens; ++t) {
+    v1::DecodeRequest req;
+    req.set_session_id(session_id);
+    req.mutable_q()->Add(in.q + t * qk, in.q + (t + 1) * qk);
+    req.mutable_k()->Add(in.k + t * qk, in.k + (t + 1) * qk);
+    req.mutable_v()->Add(in.v + t * vv, in.v + (t + 1) * vv);
+    v1::DecodeResponse resp;
+    if (!stream->Write(req) || !stream->Read(&resp)) break;
+    CopyOut(resp, t * H, spec.num_heads, spec.value_dim, out);
+  }
+  stream->WritesDone();
+  return FromGrpcStatus(stream->Finish());
+}
+
+absl::StatusOr<bool> RemoteAttention::Healthy(
+    const std::string& service, std::chrono::milliseconds timeout) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  if (grpc::Status st = health->Check(&ctx, req, &resp); !st.ok())
+    return FromGrpcStatus(st);
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+}  // namespace linattn

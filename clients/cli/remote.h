@@ -1,0 +1,55 @@
+// A client of linattn-server's AttentionService for the command-line tools:
+// sessions, Prefill, a Decode stream, Inspect, and the standard health check.
+// Every call returns an absl::Status carrying the server's code and message.
+#ifndef LINATTN_CLIENTS_CLI_REMOTE_H_
+#define LINATTN_CLIENTS_CLI_REMOTE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/attention/attention.h"
+#include "linattn/v1/attention.grpc.pb.h"
+
+namespace linattn {
+
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+class RemoteAttention {
+ public:
+  // A channel to `address` (host:port); connects lazily.
+  explicit RemoteAttention(const std::string& address);
+
+  // `epsilon` unset = the server's default.
+  absl::StatusOr<v1::Session> CreateSession(const AttentionSpec& spec,
+                                            std::optional<float> epsilon,
+                                            const std::string& session_id = "");
+  absl::Status DeleteSession(const std::string& session_id);
+  absl::StatusOr<v1::InspectResponse> Inspect(const std::string& session_id);
+
+  // All of `in` through Prefill, in requests of at most `max_tokens` tokens.
+  absl::Status Prefill(const std::string& session_id, const AttentionSpec& spec,
+                       const SequenceInput& in, const SequenceOutput& out,
+                       uint64_t max_tokens);
+  // All of `in` through one Decode stream, one token per message.
+  absl::Status Decode(const std::string& session_id, const AttentionSpec& spec,
+                      const SequenceInput& in, const SequenceOutput& out);
+
+  // grpc.health.v1 Check of `service` ("" = the server); true if SERVING.
+  absl::StatusOr<bool> Healthy(const std::string& service,
+                               std::chrono::milliseconds timeout);
+
+  v1::AttentionService::Stub& stub() { return *stub_; }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::AttentionService::Stub> stub_;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CLIENTS_CLI_REMOTE_H_

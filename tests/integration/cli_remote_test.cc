@@ -1,0 +1,122 @@
+// The `linattn` client commands against a real server: attend --server in
+// both modes, explain --server, health.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "clients/cli/attend.h"
+#include "clients/cli/explain.h"
+#include "clients/cli/npy.h"
+#include "core/attention/recurrent.h"
+#include "core/attention/reference.h"
+#include "tests/attention/test_util.h"
+#include "tests/integration/server_process.h"
+
+namespace linattn {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class CliRemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = testing::ServerProcess::Start();
+    ASSERT_NE(server_, nullptr);
+    dir_ = fs::temp_directory_path() /
+           ("linattn_cli_remote_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const {
+    return (dir_ / name).string();
+  }
+
+  std::unique_ptr<testing::ServerProcess> server_;
+  fs::path dir_;
+};
+
+TEST_F(CliRemoteTest, AttendThroughServerSessions) {
+  const AttentionSpec spec{
+      .num_heads = 3, .key_dim = 8, .value_dim = 5, .epsilon = 0.0f};
+  const uint64_t T = 150;
+  const testing::Tokens data = testing::RandomTokens(spec, T, 21);
+  ASSERT_TRUE(WriteNpy(Path("q.npy"), {int64_t(T), 3, 8}, data.q.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("k.npy"), {int64_t(T), 3, 8}, data.k.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("v.npy"), {int64_t(T), 3, 5}, data.v.data()).ok());
+  AttendOptions o;
+  o.q_path = Path("q.npy");
+  o.k_path = Path("k.npy");
+  o.v_path = Path("v.npy");
+  o.server = server_->address();
+  o.epsilon = 0.0f;
+
+  o.mode = "decode";
+  o.out_path = Path("decode.npy");
+  ASSERT_TRUE(Attend(o).ok());
+  o.mode = "prefill";
+  o.out_path = Path("prefill.npy");
+  ASSERT_TRUE(Attend(o).ok());
+
+  // Decode equals the local recurrent step bit for bit; prefill matches the
+  // reference within the fp32 bound.
+  Attention attention = *Attention::Create(spec);
+  AttentionState state = attention.NewState();
+  testing::Outputs local(spec, T);
+  ASSERT_TRUE(StepSequence(attention, state, data.input(), local.view()).ok());
+  auto decoded = ReadNpy(Path("decode.npy"));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(0, std::memcmp(decoded->data.data(), local.output.data(),
+                           local.output.size() * 4));
+  auto prefilled = ReadNpy(Path("prefill.npy"));
+  ASSERT_TRUE(prefilled.ok());
+  const ReferenceResult ref = ReferenceAttention(attention, data.input());
+  testing::Outputs via_prefill(spec, T);
+  via_prefill.output = prefilled->data;
+  via_prefill.available = local.available;
+  for (size_t i = 0; i < via_prefill.denominator.size(); ++i) {
+    via_prefill.denominator[i] = float(ref.denominator[i]);
+  }
+  testing::ExpectMatchesReference(attention, ref, via_prefill,
+                                  "attend --mode prefill");
+
+  o.server.clear();
+  EXPECT_THAT(std::string(Attend(o).message()), HasSubstr("give --server"));
+  o.server = server_->address();
+  o.mode = "recurrent";
+  EXPECT_THAT(std::string(Attend(o).message()), HasSubstr("computes locally"));
+}
+
+TEST_F(CliRemoteTest, ExplainThroughInspectMatchesLocal) {
+  auto local = Explain({.prefix = 1});
+  auto remote = Explain({.prefix = 1, .server = server_->address()});
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ(remote->z, local->z);
+  EXPECT_EQ(remote->s, local->s);
+  EXPECT_EQ(remote->numerator, 5.0f);
+  EXPECT_EQ(remote->denominator, 5.0f);
+  EXPECT_EQ(remote->output, 1.0f);
+  auto negative = Explain({.preset = "negative",
+                           .feature_map = "relu",
+                           .server = server_->address()});
+  ASSERT_TRUE(negative.ok());
+  EXPECT_FALSE(negative->available);
+}
+
+TEST_F(CliRemoteTest, HealthCommandExitCodes) {
+  const std::string bin = LINATTN_BINARY;
+  EXPECT_EQ(0, std::system((bin + " health --server " + server_->address() +
+                            " > /dev/null")
+                               .c_str()));
+  EXPECT_NE(
+      0, std::system(
+             (bin + " health --server 127.0.0.1:1 --timeout 0.5 2> /dev/null")
+                 .c_str()));
+}
+
+}  // namespace
+}  // namespace linattn
