@@ -11,6 +11,7 @@
 #include "clients/cli/attend.h"
 #include "clients/cli/explain.h"
 #include "clients/cli/npy.h"
+#include "clients/load/load.h"
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
 #include "tests/attention/test_util.h"
@@ -116,6 +117,42 @@ TEST_F(CliRemoteTest, HealthCommandExitCodes) {
       0, std::system(
              (bin + " health --server 127.0.0.1:1 --timeout 0.5 2> /dev/null")
                  .c_str()));
+}
+
+// A short verified load run, as CI runs it: 32 sessions × 200 steps, plus a
+// run with a prefill first; every sampled session recomputed locally.
+TEST_F(CliRemoteTest, LoadRunVerifiesSessions) {
+  LoadOptions o;
+  o.server = server_->address();
+  o.sessions = 32;
+  o.steps = 200;
+  o.duration_s = 120;
+  o.progress = false;
+  auto summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok()) << SummaryText(*summary, o);
+  EXPECT_EQ(summary->steps, 32u * 200);
+  EXPECT_EQ(summary->verified_sessions, 8u);
+  EXPECT_EQ(summary->mismatched_sessions, 0u);
+  EXPECT_GT(summary->p99_us, 0);
+
+  o.sessions = 6;
+  o.steps = 50;
+  o.prefill = 130;
+  o.feature_map = "favor";
+  o.concurrency = 3;
+  summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok()) << SummaryText(*summary, o);
+  EXPECT_EQ(summary->prefill_tokens, 6u * 130);
+  EXPECT_EQ(SummaryJson(*summary, o)["ok"], true);
+
+  o.server = "192.168.1.1:50051";
+  EXPECT_EQ(RunLoad(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.2:1"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
+  EXPECT_FALSE(IsLoopbackAddress("10.1.2.3:1"));
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+// linattn-load: a session-aware load generator for AttentionService.
+//
+// N sessions × T decode steps each (optionally a P-token Prefill first),
+// over Decode streams, either closed loop (at most `concurrency` streams at
+// once, each sending its next token when the previous answer arrives) or
+// open loop (`rate` steps/s in total, latency measured from each step's
+// scheduled time so a slow server cannot hide its queueing). Bounded by
+// `duration`. Every session's inputs are a deterministic function of
+// (seed, session, token), so a sample of sessions is recomputed locally
+// afterwards: any output that differs beyond fp32 rounding means a leaked
+// or lost step, and the run fails.
+#ifndef LINATTN_CLIENTS_LOAD_LOAD_H_
+#define LINATTN_CLIENTS_LOAD_LOAD_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace linattn {
+
+struct LoadOptions {
+  std::string server = "127.0.0.1:50051";
+  bool allow_non_loopback = false;
+  uint32_t sessions = 32;
+  uint32_t steps = 200;
+  uint32_t prefill = 0;  // tokens per session before decoding
+  uint32_t heads = 8;
+  uint32_t dim = 64;  // key_dim = value_dim
+  std::string feature_map = "elu1";
+  uint32_t concurrency = 0;  // streams at once (0 = all sessions)
+  double rate = 0;           // open loop: total steps/s (0 = closed loop)
+  double duration_s = 60;    // hard bound on the whole run
+  uint32_t verify = 8;       // sessions recomputed locally
+  uint64_t seed = 1;
+  bool progress = true;  // a line per second on stderr
+};
+
+struct LoadSummary {
+  uint64_t steps = 0;
+  uint64_t prefill_tokens = 0;
+  double seconds = 0;
+  double steps_per_second = 0;
+  double p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;
+  std::map<std::string, uint64_t> errors;  // by gRPC code name
+  uint32_t verified_sessions = 0;
+  uint32_t mismatched_sessions = 0;
+  bool timed_out = false;
+  bool ok() const {
+    return errors.empty() && mismatched_sessions == 0 && !timed_out;
+  }
+};
+
+// Runs the load; errors only for bad options or an unreachable server (each
+// failed call is counted in the summary instead).
+absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& options);
+
+nlohmann::json SummaryJson(const LoadSummary& summary,
+                           const LoadOptions& options);
+std::string SummaryText(const LoadSummary& summary, const LoadOptions& options);
+
+// True for 127.0.0.0/8, localhost and [::1] addresses.
+bool IsLoopbackAddress(const std::string& address);
+
+}  // namespace linattn
+
+#endif  // LINATTN_CLIENTS_LOAD_LOAD_H_
