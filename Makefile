@@ -8,7 +8,7 @@ ASAN_DIR ?= build-asan
 JOBS ?= 2
 BUILD_TYPE ?= Release
 
-.PHONY: all deps configure build run test test-asan bench format clean
+.PHONY: all deps configure build run test test-asan test-container bench bench-server format clean
 
 all: build
 
@@ -21,9 +21,10 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
-# Until the server lands, the default program is the seed's worked example.
+# The server on its built-in defaults (127.0.0.1:50051; LINATTN_* variables
+# and flags change them, see linattn-server --help). Ctrl-C drains it.
 run: build
-	$(BUILD_DIR)/bin/linattn explain --preset general --feature-map elu1 --prefix 1
+	$(BUILD_DIR)/bin/linattn-server
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
@@ -37,11 +38,20 @@ test-asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -j$(JOBS) -L core
 
+# The Dockerfile built with podman and checked for real (health, non-root,
+# one attend --server call from the host).
+test-container: build
+	bash scripts/container-check.sh $(BUILD_DIR)/bin/linattn
+
 # The README's benchmark table: JSON in $(BUILD_DIR), Markdown on stdout.
 bench: build
 	$(BUILD_DIR)/bin/attention_benchmark --benchmark_out=$(BUILD_DIR)/attention_benchmark.json \
 	  --benchmark_out_format=json
 	/usr/bin/python3 bench/report.py $(BUILD_DIR)/attention_benchmark.json
+
+# Server throughput and latency with linattn-load vs the in-process engine.
+bench-server: build
+	/usr/bin/python3 bench/server_bench.py --build $(BUILD_DIR)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.inc')

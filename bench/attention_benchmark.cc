@@ -67,7 +67,11 @@ void BM_DecodeStep(benchmark::State& st) {
       2.0 * state_bytes * st.iterations() / rmw, benchmark::Counter::kIsRate);
   st.SetLabel(ActiveKernels().name);
 }
-BENCHMARK(BM_DecodeStep)->ArgsProduct({{64, 128}, {1, 64}})->UseRealTime();
+BENCHMARK(BM_DecodeStep)
+    ->ArgsProduct({{64, 128}, {1, 64}})
+    ->Args({64, 16})
+    ->Args({64, 256})
+    ->UseRealTime();
 
 // The bound itself, at the decode working sets, for the record.
 void BM_ReadModifyWrite(benchmark::State& st) {

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the Dockerfile with podman and checks the container for real: it
+# must report healthy and answer an `attend --server` call from the host.
+# Runs as root (CI). Registries are not used: the base image is a Debian 12
+# rootfs made with debootstrap, tagged as the Dockerfile's FROM image, and
+# the build runs with --pull=never. The rootfs tarball is cached in
+# $LINATTN_CACHE_DIR (default /var/cache/linattn) when the machine keeps it;
+# without the cache it is made afresh.
+#
+#   scripts/container-check.sh [path/to/linattn]   (the host-side client)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+client=${1:-build/bin/linattn}
+image=localhost/linattn:check
+base=docker.io/library/debian:bookworm-slim
+cache_dir=${LINATTN_CACHE_DIR:-/var/cache/linattn}
+rootfs_tar=$cache_dir/debian-bookworm-minbase.tar
+
+need=()
+for p in podman buildah debootstrap runc uidmap slirp4netns fuse-overlayfs containernetworking-plugins; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if ((${#need[@]})); then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+mkdir -p /etc/containers
+if ! grep -qs 'runtime = "runc"' /etc/containers/containers.conf; then
+  cat > /etc/containers/containers.conf <<'CONF'
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+CONF
+fi
+
+if ! podman image exists "$base"; then
+  if [[ ! -s $rootfs_tar ]]; then
+    echo "container-check: debootstrap a Debian 12 base (cached in $cache_dir)"
+    work=$(mktemp -d)
+    debootstrap --variant=minbase bookworm "$work/rootfs" http://deb.debian.org/debian >/dev/null
+    mkdir -p "$cache_dir"
+    tar -C "$work/rootfs" -cf "$rootfs_tar.tmp" . && mv "$rootfs_tar.tmp" "$rootfs_tar"
+    rm -rf "$work"
+  fi
+  podman import "$rootfs_tar" "$base" >/dev/null
+fi
+
+echo "container-check: building $image"
+podman build --pull=never --format docker -t "$image" . > /tmp/linattn-container-build.log 2>&1 || {
+  tail -40 /tmp/linattn-container-build.log; exit 1; }
+
+name=linattn-check-$$
+port=$(( 20000 + RANDOM % 20000 ))
+cleanup() { podman rm -f "$name" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+podman run -d --name "$name" -p "127.0.0.1:$port:50051" "$image" >/dev/null
+
+echo "container-check: waiting for health on 127.0.0.1:$port"
+for _ in $(seq 1 60); do
+  if "$client" health --server "127.0.0.1:$port" --timeout 1 >/dev/null 2>&1; then break; fi
+  sleep 0.5
+done
+"$client" health --server "127.0.0.1:$port"
+# The image's own HEALTHCHECK (kept because the image is built in docker
+# format) must pass inside the container.
+podman healthcheck run "$name"
+echo "container-check: HEALTHCHECK passes inside the container"
+[[ $(podman exec "$name" id -u) != 0 ]] || { echo "container runs as root"; exit 1; }
+
+# One attend --server call from the host, checked against the local result.
+tmp=$(mktemp -d)
+/usr/bin/python3 - "$tmp" <<'PY'
+import sys, struct
+d = sys.argv[1]
+def write(name, shape, values):
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(map(str, shape))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%df" % len(values), *values))
+T, H, D = 20, 2, 4
+n = T * H * D
+write("q.npy", (T, H, D), [((i * 37) % 17) / 8.0 - 1 for i in range(n)])
+write("k.npy", (T, H, D), [((i * 11) % 13) / 6.0 - 1 for i in range(n)])
+write("v.npy", (T, H, D), [((i * 7) % 19) / 9.0 - 1 for i in range(n)])
+PY
+"$client" attend --server "127.0.0.1:$port" --mode decode --epsilon 0 \
+  --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/remote.npy"
+"$client" attend --mode recurrent \
+  --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/local.npy"
+cmp "$tmp/remote.npy" "$tmp/local.npy"
+rm -rf "$tmp"
+# (podman without systemd logs that it has no healthcheck timer to remove.)
+podman stop -t 10 "$name" >/dev/null 2>&1
+echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result)"
