@@ -135,7 +135,9 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   std::atomic<bool> timed_out{false};
   std::mutex mu;
   std::map<std::string, uint64_t> errors;
-  std::vector<uint32_t> latencies;
+  std::vector<uint32_t> latencies, prefill_latencies;
+  SteadyClock::time_point first_prefill = SteadyClock::time_point::max();
+  SteadyClock::time_point last_prefill = SteadyClock::time_point::min();
   auto count_error = [&](grpc::StatusCode code) {
     std::lock_guard<std::mutex> lock(mu);
     ++errors[CodeName(code)];
@@ -157,6 +159,7 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
         }
         std::vector<float> y(o.prefill * vv), den(o.prefill * o.heads);
         std::vector<uint8_t> avail(o.prefill * o.heads);
+        const auto prefill_start = SteadyClock::now();
         absl::Status st = remote.Prefill(
             rec.id, spec, {pq.data(), pk.data(), pv.data(), o.prefill},
             {y.data(), den.data(), avail.data()}, o.prefill);
@@ -166,6 +169,15 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
         }
         rec.prefilled = true;
         prefill_tokens += o.prefill;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          first_prefill = std::min(first_prefill, prefill_start);
+          last_prefill = std::max(last_prefill, SteadyClock::now());
+          prefill_latencies.push_back(static_cast<uint32_t>(
+              std::chrono::duration_cast<std::chrono::microseconds>(
+                  SteadyClock::now() - prefill_start)
+                  .count()));
+        }
       }
       grpc::ClientContext ctx;
       ctx.set_deadline(
@@ -263,6 +275,15 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   summary.p90_us = Percentile(lat, 0.90);
   summary.p99_us = Percentile(lat, 0.99);
   summary.max_us = lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end());
+  if (!prefill_latencies.empty()) {
+    summary.prefill_seconds =
+        std::chrono::duration<double>(last_prefill - first_prefill).count();
+    summary.prefill_tokens_per_second =
+        summary.prefill_tokens / summary.prefill_seconds;
+    summary.prefill_p50_us = Percentile(prefill_latencies, 0.5);
+    summary.prefill_max_us =
+        *std::max_element(prefill_latencies.begin(), prefill_latencies.end());
+  }
 
   // Recompute the sampled sessions locally. Decode-only sessions run the
   // same kernel as the server, so they must match bit for bit. After a
@@ -337,6 +358,11 @@ nlohmann::json SummaryJson(const LoadSummary& s, const LoadOptions& o) {
             {"p90", s.p90_us},
             {"p99", s.p99_us},
             {"max", s.max_us}}},
+          {"prefill",
+           {{"seconds", s.prefill_seconds},
+            {"tokens_per_second", s.prefill_tokens_per_second},
+            {"latency_us",
+             {{"p50", s.prefill_p50_us}, {"max", s.prefill_max_us}}}}},
           {"errors", s.errors},
           {"verified_sessions", s.verified_sessions},
           {"mismatched_sessions", s.mismatched_sessions},
@@ -351,7 +377,7 @@ std::string SummaryText(const LoadSummary& s, const LoadOptions& o) {
   return absl::StrFormat(
       "%u sessions × %u steps (H=%u, d=%u, %s, %s loop) against %s\n"
       "steps: %llu in %.2f s = %.0f steps/s%s\n"
-      "step latency: p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, max %.0f µs\n"
+      "step latency: p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, max %.0f µs\n%s"
       "errors:%s\n"
       "verified: %u sessions recomputed locally, %u mismatched\n"
       "%s\n",
@@ -361,8 +387,17 @@ std::string SummaryText(const LoadSummary& s, const LoadOptions& o) {
       s.prefill_tokens > 0
           ? absl::StrCat(" (after ", s.prefill_tokens, " prefill tokens)")
           : "",
-      s.p50_us, s.p90_us, s.p99_us, s.max_us, errors.empty() ? " none" : errors,
-      s.verified_sessions, s.mismatched_sessions,
+      s.p50_us, s.p90_us, s.p99_us, s.max_us,
+      s.prefill_tokens > 0
+          ? absl::StrFormat("prefill: %llu tokens in %.2f s = %.0f tokens/s "
+                            "(p50 %.1f ms per "
+                            "request)\n",
+                            static_cast<unsigned long long>(s.prefill_tokens),
+                            s.prefill_seconds, s.prefill_tokens_per_second,
+                            s.prefill_p50_us / 1e3)
+          : "",
+      errors.empty() ? " none" : errors, s.verified_sessions,
+      s.mismatched_sessions,
       s.ok() ? "OK"
              : (s.timed_out ? "FAILED (duration bound reached)" : "FAILED"));
 }

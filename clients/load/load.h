@@ -44,7 +44,10 @@ struct LoadSummary {
   uint64_t prefill_tokens = 0;
   double seconds = 0;
   double steps_per_second = 0;
-  double p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;
+  double p50_us = 0, p90_us = 0, p99_us = 0, max_us = 0;  // decode steps
+  // Prefill: first request sent to last answer received, all sessions.
+  double prefill_seconds = 0, prefill_tokens_per_second = 0;
+  double prefill_p50_us = 0, prefill_max_us = 0;
   std::map<std::string, uint64_t> errors;  // by gRPC code name
   uint32_t verified_sessions = 0;
   uint32_t mismatched_sessions = 0;
