@@ -259,12 +259,13 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   std::vector<std::thread> workers;
   for (uint32_t i = 0; i < concurrency; ++i) workers.emplace_back(worker);
   for (std::thread& t : workers) t.join();
+  const double elapsed_s =
+      std::chrono::duration<double>(SteadyClock::now() - start).count();
   done = true;
   progress.join();
 
   LoadSummary summary;
-  summary.seconds =
-      std::chrono::duration<double>(SteadyClock::now() - start).count();
+  summary.seconds = elapsed_s;
   summary.steps = steps_done;
   summary.prefill_tokens = prefill_tokens;
   summary.steps_per_second = summary.steps / summary.seconds;
