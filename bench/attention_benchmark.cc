@@ -73,6 +73,36 @@ BENCHMARK(BM_DecodeStep)
     ->Args({64, 256})
     ->UseRealTime();
 
+// The same B sessions stepped one call each: what one StepBatch call over
+// all of them saves (fork/join and dispatch per call; with B·H heads per call
+// both cores stay busy).
+void BM_DecodeOneByOne(benchmark::State& st) {
+  const uint32_t d = st.range(0), B = st.range(1);
+  const Attention attention = *Attention::Create(Spec(d));
+  std::vector<AttentionState> states;
+  for (uint32_t b = 0; b < B; ++b) states.push_back(attention.NewState());
+  const std::vector<float> qkv = Random(uint64_t(B) * 3 * kHeads * d, 1);
+  std::vector<float> y(uint64_t(B) * kHeads * d), den(B * kHeads);
+  std::vector<uint8_t> avail(B * kHeads);
+  for (auto _ : st) {
+    for (uint32_t b = 0; b < B; ++b) {
+      const float* base = qkv.data() + uint64_t(b) * 3 * kHeads * d;
+      if (!Step(attention, states[b],
+                {base, base + kHeads * d, base + 2 * kHeads * d, 1},
+                {y.data() + uint64_t(b) * kHeads * d, den.data() + b * kHeads,
+                 avail.data() + b * kHeads})
+               .ok()) {
+        st.SkipWithError("step failed");
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["us_per_session_step"] = benchmark::Counter(
+      double(st.iterations()) * B * 1e-6,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_DecodeOneByOne)->Args({64, 64})->UseRealTime();
+
 // The bound itself, at the decode working sets, for the record.
 void BM_ReadModifyWrite(benchmark::State& st) {
   const uint64_t bytes = st.range(0);

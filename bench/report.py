@@ -23,7 +23,7 @@ def main(path):
         data = json.load(f)
     ctx = data["context"]
     runs = [b for b in data["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
-    decode, prefill, recurrent = [], {}, {}
+    decode, prefill, recurrent, one_by_one = [], {}, {}, {}
     for b in runs:
         kind, args = parse(b["name"])
         if kind == "BM_DecodeStep":
@@ -32,6 +32,8 @@ def main(path):
             prefill[(args[0], args[1])] = (args, b)
         elif kind == "BM_RecurrentPrefill":
             recurrent[(args[0], args[1])] = b
+        elif kind == "BM_DecodeOneByOne":
+            one_by_one[(args[0], args[1])] = b
 
     print(f"Machine: {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; "
           f"run {ctx.get('date')}; decode kernels: "
@@ -45,6 +47,13 @@ def main(path):
         print(f"| {d} | {B} | {t_us:.2f} µs | {b['us_per_session_step']:.2f} µs | "
               f"{b['state_bytes_rw'] / 1e6:.3f} MB | {b['bytes_per_second'] / 1e9:.1f} GB/s | "
               f"{b['rmw_GBps']:.1f} GB/s | {b['frac_of_rmw']:.2f} |")
+    for (d, B), b in sorted(one_by_one.items()):
+        batched = next((x for a, x in decode if a == [d, B]), None)
+        if batched:
+            print(f"\nBatching: {B} sessions stepped one call each take "
+                  f"{b['us_per_session_step']:.2f} µs per session, one batched call "
+                  f"{batched['us_per_session_step']:.2f} µs "
+                  f"({b['us_per_session_step'] / batched['us_per_session_step']:.2f}× faster).")
     print()
     print("(b) Chunkwise prefill (C = 64), one session, H = 8;  (c) vs token-by-token")
     print()

@@ -20,10 +20,10 @@ import tempfile
 import time
 
 
-def start_server(build):
+def start_server(build, *extra):
     port_file = tempfile.mktemp(prefix="linattn_port_")
     proc = subprocess.Popen([f"{build}/bin/linattn-server", "--listen", "127.0.0.1:0",
-                             "--port-file", port_file, "--log-level", "warn"])
+                             "--port-file", port_file, "--log-level", "warn", *extra])
     for _ in range(200):
         if os.path.exists(port_file) and open(port_file).read().strip():
             return proc, f"127.0.0.1:{open(port_file).read().strip()}"
@@ -79,6 +79,16 @@ def main():
             p = r["prefill"]
             print(f"| {n} | {r['prefill_tokens']} | {p['seconds']:.2f} | "
                   f"{p['tokens_per_second']:.0f} | {p['latency_us']['p50'] / 1e3:.1f} ms |")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    # What batching buys: the same 64-session run with batches of one.
+    proc, server = start_server(args.build, "--max-batch", "1")
+    try:
+        r = load(args.build, server, 64, args.steps)
+        print("\nBatching at 64 sessions: with --max-batch 1 (every step its own kernel call) the "
+              f"server does {r['steps_per_second']:.0f} steps/s, p99 "
+              f"{r['latency_us']['p99'] / 1e3:.2f} ms; compare the 64-session row above.")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

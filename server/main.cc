@@ -64,7 +64,13 @@ void UseShortOpenMpSpin(char** argv) {
     return;
   }
   setenv("GOMP_SPINCOUNT", "20000", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: carry on as is
+  // The binary's own path (not /proc/self/exe itself, which would rename
+  // the process "exe" in ps and top).
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  execv(self, argv);  // returns only on failure: carry on as is
 }
 
 }  // namespace
@@ -107,6 +113,13 @@ int main(int argc, char** argv) {
                  "largest request or response message")
       ->envname("LINATTN_MAX_MESSAGE_BYTES")
       ->check(CLI::Range(1024, 1 << 30))
+      ->capture_default_str();
+  app.add_option(
+         "--max-batch", options.scheduler.max_round,
+         "requests (one per session) the scheduler runs as one batch; 1 turns "
+         "batching off")
+      ->envname("LINATTN_MAX_BATCH")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--default-epsilon", options.sessions.default_epsilon,
                  "ε for sessions whose spec leaves it unset")

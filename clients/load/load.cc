@@ -1,9 +1,12 @@
 #include "clients/load/load.h"
 
+#include <grpcpp/alarm.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -78,6 +81,277 @@ double Percentile(std::vector<uint32_t>& v, double p) {
   return v[i];
 }
 
+// One load run on gRPC's callback API: every session is a Driver (an
+// optional Prefill, then a Decode stream, one token in flight), and at most
+// `concurrency` drivers are active; each finishing driver starts the next
+// session from its completion callback. No thread blocks per stream.
+class LoadRun {
+ public:
+  LoadRun(const LoadOptions& o, v1::AttentionService::Stub& stub,
+          std::vector<SessionRecord>& records, uint32_t verify)
+      : o_(o),
+        stub_(stub),
+        records_(records),
+        verify_(verify),
+        qk_(uint64_t(o.heads) * o.dim),
+        vv_(qk_) {}
+
+  void Execute(uint32_t concurrency) {
+    concurrency_ = concurrency;
+    start_ = SteadyClock::now();
+    deadline_ = start_ + std::chrono::duration_cast<SteadyClock::duration>(
+                             std::chrono::duration<double>(o_.duration_s));
+    std::thread progress([this] { Progress(); });
+    for (uint32_t i = 0; i < concurrency; ++i) StartNext();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      all_done_.wait(lock, [this] { return finished_ == records_.size(); });
+      end_ = SteadyClock::now();
+      stop_progress_ = true;
+    }
+    progress_cv_.notify_all();
+    progress.join();
+  }
+
+  double elapsed_seconds() const {
+    return std::chrono::duration<double>(end_ - start_).count();
+  }
+  uint64_t steps_done() const { return steps_done_; }
+  uint64_t prefill_tokens() const { return prefill_tokens_; }
+  bool timed_out() const { return timed_out_; }
+  std::map<std::string, uint64_t> errors() const { return errors_; }
+  std::vector<uint32_t> latencies() const { return latencies_; }
+  std::vector<uint32_t> prefill_latencies() const { return prefill_latencies_; }
+  double prefill_seconds() const {
+    return std::chrono::duration<double>(last_prefill_ - first_prefill_)
+        .count();
+  }
+
+ private:
+  class Driver
+      : public grpc::ClientBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
+   public:
+    Driver(LoadRun* run, uint32_t session)
+        : run_(run), s_(session), rec_(run->records_[session]) {}
+
+    void Begin() {
+      if (run_->o_.prefill > 0) {
+        SendPrefill();
+      } else {
+        OpenStream();
+      }
+    }
+
+    void OnWriteDone(bool ok) override {
+      if (ok) StartRead(&response_);
+    }
+
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // OnDone reports the status
+      const auto now = SteadyClock::now();
+      run_->RecordStep(std::chrono::duration_cast<std::chrono::microseconds>(
+                           now - scheduled_)
+                           .count());
+      if (s_ < run_->verify_) {
+        rec_.outputs.insert(rec_.outputs.end(), response_.output().begin(),
+                            response_.output().end());
+      }
+      ++rec_.steps_done;
+      ++t_;
+      NextStep();
+    }
+
+    void OnDone(const grpc::Status& status) override {
+      if (!status.ok()) run_->RecordError(status.error_code());
+      run_->SessionDone();
+    }
+
+   private:
+    void SendPrefill() {
+      const LoadOptions& o = run_->o_;
+      const uint64_t P = o.prefill;
+      prefill_request_.set_session_id(rec_.id);
+      prefill_request_.set_tokens(static_cast<uint32_t>(P));
+      std::vector<float> q(run_->qk_), k(run_->qk_), v(run_->vv_);
+      for (uint64_t t = 0; t < P; ++t) {
+        TokenInputs(o.seed, s_, t, run_->qk_, run_->vv_, q.data(), k.data(),
+                    v.data());
+        prefill_request_.mutable_q()->Add(q.begin(), q.end());
+        prefill_request_.mutable_k()->Add(k.begin(), k.end());
+        prefill_request_.mutable_v()->Add(v.begin(), v.end());
+      }
+      const auto sent = SteadyClock::now();
+      run_->stub_.async()->Prefill(
+          &prefill_ctx_, &prefill_request_, &prefill_response_,
+          [this, sent](grpc::Status status) {
+            if (!status.ok()) {
+              run_->RecordError(status.error_code());
+              run_->SessionDone();
+              return;
+            }
+            rec_.prefilled = true;
+            run_->RecordPrefill(sent, SteadyClock::now(), run_->o_.prefill);
+            prefill_request_.Clear();
+            prefill_response_.Clear();
+            OpenStream();
+          });
+    }
+
+    void OpenStream() {
+      ctx_.set_deadline(
+          std::chrono::system_clock::now() +
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              run_->deadline_ - SteadyClock::now()) +
+          std::chrono::seconds(5));
+      run_->stub_.async()->Decode(&ctx_, this);
+      stream_start_ = SteadyClock::now();
+      StartCall();
+      NextStep();
+    }
+
+    // Closed loop: send now. Open loop: send at this stream's share of the
+    // rate, measuring latency from the scheduled time.
+    void NextStep() {
+      const LoadOptions& o = run_->o_;
+      if (t_ >= o.steps) {
+        StartWritesDone();
+        return;
+      }
+      const auto now = SteadyClock::now();
+      if (now >= run_->deadline_) {
+        run_->timed_out_ = true;
+        StartWritesDone();
+        return;
+      }
+      scheduled_ = now;
+      if (o.rate > 0) {
+        scheduled_ =
+            stream_start_ + std::chrono::duration_cast<SteadyClock::duration>(
+                                std::chrono::duration<double>(
+                                    t_ * run_->concurrency_ / o.rate));
+        if (scheduled_ > now) {
+          alarm_.Set(std::chrono::system_clock::now() + (scheduled_ - now),
+                     [this](bool) { SendStep(); });
+          return;
+        }
+      }
+      SendStep();
+    }
+
+    void SendStep() {
+      const LoadOptions& o = run_->o_;
+      request_.set_session_id(rec_.id);
+      request_.mutable_q()->Resize(static_cast<int>(run_->qk_), 0.0f);
+      request_.mutable_k()->Resize(static_cast<int>(run_->qk_), 0.0f);
+      request_.mutable_v()->Resize(static_cast<int>(run_->vv_), 0.0f);
+      TokenInputs(o.seed, s_, o.prefill + t_, run_->qk_, run_->vv_,
+                  request_.mutable_q()->mutable_data(),
+                  request_.mutable_k()->mutable_data(),
+                  request_.mutable_v()->mutable_data());
+      StartWrite(&request_);
+    }
+
+    LoadRun* const run_;
+    const uint32_t s_;
+    SessionRecord& rec_;
+    grpc::ClientContext ctx_;
+    grpc::ClientContext prefill_ctx_;
+    v1::PrefillRequest prefill_request_;
+    v1::PrefillResponse prefill_response_;
+    v1::DecodeRequest request_;
+    v1::DecodeResponse response_;
+    grpc::Alarm alarm_;
+    uint64_t t_ = 0;
+    SteadyClock::time_point stream_start_, scheduled_;
+  };
+
+  void StartNext() {
+    const uint32_t s = next_session_.fetch_add(1);
+    if (s >= records_.size()) return;
+    Driver* driver;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      drivers_.push_back(std::make_unique<Driver>(this, s));
+      driver = drivers_.back().get();
+    }
+    if (SteadyClock::now() >= deadline_) {
+      timed_out_ = true;
+      SessionDone();
+      return;
+    }
+    driver->Begin();
+  }
+
+  void SessionDone() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++finished_;
+      if (finished_ == records_.size()) all_done_.notify_all();
+    }
+    StartNext();
+  }
+
+  void RecordStep(int64_t latency_us) {
+    ++steps_done_;
+    std::lock_guard<std::mutex> lock(mu_);
+    latencies_.push_back(static_cast<uint32_t>(latency_us));
+  }
+  void RecordError(grpc::StatusCode code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++errors_[CodeName(code)];
+  }
+  void RecordPrefill(SteadyClock::time_point sent, SteadyClock::time_point done,
+                     uint64_t tokens) {
+    prefill_tokens_ += tokens;
+    std::lock_guard<std::mutex> lock(mu_);
+    first_prefill_ = std::min(first_prefill_, sent);
+    last_prefill_ = std::max(last_prefill_, done);
+    prefill_latencies_.push_back(static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(done - sent)
+            .count()));
+  }
+
+  void Progress() {
+    uint64_t last = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!progress_cv_.wait_for(lock, std::chrono::seconds(1),
+                                  [this] { return stop_progress_; })) {
+      if (!o_.progress) continue;
+      uint64_t n_errors = 0;
+      for (const auto& [code, n] : errors_) n_errors += n;
+      const uint64_t now_steps = steps_done_;
+      std::fprintf(
+          stderr, "[%6.1fs] %llu steps, %llu steps/s, %llu errors\n",
+          std::chrono::duration<double>(SteadyClock::now() - start_).count(),
+          static_cast<unsigned long long>(now_steps),
+          static_cast<unsigned long long>(now_steps - last),
+          static_cast<unsigned long long>(n_errors));
+      last = now_steps;
+    }
+  }
+
+  const LoadOptions& o_;
+  v1::AttentionService::Stub& stub_;
+  std::vector<SessionRecord>& records_;
+  const uint32_t verify_;
+  const uint64_t qk_, vv_;
+  uint32_t concurrency_ = 1;
+  SteadyClock::time_point start_, end_, deadline_;
+  std::atomic<uint32_t> next_session_{0};
+  std::atomic<uint64_t> steps_done_{0}, prefill_tokens_{0};
+  std::atomic<bool> timed_out_{false};
+
+  std::mutex mu_;
+  std::condition_variable all_done_, progress_cv_;
+  size_t finished_ = 0;                                  // guarded by mu_
+  bool stop_progress_ = false;                           // guarded by mu_
+  std::vector<std::unique_ptr<Driver>> drivers_;         // guarded by mu_
+  std::map<std::string, uint64_t> errors_;               // guarded by mu_
+  std::vector<uint32_t> latencies_, prefill_latencies_;  // guarded by mu_
+  SteadyClock::time_point first_prefill_ = SteadyClock::time_point::max();
+  SteadyClock::time_point last_prefill_ = SteadyClock::time_point::min();
+};
+
 }  // namespace
 
 bool IsLoopbackAddress(const std::string& address) {
@@ -126,159 +400,25 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
         session.spec().epsilon();  // the server's default, for the verifier
   }
 
-  const auto start = SteadyClock::now();
-  const auto deadline =
-      start + std::chrono::duration_cast<SteadyClock::duration>(
-                  std::chrono::duration<double>(o.duration_s));
-  std::atomic<uint32_t> next_session{0};
-  std::atomic<uint64_t> steps_done{0}, prefill_tokens{0};
-  std::atomic<bool> timed_out{false};
-  std::mutex mu;
-  std::map<std::string, uint64_t> errors;
-  std::vector<uint32_t> latencies, prefill_latencies;
-  SteadyClock::time_point first_prefill = SteadyClock::time_point::max();
-  SteadyClock::time_point last_prefill = SteadyClock::time_point::min();
-  auto count_error = [&](grpc::StatusCode code) {
-    std::lock_guard<std::mutex> lock(mu);
-    ++errors[CodeName(code)];
-  };
-
-  auto worker = [&] {
-    std::vector<uint32_t> local_latencies;
-    std::vector<float> q(qk), k(qk), v(vv);
-    while (true) {
-      const uint32_t s = next_session.fetch_add(1);
-      if (s >= o.sessions || SteadyClock::now() >= deadline) break;
-      SessionRecord& rec = records[s];
-      if (o.prefill > 0) {
-        std::vector<float> pq(o.prefill * qk), pk(o.prefill * qk),
-            pv(o.prefill * vv);
-        for (uint64_t t = 0; t < o.prefill; ++t) {
-          TokenInputs(o.seed, s, t, qk, vv, &pq[t * qk], &pk[t * qk],
-                      &pv[t * vv]);
-        }
-        std::vector<float> y(o.prefill * vv), den(o.prefill * o.heads);
-        std::vector<uint8_t> avail(o.prefill * o.heads);
-        const auto prefill_start = SteadyClock::now();
-        absl::Status st = remote.Prefill(
-            rec.id, spec, {pq.data(), pk.data(), pv.data(), o.prefill},
-            {y.data(), den.data(), avail.data()}, o.prefill);
-        if (!st.ok()) {
-          count_error(static_cast<grpc::StatusCode>(st.code()));
-          continue;
-        }
-        rec.prefilled = true;
-        prefill_tokens += o.prefill;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          first_prefill = std::min(first_prefill, prefill_start);
-          last_prefill = std::max(last_prefill, SteadyClock::now());
-          prefill_latencies.push_back(static_cast<uint32_t>(
-              std::chrono::duration_cast<std::chrono::microseconds>(
-                  SteadyClock::now() - prefill_start)
-                  .count()));
-        }
-      }
-      grpc::ClientContext ctx;
-      ctx.set_deadline(
-          std::chrono::system_clock::now() +
-          std::chrono::duration_cast<std::chrono::system_clock::duration>(
-              deadline - SteadyClock::now()) +
-          std::chrono::seconds(5));
-      auto stream = remote.stub().Decode(&ctx);
-      const auto stream_start = SteadyClock::now();
-      // Open loop: this stream's share of the rate.
-      const double interval_s = o.rate > 0 ? concurrency / o.rate : 0;
-      bool failed = false;
-      for (uint64_t t = 0; t < o.steps; ++t) {
-        auto scheduled = SteadyClock::now();
-        if (interval_s > 0) {
-          scheduled =
-              stream_start + std::chrono::duration_cast<SteadyClock::duration>(
-                                 std::chrono::duration<double>(t * interval_s));
-          std::this_thread::sleep_until(scheduled);
-        }
-        if (SteadyClock::now() >= deadline) {
-          timed_out = true;
-          break;
-        }
-        TokenInputs(o.seed, s, o.prefill + t, qk, vv, q.data(), k.data(),
-                    v.data());
-        v1::DecodeRequest req;
-        req.set_session_id(rec.id);
-        req.mutable_q()->Add(q.begin(), q.end());
-        req.mutable_k()->Add(k.begin(), k.end());
-        req.mutable_v()->Add(v.begin(), v.end());
-        v1::DecodeResponse resp;
-        if (!stream->Write(req) || !stream->Read(&resp)) {
-          failed = true;
-          break;
-        }
-        local_latencies.push_back(static_cast<uint32_t>(
-            std::chrono::duration_cast<std::chrono::microseconds>(
-                SteadyClock::now() - scheduled)
-                .count()));
-        if (s < verify)
-          rec.outputs.insert(rec.outputs.end(), resp.output().begin(),
-                             resp.output().end());
-        ++rec.steps_done;
-        ++steps_done;
-      }
-      stream->WritesDone();
-      grpc::Status st = stream->Finish();
-      if (!st.ok()) count_error(st.error_code());
-      (void)failed;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    latencies.insert(latencies.end(), local_latencies.begin(),
-                     local_latencies.end());
-  };
-
-  std::atomic<bool> done{false};
-  std::thread progress([&] {
-    uint64_t last = 0;
-    auto tick = SteadyClock::now();
-    while (!done) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (!o.progress || SteadyClock::now() - tick < std::chrono::seconds(1))
-        continue;
-      const double elapsed =
-          std::chrono::duration<double>(SteadyClock::now() - start).count();
-      const uint64_t now_steps = steps_done.load();
-      std::lock_guard<std::mutex> lock(mu);
-      uint64_t n_errors = 0;
-      for (const auto& [code, n] : errors) n_errors += n;
-      std::fprintf(stderr, "[%6.1fs] %llu steps, %llu steps/s, %llu errors\n",
-                   elapsed, static_cast<unsigned long long>(now_steps),
-                   static_cast<unsigned long long>(now_steps - last),
-                   static_cast<unsigned long long>(n_errors));
-      last = now_steps;
-      tick = SteadyClock::now();
-    }
-  });
-  std::vector<std::thread> workers;
-  for (uint32_t i = 0; i < concurrency; ++i) workers.emplace_back(worker);
-  for (std::thread& t : workers) t.join();
-  const double elapsed_s =
-      std::chrono::duration<double>(SteadyClock::now() - start).count();
-  done = true;
-  progress.join();
+  LoadRun run(o, remote.stub(), records, verify);
+  run.Execute(concurrency);
+  const double elapsed_s = run.elapsed_seconds();
 
   LoadSummary summary;
   summary.seconds = elapsed_s;
-  summary.steps = steps_done;
-  summary.prefill_tokens = prefill_tokens;
+  summary.steps = run.steps_done();
+  summary.prefill_tokens = run.prefill_tokens();
   summary.steps_per_second = summary.steps / summary.seconds;
-  summary.timed_out = timed_out;
-  summary.errors = errors;
-  std::vector<uint32_t>& lat = latencies;
+  summary.timed_out = run.timed_out();
+  summary.errors = run.errors();
+  std::vector<uint32_t> lat = run.latencies();
+  std::vector<uint32_t> prefill_latencies = run.prefill_latencies();
   summary.p50_us = Percentile(lat, 0.50);
   summary.p90_us = Percentile(lat, 0.90);
   summary.p99_us = Percentile(lat, 0.99);
   summary.max_us = lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end());
   if (!prefill_latencies.empty()) {
-    summary.prefill_seconds =
-        std::chrono::duration<double>(last_prefill - first_prefill).count();
+    summary.prefill_seconds = run.prefill_seconds();
     summary.prefill_tokens_per_second =
         summary.prefill_tokens / summary.prefill_seconds;
     summary.prefill_p50_us = Percentile(prefill_latencies, 0.5);
