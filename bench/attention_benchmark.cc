@@ -153,7 +153,7 @@ void BM_ChunkwisePrefill(benchmark::State& st) {
     }
     flops += runner.last_matmul_flops();
   }
-  const double peak = bench::LargeGemmGflops();
+  const double peak = bench::LargeGemmGflops();  // right after, same conditions
   st.SetItemsProcessed(int64_t(st.iterations()) * data.T);
   st.counters["GFLOPs"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);

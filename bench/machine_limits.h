@@ -12,8 +12,10 @@ namespace linattn::bench {
 // batched kernels do. Cached per size.
 double RmwBandwidth(uint64_t bytes);
 
-// oneDNN fp32 matmul GFLOP/s on a large square GEMM (n = 2048): the compute
-// bound for the chunkwise path. Measured once.
+// oneDNN fp32 matmul GFLOP/s on a large square GEMM (n = 2048), best of a
+// few runs: the compute bound for the chunkwise path. Measured anew at each
+// call, so each ratio compares with the machine as it was at that moment
+// (a shared VM's speed drifts by tens of percent within a run).
 double LargeGemmGflops();
 
 }  // namespace linattn::bench

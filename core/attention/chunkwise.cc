@@ -131,6 +131,34 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
   return absl::OkStatus();
 }
 
+// One chunk's keys, (C, d_φ) rows → (d_φ, C) so that Q·Kᵀ and Kᵀ·V are plain
+// row-major products; along the way Δz = Σ_j γ^{L−1−j} φ(k_j) and, with
+// decay, the decayed keys for ΔS. The block stays in L1 throughout.
+void ChunkwiseRunner::FinishKeys(const Job& job, const Stream& st, int64_t j,
+                                 int64_t d_phi, bool any_decay) {
+  const uint32_t C = options_.chunk_size;
+  const float* k = k_.data() + uint64_t(j) * C * d_phi;  // (C, d_φ)
+  float* kt = kt_.data() + uint64_t(j) * C * d_phi;      // (d_φ, C)
+  for (uint32_t t = 0; t < C; ++t) {
+    for (int64_t c = 0; c < d_phi; ++c) kt[c * C + t] = k[t * d_phi + c];
+  }
+  float* dz = z_.data() + j * d_phi;
+  for (int64_t c = 0; c < d_phi; ++c) {
+    const float* kt_row = kt + c * C;
+    float sum = 0.0f;
+    if (any_decay) {
+      float* kdt_row = kdt_.data() + uint64_t(j) * C * d_phi + c * C;
+      for (uint32_t t = 0; t < C; ++t) {
+        kdt_row[t] = t < job.len ? st.pow[job.len - 1 - t] * kt_row[t] : 0.0f;
+        sum += kdt_row[t];
+      }
+    } else {
+      for (uint32_t t = 0; t < job.len; ++t) sum += kt_row[t];
+    }
+    dz[c] = sum;
+  }
+}
+
 absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
                                        std::span<AttentionState> work,
                                        const std::vector<uint32_t>& members) {
@@ -242,6 +270,15 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
           std::memcpy(vrow, v, d_v * sizeof(float));
         }
       }
+      // This unit's key blocks are still in cache: transpose them now
+      // (FAVOR+ keys wait for the round's shift, in pass 2).
+      if (!fm.is_favor()) {
+        for (uint32_t h = 0; h < H; ++h) {
+          const Stream& st = streams[first_stream + h];
+          FinishKeys(jobs[st.first_job + chunk], st, st.first_job + chunk,
+                     d_phi, any_decay);
+        }
+      }
     }
     if (non_finite != 0) {
       // Name the first bad value; the working copies are dropped.
@@ -268,36 +305,19 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       st.rescale = shift > old_shift ? std::exp(old_shift - shift) : 1.0f;
       work[st.item].key_shift(st.head) = shift;
     }
-    // Pass 2: finish FAVOR+ keys, transpose each chunk's keys to (d_φ, C) so
-    // that Q·Kᵀ and Kᵀ·V are plain row-major products, and along the way
-    // Δz = Σ_j γ^{L−1−j} φ(k_j) and the decayed keys for ΔS. One chunk's
-    // block stays in L1 throughout.
+    // Pass 2 (FAVOR+ keys only; the others had it at the end of pass 1).
+    bool any_favor = false;
+    for (uint32_t i : members)
+      any_favor |= items[i].attention->feature_map().is_favor();
+    if (any_favor) {
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n_jobs; ++j) {
-      const Job& job = jobs[j];
-      const Stream& st = streams[job.stream];
-      const FeatureMap& fm = items[st.item].attention->feature_map();
-      float* k = k_.data() + uint64_t(j) * C * d_phi;    // (C, d_φ)
-      float* kt = kt_.data() + uint64_t(j) * C * d_phi;  // (d_φ, C)
-      if (fm.is_favor()) fm.FavorExp(k, job.len * d_phi, st.shift);
-      for (uint32_t t = 0; t < C; ++t) {
-        for (int64_t c = 0; c < d_phi; ++c) kt[c * C + t] = k[t * d_phi + c];
-      }
-      float* dz = z_.data() + j * d_phi;
-      for (int64_t c = 0; c < d_phi; ++c) {
-        const float* kt_row = kt + c * C;
-        float sum = 0.0f;
-        if (any_decay) {
-          float* kdt_row = kdt_.data() + uint64_t(j) * C * d_phi + c * C;
-          for (uint32_t t = 0; t < C; ++t) {
-            kdt_row[t] =
-                t < job.len ? st.pow[job.len - 1 - t] * kt_row[t] : 0.0f;
-            sum += kdt_row[t];
-          }
-        } else {
-          for (uint32_t t = 0; t < job.len; ++t) sum += kt_row[t];
-        }
-        dz[c] = sum;
+      for (int64_t j = 0; j < n_jobs; ++j) {
+        const Stream& st = streams[jobs[j].stream];
+        const FeatureMap& fm = items[st.item].attention->feature_map();
+        if (!fm.is_favor()) continue;
+        fm.FavorExp(k_.data() + uint64_t(j) * C * d_phi, jobs[j].len * d_phi,
+                    st.shift);
+        FinishKeys(jobs[j], st, j, d_phi, any_decay);
       }
     }
     // A = Q·Kᵀ and ΔS = (decayed K)ᵀ·V, all chunks at once.

@@ -58,6 +58,8 @@ class ChunkwiseRunner {
  private:
   struct Stream;
   struct Job;
+  void FinishKeys(const Job& job, const Stream& stream, int64_t j,
+                  int64_t d_phi, bool any_decay);
   absl::Status RunGroup(std::span<const PrefillItem> items,
                         std::span<AttentionState> work,
                         const std::vector<uint32_t>& members);
