@@ -32,36 +32,53 @@ std::vector<float> Random(uint64_t n, uint64_t seed) {
   return v;
 }
 
+// B sessions (H = 8, d_k = d_v = d), one token's inputs and outputs each.
+struct DecodeData {
+  DecodeData(uint32_t d, uint32_t sessions)
+      : attention(*Attention::Create(Spec(d))),
+        B(sessions),
+        qkv(Random(uint64_t(B) * 3 * kHeads * d, 1)),
+        y(uint64_t(B) * kHeads * d),
+        den(B * kHeads),
+        avail(B * kHeads) {
+    for (uint32_t b = 0; b < B; ++b) states.push_back(attention.NewState());
+    for (uint32_t b = 0; b < B; ++b) {
+      const float* base = qkv.data() + uint64_t(b) * 3 * kHeads * d;
+      items.push_back({&attention,
+                       &states[b],
+                       {base, base + kHeads * d, base + 2 * kHeads * d, 1},
+                       {y.data() + uint64_t(b) * kHeads * d,
+                        den.data() + b * kHeads, avail.data() + b * kHeads}});
+    }
+  }
+  void SetPerSessionCounter(benchmark::State& st) const {
+    st.counters["us_per_session_step"] = benchmark::Counter(
+        double(st.iterations()) * B * 1e-6,
+        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  }
+
+  const Attention attention;
+  const uint32_t B;
+  const std::vector<float> qkv;
+  std::vector<float> y, den;
+  std::vector<uint8_t> avail;
+  std::vector<AttentionState> states;
+  std::vector<StepItem> items;
+};
+
 // (a) One decode step for each of B sessions: B·H heads, each reading and
 // writing its S (d×d) and z (d) once.
 void BM_DecodeStep(benchmark::State& st) {
-  const uint32_t d = st.range(0), B = st.range(1);
-  const Attention attention = *Attention::Create(Spec(d));
-  std::vector<AttentionState> states;
-  for (uint32_t b = 0; b < B; ++b) states.push_back(attention.NewState());
-  const std::vector<float> qkv = Random(uint64_t(B) * 3 * kHeads * d, 1);
-  std::vector<float> y(uint64_t(B) * kHeads * d), den(B * kHeads);
-  std::vector<uint8_t> avail(B * kHeads);
-  std::vector<StepItem> items;
-  for (uint32_t b = 0; b < B; ++b) {
-    const float* base = qkv.data() + uint64_t(b) * 3 * kHeads * d;
-    items.push_back({&attention,
-                     &states[b],
-                     {base, base + kHeads * d, base + 2 * kHeads * d, 1},
-                     {y.data() + uint64_t(b) * kHeads * d,
-                      den.data() + b * kHeads, avail.data() + b * kHeads}});
-  }
-  const uint64_t state_bytes = uint64_t(B) * states[0].bytes();
+  DecodeData data(st.range(0), st.range(1));
+  const uint64_t state_bytes = uint64_t(data.B) * data.states[0].bytes();
   for (auto _ : st) {
-    if (!StepBatch(items).ok()) st.SkipWithError("step failed");
-    benchmark::DoNotOptimize(y.data());
+    if (!StepBatch(data.items).ok()) st.SkipWithError("step failed");
+    benchmark::DoNotOptimize(data.y.data());
   }
   const double rmw = bench::RmwBandwidth(state_bytes);
   st.SetBytesProcessed(int64_t(st.iterations()) * 2 * state_bytes);
   st.counters["state_bytes_rw"] = 2.0 * state_bytes;
-  st.counters["us_per_session_step"] = benchmark::Counter(
-      double(st.iterations()) * B * 1e-6,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  data.SetPerSessionCounter(st);
   st.counters["rmw_GBps"] = rmw / 1e9;
   st.counters["frac_of_rmw"] = benchmark::Counter(
       2.0 * state_bytes * st.iterations() / rmw, benchmark::Counter::kIsRate);
@@ -77,29 +94,16 @@ BENCHMARK(BM_DecodeStep)
 // all of them saves (fork/join and dispatch per call; with B·H heads per call
 // both cores stay busy).
 void BM_DecodeOneByOne(benchmark::State& st) {
-  const uint32_t d = st.range(0), B = st.range(1);
-  const Attention attention = *Attention::Create(Spec(d));
-  std::vector<AttentionState> states;
-  for (uint32_t b = 0; b < B; ++b) states.push_back(attention.NewState());
-  const std::vector<float> qkv = Random(uint64_t(B) * 3 * kHeads * d, 1);
-  std::vector<float> y(uint64_t(B) * kHeads * d), den(B * kHeads);
-  std::vector<uint8_t> avail(B * kHeads);
+  DecodeData data(st.range(0), st.range(1));
   for (auto _ : st) {
-    for (uint32_t b = 0; b < B; ++b) {
-      const float* base = qkv.data() + uint64_t(b) * 3 * kHeads * d;
-      if (!Step(attention, states[b],
-                {base, base + kHeads * d, base + 2 * kHeads * d, 1},
-                {y.data() + uint64_t(b) * kHeads * d, den.data() + b * kHeads,
-                 avail.data() + b * kHeads})
-               .ok()) {
+    for (const StepItem& item : data.items) {
+      if (!Step(*item.attention, *item.state, item.token, item.out).ok()) {
         st.SkipWithError("step failed");
       }
     }
-    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(data.y.data());
   }
-  st.counters["us_per_session_step"] = benchmark::Counter(
-      double(st.iterations()) * B * 1e-6,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  data.SetPerSessionCounter(st);
 }
 BENCHMARK(BM_DecodeOneByOne)->Args({64, 64})->UseRealTime();
 
