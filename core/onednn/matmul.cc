@@ -40,12 +40,12 @@ MatmulCache& MatmulCache::Global() {
 }
 
 size_t MatmulCache::size() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();
 }
 
 const MatmulCache::Entry& MatmulCache::Get(const MatmulShape& shape) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(shape);
   if (it != entries_.end()) return *it->second;
 

@@ -17,8 +17,8 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace linattn {
@@ -59,7 +59,7 @@ class MatmulCache {
   size_t size() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   std::map<MatmulShape, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -18,12 +18,15 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::Shutdown() {
-  absl::MutexLock lock(&mu_);
-  stopping_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
 }
 
 SchedulerStats Scheduler::stats() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
 
@@ -49,13 +52,18 @@ void Scheduler::Run(std::shared_ptr<Session> session, StateWork work,
 }
 
 void Scheduler::Enqueue(Request request) {
+  bool accepted = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
       request.session->pending().fetch_add(1);
       queue_.push_back(std::move(request));
-      return;
+      accepted = true;
     }
+  }
+  if (accepted) {
+    work_cv_.notify_one();
+    return;
   }
   std::move(request.done)(
       absl::UnavailableError("the server is shutting down"));
@@ -67,12 +75,8 @@ void Scheduler::WorkerLoop() {
   while (true) {
     round.clear();
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return !s->queue_.empty() || s->stopping_;
-          },
-          this));
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
       if (queue_.empty()) return;  // stopping, and everything has run
       // One request per session, in arrival order; later requests of a
       // session already in the round wait for the next one.
@@ -132,7 +136,7 @@ void Scheduler::RunRound(std::vector<Request>& round) {
     }
   }
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     ++stats_.rounds;
     stats_.steps += steps.size();
     stats_.step_batches += steps.empty() ? 0 : 1;

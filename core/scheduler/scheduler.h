@@ -18,14 +18,16 @@
 #ifndef LINATTN_CORE_SCHEDULER_SCHEDULER_H_
 #define LINATTN_CORE_SCHEDULER_SCHEDULER_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "core/attention/chunkwise.h"
 #include "core/session/session_manager.h"
 
@@ -83,7 +85,10 @@ class Scheduler {
   void RunRound(std::vector<Request>& round);
 
   const SchedulerOptions options_;
-  mutable absl::Mutex mu_;
+  // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
+  // ThreadSanitizer, which then could not see these locks.
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // queue_ gained work, or stopping_
   std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);

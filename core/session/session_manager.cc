@@ -120,7 +120,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::CreateSession(
   }
   // Admission before allocation: the state size is known from the spec.
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (sessions_.size() >= options_.max_sessions) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "sessions: the server holds its maximum of ", options_.max_sessions));
@@ -142,7 +142,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::AdoptSession(
   if (!state.Matches(spec)) {
     return absl::InvalidArgumentError("state: does not match its spec");
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (sessions_.size() >= options_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "sessions: the server holds its maximum of ", options_.max_sessions));
@@ -165,7 +165,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::AdoptSession(
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
     absl::string_view id) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     return absl::NotFoundError(
@@ -175,7 +175,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
 }
 
 absl::Status SessionManager::Delete(absl::string_view id) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     return absl::NotFoundError(
@@ -187,7 +187,7 @@ absl::Status SessionManager::Delete(absl::string_view id) {
 }
 
 std::vector<std::shared_ptr<Session>> SessionManager::List() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Session>> out;
   out.reserve(sessions_.size());
   for (const auto& [id, session] : sessions_) out.push_back(session);
@@ -196,7 +196,7 @@ std::vector<std::shared_ptr<Session>> SessionManager::List() const {
 
 size_t SessionManager::EvictIdle(Clock::duration ttl) {
   const Clock::time_point cutoff = Clock::now() - ttl;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   size_t evicted = 0;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     const Session& s = *it->second;
@@ -212,12 +212,12 @@ size_t SessionManager::EvictIdle(Clock::duration ttl) {
 }
 
 uint64_t SessionManager::session_count() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return sessions_.size();
 }
 
 uint64_t SessionManager::state_bytes_in_use() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return bytes_in_use_;
 }
 

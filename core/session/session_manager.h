@@ -18,13 +18,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "core/attention/attention.h"
 
 namespace linattn {
@@ -132,7 +133,7 @@ class SessionManager {
       const AttentionSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionManagerOptions options_;
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>, std::less<>> sessions_
       ABSL_GUARDED_BY(mu_);
   uint64_t bytes_in_use_ ABSL_GUARDED_BY(mu_) = 0;
