@@ -33,7 +33,7 @@ test: build
 test-asan: deps
 	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DLINATTN_SANITIZE=ON -DLINATTN_BUILD_BENCH=OFF
-	cmake --build $(ASAN_DIR) -j$(JOBS) --target attention_test onednn_test session_test
+	cmake --build $(ASAN_DIR) -j$(JOBS) --target attention_test onednn_test session_test model_test
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -j$(JOBS) -L core

@@ -1,0 +1,150 @@
+#include "core/model/safetensors.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+namespace linattn {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("linattn_st_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& bytes) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  absl::Status OpenStatus(const std::string& bytes) {
+    return SafetensorsFile::Open(Write("x.safetensors", bytes)).status();
+  }
+  fs::path dir_;
+};
+
+TEST_F(SafetensorsTest, RoundTripsEveryDtype) {
+  const std::vector<float> values = {1.0f, -2.5f, 0.1f, 65504.0f, 1e-7f, 0.0f};
+  const std::string bytes =
+      SerializeSafetensors({{"a.weight", {2, 3}, values, DType::kF32},
+                            {"b", {3, 2}, values, DType::kF16},
+                            {"c", {6}, values, DType::kBF16},
+                            {"empty", {0, 4}, {}, DType::kF32}},
+                           {{"format", "pt"}});
+  auto file = SafetensorsFile::Open(Write("m.safetensors", bytes));
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->metadata().at("format"), "pt");
+  EXPECT_EQ((*file)->tensors().size(), 4u);
+  std::vector<float> out(6);
+  (*file)->Find("a.weight")->ToFloat(out.data());
+  EXPECT_EQ(out, values);
+  (*file)->Find("b")->ToFloat(out.data());
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(out[i], HalfToFloat(FloatToHalf(values[i])));
+  EXPECT_EQ(out[3], 65504.0f);  // the largest half
+  (*file)->Find("c")->ToFloat(out.data());
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(out[i], BFloat16ToFloat(FloatToBFloat16(values[i])));
+  EXPECT_EQ((*file)->Find("empty")->numel(), 0u);
+  auto shaped = (*file)->Get("a.weight", {2, 3});
+  EXPECT_TRUE(shaped.ok());
+  auto wrong = (*file)->Get("a.weight", {3, 2});
+  EXPECT_THAT(std::string(wrong.status().message()),
+              HasSubstr("has shape [2, 3], the config needs [3, 2]"));
+  EXPECT_THAT(std::string((*file)->Get("missing", {1}).status().message()),
+              HasSubstr("tensor 'missing' is missing"));
+}
+
+// Every half and bfloat16 bit pattern survives to fp32 and back, and
+// conversions from fp32 round to nearest even.
+TEST(HalfPrecision, ExactAndRoundToNearestEven) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), h) << std::hex << h;
+    const float g = BFloat16ToFloat(static_cast<uint16_t>(h));
+    if (!std::isnan(g)) {
+      ASSERT_EQ(FloatToBFloat16(g), h) << std::hex << h;
+    }
+  }
+  EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f + 0x1.0p-11f)), 1.0f);  // tie → even
+  EXPECT_EQ(HalfToFloat(FloatToHalf(1.0f + 3 * 0x1.0p-11f)), 1.0f + 0x1.0p-9f);
+  EXPECT_EQ(HalfToFloat(0x0001), 0x1.0p-24f);  // smallest subnormal
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(70000.0f))));
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(1.0f + 0x1.0p-8f)),
+            1.0f);  // tie → even
+}
+
+TEST_F(SafetensorsTest, RefusesDamagedFilesNamingTheProblem) {
+  const std::string good =
+      SerializeSafetensors({{"w", {4}, {1, 2, 3, 4}, DType::kF32}});
+  // Every truncation fails cleanly.
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_FALSE(OpenStatus(good.substr(0, n)).ok()) << "truncated to " << n;
+  }
+  EXPECT_THAT(
+      std::string(OpenStatus(good.substr(0, good.size() - 1)).message()),
+      HasSubstr("outside the"));
+  std::string huge = good;
+  huge[6] = 0x7f;  // header length beyond the file
+  EXPECT_THAT(std::string(OpenStatus(huge).message()),
+              HasSubstr("header length"));
+  auto with_header = [](const std::string& json, size_t data_bytes) {
+    const uint64_t n = json.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + json +
+           std::string(data_bytes, '\0');
+  };
+  EXPECT_THAT(std::string(OpenStatus(with_header("{not json", 0)).message()),
+              HasSubstr("JSON"));
+  EXPECT_THAT(
+      std::string(
+          OpenStatus(
+              with_header(
+                  R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})",
+                  8))
+              .message()),
+      HasSubstr("tensor 'w': dtype 'F64' is not supported"));
+  EXPECT_THAT(
+      std::string(
+          OpenStatus(
+              with_header(
+                  R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+                  8))
+              .message()),
+      HasSubstr("needs 12 bytes"));
+  EXPECT_THAT(
+      std::string(
+          OpenStatus(
+              with_header(
+                  R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                  12))
+              .message()),
+      HasSubstr("overlap"));
+  EXPECT_THAT(
+      std::string(
+          OpenStatus(
+              with_header(
+                  R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+                  4))
+              .message()),
+      HasSubstr("non-negative"));
+  EXPECT_EQ(SafetensorsFile::Open((dir_ / "none.safetensors").string())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace linattn
