@@ -26,7 +26,9 @@ def start_server(build, *extra):
                              "--port-file", port_file, "--log-level", "warn", *extra])
     for _ in range(200):
         if os.path.exists(port_file) and open(port_file).read().strip():
-            return proc, f"127.0.0.1:{open(port_file).read().strip()}"
+            port = open(port_file).read().strip()
+            os.remove(port_file)
+            return proc, f"127.0.0.1:{port}"
         time.sleep(0.05)
     proc.kill()
     sys.exit("linattn-server did not start")

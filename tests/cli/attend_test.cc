@@ -13,20 +13,16 @@
 #include <random>
 
 #include "clients/cli/npy.h"
+#include "tests/util/temp_dir.h"
 
 namespace linattn {
 namespace {
 
 using ::testing::HasSubstr;
-namespace fs = std::filesystem;
 
 class AttendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("linattn_attend_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
     std::mt19937_64 rng(9);
     std::uniform_real_distribution<float> dist(-1, 1);
     q_.resize(T * H * D);
@@ -39,10 +35,7 @@ class AttendTest : public ::testing::Test {
     ASSERT_TRUE(WriteNpy(Path("k.npy"), {T, H, D}, k_.data()).ok());
     ASSERT_TRUE(WriteNpy(Path("v.npy"), {T, H, D}, v_.data()).ok());
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const {
-    return (dir_ / name).string();
-  }
+  std::string Path(const std::string& name) const { return dir_.Path(name); }
   AttendOptions Options(const std::string& mode, const std::string& out) const {
     AttendOptions o;
     o.q_path = Path("q.npy");
@@ -55,7 +48,7 @@ class AttendTest : public ::testing::Test {
   }
 
   static constexpr int64_t T = 50, H = 3, D = 4;
-  fs::path dir_;
+  testing::TempDir dir_;
   std::vector<float> q_, k_, v_;
 };
 
@@ -114,7 +107,7 @@ TEST_F(AttendTest, RejectsBadInputs) {
   EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("decay"));
   o = Options("sideways", "y.npy");
   EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("--mode"));
-  EXPECT_FALSE(fs::exists(Path("y.npy")));
+  EXPECT_FALSE(std::filesystem::exists(Path("y.npy")));
 }
 
 TEST_F(AttendTest, BinaryPrintsTheSeedExampleAndFailsCleanly) {

@@ -16,11 +16,11 @@
 #include "core/attention/reference.h"
 #include "tests/attention/test_util.h"
 #include "tests/integration/server_process.h"
+#include "tests/util/temp_dir.h"
 
 namespace linattn {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 class CliRemoteTest : public ::testing::Test {
@@ -28,17 +28,11 @@ class CliRemoteTest : public ::testing::Test {
   void SetUp() override {
     server_ = testing::ServerProcess::Start();
     ASSERT_NE(server_, nullptr);
-    dir_ = fs::temp_directory_path() /
-           ("linattn_cli_remote_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const {
-    return (dir_ / name).string();
-  }
+  std::string Path(const std::string& name) const { return dir_.Path(name); }
 
   std::unique_ptr<testing::ServerProcess> server_;
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(CliRemoteTest, AttendThroughServerSessions) {

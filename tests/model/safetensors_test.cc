@@ -2,36 +2,29 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "tests/util/temp_dir.h"
+
 namespace linattn {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("linattn_st_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& bytes) {
-    const std::string path = (dir_ / name).string();
+    const std::string path = dir_.Path(name);
     std::ofstream(path, std::ios::binary) << bytes;
     return path;
   }
   absl::Status OpenStatus(const std::string& bytes) {
     return SafetensorsFile::Open(Write("x.safetensors", bytes)).status();
   }
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(SafetensorsTest, RoundTripsEveryDtype) {
@@ -140,10 +133,9 @@ TEST_F(SafetensorsTest, RefusesDamagedFilesNamingTheProblem) {
                   4))
               .message()),
       HasSubstr("non-negative"));
-  EXPECT_EQ(SafetensorsFile::Open((dir_ / "none.safetensors").string())
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      SafetensorsFile::Open(dir_.Path("none.safetensors")).status().code(),
+      absl::StatusCode::kNotFound);
 }
 
 }  // namespace
