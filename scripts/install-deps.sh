@@ -3,8 +3,7 @@
 # Idempotent: only packages that are missing are installed; nothing is
 # downloaded from outside Debian's archive.
 #
-#   scripts/install-deps.sh          build + test dependencies
-#   scripts/install-deps.sh --python also the numpy used by the .npy round-trip check
+#   scripts/install-deps.sh          build, test and benchmark dependencies
 set -euo pipefail
 
 packages=(
@@ -16,12 +15,10 @@ packages=(
   libdnnl-dev
   # support libraries
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks (python3: the report scripts in bench/ and the
+  # container check, standard library only)
+  libgtest-dev libgmock-dev libbenchmark-dev python3
 )
-if [[ "${1:-}" == "--python" ]]; then
-  packages+=(python3-numpy)
-fi
 
 missing=()
 for p in "${packages[@]}"; do
