@@ -137,6 +137,24 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--log-json", log_json, "one JSON object per log line")
       ->envname("LINATTN_LOG_JSON");
+  std::vector<std::string> models = {LINATTN_DEFAULT_MODEL_DIR};
+  app.add_option("--model", models,
+                 "model directory (config.json + model.safetensors) for "
+                 "GenerationService; repeat for several; \"none\" serves no "
+                 "model")
+      ->envname("LINATTN_MODEL")
+      ->capture_default_str();
+  app.add_option("--token-budget", options.generation.token_budget,
+                 "tokens one generation iteration runs (decode rows first, "
+                 "then prompt pieces)")
+      ->envname("LINATTN_TOKEN_BUDGET")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--max-generating", options.generation.max_batch,
+                 "generating sessions decoded together in one iteration")
+      ->envname("LINATTN_MAX_GENERATING")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   app.add_option("--port-file", port_file,
                  "write the bound port here once serving")
       ->envname("LINATTN_PORT_FILE");
@@ -158,6 +176,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (workers > 0) omp_set_num_threads(workers);
+  for (const std::string& dir : models) {
+    if (dir != "none" && !dir.empty()) options.models.push_back(dir);
+  }
+  options.generation.max_sessions = options.sessions.max_sessions;
+  options.generation.memory_budget_bytes = options.sessions.max_state_bytes;
   options.idle_ttl =
       std::chrono::milliseconds(static_cast<int64_t>(idle_ttl_s * 1000));
 

@@ -17,6 +17,36 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   server->scheduler_ = std::make_unique<Scheduler>(options.scheduler);
   server->service_ = std::make_unique<AttentionServiceImpl>(
       server->sessions_.get(), server->scheduler_.get());
+  std::vector<std::shared_ptr<const Model>> models;
+  for (const std::string& dir : options.models) {
+    auto model = Model::Load(dir);
+    if (!model.ok()) {
+      return absl::Status(model.status().code(),
+                          absl::StrCat("model: ", model.status().message()));
+    }
+    for (const auto& other : models) {
+      if (other->name() == (*model)->name()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model: two models are named '", other->name(), "' (",
+                         other->dir(), " and ", dir, ")"));
+      }
+    }
+    spdlog::info(
+        "model '{}' from {}: {} layers, hidden {}, {} heads, feature map {}{}, "
+        "{} parameters, {} tokenizer, {} bytes of state per session, "
+        "fingerprint {}",
+        (*model)->name(), dir, (*model)->config().num_hidden_layers,
+        (*model)->config().hidden_size, (*model)->config().num_heads,
+        std::string(ModelFeatureMapName((*model)->config().feature_map)),
+        (*model)->config().norm_feature_map ? " (normalised)" : "",
+        (*model)->parameter_count(), (*model)->tokenizer().kind(),
+        (*model)->state_bytes(), (*model)->fingerprint_hex());
+    models.push_back(std::move(*model));
+  }
+  server->generation_ =
+      std::make_unique<GenerationEngine>(std::move(models), options.generation);
+  server->generation_service_ =
+      std::make_unique<GenerationServiceImpl>(server->generation_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -26,6 +56,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->generation_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
@@ -38,6 +69,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
       server->server_->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus("linattn.v1.AttentionService", true);
+  health->SetServingStatus("linattn.v1.GenerationService", true);
   if (options.idle_ttl.count() > 0) {
     server->evictor_ = std::thread(
         [s = server.get(), ttl = options.idle_ttl] { s->EvictionLoop(ttl); });

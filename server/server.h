@@ -12,11 +12,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/scheduler/generation.h"
 #include "core/scheduler/scheduler.h"
 #include "core/session/session_manager.h"
 #include "server/attention_service.h"
+#include "server/generation_service.h"
 
 namespace linattn {
 
@@ -26,6 +29,9 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   std::chrono::milliseconds idle_ttl{0};  // 0 = sessions never expire
   int max_message_bytes = 64 << 20;
+  // Model directories for GenerationService (none: it serves no models).
+  std::vector<std::string> models;
+  GenerationOptions generation;
 };
 
 class LinattnServer {
@@ -46,6 +52,7 @@ class LinattnServer {
 
   SessionManager& sessions() { return *sessions_; }
   Scheduler& scheduler() { return *scheduler_; }
+  GenerationEngine& generation() { return *generation_; }
 
  private:
   LinattnServer() = default;
@@ -54,6 +61,8 @@ class LinattnServer {
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<AttentionServiceImpl> service_;
+  std::unique_ptr<GenerationEngine> generation_;
+  std::unique_ptr<GenerationServiceImpl> generation_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;

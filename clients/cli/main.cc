@@ -1,7 +1,10 @@
 // `linattn`: the command-line client (DESIGN.md §3).
 //   linattn explain --preset general|negative [--feature-map elu1|relu]
-//   [--prefix N] [--json] linattn attend --q Q.npy --k K.npy --v V.npy --out
-//   Y.npy [options]
+//     [--prefix N] [--json]
+//   linattn attend --q Q.npy --k K.npy --v V.npy --out Y.npy [options]
+//   linattn generate --server ADDR [--max-tokens N] [--temperature T]
+//     [--seed S] "prompt"
+//   linattn health --server ADDR
 #include <cstdio>
 #include <iostream>
 
@@ -11,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/attend.h"
 #include "clients/cli/explain.h"
+#include "clients/cli/generate.h"
 #include "clients/cli/remote.h"
 
 namespace {
@@ -54,6 +58,31 @@ int main(int argc, char** argv) {
   he->add_option("--service", health_service,
                  "service name (default: the whole server)");
   he->add_option("--timeout", health_timeout, "seconds (default: 2)");
+
+  linattn::GenerateOptions generate;
+  CLI::App* ge = app.add_subcommand(
+      "generate",
+      "Stream a model's continuation of a prompt from a server's "
+      "GenerationService");
+  ge->add_option("prompt", generate.prompt, "the prompt text");
+  ge->add_option("--server", generate.server, "host:port")->required();
+  ge->add_option("--model", generate.model,
+                 "model name (default: the server's first)");
+  ge->add_option("--session", generate.session_id,
+                 "continue this session instead of starting a new one");
+  ge->add_flag("--keep", generate.keep,
+               "keep the new session and print its id (stderr)");
+  ge->add_option("--max-tokens", generate.max_tokens, "default: 64")
+      ->check(CLI::Range(1, 1 << 20));
+  ge->add_option("--temperature", generate.temperature, "0 = greedy (default)")
+      ->check(CLI::NonNegativeNumber);
+  ge->add_option("--top-k", generate.top_k, "0 = no limit (default)");
+  ge->add_option("--top-p", generate.top_p, "1 = no limit (default)")
+      ->check(CLI::Range(0.0, 1.0));
+  ge->add_option("--seed", generate.seed, "sampling seed (default: 0)");
+  ge->add_option("--stop", generate.stop, "stop before this text (repeatable)");
+  ge->add_flag("--usage", generate.usage,
+               "print token counts, time to first token and speed (stderr)");
 
   linattn::AttendOptions attend;
   std::string decay;
@@ -119,6 +148,13 @@ int main(int argc, char** argv) {
     }
     if (epsilon_opt->count() > 0) attend.epsilon = epsilon;
     if (absl::Status s = linattn::Attend(attend); !s.ok()) return Fail(s);
+    return 0;
+  }
+  if (ge->parsed()) {
+    if (absl::Status s = linattn::Generate(generate, std::cout, std::cerr);
+        !s.ok()) {
+      return Fail(s);
+    }
     return 0;
   }
   if (he->parsed()) {

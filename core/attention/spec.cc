@@ -72,7 +72,12 @@ absl::Status ValidateSpec(const AttentionSpec& spec) {
   if (!known) {
     return absl::InvalidArgumentError("feature_map: unknown value");
   }
-  if (spec.feature_map == FeatureMapKind::kIdentity && !spec.unnormalized) {
+  if (spec.premapped && spec.feature_map != FeatureMapKind::kIdentity) {
+    return absl::InvalidArgumentError(
+        "premapped: only the identity feature map takes premapped features");
+  }
+  if (spec.feature_map == FeatureMapKind::kIdentity && !spec.unnormalized &&
+      !spec.premapped) {
     return absl::InvalidArgumentError(
         "feature_map: identity can go negative, so its denominator φ(q)ᵀz "
         "can cancel; use it with unnormalized = true");

@@ -26,7 +26,7 @@ namespace linattn {
 enum class FeatureMapKind {
   kElu1,      // ELU(x)+1: x >= 0 ? x+1 : exp(x); d_φ = d_k
   kRelu,      // max(x, 0); d_φ = d_k
-  kIdentity,  // x; d_φ = d_k; unnormalised only
+  kIdentity,  // x; d_φ = d_k; unnormalised only, unless `premapped`
   kFavor,     // Performer FAVOR+ positive random features; d_φ = m
   kCosine,    // cosFormer: relu(x)·[cos(πi/2M), sin(πi/2M)]; d_φ = 2·d_k
 };
@@ -49,6 +49,11 @@ struct AttentionSpec {
   uint32_t feature_dim = 0;
   uint64_t seed = 0;     // FAVOR+ random-feature seed (fixed for a session)
   uint32_t horizon = 0;  // cosFormer M; positions must stay below it
+  // q and k arrive already feature-mapped (with identity only). A model
+  // layer computes its learned φ itself and may then read out normalised,
+  // exactly as its checkpoint was trained; client sessions keep identity's
+  // unnormalised-only rule.
+  bool premapped = false;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
 };

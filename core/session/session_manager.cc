@@ -11,10 +11,11 @@ namespace linattn {
 
 namespace {
 
-constexpr size_t kMaxIdLength = 128;
 
-// 128 random bits from the OS, as 32 hex digits.
-std::string RandomId() {
+
+}  // namespace
+
+std::string RandomSessionId() {
   std::random_device rd;
   std::string id;
   for (int i = 0; i < 4; ++i)
@@ -22,10 +23,8 @@ std::string RandomId() {
   return id;
 }
 
-}  // namespace
-
 bool IsValidSessionId(absl::string_view id) {
-  if (id.empty() || id.size() > kMaxIdLength) return false;
+  if (id.empty() || id.size() > kMaxSessionIdLength) return false;
   for (char c : id) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
         c != '_' && c != '-') {
@@ -79,13 +78,13 @@ absl::StatusOr<std::string> SessionManager::ChooseId(
   if (requested.empty()) {
     std::string id;
     do {
-      id = RandomId();
+      id = RandomSessionId();
     } while (sessions_.count(id) != 0);
     return id;
   }
   if (!IsValidSessionId(requested)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("session_id: must be 1-", kMaxIdLength,
+        absl::StrCat("session_id: must be 1-", kMaxSessionIdLength,
                      " characters of [A-Za-z0-9._-]"));
   }
   if (sessions_.count(requested) != 0) {

@@ -142,6 +142,10 @@ class SessionManager {
 
 // Whether `id` is an acceptable client-chosen session id.
 bool IsValidSessionId(absl::string_view id);
+inline constexpr size_t kMaxSessionIdLength = 128;
+
+// 128 random bits from the OS, as 32 hex digits.
+std::string RandomSessionId();
 
 }  // namespace linattn
 

@@ -1,0 +1,37 @@
+// `linattn generate`: stream a model's continuation of a prompt from a
+// server's GenerationService to a terminal, piece by piece as it arrives.
+#ifndef LINATTN_CLIENTS_CLI_GENERATE_H_
+#define LINATTN_CLIENTS_CLI_GENERATE_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace linattn {
+
+struct GenerateOptions {
+  std::string server;
+  std::string prompt;
+  std::string model;       // empty = the server's first model
+  std::string session_id;  // continue this session instead of a new one
+  bool keep = false;       // keep the new session (its id goes to `info`)
+  uint32_t max_tokens = 64;
+  float temperature = 0.0f;
+  uint32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool usage = false;  // print token counts and speed to `info` at the end
+};
+
+// Writes the prompt's continuation to `out` as it streams (flushed per
+// piece), then a newline. Errors carry the server's code and message.
+absl::Status Generate(const GenerateOptions& options, std::ostream& out,
+                      std::ostream& info);
+
+}  // namespace linattn
+
+#endif  // LINATTN_CLIENTS_CLI_GENERATE_H_

@@ -1,0 +1,399 @@
+#include "core/model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention/recurrent.h"
+#include "core/onednn/gemm.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+namespace {
+
+// Rows below which the elementwise passes stay on one thread.
+constexpr uint64_t kParallelRows = 16;
+
+// y = x / sqrt(mean(x²) + eps) · w (w may be null), n vectors of d.
+void RmsNorm(const float* x, uint64_t n, uint32_t d, const float* w, float eps,
+             float* y) {
+#pragma omp parallel for if (n >= kParallelRows) schedule(static)
+  for (uint64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    float* yr = y + r * d;
+    float ss = 0;
+    for (uint32_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    if (w != nullptr) {
+      for (uint32_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
+    } else {
+      for (uint32_t i = 0; i < d; ++i) yr[i] = xr[i] * inv;
+    }
+  }
+}
+
+// φ of one head's raw vector x (d_k) into out (d_φ); `lin` is the learned
+// linear output for the maps that have one.
+void ApplyFeatureMap(ModelFeatureMap map, const float* x, const float* lin,
+                     uint32_t dk, float* out) {
+  switch (map) {
+    case ModelFeatureMap::kElu:
+      for (uint32_t i = 0; i < dk; ++i) {
+        out[i] = x[i] > 0 ? x[i] + 1.0f : std::exp(x[i]);
+      }
+      break;
+    case ModelFeatureMap::kRelu:
+      for (uint32_t i = 0; i < dk; ++i) out[i] = std::max(x[i], 0.0f);
+      break;
+    case ModelFeatureMap::kIdentity:
+      std::memcpy(out, x, dk * sizeof(float));
+      break;
+    case ModelFeatureMap::kT2R:
+      for (uint32_t i = 0; i < dk; ++i) out[i] = std::max(lin[i], 0.0f);
+      break;
+    case ModelFeatureMap::kHedgehog: {
+      // softmax over [2y, −2y]
+      float m = 0;
+      for (uint32_t i = 0; i < dk; ++i) m = std::max(m, std::fabs(2 * lin[i]));
+      float sum = 0;
+      for (uint32_t i = 0; i < dk; ++i) {
+        out[i] = std::exp(2 * lin[i] - m);
+        out[dk + i] = std::exp(-2 * lin[i] - m);
+        sum += out[i] + out[dk + i];
+      }
+      const float inv = 1.0f / sum;
+      for (uint32_t i = 0; i < 2 * dk; ++i) out[i] *= inv;
+      break;
+    }
+    case ModelFeatureMap::kDpfp: {
+      // x2 = [relu(x), relu(−x)]; torch.roll by j gives x2[(i − j) mod n];
+      // block b (j = b + 1) is x2 ⊙ roll(x2, j).
+      const uint32_t n = 2 * dk;
+      thread_local std::vector<float> x2;
+      x2.resize(n);
+      for (uint32_t i = 0; i < dk; ++i) {
+        x2[i] = std::max(x[i], 0.0f);
+        x2[dk + i] = std::max(-x[i], 0.0f);
+      }
+      for (uint32_t b = 0; b < 4; ++b) {
+        const uint32_t shift = (b + 1) % n;
+        for (uint32_t i = 0; i < n; ++i) {
+          out[b * n + i] = x2[i] * x2[(i + n - shift) % n];
+        }
+      }
+      break;
+    }
+    case ModelFeatureMap::kElementwiseProduct:
+      for (uint32_t i = 0; i < dk; ++i) out[i] = lin[i] * lin[dk + i];
+      break;
+  }
+}
+
+}  // namespace
+
+ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model,
+                             ForwardOptions options)
+    : model_(std::move(model)),
+      options_(options),
+      chunkwise_(options.chunkwise) {
+  if (options_.max_rows == 0) options_.max_rows = 1;
+}
+
+void ForwardRunner::EnsureWorkspace(uint32_t rows) {
+  if (rows <= capacity_) return;
+  const ModelConfig& c = model_->config();
+  const uint64_t H = c.hidden_size, nh = c.num_heads;
+  const uint64_t qkv = c.key_dim() + uint64_t{c.num_kv_heads} *
+                                         (c.head_k_dim() + c.head_v_dim());
+  x_ = AlignedBuffer(rows * H);
+  xn_ = AlignedBuffer(rows * H);
+  qkv_ = AlignedBuffer(rows * qkv);
+  heads_ = AlignedBuffer(rows * nh * c.head_k_dim());
+  mapped_ = AlignedBuffer(rows * nh * 2 * c.head_k_dim());
+  fq_ = AlignedBuffer(rows * nh * c.feature_dim());
+  fk_ = AlignedBuffer(rows * nh * c.feature_dim());
+  v_ = AlignedBuffer(rows * nh * c.head_v_dim());
+  o_ = AlignedBuffer(rows * nh * c.head_v_dim());
+  den_ = AlignedBuffer(rows * nh);
+  available_.assign(rows * nh, 0);
+  gu_ = AlignedBuffer(rows * 2 * uint64_t{c.intermediate_size});
+  act_ = AlignedBuffer(rows * uint64_t{c.intermediate_size});
+  logits_rows_ = AlignedBuffer(rows * H);
+  logits_out_ = AlignedBuffer(rows * uint64_t{c.vocab_size});
+  capacity_ = rows;
+}
+
+absl::Status ForwardRunner::Run(ModelState& state,
+                                std::span<const int32_t> tokens,
+                                float* logits) {
+  ForwardItem item{.state = &state, .tokens = tokens, .logits = logits};
+  return Run(std::span<const ForwardItem>(&item, 1));
+}
+
+absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
+  const ModelConfig& c = model_->config();
+  std::set<const ModelState*> seen;
+  bool prefill = false;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ForwardItem& item = items[i];
+    if (item.state == nullptr || !model_->Matches(*item.state)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "items[", i, "].state: not a state of model '", model_->name(), "'"));
+    }
+    if (!seen.insert(item.state).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("items[", i, "].state: appears twice in one batch"));
+    }
+    if (item.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("items[", i, "].tokens: empty"));
+    }
+    for (size_t j = 0; j < item.tokens.size(); ++j) {
+      int32_t t = item.tokens[j];
+      if (t < 0 || static_cast<uint32_t>(t) >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("items[", i, "].tokens[", j, "]: id ", t,
+                         " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    prefill |= item.tokens.size() > 1;
+  }
+  // Prefill runs chunkwise, whose first use of a shape creates oneDNN
+  // primitives and can fail: keep the states to put back. Decode steps
+  // cannot fail once the input is valid, unless the model's own
+  // activations overflow (reported as INTERNAL).
+  std::vector<ModelState> backup;
+  if (prefill) {
+    backup.reserve(items.size());
+    for (const ForwardItem& item : items) backup.push_back(item.state->Copy());
+  }
+  std::vector<uint64_t> done(items.size(), 0);
+  std::vector<Piece> pieces;
+  for (;;) {
+    pieces.clear();
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < items.size() && rows < options_.max_rows; ++i) {
+      const uint64_t left = items[i].tokens.size() - done[i];
+      if (left == 0) continue;
+      const uint32_t take = static_cast<uint32_t>(
+          std::min<uint64_t>(left, options_.max_rows - rows));
+      pieces.push_back(Piece{i, done[i], take, rows});
+      rows += take;
+      done[i] += take;
+    }
+    if (pieces.empty()) break;
+    if (absl::Status s = Pass(items, pieces, rows); !s.ok()) {
+      for (size_t i = 0; i < backup.size(); ++i) {
+        *items[i].state = std::move(backup[i]);
+      }
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ForwardRunner::FeatureMaps(const Model::Layer& layer, uint32_t rows) {
+  const ModelConfig& c = model_->config();
+  const uint32_t nh = c.num_heads, nkv = c.num_kv_heads, g = c.kv_groups();
+  const uint32_t dk = c.head_k_dim(), dv = c.head_v_dim(),
+                 dphi = c.feature_dim();
+  const uint64_t stride = c.key_dim() + uint64_t{nkv} * (dk + dv);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dphi));
+  const bool learned = c.feature_map_has_weights();
+  const uint32_t lin_dim =
+      c.feature_map == ModelFeatureMap::kElementwiseProduct ? 2 * dk : dk;
+
+  // which = 0: q (nh heads at column 0), 1: k (nkv heads after q).
+  for (int which = 0; which < 2; ++which) {
+    const uint32_t src_heads = which == 0 ? nh : nkv;
+    const uint32_t expand = which == 0 ? 1 : g;
+    const uint64_t col = which == 0 ? 0 : c.key_dim();
+    const bool normalize = which == 0 ? c.norm_q : c.norm_k;
+    float* dst = which == 0 ? fq_.data() : fk_.data();
+    if (learned) {
+      // (rows·heads × d_k) · Wᵀ as one GEMM, then bias.
+      for (uint32_t r = 0; r < rows; ++r) {
+        std::memcpy(heads_.data() + uint64_t{r} * src_heads * dk,
+                    qkv_.data() + r * stride + col,
+                    uint64_t{src_heads} * dk * sizeof(float));
+      }
+      const AlignedBuffer& w = which == 0 ? layer.fq_w : layer.fk_w;
+      const std::vector<float>& b = which == 0 ? layer.fq_b : layer.fk_b;
+      // Sizes are valid by construction; sgemm cannot refuse them.
+      (void)LinearGemm(heads_.data(), int64_t{rows} * src_heads, dk, w.data(),
+                       lin_dim, mapped_.data(), false);
+      if (!b.empty()) {
+        const uint64_t n = uint64_t{rows} * src_heads;
+        for (uint64_t i = 0; i < n; ++i) {
+          float* y = mapped_.data() + i * lin_dim;
+          for (uint32_t j = 0; j < lin_dim; ++j) y[j] += b[j];
+        }
+      }
+    }
+#pragma omp parallel for if (rows >= kParallelRows) schedule(static)
+    for (uint32_t r = 0; r < rows; ++r) {
+      for (uint32_t sh = 0; sh < src_heads; ++sh) {
+        const float* x = qkv_.data() + r * stride + col + uint64_t{sh} * dk;
+        const float* lin =
+            mapped_.data() + (uint64_t{r} * src_heads + sh) * lin_dim;
+        float* out = dst + (uint64_t{r} * nh + uint64_t{sh} * expand) * dphi;
+        ApplyFeatureMap(c.feature_map, x, lin, dk, out);
+        if (normalize) {
+          float sum = 0;
+          for (uint32_t i = 0; i < dphi; ++i) sum += out[i];
+          const float inv = 1.0f / (sum + 1e-4f);
+          for (uint32_t i = 0; i < dphi; ++i) out[i] *= inv;
+        }
+        if (which == 0) {
+          for (uint32_t i = 0; i < dphi; ++i) out[i] *= scale;
+        }
+        for (uint32_t e = 1; e < expand; ++e) {
+          std::memcpy(out + uint64_t{e} * dphi, out, dphi * sizeof(float));
+        }
+      }
+    }
+  }
+  // v: query head h reads key/value head h / g.
+  const uint64_t vcol = c.key_dim() + uint64_t{nkv} * dk;
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t h = 0; h < nh; ++h) {
+      std::memcpy(v_.data() + (uint64_t{r} * nh + h) * dv,
+                  qkv_.data() + r * stride + vcol + uint64_t{h / g} * dv,
+                  dv * sizeof(float));
+    }
+  }
+}
+
+absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
+                                 std::span<const Piece> pieces, uint32_t rows) {
+  const Model& m = *model_;
+  const ModelConfig& c = m.config();
+  const uint32_t H = c.hidden_size, nh = c.num_heads, dv = c.head_v_dim(),
+                 dphi = c.feature_dim(), I = c.intermediate_size,
+                 V = c.vocab_size;
+  const uint64_t nqkv =
+      c.key_dim() + uint64_t{c.num_kv_heads} * (c.head_k_dim() + dv);
+  EnsureWorkspace(rows);
+
+  for (const Piece& p : pieces) {
+    for (uint32_t j = 0; j < p.rows; ++j) {
+      const int32_t t = items[p.item].tokens[p.first + j];
+      std::memcpy(x_.data() + uint64_t{p.row0 + j} * H,
+                  m.embeddings().data() + uint64_t(t) * H, H * sizeof(float));
+    }
+  }
+  std::vector<StepItem> steps;
+  std::vector<PrefillItem> prefills;
+  for (size_t l = 0; l < m.layers().size(); ++l) {
+    const Model::Layer& L = m.layers()[l];
+    RmsNorm(x_.data(), rows, H, L.attn_norm.data(), c.norm_eps, xn_.data());
+    LINATTN_RETURN_IF_ERROR(LinearGemm(xn_.data(), rows, H, L.qkv.data(), nqkv,
+                                       qkv_.data(), false));
+    FeatureMaps(L, rows);
+    steps.clear();
+    prefills.clear();
+    for (const Piece& p : pieces) {
+      SequenceInput in{.q = fq_.data() + uint64_t{p.row0} * nh * dphi,
+                       .k = fk_.data() + uint64_t{p.row0} * nh * dphi,
+                       .v = v_.data() + uint64_t{p.row0} * nh * dv,
+                       .tokens = p.rows};
+      SequenceOutput out{
+          .output = o_.data() + uint64_t{p.row0} * nh * dv,
+          .denominator = den_.data() + uint64_t{p.row0} * nh,
+          .available = available_.data() + uint64_t{p.row0} * nh};
+      AttentionState* state = &items[p.item].state->layers()[l];
+      if (p.rows == 1) {
+        steps.push_back(StepItem{&m.attention(), state, in, out});
+      } else {
+        prefills.push_back(PrefillItem{&m.attention(), state, in, out});
+      }
+    }
+    if (!steps.empty()) {
+      if (absl::Status s = StepBatch(steps); !s.ok()) {
+        return absl::InternalError(
+            absl::StrCat("layer ", l,
+                         ": the model's activations are not "
+                         "finite (",
+                         s.message(), ")"));
+      }
+    }
+    if (!prefills.empty()) {
+      if (absl::Status s = chunkwise_.Run(prefills); !s.ok()) {
+        if (s.code() == absl::StatusCode::kInvalidArgument) {
+          return absl::InternalError(
+              absl::StrCat("layer ", l,
+                           ": the model's activations are not "
+                           "finite (",
+                           s.message(), ")"));
+        }
+        return s;
+      }
+    }
+    RmsNorm(o_.data(), uint64_t{rows} * nh, dv,
+            L.head_norm.empty() ? nullptr : L.head_norm.data(), c.norm_eps,
+            o_.data());
+    LINATTN_RETURN_IF_ERROR(LinearGemm(o_.data(), rows, c.value_dim(),
+                                       L.o.data(), H, x_.data(), true));
+    RmsNorm(x_.data(), rows, H, L.mlp_norm.data(), c.norm_eps, xn_.data());
+    LINATTN_RETURN_IF_ERROR(LinearGemm(xn_.data(), rows, H, L.gate_up.data(),
+                                       2 * int64_t{I}, gu_.data(), false));
+#pragma omp parallel for if (rows >= kParallelRows) schedule(static)
+    for (uint32_t r = 0; r < rows; ++r) {
+      const float* gate = gu_.data() + uint64_t{r} * 2 * I;
+      const float* up = gate + I;
+      float* a = act_.data() + uint64_t{r} * I;
+      for (uint32_t i = 0; i < I; ++i) {
+        a[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      }
+    }
+    LINATTN_RETURN_IF_ERROR(
+        LinearGemm(act_.data(), rows, I, L.down.data(), H, x_.data(), true));
+  }
+
+  // Logits only where they are wanted.
+  std::vector<std::pair<uint32_t, float*>> wanted;  // (row, destination)
+  for (const Piece& p : pieces) {
+    const ForwardItem& item = items[p.item];
+    if (item.all_logits != nullptr) {
+      for (uint32_t j = 0; j < p.rows; ++j) {
+        wanted.emplace_back(p.row0 + j,
+                            item.all_logits + (p.first + j) * uint64_t{V});
+      }
+    }
+    if (item.logits != nullptr && item.all_logits == nullptr &&
+        p.first + p.rows == item.tokens.size()) {
+      wanted.emplace_back(p.row0 + p.rows - 1, item.logits);
+    }
+  }
+  if (wanted.empty()) return absl::OkStatus();
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    std::memcpy(xn_.data() + i * H, x_.data() + uint64_t{wanted[i].first} * H,
+                H * sizeof(float));
+  }
+  RmsNorm(xn_.data(), wanted.size(), H, m.final_norm().data(), c.norm_eps,
+          logits_rows_.data());
+  if (logits_out_.size() < wanted.size() * uint64_t{V}) {
+    logits_out_ = AlignedBuffer(wanted.size() * uint64_t{V});
+  }
+  LINATTN_RETURN_IF_ERROR(LinearGemm(logits_rows_.data(), wanted.size(), H,
+                                     m.lm_head(), V, logits_out_.data(),
+                                     false));
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    std::memcpy(wanted[i].second, logits_out_.data() + i * V,
+                V * sizeof(float));
+  }
+  for (const Piece& p : pieces) {
+    const ForwardItem& item = items[p.item];
+    if (item.logits != nullptr && item.all_logits != nullptr &&
+        p.first + p.rows == item.tokens.size()) {
+      std::memcpy(item.logits,
+                  item.all_logits + (item.tokens.size() - 1) * uint64_t{V},
+                  V * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace linattn

@@ -1,0 +1,97 @@
+// ForwardRunner: the model's forward pass over a batch of sessions.
+//
+// One Run() takes any mix of sessions: a decode token (one id) or a prompt
+// piece (many ids) each. All of their rows go through every layer together:
+//   rmsnorm → (q|k|v) GEMM → feature map (φ, norm_q/k, q·d_φ^−½)
+//   → attention: one-token items in one StepBatch (recurrent step),
+//     longer pieces in one chunkwise prefill batch
+//   → per-head rmsnorm → o_proj GEMM (+residual)
+//   → rmsnorm → (gate|up) GEMM → SiLU(gate)·up → down GEMM (+residual)
+// and the final norm and lm_head GEMM run only for rows whose logits are
+// wanted. Every GEMM is oneDNN's sgemm over all rows of the batch.
+//
+// Long prompts go through in passes of at most `max_rows` rows, so the
+// workspaces are bounded whatever the prompt length.
+//
+// All input is validated before any state changes, and a Run that fails
+// leaves every state as it was. Not thread-safe: one runner per thread (the
+// model itself is shared).
+#ifndef LINATTN_CORE_MODEL_FORWARD_H_
+#define LINATTN_CORE_MODEL_FORWARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/attention/chunkwise.h"
+#include "core/model/model.h"
+#include "core/util/aligned_buffer.h"
+
+namespace linattn {
+
+struct ForwardItem {
+  ModelState* state = nullptr;
+  std::span<const int32_t> tokens;  // at least one id, each < vocab_size
+  // vocab_size floats: the next-token logits after the last token.
+  float* logits = nullptr;
+  // tokens × vocab_size floats: the logits after every token (tests).
+  float* all_logits = nullptr;
+};
+
+struct ForwardOptions {
+  uint32_t max_rows = 512;  // rows (tokens) per pass
+  ChunkwiseOptions chunkwise;
+};
+
+class ForwardRunner {
+ public:
+  explicit ForwardRunner(std::shared_ptr<const Model> model,
+                         ForwardOptions options = {});
+
+  // Runs every item; each state may appear once. INVALID_ARGUMENT naming
+  // the item and field for bad input (nothing changed).
+  absl::Status Run(std::span<const ForwardItem> items);
+  // One item.
+  absl::Status Run(ModelState& state, std::span<const int32_t> tokens,
+                   float* logits);
+
+  const Model& model() const { return *model_; }
+
+ private:
+  struct Piece {
+    uint32_t item;
+    uint64_t first;  // index of the first token of the item in this pass
+    uint32_t rows;
+    uint32_t row0;  // first row in the pass
+  };
+  absl::Status Pass(std::span<const ForwardItem> items,
+                    std::span<const Piece> pieces, uint32_t rows);
+  void FeatureMaps(const Model::Layer& layer, uint32_t rows);
+  void EnsureWorkspace(uint32_t rows);
+
+  std::shared_ptr<const Model> model_;
+  ForwardOptions options_;
+  ChunkwiseRunner chunkwise_;
+  uint32_t capacity_ = 0;
+  AlignedBuffer x_;      // rows × H   residual stream
+  AlignedBuffer xn_;     // rows × H   normalised
+  AlignedBuffer qkv_;    // rows × (Dq + Dk + Dv)
+  AlignedBuffer heads_;  // rows × heads × d_k  (gathered q or k, learned maps)
+  AlignedBuffer mapped_;  // rows × heads × (2)d_k (learned maps' linear output)
+  AlignedBuffer fq_;      // rows × heads × d_φ
+  AlignedBuffer fk_;      // rows × heads × d_φ
+  AlignedBuffer v_;       // rows × heads × d_v
+  AlignedBuffer o_;       // rows × heads × d_v
+  AlignedBuffer den_;     // rows × heads
+  std::vector<uint8_t> available_;
+  AlignedBuffer gu_;           // rows × 2I
+  AlignedBuffer act_;          // rows × I
+  AlignedBuffer logits_rows_;  // rows × H (final-normed rows needing logits)
+  AlignedBuffer logits_out_;   // rows × V
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_MODEL_FORWARD_H_

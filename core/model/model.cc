@@ -1,0 +1,326 @@
+#include "core/model/model.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/model/safetensors.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be opened"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// A 64-bit FNV-1a style hash, eight bytes at a time (then a final mix).
+class Hasher {
+ public:
+  void Add(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      Mix(w);
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, p + i, n - i);
+    Mix(tail ^ (uint64_t{n - i} << 56));
+  }
+  void Add(absl::string_view s) { Add(s.data(), s.size()); }
+  uint64_t Finish() const {
+    uint64_t h = h_;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+  }
+
+ private:
+  void Mix(uint64_t w) {
+    h_ ^= w;
+    h_ *= 0x100000001b3ULL;
+    h_ ^= h_ >> 29;
+  }
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
+// Loads tensors by name, checks shapes, and records what was used.
+class TensorReader {
+ public:
+  explicit TensorReader(const SafetensorsFile& file) : file_(file) {}
+
+  absl::Status Read(const std::string& name, std::vector<int64_t> shape,
+                    float* out) {
+    LINATTN_ASSIGN_OR_RETURN(const TensorView* t, file_.Get(name, shape));
+    t->ToFloat(out);
+    used_.insert(name);
+    if (!AllFinite(out, t->numel())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.safetensors: ", name, ": has NaN or Inf values"));
+    }
+    count_ += t->numel();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name,
+                                            int64_t n) {
+    std::vector<float> v(n);
+    LINATTN_RETURN_IF_ERROR(Read(name, {n}, v.data()));
+    return v;
+  }
+  absl::StatusOr<AlignedBuffer> Matrix(const std::string& name, int64_t rows,
+                                       int64_t cols) {
+    AlignedBuffer m(rows * cols);
+    LINATTN_RETURN_IF_ERROR(Read(name, {rows, cols}, m.data()));
+    return m;
+  }
+  // Rows of several (rows_i × cols) tensors stacked into one matrix.
+  absl::StatusOr<AlignedBuffer> Stacked(
+      const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols) {
+    int64_t rows = 0;
+    for (const auto& [name, r] : parts) rows += r;
+    AlignedBuffer m(rows * cols);
+    float* at = m.data();
+    for (const auto& [name, r] : parts) {
+      LINATTN_RETURN_IF_ERROR(Read(name, {r, cols}, at));
+      at += r * cols;
+    }
+    return m;
+  }
+  void Skip(const std::string& name) { used_.insert(name); }
+  bool Has(const std::string& name) const {
+    return file_.Find(name) != nullptr;
+  }
+
+  // Every tensor in the file must belong to the model.
+  absl::Status CheckAllUsed() const {
+    for (const auto& [name, view] : file_.tensors()) {
+      if (!used_.count(name)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.safetensors: unexpected tensor '", name,
+            "' (not part of a linear_attn model with this config.json)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  uint64_t count() const { return count_; }
+
+ private:
+  const SafetensorsFile& file_;
+  std::set<std::string> used_;
+  uint64_t count_ = 0;
+};
+
+}  // namespace
+
+ModelState ModelState::Copy() const {
+  ModelState out;
+  out.layers_.reserve(layers_.size());
+  for (const AttentionState& s : layers_) out.layers_.push_back(s.Copy());
+  return out;
+}
+
+uint64_t ModelState::bytes() const {
+  uint64_t total = 0;
+  for (const AttentionState& s : layers_) total += s.bytes();
+  return total;
+}
+
+std::string Model::fingerprint_hex() const {
+  return absl::StrFormat("%016x", fingerprint_);
+}
+
+ModelState Model::NewState() const {
+  ModelState state;
+  state.layers_.reserve(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    state.layers_.push_back(attention_->NewState());
+  }
+  return state;
+}
+
+uint64_t Model::state_bytes() const {
+  return layers_.size() * StateBytes(attention_->spec());
+}
+
+bool Model::Matches(const ModelState& state) const {
+  if (state.layers().size() != layers_.size()) return false;
+  for (const AttentionState& s : state.layers()) {
+    if (!s.Matches(attention_->spec())) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
+    const std::string& dir, const std::string& name) {
+  std::shared_ptr<Model> model(new Model());
+  model->dir_ = dir;
+  model->name_ = name;
+  if (model->name_.empty()) {
+    std::string d = dir;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    size_t slash = d.rfind('/');
+    model->name_ = slash == std::string::npos ? d : d.substr(slash + 1);
+  }
+  LINATTN_ASSIGN_OR_RETURN(std::string config_text,
+                           ReadFile(dir + "/config.json"));
+  auto config = ParseModelConfig(config_text);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/", config.status().message()));
+  }
+  const ModelConfig& c = *config;
+  model->config_ = c;
+
+  // Tokenizer: SentencePiece when tokenizer.model is there, else bytes.
+  const std::string spm_path = dir + "/tokenizer.model";
+  if (std::ifstream(spm_path).good()) {
+    LINATTN_ASSIGN_OR_RETURN(model->tokenizer_,
+                             LoadSentencePieceTokenizer(spm_path));
+  } else {
+    model->tokenizer_ = NewByteTokenizer();
+  }
+  if (model->tokenizer_->size() > c.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/config.json: vocab_size: ", c.vocab_size,
+                     " is smaller than the ", model->tokenizer_->kind(),
+                     " tokenizer's ", model->tokenizer_->size(), " ids"));
+  }
+
+  AttentionSpec spec;
+  spec.num_heads = c.num_heads;
+  spec.key_dim = c.feature_dim();
+  spec.value_dim = c.head_v_dim();
+  spec.feature_map = FeatureMapKind::kIdentity;
+  spec.premapped = true;
+  spec.unnormalized = !c.norm_feature_map;
+  spec.epsilon = c.norm_feature_map ? 1e-10f : 0.0f;
+  auto attention = Attention::Create(spec);
+  if (!attention.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, "/config.json: the attention it implies is not valid: ",
+        attention.status().message()));
+  }
+  model->attention_ = std::make_unique<Attention>(std::move(*attention));
+
+  LINATTN_ASSIGN_OR_RETURN(auto file,
+                           SafetensorsFile::Open(dir + "/model.safetensors"));
+  TensorReader r(*file);
+  const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
+  const int64_t dk = c.head_k_dim(), dv = c.head_v_dim();
+  const int64_t Dq = c.key_dim(), Dk = int64_t{c.num_kv_heads} * dk,
+                Dv = int64_t{c.num_kv_heads} * dv;
+  LINATTN_ASSIGN_OR_RETURN(model->embeddings_,
+                           r.Matrix("model.embeddings.weight", V, H));
+  model->layers_.resize(c.num_hidden_layers);
+  for (uint32_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    Layer& L = model->layers_[i];
+    LINATTN_ASSIGN_OR_RETURN(L.attn_norm, r.Vector(p + "attn_norm.weight", H));
+    LINATTN_ASSIGN_OR_RETURN(L.qkv, r.Stacked({{p + "attn.q_proj.weight", Dq},
+                                               {p + "attn.k_proj.weight", Dk},
+                                               {p + "attn.v_proj.weight", Dv}},
+                                              H));
+    if (c.feature_map_has_weights()) {
+      // Tied maps are one module in fla; its export may keep either name.
+      const bool tied = c.tie_feature_map_qk;
+      std::string fq = p + "attn.feature_map_q.";
+      std::string fk = p + "attn.feature_map_k.";
+      if (tied &&
+          !r.Has(fq + (c.feature_map == ModelFeatureMap::kElementwiseProduct
+                           ? "layer1.weight"
+                           : "layer.weight"))) {
+        fq = fk;
+      }
+      for (int which = 0; which < (tied ? 1 : 2); ++which) {
+        const std::string& pre = which == 0 ? fq : fk;
+        AlignedBuffer& w = which == 0 ? L.fq_w : L.fk_w;
+        std::vector<float>& b = which == 0 ? L.fq_b : L.fk_b;
+        switch (c.feature_map) {
+          case ModelFeatureMap::kT2R: {
+            LINATTN_ASSIGN_OR_RETURN(w, r.Matrix(pre + "layer.weight", dk, dk));
+            break;
+          }
+          case ModelFeatureMap::kHedgehog: {
+            LINATTN_ASSIGN_OR_RETURN(w, r.Matrix(pre + "layer.weight", dk, dk));
+            LINATTN_ASSIGN_OR_RETURN(b, r.Vector(pre + "layer.bias", dk));
+            break;
+          }
+          case ModelFeatureMap::kElementwiseProduct: {
+            LINATTN_ASSIGN_OR_RETURN(w, r.Stacked({{pre + "layer1.weight", dk},
+                                                   {pre + "layer2.weight", dk}},
+                                                  dk));
+            LINATTN_ASSIGN_OR_RETURN(std::vector<float> b1,
+                                     r.Vector(pre + "layer1.bias", dk));
+            LINATTN_ASSIGN_OR_RETURN(std::vector<float> b2,
+                                     r.Vector(pre + "layer2.bias", dk));
+            b = b1;
+            b.insert(b.end(), b2.begin(), b2.end());
+            break;
+          }
+          default:
+            break;
+        }
+      }
+      if (tied) {
+        L.fk_w = L.fq_w.Copy();
+        L.fk_b = L.fq_b;
+        // A file that kept both names of the one tied module: the other
+        // copy is the same tensor.
+        const std::string other = fq == fk ? p + "attn.feature_map_q." : fk;
+        for (const auto& [tname, view] : file->tensors()) {
+          if (tname.rfind(other, 0) == 0) r.Skip(tname);
+        }
+      }
+    }
+    if (c.elementwise_affine) {
+      LINATTN_ASSIGN_OR_RETURN(L.head_norm,
+                               r.Vector(p + "attn.norm.weight", dv));
+    }
+    LINATTN_ASSIGN_OR_RETURN(
+        L.o, r.Matrix(p + "attn.o_proj.weight", H, int64_t{c.value_dim()}));
+    LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + "mlp_norm.weight", H));
+    LINATTN_ASSIGN_OR_RETURN(L.gate_up,
+                             r.Stacked({{p + "mlp.gate_proj.weight", I},
+                                        {p + "mlp.up_proj.weight", I}},
+                                       H));
+    LINATTN_ASSIGN_OR_RETURN(L.down,
+                             r.Matrix(p + "mlp.down_proj.weight", H, I));
+  }
+  LINATTN_ASSIGN_OR_RETURN(model->final_norm_,
+                           r.Vector("model.norm.weight", H));
+  if (c.tie_word_embeddings) {
+    r.Skip("lm_head.weight");  // some exports keep the tied copy
+  } else {
+    LINATTN_ASSIGN_OR_RETURN(model->lm_head_, r.Matrix("lm_head.weight", V, H));
+  }
+  if (absl::Status s = r.CheckAllUsed(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/", s.message()));
+  }
+  model->parameter_count_ = r.count();
+
+  Hasher hasher;
+  hasher.Add(config_text);
+  for (const auto& [tname, view] : file->tensors()) {
+    hasher.Add(tname);
+    hasher.Add(DTypeName(view.dtype));
+    hasher.Add(view.shape.data(), view.shape.size() * sizeof(int64_t));
+    hasher.Add(view.data, view.bytes);
+  }
+  model->fingerprint_ = hasher.Finish();
+  return std::shared_ptr<const Model>(std::move(model));
+}
+
+}  // namespace linattn

@@ -1,0 +1,115 @@
+#include "core/model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace linattn {
+
+absl::Status ValidateSampling(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling.temperature: must be finite and >= 0, got ", p.temperature));
+  }
+  if (!(p.top_p > 0 && p.top_p <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_p: must be in (0, 1], got ", p.top_p));
+  }
+  if (p.max_tokens == 0 || p.max_tokens > kMaxGenerateTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.max_tokens: must be in [1, ", kMaxGenerateTokens,
+                     "], got ", p.max_tokens));
+  }
+  for (size_t i = 0; i < p.stop.size(); ++i) {
+    if (p.stop[i].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.stop[", i, "]: must not be empty"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), rng_(params.seed) {}
+
+absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float max = neg_inf;
+  int32_t argmax = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    float l = logits[i];
+    if (std::isfinite(l) && (argmax < 0 || l > max)) {
+      max = l;
+      argmax = static_cast<int32_t>(i);
+    }
+  }
+  if (argmax < 0) {
+    return absl::InternalError("the model produced no finite logit");
+  }
+  // log_softmax in double: log Σ exp(l − max).
+  double sum = 0;
+  for (float l : logits) {
+    if (std::isfinite(l)) sum += std::exp(static_cast<double>(l) - max);
+  }
+  const double log_z = max + std::log(sum);
+  auto logprob = [&](int32_t id) {
+    return static_cast<float>(logits[id] - log_z);
+  };
+  if (params_.temperature == 0.0f) {
+    return SampledToken{argmax, logprob(argmax)};
+  }
+  order_.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) {
+      order_.emplace_back(logits[i], static_cast<int32_t>(i));
+    }
+  }
+  // Highest logits first, lower id first on ties: a total order, so the
+  // result does not depend on the sort's algorithm.
+  auto before = [](const std::pair<float, int32_t>& a,
+                   const std::pair<float, int32_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  size_t keep = order_.size();
+  if (params_.top_k > 0 && params_.top_k < keep) {
+    keep = params_.top_k;
+    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(),
+                      before);
+  } else {
+    std::sort(order_.begin(), order_.end(), before);
+  }
+  order_.resize(keep);
+  std::vector<double> p(keep);
+  double total = 0;
+  const double inv_t = 1.0 / params_.temperature;
+  for (size_t i = 0; i < keep; ++i) {
+    p[i] = std::exp((static_cast<double>(order_[i].first) - max) * inv_t);
+    total += p[i];
+  }
+  if (params_.top_p < 1.0f) {
+    double cumulative = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cumulative += p[n] / total;
+      ++n;
+      if (cumulative >= params_.top_p) break;
+    }
+    keep = n;
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += p[i];
+  }
+  // u in [0, 1) from 53 random bits: the same on every platform.
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += p[i];
+    if (u < acc)
+      return SampledToken{order_[i].second, logprob(order_[i].second)};
+  }
+  const int32_t last = order_[keep - 1].second;
+  return SampledToken{last, logprob(last)};
+}
+
+}  // namespace linattn

@@ -1,0 +1,57 @@
+// Tokenizers: text ↔ token ids for a model.
+//
+//   ByteTokenizer          ids 0..255 are the bytes of UTF-8 text; ids above
+//                          are special (bos/eos) and decode to nothing.
+//   SentencePiece          a tokenizer.model beside the weights (Debian's
+//                          libsentencepiece), see tokenizer_sentencepiece.cc.
+//
+// Generation streams text token by token; Utf8Stream holds back the bytes of
+// a character that is not complete yet, so every piece sent is valid UTF-8.
+#ifndef LINATTN_CORE_MODEL_TOKENIZER_H_
+#define LINATTN_CORE_MODEL_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace linattn {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string kind() const = 0;  // "byte" or "sentencepiece"
+  // Number of ids the tokenizer can produce.
+  virtual uint32_t size() const = 0;
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(
+      absl::string_view text) const = 0;
+  // The bytes one token stands for when it continues a text (special tokens:
+  // empty).
+  virtual std::string TokenBytes(int32_t id) const = 0;
+  std::string Decode(std::span<const int32_t> ids) const;
+};
+
+std::unique_ptr<Tokenizer> NewByteTokenizer();
+// NOT_FOUND / INVALID_ARGUMENT naming the file when it cannot be loaded.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(
+    const std::string& path);
+
+// Accumulates bytes and releases the longest prefix that does not end
+// inside a UTF-8 character.
+class Utf8Stream {
+ public:
+  std::string Push(absl::string_view bytes);
+  // Whatever is left (at the end of a stream), as is.
+  std::string Flush();
+
+ private:
+  std::string pending_;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_MODEL_TOKENIZER_H_

@@ -1,0 +1,732 @@
+#include "core/scheduler/generation.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/session/session_manager.h"
+#include "core/session/snapshot.h"
+
+namespace linattn {
+namespace {
+
+constexpr char kModelSnapshotMagic[8] = {'L', 'N', 'A', 'T',
+                                         'M', 'S', 'N', 'P'};
+constexpr uint32_t kModelSnapshotVersion = 1;
+
+template <typename T>
+void Put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+template <typename T>
+bool Get(absl::string_view& in, T* value) {
+  if (in.size() < sizeof(T)) return false;
+  std::memcpy(value, in.data(), sizeof(T));
+  in.remove_prefix(sizeof(T));
+  return true;
+}
+
+}  // namespace
+
+struct GenerationEngine::Job {
+  enum class Kind { kAppend, kGenerate, kFork, kSnapshot, kDelete };
+  Kind kind = Kind::kAppend;
+  uint64_t seq = 0;
+  std::vector<int32_t> input;
+  SamplingParams params;
+  EventCallback on_event;
+  InfoCallback on_info;
+  std::function<void(absl::StatusOr<std::string>)> on_snapshot;
+  std::function<void(absl::Status)> on_delete;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  std::string new_id;
+
+  // Set when the request becomes the session's active one.
+  bool active = false;
+  std::vector<int32_t> feed;  // tokens to run through the model
+  size_t fed = 0;
+  std::optional<int32_t> final_pending;  // Append: the new pending token
+  ModelState backup;
+  std::optional<int32_t> backup_pending;
+  uint64_t backup_position = 0;
+  std::unique_ptr<Sampler> sampler;
+  Utf8Stream utf8;
+  std::string held;  // text that may be the start of a stop string
+  uint64_t prompt_tokens = 0;
+  uint64_t completion_tokens = 0;
+  std::vector<float> logits;
+  uint32_t take = 0;  // rows in the current iteration
+};
+
+struct GenerationEngine::Session {
+  std::string id;
+  std::shared_ptr<const Model> model;
+  ModelState state;
+  std::optional<int32_t> pending;
+  uint64_t position = 0;  // cached: state position + pending
+  std::deque<std::unique_ptr<Job>> jobs;
+};
+
+struct GenerationEngine::Batch {
+  struct Row {
+    Session* session;
+    Job* job;
+  };
+  std::map<const Model*, std::vector<Row>> rows;
+  uint32_t total = 0;
+};
+
+GenerationEngine::GenerationEngine(
+    std::vector<std::shared_ptr<const Model>> models, GenerationOptions options)
+    : models_(std::move(models)), options_(options) {
+  for (const auto& m : models_) {
+    runners_[m.get()] = std::make_unique<ForwardRunner>(m, options_.forward);
+  }
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+GenerationEngine::~GenerationEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+  const absl::Status gone = absl::UnavailableError("the server is stopping");
+  for (auto& [id, s] : sessions_) {
+    for (auto& job : s->jobs) {
+      if (job->on_info) job->on_info(gone);
+      if (job->on_snapshot) job->on_snapshot(gone);
+      if (job->on_delete) job->on_delete(gone);
+      if (job->on_event) {
+        GenerateEvent e;
+        e.finished = true;
+        e.status = gone;
+        job->on_event(e);
+      }
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::FindModel(
+    const std::string& name) const {
+  if (name.empty() && !models_.empty()) return models_.front();
+  for (const auto& m : models_) {
+    if (m->name() == name) return m;
+  }
+  return absl::NotFoundError(absl::StrCat("model: no model '", name, "'"));
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::ModelOf(
+    const std::string& session_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("session_id: no session '", session_id, "'"));
+  }
+  return it->second->model;
+}
+
+absl::StatusOr<std::string> GenerationEngine::NewId(
+    const std::string& requested) const {
+  if (requested.empty()) {
+    std::string id;
+    do {
+      id = RandomSessionId();
+    } while (sessions_.count(id) != 0);
+    return id;
+  }
+  if (!IsValidSessionId(requested)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id: must be 1-", kMaxSessionIdLength,
+                     " characters of [A-Za-z0-9._-]"));
+  }
+  if (sessions_.count(requested) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("session_id: '", requested, "' already exists"));
+  }
+  return requested;
+}
+
+absl::Status GenerationEngine::Admit(const Model& model) const {
+  if (sessions_.size() >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sessions: the server holds its limit of ", options_.max_sessions));
+  }
+  if (options_.memory_budget_bytes != 0 &&
+      bytes_in_use_ + model.state_bytes() > options_.memory_budget_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory: a session of '", model.name(), "' needs ",
+                     model.state_bytes(), " bytes of state; ", bytes_in_use_,
+                     " of ", options_.memory_budget_bytes, " are in use"));
+  }
+  return absl::OkStatus();
+}
+
+ModelSessionInfo GenerationEngine::Describe(const Session& s) const {
+  return ModelSessionInfo{s.id, s.model->name(), s.position,
+                          s.model->state_bytes()};
+}
+
+absl::StatusOr<ModelSessionInfo> GenerationEngine::CreateSession(
+    const std::string& model_name, const std::string& session_id) {
+  auto model = FindModel(model_name);
+  if (!model.ok()) return model.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto id = NewId(session_id);
+  if (!id.ok()) return id.status();
+  if (absl::Status s = Admit(**model); !s.ok()) return s;
+  auto session = std::make_unique<Session>();
+  session->id = *id;
+  session->model = *model;
+  session->state = (*model)->NewState();
+  bytes_in_use_ += (*model)->state_bytes();
+  ModelSessionInfo info = Describe(*session);
+  sessions_.emplace(*id, std::move(session));
+  return info;
+}
+
+absl::StatusOr<ModelSessionInfo> GenerationEngine::GetSession(
+    const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("session_id: no session '", id, "'"));
+  }
+  return Describe(*it->second);
+}
+
+std::vector<ModelSessionInfo> GenerationEngine::ListSessions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ModelSessionInfo> out;
+  for (const auto& [id, s] : sessions_) out.push_back(Describe(*s));
+  return out;
+}
+
+void GenerationEngine::Enqueue(const std::string& id, std::unique_ptr<Job> job,
+                               const std::function<void(absl::Status)>& fail) {
+  absl::Status error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      error = absl::NotFoundError(
+          absl::StrCat("session_id: no session '", id, "'"));
+    } else if (stopping_) {
+      error = absl::UnavailableError("the server is stopping");
+    } else {
+      static std::atomic<uint64_t> next_seq{0};
+      job->seq = next_seq++;
+      it->second->jobs.push_back(std::move(job));
+    }
+  }
+  if (!error.ok()) {
+    fail(error);
+    return;
+  }
+  wake_.notify_one();
+}
+
+void GenerationEngine::Append(const std::string& id,
+                              std::vector<int32_t> tokens, InfoCallback done) {
+  auto model = ModelOf(id);
+  if (!model.ok()) return done(model.status());
+  if (tokens.empty()) {
+    return done(absl::InvalidArgumentError("tokens: no tokens to append"));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 ||
+        static_cast<uint32_t>(tokens[i]) >= (*model)->config().vocab_size) {
+      return done(absl::InvalidArgumentError(
+          absl::StrCat("token_ids[", i, "]: id ", tokens[i],
+                       " is outside the vocabulary [0, ",
+                       (*model)->config().vocab_size, ")")));
+    }
+  }
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::kAppend;
+  job->input = std::move(tokens);
+  job->on_info = done;
+  Enqueue(id, std::move(job), [&](absl::Status s) { done(s); });
+}
+
+void GenerationEngine::Generate(const std::string& id,
+                                std::vector<int32_t> prompt,
+                                SamplingParams params, EventCallback on_event,
+                                std::shared_ptr<std::atomic<bool>> cancelled) {
+  auto fail = [&](absl::Status s) {
+    GenerateEvent e;
+    e.finished = true;
+    e.status = std::move(s);
+    on_event(e);
+  };
+  auto model = ModelOf(id);
+  if (!model.ok()) return fail(model.status());
+  if (absl::Status s = ValidateSampling(params); !s.ok()) return fail(s);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 ||
+        static_cast<uint32_t>(prompt[i]) >= (*model)->config().vocab_size) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("token_ids[", i, "]: id ", prompt[i],
+                       " is outside the vocabulary [0, ",
+                       (*model)->config().vocab_size, ")")));
+    }
+  }
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::kGenerate;
+  job->input = std::move(prompt);
+  job->params = std::move(params);
+  job->on_event = on_event;
+  job->cancelled = std::move(cancelled);
+  Enqueue(id, std::move(job), fail);
+}
+
+void GenerationEngine::Fork(const std::string& id, const std::string& new_id,
+                            InfoCallback done) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::kFork;
+  job->new_id = new_id;
+  job->on_info = done;
+  Enqueue(id, std::move(job), [&](absl::Status s) { done(s); });
+}
+
+void GenerationEngine::Snapshot(
+    const std::string& id,
+    std::function<void(absl::StatusOr<std::string>)> done) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::kSnapshot;
+  job->on_snapshot = done;
+  Enqueue(id, std::move(job), [&](absl::Status s) { done(s); });
+}
+
+void GenerationEngine::Delete(const std::string& id,
+                              std::function<void(absl::Status)> done) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::kDelete;
+  job->on_delete = done;
+  Enqueue(id, std::move(job), done);
+}
+
+absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
+    const std::string& bytes, const std::string& session_id) {
+  auto bad = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("state: ", what));
+  };
+  absl::string_view in(bytes);
+  if (in.size() < sizeof(kModelSnapshotMagic) + 4 ||
+      std::memcmp(in.data(), kModelSnapshotMagic,
+                  sizeof(kModelSnapshotMagic)) != 0) {
+    return bad("not a linattn model-session snapshot");
+  }
+  const uint32_t stored_crc = [&] {
+    uint32_t c;
+    std::memcpy(&c, in.data() + in.size() - 4, 4);
+    return c;
+  }();
+  if (Crc32(in.substr(0, in.size() - 4)) != stored_crc) {
+    return bad("checksum mismatch (the snapshot is corrupt or truncated)");
+  }
+  in = in.substr(sizeof(kModelSnapshotMagic),
+                 in.size() - sizeof(kModelSnapshotMagic) - 4);
+  uint32_t version = 0, name_len = 0, layers = 0;
+  uint64_t fingerprint = 0;
+  int32_t pending = -1;
+  if (!Get(in, &version)) return bad("truncated");
+  if (version != kModelSnapshotVersion) {
+    return bad(absl::StrCat("version ", version, " is not supported (",
+                            kModelSnapshotVersion, ")"));
+  }
+  if (!Get(in, &fingerprint) || !Get(in, &name_len) || in.size() < name_len) {
+    return bad("truncated");
+  }
+  std::string name(in.substr(0, name_len));
+  in.remove_prefix(name_len);
+  if (!Get(in, &pending) || !Get(in, &layers)) return bad("truncated");
+  std::shared_ptr<const Model> model;
+  for (const auto& m : models_) {
+    if (m->name() == name) model = m;
+  }
+  if (model == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state: the snapshot is of model '", name, "', which is not loaded"));
+  }
+  if (model->fingerprint() != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state: the snapshot was taken with a different '", name,
+        "' (fingerprint ", absl::Hex(fingerprint, absl::kZeroPad16),
+        ", loaded ", model->fingerprint_hex(), ")"));
+  }
+  ModelState state = model->NewState();
+  if (layers != state.layers().size()) return bad("layer count mismatch");
+  for (AttentionState& layer : state.layers()) {
+    uint64_t position = 0, floats = 0;
+    if (!Get(in, &position) || !Get(in, &floats)) return bad("truncated");
+    if (floats != layer.size() || in.size() < floats * sizeof(float)) {
+      return bad("state size mismatch");
+    }
+    std::memcpy(layer.data(), in.data(), floats * sizeof(float));
+    in.remove_prefix(floats * sizeof(float));
+    layer.set_position(position);
+  }
+  if (!in.empty()) return bad("trailing bytes");
+  if (pending < -1 || (pending >= 0 && static_cast<uint32_t>(pending) >=
+                                           model->config().vocab_size)) {
+    return bad("pending token out of range");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto id = NewId(session_id);
+  if (!id.ok()) return id.status();
+  if (absl::Status s = Admit(*model); !s.ok()) return s;
+  auto session = std::make_unique<Session>();
+  session->id = *id;
+  session->model = model;
+  session->state = std::move(state);
+  if (pending >= 0) session->pending = pending;
+  session->position = session->state.position() + (session->pending ? 1 : 0);
+  bytes_in_use_ += model->state_bytes();
+  ModelSessionInfo info = Describe(*session);
+  sessions_.emplace(*id, std::move(session));
+  return info;
+}
+
+void GenerationEngine::WorkerLoop() {
+  std::vector<std::function<void()>> callbacks;
+  for (;;) {
+    Batch batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] {
+        if (stopping_) return true;
+        for (const auto& [id, s] : sessions_) {
+          if (!s->jobs.empty()) return true;
+        }
+        return false;
+      });
+      if (stopping_) return;
+      Plan(batch, callbacks);
+    }
+    for (auto& cb : callbacks) cb();
+    callbacks.clear();
+    if (batch.total == 0) continue;
+    iterations_++;
+    uint64_t seen = max_rows_seen_.load();
+    while (batch.total > seen &&
+           !max_rows_seen_.compare_exchange_weak(seen, batch.total)) {
+    }
+    std::map<const Model*, absl::Status> results;
+    for (auto& [model, rows] : batch.rows) {
+      std::vector<ForwardItem> items;
+      items.reserve(rows.size());
+      for (const Batch::Row& r : rows) {
+        Job& job = *r.job;
+        const bool last = job.fed + job.take == job.feed.size();
+        const bool wants = last && job.kind == Job::Kind::kGenerate;
+        if (wants) job.logits.resize(model->config().vocab_size);
+        items.push_back(ForwardItem{
+            .state = &r.session->state,
+            .tokens =
+                std::span<const int32_t>(job.feed.data() + job.fed, job.take),
+            .logits = wants ? job.logits.data() : nullptr});
+      }
+      results[model] = runners_.at(model)->Run(items);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [model, rows] : batch.rows) {
+        Batch one;
+        one.rows[model] = rows;
+        Finish(one, results[model], callbacks);
+      }
+    }
+    for (auto& cb : callbacks) cb();
+    callbacks.clear();
+  }
+}
+
+void GenerationEngine::Plan(Batch& batch,
+                            std::vector<std::function<void()>>& callbacks) {
+  std::vector<Batch::Row> candidates;
+  std::vector<std::string> deleted;
+  for (auto& [id, sp] : sessions_) {
+    Session& s = *sp;
+    while (!s.jobs.empty()) {
+      Job& job = *s.jobs.front();
+      if (job.kind == Job::Kind::kFork) {
+        auto new_id = NewId(job.new_id);
+        absl::StatusOr<ModelSessionInfo> result;
+        if (!new_id.ok()) {
+          result = new_id.status();
+        } else if (absl::Status a = Admit(*s.model); !a.ok()) {
+          result = a;
+        } else {
+          auto copy = std::make_unique<Session>();
+          copy->id = *new_id;
+          copy->model = s.model;
+          copy->state = s.state.Copy();
+          copy->pending = s.pending;
+          copy->position = s.position;
+          bytes_in_use_ += s.model->state_bytes();
+          result = Describe(*copy);
+          // Inserting into sessions_ while iterating it is safe for
+          // std::map (no iterator is invalidated).
+          sessions_.emplace(*new_id, std::move(copy));
+        }
+        callbacks.push_back([cb = job.on_info, result] { cb(result); });
+        s.jobs.pop_front();
+        continue;
+      }
+      if (job.kind == Job::Kind::kSnapshot) {
+        std::string out(kModelSnapshotMagic, sizeof(kModelSnapshotMagic));
+        Put<uint32_t>(out, kModelSnapshotVersion);
+        Put<uint64_t>(out, s.model->fingerprint());
+        Put<uint32_t>(out, static_cast<uint32_t>(s.model->name().size()));
+        out += s.model->name();
+        Put<int32_t>(out, s.pending.value_or(-1));
+        Put<uint32_t>(out, static_cast<uint32_t>(s.state.layers().size()));
+        for (const AttentionState& layer : s.state.layers()) {
+          Put<uint64_t>(out, layer.position());
+          Put<uint64_t>(out, layer.size());
+          out.append(reinterpret_cast<const char*>(layer.data()),
+                     layer.size() * sizeof(float));
+        }
+        Put<uint32_t>(out, Crc32(out));
+        callbacks.push_back(
+            [cb = job.on_snapshot, out = std::move(out)] { cb(out); });
+        s.jobs.pop_front();
+        continue;
+      }
+      if (job.kind == Job::Kind::kDelete) {
+        callbacks.push_back([cb = job.on_delete] { cb(absl::OkStatus()); });
+        s.jobs.pop_front();
+        // Requests queued behind the delete find no session.
+        const absl::Status gone = absl::NotFoundError(
+            absl::StrCat("session_id: session '", s.id, "' was deleted"));
+        for (auto& rest : s.jobs) {
+          if (rest->on_info) {
+            callbacks.push_back([cb = rest->on_info, gone] { cb(gone); });
+          }
+          if (rest->on_snapshot) {
+            callbacks.push_back([cb = rest->on_snapshot, gone] { cb(gone); });
+          }
+          if (rest->on_delete) {
+            callbacks.push_back([cb = rest->on_delete, gone] { cb(gone); });
+          }
+          if (rest->on_event) {
+            GenerateEvent e;
+            e.finished = true;
+            e.status = gone;
+            callbacks.push_back([cb = rest->on_event, e] { cb(e); });
+          }
+        }
+        s.jobs.clear();
+        deleted.push_back(s.id);
+        break;
+      }
+      // Append or Generate.
+      if (!job.active) {
+        job.active = true;
+        job.backup = s.state.Copy();
+        job.backup_pending = s.pending;
+        job.backup_position = s.position;
+        if (s.pending) job.feed.push_back(*s.pending);
+        job.feed.insert(job.feed.end(), job.input.begin(), job.input.end());
+        s.pending.reset();
+        if (job.kind == Job::Kind::kAppend) {
+          job.final_pending = job.feed.back();
+          job.feed.pop_back();
+          if (job.feed.empty()) {
+            s.pending = job.final_pending;
+            s.position = s.state.position() + 1;
+            callbacks.push_back(
+                [cb = job.on_info, info = Describe(s)] { cb(info); });
+            s.jobs.pop_front();
+            continue;
+          }
+        } else {
+          job.prompt_tokens = job.input.size();
+          job.sampler = std::make_unique<Sampler>(job.params);
+          if (job.feed.empty()) {
+            const auto& bos = s.model->config().bos_token_id;
+            if (!bos) {
+              s.pending = job.backup_pending;
+              GenerateEvent e;
+              e.finished = true;
+              e.status = absl::InvalidArgumentError(
+                  "prompt: empty, the session has no context, and the model "
+                  "has no bos_token_id to start from");
+              callbacks.push_back([cb = job.on_event, e] { cb(e); });
+              s.jobs.pop_front();
+              continue;
+            }
+            job.feed.push_back(static_cast<int32_t>(*bos));
+          }
+        }
+      }
+      if (job.kind == Job::Kind::kGenerate && job.cancelled &&
+          job.cancelled->load()) {
+        GenerateEvent e;
+        e.finished = true;
+        e.finish_reason = "cancelled";
+        if (job.completion_tokens == 0) {
+          // Nothing was delivered: the session is as it was.
+          s.state = std::move(job.backup);
+          s.pending = job.backup_pending;
+          s.position = job.backup_position;
+        } else {
+          // The generated tokens were delivered and stay in the context;
+          // the last one is not in the state yet.
+          s.pending = job.feed.back();
+          s.position = s.state.position() + 1;
+        }
+        e.prompt_tokens = job.prompt_tokens;
+        e.completion_tokens = job.completion_tokens;
+        e.position = s.position;
+        callbacks.push_back([cb = job.on_event, e] { cb(e); });
+        s.jobs.pop_front();
+        continue;
+      }
+      candidates.push_back(Batch::Row{&s, &job});
+      break;
+    }
+  }
+  for (const std::string& id : deleted) {
+    auto it = sessions_.find(id);
+    bytes_in_use_ -= it->second->model->state_bytes();
+    sessions_.erase(it);
+  }
+  // Decode rows first (one token left to feed), oldest request first; then
+  // prompts fill what is left of the token budget.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Batch::Row& a, const Batch::Row& b) {
+                     const bool da = a.job->feed.size() - a.job->fed == 1;
+                     const bool db = b.job->feed.size() - b.job->fed == 1;
+                     if (da != db) return da;
+                     return a.job->seq < b.job->seq;
+                   });
+  uint32_t budget = std::max<uint32_t>(options_.token_budget, 1);
+  uint32_t decode_rows = 0;
+  for (const Batch::Row& row : candidates) {
+    if (budget == 0) break;
+    const uint64_t left = row.job->feed.size() - row.job->fed;
+    if (left == 1) {
+      if (decode_rows == options_.max_batch) continue;
+      ++decode_rows;
+    }
+    row.job->take = static_cast<uint32_t>(std::min<uint64_t>(left, budget));
+    budget -= row.job->take;
+    batch.total += row.job->take;
+    batch.rows[row.session->model.get()].push_back(row);
+  }
+}
+
+void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
+                              std::vector<std::function<void()>>& callbacks) {
+  for (auto& [model, rows] : batch.rows) {
+    for (const Batch::Row& r : rows) {
+      Session& s = *r.session;
+      Job& job = *r.job;
+      if (!status.ok()) {
+        s.state = std::move(job.backup);
+        s.pending = job.backup_pending;
+        s.position = job.backup_position;
+        if (job.kind == Job::Kind::kAppend) {
+          callbacks.push_back([cb = job.on_info, status] { cb(status); });
+        } else {
+          GenerateEvent e;
+          e.finished = true;
+          e.status = status;
+          callbacks.push_back([cb = job.on_event, e] { cb(e); });
+        }
+        s.jobs.pop_front();
+        continue;
+      }
+      job.fed += job.take;
+      s.position = s.state.position();
+      if (job.fed < job.feed.size()) continue;
+      if (job.kind == Job::Kind::kAppend) {
+        s.pending = job.final_pending;
+        s.position = s.state.position() + 1;
+        callbacks.push_back(
+            [cb = job.on_info, info = Describe(s)] { cb(info); });
+        s.jobs.pop_front();
+        continue;
+      }
+      auto token = job.sampler->Sample(job.logits);
+      if (!token.ok()) {
+        s.state = std::move(job.backup);
+        s.pending = job.backup_pending;
+        s.position = job.backup_position;
+        GenerateEvent e;
+        e.finished = true;
+        e.status = token.status();
+        callbacks.push_back([cb = job.on_event, e] { cb(e); });
+        s.jobs.pop_front();
+        continue;
+      }
+      OnToken(s, job, *token, callbacks);
+    }
+  }
+}
+
+void GenerationEngine::OnToken(Session& s, Job& job, const SampledToken& token,
+                               std::vector<std::function<void()>>& callbacks) {
+  job.completion_tokens++;
+  GenerateEvent e;
+  e.token_id = token.id;
+  if (job.params.logprobs) e.logprob = token.logprob;
+  std::string reason;
+  const auto& eos = s.model->config().eos_token_id;
+  if (eos && token.id == *eos) reason = "eos";
+  job.held += job.utf8.Push(s.model->tokenizer().TokenBytes(token.id));
+  if (reason.empty() && job.completion_tokens == job.params.max_tokens) {
+    reason = "length";
+  }
+  if (!reason.empty()) job.held += job.utf8.Flush();
+  // Stop strings: the earliest occurrence ends the text before it.
+  size_t stop_at = std::string::npos;
+  for (const std::string& stop : job.params.stop) {
+    stop_at = std::min(stop_at, job.held.find(stop));
+  }
+  if (stop_at != std::string::npos) {
+    reason = "stop";
+    e.text = job.held.substr(0, stop_at);
+    job.held.clear();
+  } else if (!reason.empty()) {
+    e.text = std::move(job.held);
+    job.held.clear();
+  } else {
+    // Send all but a tail that could still become a stop string.
+    size_t keep = job.held.size();
+    for (const std::string& stop : job.params.stop) {
+      for (size_t n = std::min(stop.size() - 1, job.held.size()); n > 0; --n) {
+        if (job.held.compare(job.held.size() - n, n, stop, 0, n) == 0) {
+          keep = std::min(keep, job.held.size() - n);
+          break;
+        }
+      }
+    }
+    e.text = job.held.substr(0, keep);
+    job.held.erase(0, keep);
+  }
+  e.prompt_tokens = job.prompt_tokens;
+  e.completion_tokens = job.completion_tokens;
+  if (reason.empty()) {
+    job.feed.assign(1, token.id);
+    job.fed = 0;
+    e.position = s.state.position() + 1;
+    callbacks.push_back([cb = job.on_event, e] { cb(e); });
+    return;
+  }
+  s.pending = token.id;
+  s.position = s.state.position() + 1;
+  e.position = s.position;
+  e.finished = true;
+  e.finish_reason = reason;
+  callbacks.push_back([cb = job.on_event, e] { cb(e); });
+  s.jobs.pop_front();
+}
+
+}  // namespace linattn

@@ -1,0 +1,165 @@
+// GenerationEngine: model sessions and continuous batching.
+//
+// A model session is a model, its ModelState (S and z per layer and head)
+// and at most one pending token: the last token of the context, which is in
+// the context but not yet in the state. Feeding it is what produces the
+// logits for the next token, so a session keeps no logits and nothing that
+// grows with its context.
+//
+// One worker thread runs iterations. In each, every session that is
+// generating gets one row (its pending token) and all of them go through one
+// batched forward (ForwardRunner: projections and MLP as GEMMs over the
+// batch, attention as one StepBatch); prompts waiting for prefill fill the
+// rest of the per-iteration token budget, so running streams keep flowing
+// while long prompts are consumed piece by piece.
+//
+// Requests of one session run in arrival order, one at a time. Input is
+// validated when a request is submitted; a request that fails later (an
+// internal error) puts its session back exactly as it was when the request
+// started. Callbacks run on the worker thread and must not block.
+#ifndef LINATTN_CORE_SCHEDULER_GENERATION_H_
+#define LINATTN_CORE_SCHEDULER_GENERATION_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/model/forward.h"
+#include "core/model/model.h"
+#include "core/model/sampler.h"
+
+namespace linattn {
+
+struct GenerationOptions {
+  uint32_t token_budget = 256;  // rows per iteration (decode rows first)
+  uint32_t max_batch = 128;     // generating sessions per iteration
+  uint64_t max_sessions = 4096;
+  uint64_t memory_budget_bytes = 0;  // total state bytes; 0 = no limit
+  ForwardOptions forward;
+};
+
+struct ModelSessionInfo {
+  std::string session_id;
+  std::string model;
+  uint64_t position = 0;  // tokens in the context (state + pending)
+  uint64_t state_bytes = 0;
+};
+
+// One message of a Generate stream: a token, or the end.
+struct GenerateEvent {
+  bool finished = false;
+  int32_t token_id = -1;  // -1 on a final event that carries no token
+  std::string text;       // complete UTF-8 (stop strings withheld)
+  float logprob = 0.0f;   // when SamplingParams::logprobs
+  std::string
+      finish_reason;    // on the final event: length, stop, eos, cancelled
+  absl::Status status;  // on the final event: OK or why it failed
+  uint64_t prompt_tokens = 0;
+  uint64_t completion_tokens = 0;
+  uint64_t position = 0;  // session position after this event
+};
+
+class GenerationEngine {
+ public:
+  using InfoCallback = std::function<void(absl::StatusOr<ModelSessionInfo>)>;
+  using EventCallback = std::function<void(const GenerateEvent&)>;
+
+  // Models must have distinct names. Starts the worker thread.
+  GenerationEngine(std::vector<std::shared_ptr<const Model>> models,
+                   GenerationOptions options = {});
+  // Stops the worker; requests still queued end with UNAVAILABLE.
+  ~GenerationEngine();
+  GenerationEngine(const GenerationEngine&) = delete;
+  GenerationEngine& operator=(const GenerationEngine&) = delete;
+
+  const std::vector<std::shared_ptr<const Model>>& models() const {
+    return models_;
+  }
+  // NOT_FOUND naming `model` when there is no such model.
+  absl::StatusOr<std::shared_ptr<const Model>> FindModel(
+      const std::string& name) const;
+  // The model a session runs (NOT_FOUND naming session_id).
+  absl::StatusOr<std::shared_ptr<const Model>> ModelOf(
+      const std::string& session_id) const;
+
+  // Empty `model` = the first model. Empty `session_id` = a random one.
+  absl::StatusOr<ModelSessionInfo> CreateSession(const std::string& model,
+                                                 const std::string& session_id);
+  absl::StatusOr<ModelSessionInfo> GetSession(const std::string& id) const;
+  std::vector<ModelSessionInfo> ListSessions() const;
+
+  // Adds tokens to the context (prefill).
+  void Append(const std::string& id, std::vector<int32_t> tokens,
+              InfoCallback done);
+  // Appends `prompt` (may be empty), then samples until max_tokens, a stop
+  // string, or the model's eos token. `cancelled` may be set at any time;
+  // the tokens generated so far stay in the context.
+  void Generate(const std::string& id, std::vector<int32_t> prompt,
+                SamplingParams params, EventCallback on_event,
+                std::shared_ptr<std::atomic<bool>> cancelled = nullptr);
+  // A new session with a copy of this one's context (after its queued
+  // requests).
+  void Fork(const std::string& id, const std::string& new_id,
+            InfoCallback done);
+  // The session as bytes (LNATMSNP v1: model name and fingerprint, pending
+  // token, states, CRC-32).
+  void Snapshot(const std::string& id,
+                std::function<void(absl::StatusOr<std::string>)> done);
+  // A new session from Snapshot() bytes. FAILED_PRECONDITION when no loaded
+  // model has the snapshot's name and fingerprint.
+  absl::StatusOr<ModelSessionInfo> Restore(const std::string& bytes,
+                                           const std::string& session_id);
+  void Delete(const std::string& id, std::function<void(absl::Status)> done);
+
+  // Iterations run so far and the rows they carried (for tests/metrics).
+  uint64_t iterations() const { return iterations_.load(); }
+  uint64_t max_rows_seen() const { return max_rows_seen_.load(); }
+
+ private:
+  struct Job;
+  struct Session;
+  struct Batch;
+
+  absl::StatusOr<std::string> NewId(const std::string& requested) const;
+  absl::Status Admit(const Model& model) const;
+  ModelSessionInfo Describe(const Session& s) const;
+  void Enqueue(const std::string& id, std::unique_ptr<Job> job,
+               const std::function<void(absl::Status)>& fail);
+  void WorkerLoop();
+  // Under mu_: runs control requests at the heads of queues, activates
+  // compute requests, and picks this iteration's rows.
+  void Plan(Batch& batch, std::vector<std::function<void()>>& callbacks);
+  void Finish(Batch& batch, const absl::Status& status,
+              std::vector<std::function<void()>>& callbacks);
+  // Under mu_: emits one sampled token of a Generate.
+  void OnToken(Session& s, Job& job, const SampledToken& token,
+               std::vector<std::function<void()>>& callbacks);
+
+  const std::vector<std::shared_ptr<const Model>> models_;
+  const GenerationOptions options_;
+  std::map<const Model*, std::unique_ptr<ForwardRunner>> runners_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::map<std::string, std::unique_ptr<Session>, std::less<>> sessions_;
+  uint64_t bytes_in_use_ = 0;
+  std::atomic<uint64_t> iterations_{0};
+  std::atomic<uint64_t> max_rows_seen_{0};
+  std::thread worker_;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_SCHEDULER_GENERATION_H_

@@ -1,0 +1,279 @@
+#include "server/generation_service.h"
+
+#include <deque>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "server/status.h"
+
+namespace linattn {
+
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
+                                 const absl::Status& s) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+void ToProto(const ModelSessionInfo& info, v1::ModelSession* out) {
+  out->set_session_id(info.session_id);
+  out->set_model(info.model);
+  out->set_position(info.position);
+  out->set_state_bytes(info.state_bytes);
+}
+
+// Text or ids → ids, with the session's tokenizer. `text_field` and
+// `ids_field` name the request's fields in errors.
+absl::StatusOr<std::vector<int32_t>> Tokens(
+    GenerationEngine& engine, const std::string& session_id,
+    const std::string& text,
+    const google::protobuf::RepeatedField<int32_t>& ids, const char* text_field,
+    const char* ids_field, bool allow_empty) {
+  if (!text.empty() && !ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        text_field, ", ", ids_field, ": set one of them, not both"));
+  }
+  if (text.empty() && ids.empty()) {
+    if (allow_empty) return std::vector<int32_t>();
+    return absl::InvalidArgumentError(
+        absl::StrCat(text_field, ", ", ids_field, ": one of them is required"));
+  }
+  if (!ids.empty()) return std::vector<int32_t>(ids.begin(), ids.end());
+  auto model = engine.ModelOf(session_id);
+  if (!model.ok()) return model.status();
+  auto encoded = (*model)->tokenizer().Encode(text);
+  if (!encoded.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(text_field, ": ", encoded.status().message()));
+  }
+  return encoded;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(
+    grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
+    v1::ListModelsResponse* response) {
+  for (const auto& m : engine_->models()) {
+    const ModelConfig& c = m->config();
+    v1::ModelInfo* info = response->add_models();
+    info->set_name(m->name());
+    info->set_model_type(c.model_type);
+    info->set_feature_map(std::string(ModelFeatureMapName(c.feature_map)));
+    info->set_normalized(c.norm_feature_map);
+    info->set_num_layers(c.num_hidden_layers);
+    info->set_num_heads(c.num_heads);
+    info->set_num_kv_heads(c.num_kv_heads);
+    info->set_hidden_size(c.hidden_size);
+    info->set_vocab_size(c.vocab_size);
+    info->set_tokenizer(m->tokenizer().kind());
+    info->set_parameters(m->parameter_count());
+    info->set_state_bytes(m->state_bytes());
+    info->set_fingerprint(m->fingerprint_hex());
+  }
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::CreateSession(
+    grpc::CallbackServerContext* ctx,
+    const v1::CreateModelSessionRequest* request, v1::ModelSession* response) {
+  auto info = engine_->CreateSession(request->model(), request->session_id());
+  if (info.ok()) ToProto(*info, response);
+  return Finish(ctx, info.status());
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::GetSession(
+    grpc::CallbackServerContext* ctx, const v1::GetModelSessionRequest* request,
+    v1::ModelSession* response) {
+  auto info = engine_->GetSession(request->session_id());
+  if (info.ok()) ToProto(*info, response);
+  return Finish(ctx, info.status());
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::ListSessions(
+    grpc::CallbackServerContext* ctx, const v1::ListModelSessionsRequest*,
+    v1::ListModelSessionsResponse* response) {
+  for (const ModelSessionInfo& info : engine_->ListSessions()) {
+    ToProto(info, response->add_sessions());
+  }
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
+    grpc::CallbackServerContext* ctx, const v1::AppendRequest* request,
+    v1::ModelSession* response) {
+  auto tokens = Tokens(*engine_, request->session_id(), request->text(),
+                       request->token_ids(), "text", "token_ids", false);
+  if (!tokens.ok()) return Finish(ctx, tokens.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  engine_->Append(request->session_id(), std::move(*tokens),
+                  [reactor, response](absl::StatusOr<ModelSessionInfo> info) {
+                    if (info.ok()) ToProto(*info, response);
+                    reactor->Finish(ToGrpcStatus(info.status()));
+                  });
+  return reactor;
+}
+
+// Events from the engine's worker go through a Channel, which outlives the
+// reactor: once the call is done the engine's remaining events are dropped.
+class GenerationServiceImpl::GenerateReactor final
+    : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor() : channel_(std::make_shared<Channel>()) {
+    channel_->reactor = this;
+  }
+
+  void Start(GenerationEngine& engine, const v1::GenerateRequest& request) {
+    auto tokens =
+        Tokens(engine, request.session_id(), request.prompt(),
+               request.prompt_token_ids(), "prompt", "prompt_token_ids", true);
+    if (!tokens.ok()) {
+      Finish(ToGrpcStatus(tokens.status()));
+      return;
+    }
+    const v1::SamplingParams& p = request.sampling();
+    SamplingParams params;
+    params.temperature = p.temperature();
+    params.top_k = p.top_k();
+    params.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+    params.seed = p.seed();
+    params.max_tokens = p.max_tokens() == 0 ? 16 : p.max_tokens();
+    params.stop.assign(p.stop().begin(), p.stop().end());
+    params.logprobs = p.logprobs();
+    engine.Generate(
+        request.session_id(), std::move(*tokens), std::move(params),
+        [channel = channel_](const GenerateEvent& e) { channel->Push(e); },
+        channel_->cancelled);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(channel_->mu);
+    channel_->writing = false;
+    if (!ok) {
+      // The client is gone: stop generating, finish once the engine has.
+      channel_->cancelled->store(true);
+      channel_->queue.clear();
+      channel_->broken = true;
+    }
+    channel_->WriteNextLocked();
+  }
+
+  void OnCancel() override { channel_->cancelled->store(true); }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(channel_->mu);
+      channel_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  struct Channel {
+    std::mutex mu;
+    GenerateReactor* reactor = nullptr;  // null once the call is done
+    std::shared_ptr<std::atomic<bool>> cancelled =
+        std::make_shared<std::atomic<bool>>(false);
+    std::deque<v1::GenerateResponse> queue;
+    v1::GenerateResponse current;
+    bool writing = false;
+    bool broken = false;
+    bool finished = false;  // the final event has arrived
+    grpc::Status final_status;
+
+    void Push(const GenerateEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (reactor == nullptr) return;
+      if (e.status.ok() &&
+          (e.token_id >= 0 || !e.text.empty() || !e.finish_reason.empty()) &&
+          !broken) {
+        v1::GenerateResponse r;
+        r.set_token_id(e.token_id);
+        r.set_text(e.text);
+        r.set_logprob(e.logprob);
+        r.set_finish_reason(e.finish_reason);
+        r.mutable_usage()->set_prompt_tokens(e.prompt_tokens);
+        r.mutable_usage()->set_completion_tokens(e.completion_tokens);
+        r.set_position(e.position);
+        queue.push_back(std::move(r));
+      }
+      if (e.finished) {
+        finished = true;
+        final_status = ToGrpcStatus(e.status);
+      }
+      WriteNextLocked();
+    }
+
+    void WriteNextLocked() {
+      if (reactor == nullptr || writing) return;
+      if (!queue.empty()) {
+        current = std::move(queue.front());
+        queue.pop_front();
+        writing = true;
+        reactor->StartWrite(&current);
+        return;
+      }
+      if (finished) {
+        finished = false;  // Finish exactly once
+        reactor->Finish(final_status);
+      }
+    }
+  };
+
+  std::shared_ptr<Channel> channel_;
+};
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
+    grpc::CallbackServerContext*, const v1::GenerateRequest* request) {
+  auto* reactor = new GenerateReactor();
+  reactor->Start(*engine_, *request);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Fork(
+    grpc::CallbackServerContext* ctx,
+    const v1::ForkModelSessionRequest* request, v1::ModelSession* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  engine_->Fork(request->session_id(), request->new_session_id(),
+                [reactor, response](absl::StatusOr<ModelSessionInfo> info) {
+                  if (info.ok()) ToProto(*info, response);
+                  reactor->Finish(ToGrpcStatus(info.status()));
+                });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Snapshot(
+    grpc::CallbackServerContext* ctx,
+    const v1::SnapshotModelSessionRequest* request,
+    v1::SnapshotModelSessionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  engine_->Snapshot(request->session_id(),
+                    [reactor, response](absl::StatusOr<std::string> bytes) {
+                      if (bytes.ok()) response->set_state(std::move(*bytes));
+                      reactor->Finish(ToGrpcStatus(bytes.status()));
+                    });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Restore(
+    grpc::CallbackServerContext* ctx,
+    const v1::RestoreModelSessionRequest* request, v1::ModelSession* response) {
+  auto info = engine_->Restore(request->state(), request->session_id());
+  if (info.ok()) ToProto(*info, response);
+  return Finish(ctx, info.status());
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::DeleteSession(
+    grpc::CallbackServerContext* ctx,
+    const v1::DeleteModelSessionRequest* request,
+    v1::DeleteModelSessionResponse*) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  engine_->Delete(request->session_id(), [reactor](absl::Status s) {
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
+}  // namespace linattn

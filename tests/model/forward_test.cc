@@ -1,0 +1,200 @@
+// The C++ forward against the PyTorch reference (tools/linattn_ref.py), and
+// its evaluation orders against each other.
+#include "core/model/forward.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/model/model.h"
+#include "tests/model/fixtures.h"
+
+namespace linattn {
+namespace {
+
+using testing::FixtureCase;
+using testing::FixtureNames;
+using testing::LoadFixture;
+using testing::LogitTolerance;
+
+class ForwardReferenceTest : public ::testing::TestWithParam<std::string> {};
+
+double MaxAbs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+TEST(ModelFixtures, Present) {
+  // Every feature map × normalised/unnormalised × MHA/GQA, plus the extras.
+  EXPECT_GE(FixtureNames().size(), 7u * 2 * 2 + 5)
+      << "LINATTN_MODEL_FIXTURES=" << testing::FixtureRoot();
+}
+
+TEST_P(ForwardReferenceTest, LogitsAtEveryPositionMatchPyTorch) {
+  const FixtureCase fx = LoadFixture(GetParam());
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  const size_t V = c.vocab_size, T = fx.tokens.size();
+  ASSERT_EQ(fx.logits.size(), T * V);
+
+  // One call (chunkwise prefill in passes of 32 rows, so that the state
+  // also crosses pass boundaries), logits after every token.
+  ForwardRunner runner(*model, ForwardOptions{.max_rows = 32});
+  ModelState state = (*model)->NewState();
+  std::vector<float> all(T * V), last(V);
+  ForwardItem item{.state = &state,
+                   .tokens = fx.tokens,
+                   .logits = last.data(),
+                   .all_logits = all.data()};
+  ASSERT_TRUE(runner.Run(std::span<const ForwardItem>(&item, 1)).ok());
+  EXPECT_EQ(state.position(), T);
+
+  const double tol = LogitTolerance(c, T, MaxAbs(fx.logits));
+  double worst = 0;
+  for (size_t i = 0; i < T * V; ++i) {
+    worst = std::max(worst, std::fabs(all[i] - fx.logits[i]));
+  }
+  EXPECT_LE(worst, tol) << GetParam();
+  for (size_t v = 0; v < V; ++v) EXPECT_EQ(last[v], all[(T - 1) * V + v]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardReferenceTest,
+                         ::testing::ValuesIn(FixtureNames()),
+                         [](const auto& param_info) {
+                           return param_info.param;
+                         });
+
+class PrefillOrderTest : public ::testing::TestWithParam<std::string> {};
+
+// One call, several calls, and token by token (recurrent decode steps) give
+// the same next-token logits.
+TEST_P(PrefillOrderTest, OneCallSeveralCallsAndTokenByTokenAgree) {
+  const FixtureCase fx = LoadFixture(GetParam());
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const size_t V = (*model)->config().vocab_size, T = fx.tokens.size();
+  ForwardRunner runner(*model);
+  std::span<const int32_t> tokens(fx.tokens);
+
+  ModelState one = (*model)->NewState();
+  std::vector<float> l_one(V);
+  ASSERT_TRUE(runner.Run(one, tokens, l_one.data()).ok());
+
+  ModelState several = (*model)->NewState();
+  std::vector<float> l_several(V);
+  size_t at = 0;
+  for (size_t n : {1, 5, 30, 2}) {
+    ASSERT_TRUE(
+        runner.Run(several, tokens.subspan(at, n), l_several.data()).ok());
+    at += n;
+  }
+  ASSERT_TRUE(runner.Run(several, tokens.subspan(at), l_several.data()).ok());
+
+  ModelState steps = (*model)->NewState();
+  std::vector<float> l_steps(V);
+  for (size_t i = 0; i < T; ++i) {
+    ASSERT_TRUE(runner.Run(steps, tokens.subspan(i, 1), l_steps.data()).ok());
+  }
+  EXPECT_EQ(one.position(), T);
+  EXPECT_EQ(several.position(), T);
+  EXPECT_EQ(steps.position(), T);
+
+  const std::vector<double> ref(fx.logits.end() - V, fx.logits.end());
+  const double tol = LogitTolerance((*model)->config(), T, MaxAbs(ref));
+  for (size_t v = 0; v < V; ++v) {
+    EXPECT_NEAR(l_several[v], l_one[v], tol) << v;
+    EXPECT_NEAR(l_steps[v], l_one[v], tol) << v;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PrefillOrderTest,
+                         ::testing::ValuesIn(FixtureNames()),
+                         [](const auto& param_info) {
+                           return param_info.param;
+                         });
+
+// A batch of sessions (mixed decode rows and prompt pieces) gives each the
+// logits it gets alone.
+TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
+  const FixtureCase fx = LoadFixture("elu_norm_gqa");
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const size_t V = (*model)->config().vocab_size;
+  ForwardRunner runner(*model);
+  std::span<const int32_t> tokens(fx.tokens);
+  // Sessions at different positions: 0, 1, 10 and 40 tokens of context.
+  const size_t contexts[] = {0, 1, 10, 40};
+  const size_t feeds[] = {1, 7, 1, 20};
+  std::vector<ModelState> alone, batched;
+  std::vector<std::vector<float>> l_alone(4, std::vector<float>(V)),
+      l_batched(4, std::vector<float>(V));
+  for (int i = 0; i < 4; ++i) {
+    alone.push_back((*model)->NewState());
+    if (contexts[i] > 0) {
+      ASSERT_TRUE(
+          runner.Run(alone[i], tokens.subspan(0, contexts[i]), nullptr).ok());
+    }
+    batched.push_back(alone[i].Copy());
+  }
+  std::vector<ForwardItem> items;
+  for (int i = 0; i < 4; ++i) {
+    auto feed = tokens.subspan(contexts[i], feeds[i]);
+    ASSERT_TRUE(runner.Run(alone[i], feed, l_alone[i].data()).ok());
+    items.push_back(ForwardItem{
+        .state = &batched[i], .tokens = feed, .logits = l_batched[i].data()});
+  }
+  ASSERT_TRUE(runner.Run(items).ok());
+  const double tol = LogitTolerance((*model)->config(), 60, 30);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(batched[i].position(), alone[i].position());
+    for (size_t v = 0; v < V; ++v) {
+      EXPECT_NEAR(l_batched[i][v], l_alone[i][v], tol) << i << " " << v;
+    }
+  }
+}
+
+// Bad input changes nothing.
+TEST(ForwardBatchTest, BadTokenLeavesEveryStateAsItWas) {
+  const FixtureCase fx = LoadFixture("hedgehog_norm_mha");
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ForwardRunner runner(*model);
+  ModelState a = (*model)->NewState(), b = (*model)->NewState();
+  ASSERT_TRUE(
+      runner.Run(a, std::span<const int32_t>(fx.tokens).subspan(0, 9), nullptr)
+          .ok());
+  ModelState a0 = a.Copy();
+  const std::vector<int32_t> good = {1, 2, 3}, bad = {4, 300, 5};
+  ForwardItem items[] = {{.state = &a, .tokens = good},
+                         {.state = &b, .tokens = bad}};
+  absl::Status s = runner.Run(items);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("items[1].tokens[1]"), std::string::npos) << s;
+  EXPECT_EQ(a.position(), 9u);
+  EXPECT_EQ(b.position(), 0u);
+  for (size_t l = 0; l < a.layers().size(); ++l) {
+    EXPECT_EQ(0, std::memcmp(a.layers()[l].data(), a0.layers()[l].data(),
+                             a.layers()[l].bytes()));
+  }
+  ForwardItem twice[] = {{.state = &a, .tokens = good},
+                         {.state = &a, .tokens = good}};
+  EXPECT_EQ(runner.Run(twice).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.position(), 9u);
+}
+
+TEST(ModelStateTest, StateBytesAreLayersTimesHeadsTimesSAndZ) {
+  const FixtureCase fx = LoadFixture("dpfp_norm_gqa");
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  const uint64_t dphi = 8 * c.head_k_dim();  // DPFP, ν = 4
+  const uint64_t expected = uint64_t{c.num_hidden_layers} * c.num_heads *
+                            (dphi * c.head_v_dim() + dphi) * 4;
+  EXPECT_EQ((*model)->state_bytes(), expected);
+  EXPECT_EQ((*model)->NewState().bytes(), expected);
+}
+
+}  // namespace
+}  // namespace linattn

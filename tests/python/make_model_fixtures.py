@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Writes the model fixtures the C++ model tests compare against.
+
+For every case: a random fla-layout model directory (config.json and
+model.safetensors, written by tools/linattn_ref.py), a token sequence and the
+reference logits after every token, computed by linattn_ref.py's PyTorch
+forward in float64:
+
+    OUT/<case>/config.json, model.safetensors
+    OUT/<case>/tokens.txt            ids, space-separated
+    OUT/<case>/logits.f64            (tokens × vocab) little-endian float64
+
+Cases cover every supported feature map, normalised and not, with and without
+num_kv_heads < num_heads, tied feature maps, norm_q/norm_k, no affine head
+norm, tied embeddings, F16/BF16 files and expand_k/expand_v ≠ 1. With
+--builtin DIR the built-in model gets the same treatment (case "builtin").
+A SentencePiece model trained on a small text goes to OUT/spm/ with the ids
+python3-sentencepiece gives for a few strings (spm/expected.json).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+import linattn_ref  # noqa: E402  (sets up OpenBLAS before torch loads)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def cases():
+    out = []
+    for fm in linattn_ref.FEATURE_MAPS:
+        for normalized in (False, True):
+            for kv in (None, 2):
+                name = f"{fm}_{'norm' if normalized else 'unnorm'}_{'gqa' if kv else 'mha'}"
+                out.append((name, dict(feature_map=fm, norm_feature_map=normalized,
+                                       num_kv_heads=kv)))
+    for fm in ("t2r", "hedgehog", "elementwise_product"):
+        out.append((f"{fm}_tied", dict(feature_map=fm, tie_feature_map_qk=True,
+                                       norm_feature_map=True)))
+    out.append(("elu_normqk", dict(feature_map="elu", norm_q=True, norm_k=True,
+                                   norm_feature_map=True)))
+    out.append(("relu_noaffine_tiedemb", dict(feature_map="relu", elementwise_affine=False,
+                                              tie_word_embeddings=True)))
+    out.append(("elu_expand", dict(feature_map="elu", expand_k=0.5, expand_v=2,
+                                   norm_feature_map=True)))
+    out.append(("hedgehog_bf16", dict(feature_map="hedgehog", norm_feature_map=True,
+                                      _dtype="BF16")))
+    out.append(("elu_f16", dict(feature_map="elu", norm_feature_map=True, _dtype="F16")))
+    return out
+
+
+def write_case(out_dir, model, tokens):
+    with torch.no_grad():
+        logits = model.double()(torch.tensor([tokens]))[0].numpy()
+    with open(os.path.join(out_dir, "tokens.txt"), "w") as f:
+        f.write(" ".join(str(t) for t in tokens) + "\n")
+    logits.astype("<f8").tofile(os.path.join(out_dir, "logits.f64"))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--builtin", help="the built-in model's directory")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+    rng = np.random.default_rng(7)
+    for i, (name, over) in enumerate(cases()):
+        config = {
+            "model_type": "linear_attn", "attn_mode": "chunk", "hidden_size": 64,
+            "num_hidden_layers": 2, "num_heads": 4, "num_kv_heads": None, "expand_k": 1,
+            "expand_v": 1, "feature_map": "elu", "tie_feature_map_qk": False,
+            "norm_q": False, "norm_k": False, "norm_feature_map": False,
+            "hidden_act": "swish", "hidden_ratio": 4, "intermediate_size": None,
+            "norm_eps": 1e-6, "elementwise_affine": True, "vocab_size": 300,
+            "tie_word_embeddings": False, "bos_token_id": 256, "eos_token_id": 257,
+        }
+        dtype = over.pop("_dtype", "F32")
+        config.update(over)
+        model = linattn_ref.random_model(config, seed=100 + i)
+        case_dir = os.path.join(args.out, name)
+        linattn_ref.save_model(model, case_dir, dtype)
+        # Reload so that F16/BF16 cases use the rounded weights.
+        model = linattn_ref.load_model(case_dir)
+        tokens = [int(t) for t in rng.integers(0, 300, 77)]
+        write_case(case_dir, model, tokens)
+    if args.builtin:
+        model = linattn_ref.load_model(args.builtin)
+        case_dir = os.path.join(args.out, "builtin")
+        os.makedirs(case_dir, exist_ok=True)
+        for f in ("config.json", "model.safetensors"):
+            src = os.path.abspath(os.path.join(args.builtin, f))
+            dst = os.path.join(case_dir, f)
+            if not os.path.exists(dst):
+                os.symlink(src, dst)
+        text = "In the beginning God created the heaven and the earth. And the earth was"
+        write_case(case_dir, model, list(text.encode()))
+    make_spm(os.path.join(args.out, "spm"))
+
+
+def make_spm(out_dir):
+    import sentencepiece as spm
+    os.makedirs(out_dir, exist_ok=True)
+    corpus = os.path.join(out_dir, "corpus.txt")
+    words = ["the", "linear", "attention", "state", "session", "token", "stream", "model",
+             "prefill", "decode", "server", "batch", "kernel", "memory", "context"]
+    rng = np.random.default_rng(3)
+    with open(corpus, "w") as f:
+        for _ in range(400):
+            f.write(" ".join(words[j] for j in rng.integers(0, len(words), 12)) + ".\n")
+    spm.SentencePieceTrainer.train(
+        input=corpus, model_prefix=os.path.join(out_dir, "tokenizer"), vocab_size=290, hard_vocab_limit=False,
+        model_type="unigram", byte_fallback=True, character_coverage=1.0,
+        num_threads=1, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out_dir, "tokenizer.model"))
+    texts = ["the linear attention state", "decode a stream of tokens",
+             "ünïcödé falls back to bytes ✓"]
+    expected = [{"text": t, "ids": sp.encode(t), "decoded": sp.decode(sp.encode(t))}
+                for t in texts]
+    with open(os.path.join(out_dir, "expected.json"), "w") as f:
+        json.dump({"pieces": sp.get_piece_size(), "cases": expected}, f, ensure_ascii=False,
+                  indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,550 @@
+#!/usr/bin/python3
+"""PyTorch reference of the flash-linear-attention `linear_attn` language model.
+
+Written from the architecture's definition, independently of linattn's C++
+code, so that the two can be compared: the C++ forward must give the logits
+this file gives (tests/model/), and bench/ times this file's decode against
+linattn's. Needs only Debian's python3-torch and python3-numpy.
+
+Architecture (fla LinearAttentionForCausalLM, one block per layer):
+    x = embeddings[tokens]
+    per layer:  h = x + o_proj(headnorm(linattn(phi(q), phi(k), v)))   q,k,v = proj(rmsnorm(x))
+                x = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h)))
+    logits = lm_head(rmsnorm(x))
+with linattn the causal linear attention (current token included), q scaled by
+d_phi^-1/2, normalised  y = s*q.S / (s*q.z + 1e-10)  or unnormalised  s*q.S.
+
+Usage:
+    linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
+    linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
+    linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
+    linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+
+def _openblas_coretype():
+    """Debian's torch runs its GEMMs on OpenBLAS, which does not pick its
+    AVX-512 kernels on every CPU family that has them unless told to; this
+    must happen before OpenBLAS loads."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return
+    if " avx512f" in flags and " avx512bw" in flags:
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+
+
+_openblas_coretype()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+FEATURE_MAPS = ("elu", "relu", "identity", "t2r", "hedgehog", "dpfp", "elementwise_product")
+
+# ---------------------------------------------------------------- safetensors
+
+
+def read_safetensors(path):
+    """name -> float32 numpy array (F32, F16 and BF16 entries)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = data[base + begin:base + end]
+        shape = entry["shape"]
+        dtype = entry["dtype"]
+        if dtype == "F32":
+            arr = np.frombuffer(raw, dtype="<f4")
+        elif dtype == "F16":
+            arr = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        elif dtype == "BF16":
+            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            arr = bits.view(np.float32)
+        else:
+            raise ValueError(f"{name}: unsupported dtype {dtype}")
+        out[name] = arr.reshape(shape).astype(np.float32)
+    return out
+
+
+def to_bf16_bits(a):
+    """float32 -> bfloat16 bit patterns, rounding to nearest even."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + 0x7FFF
+    return ((bits + rounding) >> 16).astype("<u2")
+
+
+def write_safetensors(path, tensors, dtype="F32"):
+    """tensors: name -> float32 array, written as F32, F16 or BF16."""
+    header = {}
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        if dtype == "F32":
+            raw = a.astype("<f4").tobytes()
+        elif dtype == "F16":
+            raw = a.astype("<f2").tobytes()
+        elif dtype == "BF16":
+            raw = to_bf16_bits(a).tobytes()
+        else:
+            raise ValueError(dtype)
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in blobs:
+            f.write(raw)
+
+
+# ---------------------------------------------------------------- config
+
+
+class Config:
+    def __init__(self, d):
+        self.raw = d
+        self.hidden_size = d.get("hidden_size", 2048)
+        self.num_hidden_layers = d.get("num_hidden_layers", 24)
+        self.num_heads = d.get("num_heads", 4)
+        self.num_kv_heads = d.get("num_kv_heads") or self.num_heads
+        self.expand_k = d.get("expand_k", 1)
+        self.expand_v = d.get("expand_v", 1)
+        self.feature_map = d.get("feature_map", "elementwise_product")
+        self.tie_feature_map_qk = bool(d.get("tie_feature_map_qk", False))
+        self.norm_q = bool(d.get("norm_q", False))
+        self.norm_k = bool(d.get("norm_k", False))
+        self.norm_feature_map = bool(d.get("norm_feature_map", False))
+        self.hidden_ratio = d.get("hidden_ratio", 4) or 4
+        self.intermediate_size = d.get("intermediate_size")
+        if self.intermediate_size is None:
+            i = int(self.hidden_size * self.hidden_ratio * 2 / 3)
+            self.intermediate_size = 256 * ((i + 256 - 1) // 256)
+        self.norm_eps = d.get("norm_eps", 1e-6)
+        self.elementwise_affine = d.get("elementwise_affine", True)
+        if self.elementwise_affine is None:
+            self.elementwise_affine = True
+        self.vocab_size = d.get("vocab_size", 32000)
+        self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
+        self.key_dim = int(self.hidden_size * self.expand_k)
+        self.value_dim = int(self.hidden_size * self.expand_v)
+        self.head_k_dim = self.key_dim // self.num_heads
+        self.head_v_dim = self.value_dim // self.num_heads
+        self.groups = self.num_heads // self.num_kv_heads
+        if self.feature_map not in FEATURE_MAPS:
+            raise ValueError(f"feature_map {self.feature_map!r} not supported")
+
+
+def load_config(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return Config(json.load(f))
+
+
+# ---------------------------------------------------------------- model
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps, affine=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y * self.weight if self.weight is not None else y
+
+
+class Hedgehog(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.layer = nn.Linear(d, d)
+        nn.init.eye_(self.layer.weight)
+        nn.init.zeros_(self.layer.bias)
+
+    def forward(self, x):
+        y = 2 * self.layer(x)
+        return torch.cat([y, -y], dim=-1).softmax(-1)
+
+
+class T2R(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.layer = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        return self.layer(x).relu()
+
+
+class Hadamard(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.layer1 = nn.Linear(d, d)
+        self.layer2 = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.layer1(x) * self.layer2(x)
+
+
+def dpfp(x, nu=4):
+    x = torch.cat([x.relu(), (-x).relu()], dim=-1)
+    rolled = torch.cat([x.roll(shifts=j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+    return torch.cat([x] * nu, dim=-1) * rolled
+
+
+def elu1(x):
+    return F.elu(x) + 1
+
+
+class LinearAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        d = c.head_k_dim
+        self.q_proj = nn.Linear(c.hidden_size, c.key_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_v_dim, bias=False)
+        self.o_proj = nn.Linear(c.value_dim, c.hidden_size, bias=False)
+        self.norm = RMSNorm(c.head_v_dim, c.norm_eps, c.elementwise_affine)
+        learned = {"hedgehog": Hedgehog, "t2r": T2R, "elementwise_product": Hadamard}
+        fm = c.feature_map
+        if fm in learned:
+            self.feature_map_q = learned[fm](d)
+            self.feature_map_k = self.feature_map_q if c.tie_feature_map_qk else learned[fm](d)
+        else:
+            fn = {"elu": elu1, "relu": torch.relu, "identity": lambda x: x, "dpfp": dpfp}[fm]
+            self.fq = self.fk = fn
+
+    def phi(self, q, k):
+        c = self.c
+        if c.feature_map in ("hedgehog", "t2r", "elementwise_product"):
+            q, k = self.feature_map_q(q), self.feature_map_k(k)
+        else:
+            q, k = self.fq(q), self.fk(k)
+        if c.norm_q:
+            q = q / (q.sum(-1, True) + 1e-4)
+        if c.norm_k:
+            k = k / (k.sum(-1, True) + 1e-4)
+        return q, k
+
+    def qkv(self, x):
+        """x (..., hidden) -> phi(q), phi(k) (..., H, d_phi), v (..., H, d_v)."""
+        c = self.c
+        q = self.q_proj(x).unflatten(-1, (c.num_heads, c.head_k_dim))
+        k = self.k_proj(x).unflatten(-1, (c.num_kv_heads, c.head_k_dim))
+        v = self.v_proj(x).unflatten(-1, (c.num_kv_heads, c.head_v_dim))
+        # fla repeats each key/value head over its group: query head j reads
+        # key/value head j // groups.
+        k = k.repeat_interleave(c.groups, dim=-2)
+        v = v.repeat_interleave(c.groups, dim=-2)
+        q, k = self.phi(q, k)
+        return q, k, v
+
+    def finish(self, o):
+        return self.o_proj(self.norm(o).flatten(-2))
+
+    def forward(self, x):
+        """Whole sequences, x (B, T, hidden): the parallel (quadratic) form."""
+        q, k, v = self.qkv(x)
+        scale = q.shape[-1] ** -0.5
+        q = q * scale
+        T = x.shape[1]
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        a = torch.einsum("bihd,bjhd->bhij", q, k).masked_fill(~mask, 0)
+        o = torch.einsum("bhij,bjhd->bihd", a, v)
+        if self.c.norm_feature_map:
+            o = o / (a.sum(-1).transpose(1, 2).unsqueeze(-1) + 1e-10)
+        return self.finish(o)
+
+    def step(self, x, state):
+        """One token per row, x (B, hidden); state (S (B,H,dphi,dv), z (B,H,dphi))."""
+        q, k, v = self.qkv(x)
+        q = q * q.shape[-1] ** -0.5
+        s, z = state
+        s = s + k.unsqueeze(-1) * v.unsqueeze(-2)
+        z = z + k
+        o = torch.einsum("bhd,bhde->bhe", q, s)
+        if self.c.norm_feature_map:
+            o = o / ((q * z).sum(-1, keepdim=True) + 1e-10)
+        return self.finish(o), (s, z)
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.attn_norm = RMSNorm(c.hidden_size, c.norm_eps)
+        self.attn = LinearAttention(c)
+        self.mlp_norm = RMSNorm(c.hidden_size, c.norm_eps)
+        self.mlp = MLP(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+    def step(self, x, state):
+        o, state = self.attn.step(self.attn_norm(x), state)
+        x = x + o
+        return x + self.mlp(self.mlp_norm(x)), state
+
+
+class Backbone(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([Block(c) for _ in range(c.num_hidden_layers)])
+        self.norm = RMSNorm(c.hidden_size, c.norm_eps)
+
+
+class LinearAttentionLM(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.model = Backbone(c)
+        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        if c.tie_word_embeddings:
+            self.lm_head.weight = self.model.embeddings.weight
+
+    def forward(self, tokens):
+        """tokens (B, T) -> logits (B, T, vocab)."""
+        x = self.model.embeddings(tokens)
+        for layer in self.model.layers:
+            x = layer(x)
+        return self.lm_head(self.model.norm(x))
+
+    def new_state(self, batch, dtype=torch.float32):
+        c = self.c
+        dphi = self.model.layers[0].attn.qkv(
+            torch.zeros(1, c.hidden_size, dtype=dtype))[0].shape[-1]
+        return [(torch.zeros(batch, c.num_heads, dphi, c.head_v_dim, dtype=dtype),
+                 torch.zeros(batch, c.num_heads, dphi, dtype=dtype))
+                for _ in range(c.num_hidden_layers)]
+
+    def step(self, tokens, states):
+        """One token per sequence, tokens (B,) -> logits (B, vocab), new states."""
+        x = self.model.embeddings(tokens)
+        out = []
+        for layer, st in zip(self.model.layers, states):
+            x, st = layer.step(x, st)
+            out.append(st)
+        return self.lm_head(self.model.norm(x)), out
+
+    def state_dict_for_export(self):
+        sd = {k: v.detach().float().numpy() for k, v in self.state_dict().items()}
+        if self.c.tie_word_embeddings:
+            sd.pop("lm_head.weight", None)
+        if self.c.tie_feature_map_qk:
+            for k in [k for k in sd if ".attn.feature_map_k." in k]:
+                sd.pop(k)
+        return sd
+
+
+def load_model(model_dir, dtype=torch.float32):
+    c = load_config(model_dir)
+    model = LinearAttentionLM(c)
+    tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    sd = model.state_dict()
+    for name in list(sd):
+        src = name
+        if name not in tensors and c.tie_feature_map_qk and ".feature_map_k." in name:
+            src = name.replace(".feature_map_k.", ".feature_map_q.")
+        if name not in tensors and c.tie_word_embeddings and name == "lm_head.weight":
+            src = "model.embeddings.weight"
+        if src not in tensors:
+            raise KeyError(f"{name} missing from model.safetensors")
+        sd[name] = torch.from_numpy(tensors[src].copy())
+    model.load_state_dict(sd)
+    return model.to(dtype).eval()
+
+
+def random_model(config, seed):
+    torch.manual_seed(seed)
+    c = Config(config)
+    model = LinearAttentionLM(c)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+            elif p.dim() == 2:
+                p.normal_(0, 1 / math.sqrt(p.shape[1]))
+            else:
+                p.normal_(0, 0.1)
+    return model
+
+
+def save_model(model, out_dir, dtype="F32"):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(model.c.raw, f, indent=2, sort_keys=True)
+        f.write("\n")
+    write_safetensors(os.path.join(out_dir, "model.safetensors"),
+                      model.state_dict_for_export(), dtype)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_logits(args):
+    dtype = getattr(torch, args.dtype)
+    model = load_model(args.model, dtype)
+    tokens = torch.tensor([[int(t) for t in args.tokens.split(",")]])
+    with torch.no_grad():
+        logits = model(tokens)[0]
+    out = logits if args.all else logits[-1:]
+    np.save(args.out, out.numpy().astype(np.float64))
+
+
+def cmd_random(args):
+    config = {
+        "model_type": "linear_attn", "hidden_size": args.hidden_size,
+        "num_hidden_layers": args.layers, "num_heads": args.num_heads,
+        "num_kv_heads": args.num_kv_heads, "expand_k": args.expand_k, "expand_v": args.expand_v,
+        "feature_map": args.feature_map, "tie_feature_map_qk": args.tie_feature_map_qk,
+        "norm_q": args.norm_q, "norm_k": args.norm_k, "norm_feature_map": args.normalized,
+        "hidden_act": "swish", "hidden_ratio": 4, "intermediate_size": args.intermediate_size,
+        "norm_eps": 1e-6, "elementwise_affine": not args.no_affine,
+        "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
+        "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
+    }
+    model = random_model(config, args.seed)
+    save_model(model, args.out, args.dtype)
+
+
+def cmd_generate(args):
+    model = load_model(args.model)
+    tokens = list(args.prompt.encode())
+    states = model.new_state(1)
+    with torch.no_grad():
+        for t in tokens:
+            logits, states = model.step(torch.tensor([t]), states)
+        out = []
+        for _ in range(args.max_tokens):
+            t = int(logits[0].argmax())
+            out.append(t)
+            logits, states = model.step(torch.tensor([t]), states)
+    sys.stdout.write(bytes(b for b in out if b < 256).decode("utf-8", "replace") + "\n")
+
+
+def cmd_bench(args):
+    """Times this reference: full-recompute decode (what fla's own model does,
+    its layer keeps no cache) and recurrent-state decode, batch 1."""
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    c = model.c
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, c.vocab_size, (1, args.prompt_tokens), generator=g)
+    result = {"threads": args.threads, "prompt_tokens": args.prompt_tokens}
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        model(prompt)
+        result["prefill_s"] = time.perf_counter() - t0
+        # Recurrent decode: the state kept per sequence, as linattn does.
+        states = model.new_state(1)
+        tok = torch.tensor([1])
+        for _ in range(3):
+            model.step(tok, states)
+        t0 = time.perf_counter()
+        for _ in range(args.decode_tokens):
+            logits, states = model.step(tok, states)
+        result["recurrent_decode_tokens_per_s"] = args.decode_tokens / (time.perf_counter() - t0)
+        for batch in args.batches:
+            bstates = model.new_state(batch)
+            btok = torch.ones(batch, dtype=torch.long)
+            model.step(btok, bstates)
+            t0 = time.perf_counter()
+            for _ in range(args.decode_tokens):
+                logits, bstates = model.step(btok, bstates)
+            result[f"recurrent_decode_aggregate_tokens_per_s_b{batch}"] = (
+                batch * args.decode_tokens / (time.perf_counter() - t0))
+        # Full recompute at the prompt's length: one generated token costs a
+        # forward over the whole context.
+        t0 = time.perf_counter()
+        n = max(1, args.recompute_tokens)
+        for _ in range(n):
+            model(prompt)
+        result["recompute_decode_tokens_per_s"] = n / (time.perf_counter() - t0)
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("logits", help="next-token logits of a token sequence (.npy, float64)")
+    a.add_argument("--model", required=True)
+    a.add_argument("--tokens", required=True, help="comma-separated token ids")
+    a.add_argument("--out", required=True)
+    a.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    a.add_argument("--all", action="store_true", help="logits of every position, not only the last")
+    a.set_defaults(fn=cmd_logits)
+    r = sub.add_parser("random", help="write a random fla-layout model")
+    r.add_argument("--out", required=True)
+    r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
+    r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
+    r.add_argument("--hidden-size", type=int, default=64)
+    r.add_argument("--layers", type=int, default=2)
+    r.add_argument("--num-heads", type=int, default=4)
+    r.add_argument("--num-kv-heads", type=int, default=None)
+    r.add_argument("--expand-k", type=float, default=1)
+    r.add_argument("--expand-v", type=float, default=1)
+    r.add_argument("--intermediate-size", type=int, default=None)
+    r.add_argument("--vocab-size", type=int, default=300)
+    r.add_argument("--tie-feature-map-qk", action="store_true")
+    r.add_argument("--tie-word-embeddings", action="store_true")
+    r.add_argument("--norm-q", action="store_true")
+    r.add_argument("--norm-k", action="store_true")
+    r.add_argument("--no-affine", action="store_true", help="elementwise_affine = false")
+    r.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(fn=cmd_random)
+    g = sub.add_parser("generate", help="greedy continuation of a byte-level model")
+    g.add_argument("--model", required=True)
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-tokens", type=int, default=64)
+    g.set_defaults(fn=cmd_generate)
+    b = sub.add_parser("bench", help="time the reference's prefill and decode (JSON)")
+    b.add_argument("--model", required=True)
+    b.add_argument("--prompt-tokens", type=int, default=1024)
+    b.add_argument("--decode-tokens", type=int, default=64)
+    b.add_argument("--recompute-tokens", type=int, default=3)
+    b.add_argument("--batches", type=int, nargs="*", default=[])
+    b.add_argument("--threads", type=int, default=2)
+    b.set_defaults(fn=cmd_bench)
+    args = p.parse_args()
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()
