@@ -98,15 +98,17 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
     stopping_ = true;
   }
   stop_cv_.notify_all();
-  server_->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
-  scheduler_->Shutdown();
+  if (server_ != nullptr) {  // null when Start failed before serving
+    server_->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+  }
+  if (scheduler_ != nullptr) scheduler_->Shutdown();
   if (evictor_.joinable()) evictor_.join();
 }
 
 LinattnServer::~LinattnServer() {
   Drain(std::chrono::milliseconds(0));
-  server_->Wait();
+  if (server_ != nullptr) server_->Wait();
 }
 
 }  // namespace linattn

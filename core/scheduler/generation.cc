@@ -679,8 +679,11 @@ void GenerationEngine::OnToken(Session& s, Job& job, const SampledToken& token,
   if (job.params.logprobs) e.logprob = token.logprob;
   std::string reason;
   const auto& eos = s.model->config().eos_token_id;
-  if (eos && token.id == *eos) reason = "eos";
-  job.held += job.utf8.Push(s.model->tokenizer().TokenBytes(token.id));
+  if (eos && token.id == *eos) {
+    reason = "eos";  // ends the text; its own bytes (if any) are not text
+  } else {
+    job.held += job.utf8.Push(s.model->tokenizer().TokenBytes(token.id));
+  }
   if (reason.empty() && job.completion_tokens == job.params.max_tokens) {
     reason = "length";
   }

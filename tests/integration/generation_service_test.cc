@@ -1,0 +1,310 @@
+// GenerationService against a real linattn-server process serving the
+// built-in model, compared with the same model run in this process; the
+// `linattn generate` command; and servers given broken model directories.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "clients/cli/remote.h"
+#include "core/scheduler/generation.h"
+#include "linattn/v1/generation.grpc.pb.h"
+#include "tests/integration/server_process.h"
+#include "tests/model/test_model.h"
+#include "tests/util/temp_dir.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// What the model itself gives, greedy, in this process.
+std::string LocalGreedy(const std::string& prompt, uint32_t max_tokens) {
+  static std::shared_ptr<const Model> model =
+      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
+  GenerationEngine engine({model});
+  auto s = engine.CreateSession("", "").value();
+  std::promise<std::string> text;
+  std::string acc;
+  engine.Generate(
+      s.session_id, std::vector<int32_t>(prompt.begin(), prompt.end()),
+      SamplingParams{.max_tokens = max_tokens}, [&](const GenerateEvent& e) {
+        acc += e.text;
+        if (e.finished) text.set_value(acc);
+      });
+  return text.get_future().get();
+}
+
+class GenerationServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ =
+        testing::ServerProcess::Start({"--model", LINATTN_BUILTIN_MODEL_DIR});
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::GenerationService::NewStub(server_->Channel());
+  }
+
+  v1::ModelSession Create(const std::string& id = "") {
+    grpc::ClientContext ctx;
+    v1::CreateModelSessionRequest req;
+    req.set_session_id(id);
+    v1::ModelSession s;
+    EXPECT_TRUE(stub_->CreateSession(&ctx, req, &s).ok());
+    return s;
+  }
+
+  struct Streamed {
+    std::string text;
+    std::vector<v1::GenerateResponse> messages;
+    grpc::Status status;
+  };
+  Streamed Generate(const std::string& id, const std::string& prompt,
+                    uint32_t max_tokens, int cancel_after = -1) {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest req;
+    req.set_session_id(id);
+    req.set_prompt(prompt);
+    req.mutable_sampling()->set_max_tokens(max_tokens);
+    auto reader = stub_->Generate(&ctx, req);
+    Streamed out;
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+      out.text += r.text();
+      out.messages.push_back(r);
+      if (static_cast<int>(out.messages.size()) == cancel_after) {
+        ctx.TryCancel();
+      }
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  std::unique_ptr<testing::ServerProcess> server_;
+  std::unique_ptr<v1::GenerationService::Stub> stub_;
+};
+
+TEST_F(GenerationServiceTest, ListModelsDescribesTheBuiltinModel) {
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse resp;
+  ASSERT_TRUE(stub_->ListModels(&ctx, {}, &resp).ok());
+  ASSERT_EQ(resp.models_size(), 1);
+  const v1::ModelInfo& m = resp.models(0);
+  EXPECT_EQ(m.name(), "tiny");
+  EXPECT_EQ(m.model_type(), "linear_attn");
+  EXPECT_EQ(m.feature_map(), "elu");
+  EXPECT_TRUE(m.normalized());
+  EXPECT_EQ(m.tokenizer(), "byte");
+  // 4 layers × 4 heads × (64·64 + 64) floats.
+  EXPECT_EQ(m.state_bytes(), 4u * 4 * (64 * 64 + 64) * 4);
+  EXPECT_EQ(m.fingerprint().size(), 16u);
+}
+
+TEST_F(GenerationServiceTest, StreamedTextIsWhatTheModelGivesLocally) {
+  const std::string prompt = "And the LORD spake unto Moses, saying,";
+  const auto s = Create();
+  const Streamed g = Generate(s.session_id(), prompt, 40);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.text, LocalGreedy(prompt, 40));
+  ASSERT_EQ(g.messages.size(), 40u);  // one message per token
+  EXPECT_EQ(g.messages.back().finish_reason(), "length");
+  EXPECT_EQ(g.messages.back().usage().prompt_tokens(), prompt.size());
+  EXPECT_EQ(g.messages.back().usage().completion_tokens(), 40u);
+  EXPECT_EQ(g.messages.back().position(), prompt.size() + 40);
+}
+
+TEST_F(GenerationServiceTest, ConcurrentStreamsEachGetTheirOwnContinuation) {
+  const std::vector<std::string> prompts = {"In the beginning", "Jesus wept.",
+                                            "The LORD is my shepherd",
+                                            "And it came to pass"};
+  std::vector<std::string> local;
+  for (const auto& p : prompts) local.push_back(LocalGreedy(p, 32));
+  std::vector<std::thread> threads;
+  std::vector<std::string> remote(8);
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      const auto s = Create();
+      remote[i] = Generate(s.session_id(), prompts[i % 4], 32).text;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(remote[i], local[i % 4]) << i;
+}
+
+TEST_F(GenerationServiceTest, AppendForkSnapshotRestoreDelete) {
+  const auto s = Create("main");
+  EXPECT_EQ(s.session_id(), "main");
+  {
+    grpc::ClientContext ctx;
+    v1::AppendRequest req;
+    req.set_session_id("main");
+    req.set_text("Honour thy father and thy mother:");
+    v1::ModelSession resp;
+    ASSERT_TRUE(stub_->Append(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.position(), 33u);
+  }
+  v1::ModelSession fork;
+  {
+    grpc::ClientContext ctx;
+    v1::ForkModelSessionRequest req;
+    req.set_session_id("main");
+    ASSERT_TRUE(stub_->Fork(&ctx, req, &fork).ok());
+    EXPECT_EQ(fork.position(), 33u);
+  }
+  std::string state;
+  {
+    grpc::ClientContext ctx;
+    v1::SnapshotModelSessionRequest req;
+    req.set_session_id("main");
+    v1::SnapshotModelSessionResponse resp;
+    ASSERT_TRUE(stub_->Snapshot(&ctx, req, &resp).ok());
+    state = resp.state();
+  }
+  v1::ModelSession restored;
+  {
+    grpc::ClientContext ctx;
+    v1::RestoreModelSessionRequest req;
+    req.set_state(state);
+    req.set_session_id("restored");
+    ASSERT_TRUE(stub_->Restore(&ctx, req, &restored).ok());
+    EXPECT_EQ(restored.position(), 33u);
+  }
+  const std::string expected =
+      LocalGreedy("Honour thy father and thy mother:", 24);
+  EXPECT_EQ(Generate("main", "", 24).text, expected);
+  EXPECT_EQ(Generate(fork.session_id(), "", 24).text, expected);
+  EXPECT_EQ(Generate("restored", "", 24).text, expected);
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteModelSessionRequest req;
+    req.set_session_id("main");
+    v1::DeleteModelSessionResponse resp;
+    ASSERT_TRUE(stub_->DeleteSession(&ctx, req, &resp).ok());
+    grpc::ClientContext ctx2;
+    v1::GetModelSessionRequest get;
+    get.set_session_id("main");
+    v1::ModelSession gone;
+    EXPECT_EQ(stub_->GetSession(&ctx2, get, &gone).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+TEST_F(GenerationServiceTest, BadRequestsGetClearErrorsAndChangeNothing) {
+  const auto s = Create();
+  auto append = [&](const std::string& text, std::vector<int32_t> ids) {
+    grpc::ClientContext ctx;
+    v1::AppendRequest req;
+    req.set_session_id(s.session_id());
+    req.set_text(text);
+    for (int32_t id : ids) req.add_token_ids(id);
+    v1::ModelSession resp;
+    return stub_->Append(&ctx, req, &resp);
+  };
+  ASSERT_TRUE(append("Amen.", {}).ok());
+  grpc::Status both = append("x", {1});
+  EXPECT_EQ(both.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(both.error_message(), HasSubstr("token_ids"));
+  grpc::Status range = append("", {65, 256});
+  EXPECT_EQ(range.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(range.error_message(), HasSubstr("token_ids[1]"));
+  EXPECT_EQ(append("", {}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest req;
+    req.set_session_id(s.session_id());
+    req.mutable_sampling()->set_temperature(-1);
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse r;
+    EXPECT_FALSE(reader->Read(&r));
+    grpc::Status st = reader->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("sampling.temperature"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetModelSessionRequest req;
+    req.set_session_id(s.session_id());
+    v1::ModelSession resp;
+    ASSERT_TRUE(stub_->GetSession(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.position(), 5u);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CreateModelSessionRequest req;
+    req.set_model("gpt");
+    v1::ModelSession resp;
+    EXPECT_EQ(stub_->CreateSession(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::RestoreModelSessionRequest req;
+    req.set_state("LNATMSNP not really");
+    v1::ModelSession resp;
+    EXPECT_EQ(stub_->Restore(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(Generate("nope", "x", 4).status.error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GenerationServiceTest, CancellingAStreamKeepsTheSessionUsable) {
+  const auto s = Create();
+  const Streamed g = Generate(s.session_id(), "Selah", 5000, 3);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::CANCELLED);
+  // The server noticed: the session takes new work, at a position that
+  // counts the prompt and at least the tokens that were read.
+  const Streamed after = Generate(s.session_id(), "", 4);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_GE(after.messages.back().position(), 5u + 3u + 4u);
+}
+
+TEST_F(GenerationServiceTest, GenerateCommandStreamsTheContinuation) {
+  testing::TempDir tmp;
+  const std::string out = tmp.Path("out.txt");
+  const std::string cmd = std::string(LINATTN_BINARY) + " generate --server " +
+                          server_->address() +
+                          " --max-tokens 30 'Blessed are the poor' > " + out;
+  ASSERT_EQ(0, std::system(cmd.c_str()));
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text, LocalGreedy("Blessed are the poor", 30) + "\n");
+}
+
+// A server given a broken model directory refuses to start, says why, and
+// exits 1 (no crash).
+TEST(GenerationServerStartTest, BrokenModelsStopTheServerWithAMessage) {
+  testing::TempDir tmp;
+  nlohmann::json config = testing::SmallConfig();
+  testing::WriteRandomModel(tmp.Path("truncated"), config, 1);
+  std::filesystem::resize_file(tmp.Path("truncated/model.safetensors"), 5000);
+  testing::WriteRandomModel(tmp.Path("badconfig"), config, 1);
+  config["feature_map"] = "rebased";
+  std::ofstream(tmp.Path("badconfig/config.json")) << config.dump();
+  struct Case {
+    std::string dir, expect;
+  };
+  for (const Case& c : {Case{tmp.Path("truncated"), "model.safetensors"},
+                        Case{tmp.Path("badconfig"), "feature_map"},
+                        Case{tmp.Path("missing"), "config.json"}}) {
+    const std::string log = tmp.Path("log.txt");
+    const std::string cmd = std::string(LINATTN_SERVER_BINARY) +
+                            " --listen 127.0.0.1:0 --model " + c.dir + " > " +
+                            log + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << c.dir;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << c.dir;
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_THAT(text, HasSubstr("cannot start")) << text;
+    EXPECT_THAT(text, HasSubstr(c.expect)) << text;
+  }
+}
+
+}  // namespace
+}  // namespace linattn

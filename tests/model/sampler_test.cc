@@ -1,0 +1,114 @@
+#include "core/model/sampler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/model/tokenizer.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(SamplerTest, GreedyIsTheHighestLogitLowestIdOnTies) {
+  Sampler s(SamplingParams{});
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
+  auto t = s.Sample(logits);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->id, 1);
+  // log_softmax: 2 − log(e^0.5 + 2e^2 + e^−1)
+  const double z = std::log(std::exp(0.5) + 2 * std::exp(2.0) + std::exp(-1.0));
+  EXPECT_NEAR(t->logprob, 2.0 - z, 1e-6);
+}
+
+TEST(SamplerTest, SameSeedSameTokensOtherSeedOtherTokens) {
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; ++i) logits[i] = 0.1f * (i % 7);
+  SamplingParams p{.temperature = 1.0f, .seed = 42};
+  auto draw = [&](uint64_t seed) {
+    p.seed = seed;
+    Sampler s(p);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 64; ++i) ids.push_back(s.Sample(logits)->id);
+    return ids;
+  };
+  EXPECT_EQ(draw(42), draw(42));
+  EXPECT_NE(draw(42), draw(43));
+}
+
+TEST(SamplerTest, TopKAndTopPRestrictTheCandidates) {
+  // Probabilities ∝ e^logit: id 3 ≈ 0.64, id 1 ≈ 0.24, the rest small.
+  const std::vector<float> logits = {0.0f, 2.0f, -3.0f, 3.0f, 0.5f};
+  std::map<int32_t, int> seen_k, seen_p;
+  Sampler k(SamplingParams{.temperature = 1.0f, .top_k = 2, .seed = 1});
+  Sampler p(SamplingParams{.temperature = 1.0f, .top_p = 0.6f, .seed = 1});
+  for (int i = 0; i < 2000; ++i) {
+    seen_k[k.Sample(logits)->id]++;
+    seen_p[p.Sample(logits)->id]++;
+  }
+  EXPECT_EQ(seen_k.size(), 2u);
+  EXPECT_TRUE(seen_k.count(3) && seen_k.count(1));
+  // top_p 0.6: id 3 alone already has 0.64.
+  EXPECT_EQ(seen_p.size(), 1u);
+  EXPECT_EQ(seen_p.begin()->first, 3);
+  // The top-2 split follows the renormalised probabilities
+  // (e³ / (e³ + e²) ≈ 0.731): 2000 draws put it within ±0.05 with
+  // probability > 0.999 (5 standard deviations).
+  EXPECT_NEAR(seen_k[3] / 2000.0,
+              std::exp(3.0) / (std::exp(3.0) + std::exp(2.0)), 0.05);
+}
+
+TEST(SamplerTest, LowTemperatureApproachesGreedy) {
+  const std::vector<float> logits = {1.0f, 1.5f, 0.2f};
+  Sampler s(SamplingParams{.temperature = 0.01f, .seed = 9});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.Sample(logits)->id, 1);
+}
+
+TEST(SamplerTest, NonFiniteLogitsAreSkippedAndAllNonFiniteIsAnError) {
+  Sampler s(SamplingParams{});
+  const float nan = std::nanf("");
+  EXPECT_EQ(s.Sample(std::vector<float>{nan, 1.0f, INFINITY})->id, 1);
+  EXPECT_EQ(s.Sample(std::vector<float>{nan, nan}).status().code(),
+            absl::StatusCode::kInternal);
+}
+
+TEST(SamplerTest, ValidationNamesTheField) {
+  EXPECT_TRUE(ValidateSampling(SamplingParams{}).ok());
+  EXPECT_THAT(ValidateSampling(SamplingParams{.temperature = -1}).message(),
+              HasSubstr("sampling.temperature"));
+  EXPECT_THAT(ValidateSampling(SamplingParams{.top_p = 0}).message(),
+              HasSubstr("sampling.top_p"));
+  EXPECT_THAT(ValidateSampling(SamplingParams{.max_tokens = 0}).message(),
+              HasSubstr("sampling.max_tokens"));
+  EXPECT_THAT(ValidateSampling(SamplingParams{.stop = {"a", ""}}).message(),
+              HasSubstr("sampling.stop[1]"));
+}
+
+TEST(TokenizerTest, BytesRoundTrip) {
+  auto t = NewByteTokenizer();
+  const std::string text = "Héllo ✓\n";
+  auto ids = t->Encode(text);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->size(), text.size());
+  EXPECT_EQ(t->Decode(*ids), text);
+  EXPECT_EQ(t->TokenBytes(300), "");  // specials decode to nothing
+}
+
+TEST(Utf8StreamTest, HoldsBackIncompleteCharacters) {
+  Utf8Stream s;
+  const std::string check = "\xE2\x9C\x93";  // ✓
+  EXPECT_EQ(s.Push("a"), "a");
+  EXPECT_EQ(s.Push(check.substr(0, 1)), "");
+  EXPECT_EQ(s.Push(check.substr(1, 1)), "");
+  EXPECT_EQ(s.Push(check.substr(2, 1) + "b"), check + "b");
+  EXPECT_EQ(s.Push("\xC3"), "");
+  EXPECT_EQ(s.Flush(), "\xC3");
+  // An invalid byte is passed on rather than blocking the stream.
+  EXPECT_EQ(s.Push("\xFF"), "\xFF");
+}
+
+}  // namespace
+}  // namespace linattn

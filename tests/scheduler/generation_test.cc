@@ -1,0 +1,371 @@
+// GenerationEngine: sessions, continuous batching, sampling and the rules a
+// request must keep (order, atomicity, limits), on the built-in model and on
+// small models written here.
+#include "core/scheduler/generation.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include "tests/model/test_model.h"
+#include "tests/util/temp_dir.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<const Model> Builtin() {
+  static std::shared_ptr<const Model> model =
+      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
+  return model;
+}
+
+std::vector<int32_t> Bytes(const std::string& text) {
+  return std::vector<int32_t>(text.begin(), text.end());
+}
+
+struct Generated {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::string reason;
+  absl::Status status;
+  uint64_t position = 0;
+  uint64_t completion = 0;
+};
+
+// Collects one Generate's events; Wait() blocks until the last one.
+class Collector {
+ public:
+  GenerationEngine::EventCallback Callback() {
+    return [this](const GenerateEvent& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (e.token_id >= 0) result_.ids.push_back(e.token_id);
+      result_.text += e.text;
+      if (e.finished) {
+        result_.reason = e.finish_reason;
+        result_.status = e.status;
+        result_.position = e.position;
+        result_.completion = e.completion_tokens;
+        done_ = true;
+        cv_.notify_all();
+      }
+      if (on_event_) on_event_(e);
+    };
+  }
+  void OnEvent(std::function<void(const GenerateEvent&)> f) { on_event_ = f; }
+  Generated Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return result_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Generated result_;
+  std::function<void(const GenerateEvent&)> on_event_;
+};
+
+Generated Generate(GenerationEngine& engine, const std::string& id,
+                   const std::string& prompt, SamplingParams params) {
+  Collector c;
+  engine.Generate(id, Bytes(prompt), params, c.Callback());
+  return c.Wait();
+}
+
+absl::StatusOr<ModelSessionInfo> Append(GenerationEngine& engine,
+                                        const std::string& id,
+                                        std::vector<int32_t> tokens) {
+  std::promise<absl::StatusOr<ModelSessionInfo>> p;
+  engine.Append(id, std::move(tokens),
+                [&](absl::StatusOr<ModelSessionInfo> r) { p.set_value(r); });
+  return p.get_future().get();
+}
+
+absl::StatusOr<ModelSessionInfo> Fork(GenerationEngine& engine,
+                                      const std::string& id,
+                                      const std::string& new_id = "") {
+  std::promise<absl::StatusOr<ModelSessionInfo>> p;
+  engine.Fork(id, new_id,
+              [&](absl::StatusOr<ModelSessionInfo> r) { p.set_value(r); });
+  return p.get_future().get();
+}
+
+absl::StatusOr<std::string> Snapshot(GenerationEngine& engine,
+                                     const std::string& id) {
+  std::promise<absl::StatusOr<std::string>> p;
+  engine.Snapshot(id, [&](absl::StatusOr<std::string> r) { p.set_value(r); });
+  return p.get_future().get();
+}
+
+const SamplingParams kGreedy48{.max_tokens = 48};
+
+TEST(GenerationTest, GreedyAloneEqualsGreedyInsideABatch) {
+  const std::string prompt = "And God said, Let there be light";
+  GenerationEngine alone({Builtin()});
+  auto a = alone.CreateSession("", "a").value();
+  const Generated expected = Generate(alone, a.session_id, prompt, kGreedy48);
+  ASSERT_TRUE(expected.status.ok()) << expected.status;
+  EXPECT_EQ(expected.ids.size(), 48u);
+
+  GenerationEngine batched({Builtin()});
+  const std::vector<std::string> prompts = {
+      "In the beginning",
+      prompt,
+      "The LORD is my shepherd; I shall not want.",
+      "And",
+      "Blessed are the meek: for they shall inherit the earth. And",
+      "Jesus wept."};
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto s = batched.CreateSession("", absl::StrCat("s", i)).value();
+    collectors.push_back(std::make_unique<Collector>());
+    batched.Generate(s.session_id, Bytes(prompts[i]), kGreedy48,
+                     collectors.back()->Callback());
+  }
+  std::vector<Generated> results;
+  for (auto& c : collectors) results.push_back(c->Wait());
+  EXPECT_EQ(results[1].ids, expected.ids);
+  EXPECT_EQ(results[1].text, expected.text);
+  EXPECT_GT(batched.max_rows_seen(), 1u) << "the sessions never shared a batch";
+}
+
+TEST(GenerationTest, ForkGeneratesWhatItsParentGenerates) {
+  GenerationEngine engine({Builtin()});
+  auto parent = engine.CreateSession("", "").value();
+  ASSERT_TRUE(Append(engine, parent.session_id,
+                     Bytes("Thou shalt love thy neighbour as"))
+                  .ok());
+  auto child = Fork(engine, parent.session_id, "child");
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(child->position, 32u);
+  const Generated a = Generate(engine, parent.session_id, "", kGreedy48);
+  const Generated b = Generate(engine, "child", "", kGreedy48);
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.position, 32u + 48u);
+}
+
+TEST(GenerationTest, AppendInPiecesThenGenerateEqualsOnePrompt) {
+  GenerationEngine engine({Builtin()});
+  const std::string text = "For God so loved the world, that he gave";
+  auto one = engine.CreateSession("", "one").value();
+  auto pieces = engine.CreateSession("", "pieces").value();
+  ASSERT_TRUE(Append(engine, pieces.session_id, Bytes(text.substr(0, 1))).ok());
+  ASSERT_TRUE(
+      Append(engine, pieces.session_id, Bytes(text.substr(1, 20))).ok());
+  auto info = Append(engine, pieces.session_id, Bytes(text.substr(21)));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->position, text.size());
+  const Generated a = Generate(engine, one.session_id, text, kGreedy48);
+  const Generated b = Generate(engine, pieces.session_id, "", kGreedy48);
+  EXPECT_EQ(a.ids, b.ids);
+}
+
+TEST(GenerationTest, SameSeedSameTextOtherSeedOtherText) {
+  GenerationEngine engine({Builtin()});
+  SamplingParams p{.temperature = 0.9f,
+                   .top_k = 40,
+                   .top_p = 0.95f,
+                   .seed = 5,
+                   .max_tokens = 64};
+  std::vector<std::string> texts;
+  for (uint64_t seed : {5, 5, 6}) {
+    p.seed = seed;
+    auto s = engine.CreateSession("", "").value();
+    texts.push_back(
+        Generate(engine, s.session_id, "And it came to pass", p).text);
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  EXPECT_NE(texts[0], texts[2]);
+}
+
+TEST(GenerationTest, StopStringsAndMaxTokensEndTheStream) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "").value();
+  const Generated full = Generate(engine, s.session_id, "And", kGreedy48);
+  ASSERT_GE(full.text.size(), 20u);
+  const std::string stop = full.text.substr(10, 3);
+  const size_t cut = full.text.find(stop);
+
+  auto t = engine.CreateSession("", "").value();
+  SamplingParams p = kGreedy48;
+  p.stop = {stop, "never appears"};
+  const Generated stopped = Generate(engine, t.session_id, "And", p);
+  EXPECT_EQ(stopped.reason, "stop");
+  EXPECT_EQ(stopped.text, full.text.substr(0, cut));
+  EXPECT_EQ(stopped.position, 3 + stopped.completion);
+
+  auto u = engine.CreateSession("", "").value();
+  const Generated five =
+      Generate(engine, u.session_id, "And", SamplingParams{.max_tokens = 5});
+  EXPECT_EQ(five.reason, "length");
+  EXPECT_EQ(five.ids.size(), 5u);
+  EXPECT_EQ(five.text, full.text.substr(0, five.text.size()));
+}
+
+TEST(GenerationTest, EosEndsGeneration) {
+  testing::TempDir tmp;
+  nlohmann::json config = testing::SmallConfig();
+  config["eos_token_id"] = 0;
+  testing::WriteRandomModel(tmp.Path("eos"), config, 4, /*zero_lm_head=*/true);
+  GenerationEngine engine({Model::Load(tmp.Path("eos")).value()});
+  auto s = engine.CreateSession("", "").value();
+  // Every logit is 0, so greedy picks id 0: the eos token.
+  const Generated g = Generate(engine, s.session_id, "hi", kGreedy48);
+  EXPECT_EQ(g.reason, "eos");
+  EXPECT_EQ(g.ids, std::vector<int32_t>{0});
+  EXPECT_EQ(g.text, "");
+}
+
+TEST(GenerationTest, FailedRequestsLeaveTheSessionAsItWas) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "s").value();
+  ASSERT_TRUE(Append(engine, "s", Bytes("0123456789")).ok());
+  auto snapshot = Snapshot(engine, "s").value();
+
+  Collector bad;
+  engine.Generate("s", {65, 999}, kGreedy48, bad.Callback());
+  Generated g = bad.Wait();
+  EXPECT_EQ(g.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(g.status.message(), HasSubstr("token_ids[1]"));
+  Collector zero;
+  engine.Generate("s", {}, SamplingParams{.max_tokens = 0}, zero.Callback());
+  EXPECT_THAT(zero.Wait().status.message(), HasSubstr("sampling.max_tokens"));
+  EXPECT_EQ(Append(engine, "s", {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Append(engine, "s", {-1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Fork(engine, "s", "s").status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Fork(engine, "s", "bad id!").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.GetSession("s")->position, 10u);
+  EXPECT_EQ(Snapshot(engine, "s").value(), snapshot);  // bit for bit
+
+  EXPECT_EQ(Append(engine, "nope", {1}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine.CreateSession("no-such-model", "").status().code(),
+            absl::StatusCode::kNotFound);
+  // A fresh session of a model without bos needs a prompt.
+  auto empty = engine.CreateSession("", "").value();
+  Collector none;
+  engine.Generate(empty.session_id, {}, kGreedy48, none.Callback());
+  EXPECT_THAT(none.Wait().status.message(), HasSubstr("prompt"));
+  EXPECT_EQ(engine.GetSession(empty.session_id)->position, 0u);
+}
+
+TEST(GenerationTest, SnapshotRestoresAndRefusesAnotherModel) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "").value();
+  ASSERT_TRUE(
+      Generate(engine, s.session_id, "Hear, O Israel", kGreedy48).status.ok());
+  auto bytes = Snapshot(engine, s.session_id);
+  ASSERT_TRUE(bytes.ok());
+  auto restored = engine.Restore(*bytes, "restored");
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->position, 14u + 48u);
+  EXPECT_EQ(Generate(engine, s.session_id, "", kGreedy48).ids,
+            Generate(engine, "restored", "", kGreedy48).ids);
+
+  std::string corrupt = *bytes;
+  corrupt[corrupt.size() / 2] ^= 0x40;
+  absl::Status c = engine.Restore(corrupt, "").status();
+  EXPECT_EQ(c.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.message(), HasSubstr("checksum"));
+  EXPECT_EQ(engine.Restore("garbage", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Another model under the same name: refused by fingerprint.
+  testing::TempDir tmp;
+  nlohmann::json config = testing::SmallConfig();
+  testing::WriteRandomModel(tmp.Path("tiny"), config, 5);
+  GenerationEngine other({Model::Load(tmp.Path("tiny")).value()});
+  absl::Status r = other.Restore(*bytes, "").status();
+  EXPECT_EQ(r.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.message(), HasSubstr("fingerprint"));
+}
+
+TEST(GenerationTest, ALongPromptDoesNotStallRunningStreams) {
+  GenerationOptions options;
+  options.token_budget = 64;
+  GenerationEngine engine({Builtin()}, options);
+  auto streaming = engine.CreateSession("", "").value();
+  auto long_prompt = engine.CreateSession("", "").value();
+  std::mutex mu;
+  int tokens_before_prefill_done = -1;
+  int tokens = 0;
+  Collector c;
+  c.OnEvent([&](const GenerateEvent&) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++tokens;
+  });
+  engine.Generate(streaming.session_id, Bytes("And"),
+                  SamplingParams{.max_tokens = 200}, c.Callback());
+  std::string text;
+  for (int i = 0; i < 60; ++i)
+    text += "And the earth was without form, and void. ";
+  std::promise<absl::StatusOr<ModelSessionInfo>> done;
+  engine.Append(long_prompt.session_id, Bytes(text),
+                [&](absl::StatusOr<ModelSessionInfo> r) {
+                  {
+                    std::lock_guard<std::mutex> lock(mu);
+                    tokens_before_prefill_done = tokens;
+                  }
+                  done.set_value(r);
+                });
+  auto info = done.get_future().get();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->position, text.size());
+  c.Wait();
+  // 2580 prompt tokens at most 63 per iteration (one row goes to the
+  // stream) take ≥ 41 iterations, each of which also decoded a token.
+  EXPECT_GE(tokens_before_prefill_done, 30);
+  EXPECT_LE(engine.max_rows_seen(), 64u);
+}
+
+TEST(GenerationTest, CancelStopsAndKeepsWhatWasDelivered) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "").value();
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  Collector c;
+  std::atomic<int> seen{0};
+  c.OnEvent([&](const GenerateEvent&) {
+    if (++seen == 5) cancelled->store(true);
+  });
+  engine.Generate(s.session_id, Bytes("Amen"),
+                  SamplingParams{.max_tokens = 100000}, c.Callback(),
+                  cancelled);
+  const Generated g = c.Wait();
+  EXPECT_EQ(g.reason, "cancelled");
+  EXPECT_GE(g.completion, 5u);
+  EXPECT_LT(g.completion, 100u);
+  EXPECT_EQ(engine.GetSession(s.session_id)->position, 4 + g.completion);
+}
+
+TEST(GenerationTest, DeleteAndLimits) {
+  GenerationOptions options;
+  options.max_sessions = 2;
+  GenerationEngine engine({Builtin()}, options);
+  ASSERT_TRUE(engine.CreateSession("tiny", "a").ok());
+  ASSERT_TRUE(engine.CreateSession("", "b").ok());
+  EXPECT_EQ(engine.CreateSession("", "c").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Fork(engine, "a").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  std::promise<absl::Status> deleted;
+  engine.Delete("a", [&](absl::Status s) { deleted.set_value(s); });
+  EXPECT_TRUE(deleted.get_future().get().ok());
+  EXPECT_EQ(engine.GetSession("a").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine.CreateSession("", "c").ok());
+  EXPECT_EQ(engine.ListSessions().size(), 2u);
+}
+
+}  // namespace
+}  // namespace linattn
