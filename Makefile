@@ -8,7 +8,7 @@ ASAN_DIR ?= build-asan
 JOBS ?= 2
 BUILD_TYPE ?= Release
 
-.PHONY: all deps configure build run test test-asan test-tsan test-container bench bench-server format clean
+.PHONY: all deps configure build run test test-asan test-tsan test-container bench bench-model bench-server format clean
 
 all: build
 
@@ -33,7 +33,8 @@ test: build
 test-asan: deps
 	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DLINATTN_SANITIZE=ON -DLINATTN_BUILD_BENCH=OFF
-	cmake --build $(ASAN_DIR) -j$(JOBS) --target attention_test onednn_test session_test model_test
+	cmake --build $(ASAN_DIR) -j$(JOBS) --target attention_test onednn_test session_test model_test \
+	  model_reference_test generation_test linattn_sentencepiece
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(ASAN_DIR) --output-on-failure -j$(JOBS) -L core
@@ -46,9 +47,9 @@ TSAN_DIR ?= build-tsan
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DLINATTN_TSAN=ON -DLINATTN_BUILD_BENCH=OFF
-	cmake --build $(TSAN_DIR) -j$(JOBS) --target session_test
+	cmake --build $(TSAN_DIR) -j$(JOBS) --target session_test generation_test
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
-	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot)\.'
+	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot|GenerationTest)\.'
 
 # The Dockerfile built with podman and checked for real (health, non-root,
 # one attend --server call from the host).
@@ -60,6 +61,11 @@ bench: build
 	$(BUILD_DIR)/bin/attention_benchmark --benchmark_out=$(BUILD_DIR)/attention_benchmark.json \
 	  --benchmark_out_format=json
 	/usr/bin/python3 bench/report.py $(BUILD_DIR)/attention_benchmark.json
+
+# Model serving: time to first token, decode speed, flatness, against the
+# PyTorch reference (bench/model_bench.py).
+bench-model: build
+	/usr/bin/python3 bench/model_bench.py --build $(BUILD_DIR)
 
 # Server throughput and latency with linattn-load vs the in-process engine.
 bench-server: build

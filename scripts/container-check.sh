@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Dockerfile with podman and checks the container for real: it
-# must report healthy and answer an `attend --server` call from the host.
+# must report healthy, answer an `attend --server` call from the host, and
+# stream the built-in model's continuation exactly as a host-side server does.
 # Runs as root (CI). Registries are not used: the base image is a Debian 12
 # rootfs made with debootstrap, tagged as the Dockerfile's FROM image, and
 # the build runs with --pull=never. The rootfs tarball is cached in
@@ -91,7 +92,20 @@ PY
 "$client" attend --mode recurrent \
   --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/local.npy"
 cmp "$tmp/remote.npy" "$tmp/local.npy"
+
+# The built-in model through the container, against the same model served by
+# the host's linattn-server (greedy, so the text is determined).
+server_bin=$(dirname "$client")/linattn-server
+"$server_bin" --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn &
+host_server=$!
+for _ in $(seq 1 100); do [[ -s "$tmp/port" ]] && break; sleep 0.1; done
+prompt="In the beginning God created"
+"$client" generate --server "127.0.0.1:$port" --max-tokens 48 "$prompt" > "$tmp/container.txt"
+"$client" generate --server "127.0.0.1:$(cat "$tmp/port")" --max-tokens 48 "$prompt" > "$tmp/host.txt"
+kill -TERM "$host_server"; wait "$host_server" || true
+[[ $(wc -c < "$tmp/container.txt") -gt 40 ]] || { echo "generate returned too little"; exit 1; }
+cmp "$tmp/container.txt" "$tmp/host.txt"
 rm -rf "$tmp"
 # (podman without systemd logs that it has no healthcheck timer to remove.)
 podman stop -t 10 "$name" >/dev/null 2>&1
-echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result)"
+echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server)"

@@ -4,7 +4,18 @@
 # downloaded from outside Debian's archive.
 #
 #   scripts/install-deps.sh          build, test and benchmark dependencies
+#   scripts/install-deps.sh --no-python
+#                                    without the Python reference stack
+#                                    (the container's build stage)
 set -euo pipefail
+
+python=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-python) python=0 ;;
+    *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   # toolchain
@@ -15,10 +26,22 @@ packages=(
   libdnnl-dev
   # support libraries
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  # model tokenizers
+  libsentencepiece-dev
   # tests and benchmarks (python3: the report scripts in bench/ and the
   # container check, standard library only)
   libgtest-dev libgmock-dev libbenchmark-dev python3
 )
+if ((python)); then
+  packages+=(
+    # the PyTorch reference forward the model tests compare against, and the
+    # training of the built-in model (tools/); OpenBLAS so that torch's GEMMs
+    # do not fall back to the reference BLAS
+    python3-torch python3-numpy libopenblas0-pthread python3-sentencepiece
+    # the built-in model's training text: the King James Bible
+    bible-kjv
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -37,6 +37,9 @@ struct StepKernels {
   void (*elu1)(uint32_t n, const float* x, float* out);
   // a ← scale·exp(a − shift) for a ≤ shift (FAVOR+ features); same exp.
   void (*exp_shifted)(uint32_t n, float shift, float scale, float* a);
+  // out = SiLU(gate)·up = gate / (1 + exp(−gate)) · up (the SwiGLU MLP of
+  // the model layers); same exp.
+  void (*silu_mul)(uint32_t n, const float* gate, const float* up, float* out);
 };
 
 // The kernels for `isa`, or nullptr when this CPU cannot run them.

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
 #include "core/attention/recurrent.h"
 #include "core/onednn/gemm.h"
 #include "core/util/status_macros.h"
@@ -13,13 +14,14 @@
 namespace linattn {
 namespace {
 
-// Rows below which the elementwise passes stay on one thread.
-constexpr uint64_t kParallelRows = 16;
+// Elementwise passes go parallel only above this many floats: below it a
+// parallel region (wake-up and barrier) costs more than the pass itself.
+constexpr uint64_t kParallelFloats = 1 << 16;
 
 // y = x / sqrt(mean(x²) + eps) · w (w may be null), n vectors of d.
 void RmsNorm(const float* x, uint64_t n, uint32_t d, const float* w, float eps,
              float* y) {
-#pragma omp parallel for if (n >= kParallelRows) schedule(static)
+#pragma omp parallel for if (n * d >= kParallelFloats) schedule(static)
   for (uint64_t r = 0; r < n; ++r) {
     const float* xr = x + r * d;
     float* yr = y + r * d;
@@ -39,10 +41,8 @@ void RmsNorm(const float* x, uint64_t n, uint32_t d, const float* w, float eps,
 void ApplyFeatureMap(ModelFeatureMap map, const float* x, const float* lin,
                      uint32_t dk, float* out) {
   switch (map) {
-    case ModelFeatureMap::kElu:
-      for (uint32_t i = 0; i < dk; ++i) {
-        out[i] = x[i] > 0 ? x[i] + 1.0f : std::exp(x[i]);
-      }
+    case ModelFeatureMap::kElu:  // F.elu(x) + 1, vectorised
+      ActiveKernels().elu1(dk, x, out);
       break;
     case ModelFeatureMap::kRelu:
       for (uint32_t i = 0; i < dk; ++i) out[i] = std::max(x[i], 0.0f);
@@ -98,10 +98,13 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model,
     : model_(std::move(model)),
       options_(options),
       chunkwise_(options.chunkwise) {
-  if (options_.max_rows == 0) options_.max_rows = 1;
+  options_.max_rows = std::clamp<uint32_t>(
+      options_.max_rows, 1, static_cast<uint32_t>(PackedLinear::kMaxRows));
 }
 
-void ForwardRunner::EnsureWorkspace(uint32_t rows) {
+void ForwardRunner::EnsureWorkspace(uint32_t needed) {
+  // The GEMMs touch whole row buckets (PackedLinear::Bucket).
+  const uint64_t rows = PackedLinear::Bucket(needed);
   if (rows <= capacity_) return;
   const ModelConfig& c = model_->config();
   const uint64_t H = c.hidden_size, nh = c.num_heads;
@@ -122,7 +125,7 @@ void ForwardRunner::EnsureWorkspace(uint32_t rows) {
   act_ = AlignedBuffer(rows * uint64_t{c.intermediate_size});
   logits_rows_ = AlignedBuffer(rows * H);
   logits_out_ = AlignedBuffer(rows * uint64_t{c.vocab_size});
-  capacity_ = rows;
+  capacity_ = static_cast<uint32_t>(rows);
 }
 
 absl::Status ForwardRunner::Run(ModelState& state,
@@ -232,7 +235,8 @@ void ForwardRunner::FeatureMaps(const Model::Layer& layer, uint32_t rows) {
         }
       }
     }
-#pragma omp parallel for if (rows >= kParallelRows) schedule(static)
+#pragma omp parallel for if (uint64_t{rows} * nh * dphi >= kParallelFloats) \
+    schedule(static)
     for (uint32_t r = 0; r < rows; ++r) {
       for (uint32_t sh = 0; sh < src_heads; ++sh) {
         const float* x = qkv_.data() + r * stride + col + uint64_t{sh} * dk;
@@ -273,9 +277,8 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
   const uint32_t H = c.hidden_size, nh = c.num_heads, dv = c.head_v_dim(),
                  dphi = c.feature_dim(), I = c.intermediate_size,
                  V = c.vocab_size;
-  const uint64_t nqkv =
-      c.key_dim() + uint64_t{c.num_kv_heads} * (c.head_k_dim() + dv);
   EnsureWorkspace(rows);
+  const StepKernels& kernels = ActiveKernels();
 
   for (const Piece& p : pieces) {
     for (uint32_t j = 0; j < p.rows; ++j) {
@@ -289,8 +292,7 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
   for (size_t l = 0; l < m.layers().size(); ++l) {
     const Model::Layer& L = m.layers()[l];
     RmsNorm(x_.data(), rows, H, L.attn_norm.data(), c.norm_eps, xn_.data());
-    LINATTN_RETURN_IF_ERROR(LinearGemm(xn_.data(), rows, H, L.qkv.data(), nqkv,
-                                       qkv_.data(), false));
+    LINATTN_RETURN_IF_ERROR(L.qkv->Apply(xn_.data(), rows, qkv_.data()));
     FeatureMaps(L, rows);
     steps.clear();
     prefills.clear();
@@ -334,22 +336,17 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
     RmsNorm(o_.data(), uint64_t{rows} * nh, dv,
             L.head_norm.empty() ? nullptr : L.head_norm.data(), c.norm_eps,
             o_.data());
-    LINATTN_RETURN_IF_ERROR(LinearGemm(o_.data(), rows, c.value_dim(),
-                                       L.o.data(), H, x_.data(), true));
+    LINATTN_RETURN_IF_ERROR(L.o->Apply(o_.data(), rows, x_.data()));
     RmsNorm(x_.data(), rows, H, L.mlp_norm.data(), c.norm_eps, xn_.data());
-    LINATTN_RETURN_IF_ERROR(LinearGemm(xn_.data(), rows, H, L.gate_up.data(),
-                                       2 * int64_t{I}, gu_.data(), false));
-#pragma omp parallel for if (rows >= kParallelRows) schedule(static)
+    LINATTN_RETURN_IF_ERROR(L.gate_up->Apply(xn_.data(), rows, gu_.data()));
+#pragma omp parallel for if (uint64_t{rows} * I >= kParallelFloats) \
+    schedule(static)
     for (uint32_t r = 0; r < rows; ++r) {
       const float* gate = gu_.data() + uint64_t{r} * 2 * I;
       const float* up = gate + I;
-      float* a = act_.data() + uint64_t{r} * I;
-      for (uint32_t i = 0; i < I; ++i) {
-        a[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-      }
+      kernels.silu_mul(I, gate, up, act_.data() + uint64_t{r} * I);
     }
-    LINATTN_RETURN_IF_ERROR(
-        LinearGemm(act_.data(), rows, I, L.down.data(), H, x_.data(), true));
+    LINATTN_RETURN_IF_ERROR(L.down->Apply(act_.data(), rows, x_.data()));
   }
 
   // Logits only where they are wanted.
@@ -374,12 +371,9 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
   }
   RmsNorm(xn_.data(), wanted.size(), H, m.final_norm().data(), c.norm_eps,
           logits_rows_.data());
-  if (logits_out_.size() < wanted.size() * uint64_t{V}) {
-    logits_out_ = AlignedBuffer(wanted.size() * uint64_t{V});
-  }
-  LINATTN_RETURN_IF_ERROR(LinearGemm(logits_rows_.data(), wanted.size(), H,
-                                     m.lm_head(), V, logits_out_.data(),
-                                     false));
+  LINATTN_RETURN_IF_ERROR(m.lm_head().Apply(logits_rows_.data(),
+                                            static_cast<int64_t>(wanted.size()),
+                                            logits_out_.data()));
   for (size_t i = 0; i < wanted.size(); ++i) {
     std::memcpy(wanted[i].second, logits_out_.data() + i * V,
                 V * sizeof(float));

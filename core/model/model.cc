@@ -229,10 +229,15 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
     const std::string p = absl::StrCat("model.layers.", i, ".");
     Layer& L = model->layers_[i];
     LINATTN_ASSIGN_OR_RETURN(L.attn_norm, r.Vector(p + "attn_norm.weight", H));
-    LINATTN_ASSIGN_OR_RETURN(L.qkv, r.Stacked({{p + "attn.q_proj.weight", Dq},
-                                               {p + "attn.k_proj.weight", Dk},
-                                               {p + "attn.v_proj.weight", Dv}},
-                                              H));
+    {
+      LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
+                               r.Stacked({{p + "attn.q_proj.weight", Dq},
+                                          {p + "attn.k_proj.weight", Dk},
+                                          {p + "attn.v_proj.weight", Dv}},
+                                         H));
+      LINATTN_ASSIGN_OR_RETURN(
+          L.qkv, PackedLinear::Create(w.data(), Dq + Dk + Dv, H, false));
+    }
     if (c.feature_map_has_weights()) {
       // Tied maps are one module in fla; its export may keep either name.
       const bool tied = c.tie_feature_map_qk;
@@ -289,22 +294,40 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
       LINATTN_ASSIGN_OR_RETURN(L.head_norm,
                                r.Vector(p + "attn.norm.weight", dv));
     }
-    LINATTN_ASSIGN_OR_RETURN(
-        L.o, r.Matrix(p + "attn.o_proj.weight", H, int64_t{c.value_dim()}));
+    {
+      LINATTN_ASSIGN_OR_RETURN(
+          AlignedBuffer w,
+          r.Matrix(p + "attn.o_proj.weight", H, int64_t{c.value_dim()}));
+      LINATTN_ASSIGN_OR_RETURN(
+          L.o, PackedLinear::Create(w.data(), H, c.value_dim(), true));
+    }
     LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + "mlp_norm.weight", H));
-    LINATTN_ASSIGN_OR_RETURN(L.gate_up,
-                             r.Stacked({{p + "mlp.gate_proj.weight", I},
-                                        {p + "mlp.up_proj.weight", I}},
-                                       H));
-    LINATTN_ASSIGN_OR_RETURN(L.down,
-                             r.Matrix(p + "mlp.down_proj.weight", H, I));
+    {
+      LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
+                               r.Stacked({{p + "mlp.gate_proj.weight", I},
+                                          {p + "mlp.up_proj.weight", I}},
+                                         H));
+      LINATTN_ASSIGN_OR_RETURN(L.gate_up,
+                               PackedLinear::Create(w.data(), 2 * I, H, false));
+    }
+    {
+      LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
+                               r.Matrix(p + "mlp.down_proj.weight", H, I));
+      LINATTN_ASSIGN_OR_RETURN(L.down,
+                               PackedLinear::Create(w.data(), H, I, true));
+    }
   }
   LINATTN_ASSIGN_OR_RETURN(model->final_norm_,
                            r.Vector("model.norm.weight", H));
   if (c.tie_word_embeddings) {
     r.Skip("lm_head.weight");  // some exports keep the tied copy
+    LINATTN_ASSIGN_OR_RETURN(
+        model->lm_head_,
+        PackedLinear::Create(model->embeddings_.data(), V, H, false));
   } else {
-    LINATTN_ASSIGN_OR_RETURN(model->lm_head_, r.Matrix("lm_head.weight", V, H));
+    LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w, r.Matrix("lm_head.weight", V, H));
+    LINATTN_ASSIGN_OR_RETURN(model->lm_head_,
+                             PackedLinear::Create(w.data(), V, H, false));
   }
   if (absl::Status s = r.CheckAllUsed(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(dir, "/", s.message()));

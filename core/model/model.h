@@ -25,6 +25,7 @@
 #include "core/attention/attention.h"
 #include "core/model/config.h"
 #include "core/model/tokenizer.h"
+#include "core/onednn/linear.h"
 #include "core/util/aligned_buffer.h"
 
 namespace linattn {
@@ -52,21 +53,22 @@ class ModelState {
 
 class Model {
  public:
-  // Weights of one layer, fp32, packed. Linear weights stay (out, in)
-  // row-major as nn.Linear stores them; the GEMMs read them transposed.
+  // Weights of one layer, fp32. The projections are prepacked for oneDNN's
+  // matmul (PackedLinear); the small feature-map weights stay (out, in)
+  // row-major as nn.Linear stores them.
   struct Layer {
-    std::vector<float> attn_norm;  // hidden
-    AlignedBuffer qkv;             // (Dq + Dk + Dv) × hidden
+    std::vector<float> attn_norm;       // hidden
+    std::unique_ptr<PackedLinear> qkv;  // hidden → Dq + Dk + Dv
     // Feature-map weights for q and k (the same buffers when tied):
     // t2r W (d_k×d_k); hedgehog W (d_k×d_k) and b; elementwise_product
     // [W₁; W₂] (2d_k×d_k) and [b₁; b₂].
     AlignedBuffer fq_w, fk_w;
     std::vector<float> fq_b, fk_b;
-    std::vector<float> head_norm;  // d_v, empty without elementwise_affine
-    AlignedBuffer o;               // hidden × value_dim
-    std::vector<float> mlp_norm;   // hidden
-    AlignedBuffer gate_up;         // 2·intermediate × hidden
-    AlignedBuffer down;            // hidden × intermediate
+    std::vector<float> head_norm;     // d_v, empty without elementwise_affine
+    std::unique_ptr<PackedLinear> o;  // value_dim → hidden, adds
+    std::vector<float> mlp_norm;      // hidden
+    std::unique_ptr<PackedLinear> gate_up;  // hidden → 2·intermediate
+    std::unique_ptr<PackedLinear> down;     // intermediate → hidden, adds
   };
 
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and
@@ -99,10 +101,8 @@ class Model {
   const std::vector<Layer>& layers() const { return layers_; }
   const AlignedBuffer& embeddings() const { return embeddings_; }  // V×H
   const std::vector<float>& final_norm() const { return final_norm_; }
-  // V×H; the embeddings when tie_word_embeddings.
-  const float* lm_head() const {
-    return config_.tie_word_embeddings ? embeddings_.data() : lm_head_.data();
-  }
+  // hidden → vocab (the embeddings' matrix when tie_word_embeddings).
+  const PackedLinear& lm_head() const { return *lm_head_; }
 
  private:
   Model() = default;
@@ -116,7 +116,7 @@ class Model {
   AlignedBuffer embeddings_;
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;
-  AlignedBuffer lm_head_;
+  std::unique_ptr<PackedLinear> lm_head_;
 };
 
 }  // namespace linattn

@@ -21,12 +21,12 @@ memory::desc Desc(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
   return memory::desc(dims, memory::data_type::f32, strides);
 }
 
+}  // namespace
+
 dnnl::stream& ThreadStream() {
   thread_local dnnl::stream stream(CpuEngine());
   return stream;
 }
-
-}  // namespace
 
 const dnnl::engine& CpuEngine() {
   static const dnnl::engine* engine =

@@ -41,6 +41,8 @@ struct MatmulShape {
 
 // The process-wide CPU engine.
 const dnnl::engine& CpuEngine();
+// This thread's in-order stream on CpuEngine().
+dnnl::stream& ThreadStream();
 
 class MatmulCache {
  public:

@@ -1,0 +1,151 @@
+// model_benchmark: a model's serving numbers in this process, as JSON.
+//
+//   model_benchmark --model DIR [--prompts 1024,8192,32768]
+//                   [--batches 1,8,32,128] [--decode-tokens 64]
+//                   [--contexts 1000,100000] [--out FILE]
+//
+//   time to first token   prefill of a random prompt of each length and the
+//                         logits of its next token (ForwardRunner, one call)
+//   decode                tokens/s per session and in aggregate with B
+//                         sessions stepped together (one batched forward
+//                         per token: GEMMs over the batch, one StepBatch)
+//   flatness              decode time per token of one session whose
+//                         context is each of --contexts tokens long
+//   state                 bytes of state per session
+// bench/model_bench.py runs it beside the PyTorch reference.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "CLI/CLI.hpp"
+#include "core/model/forward.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using linattn::ForwardItem;
+using linattn::ForwardRunner;
+using linattn::Model;
+using linattn::ModelState;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::vector<int32_t> RandomTokens(size_t n, uint32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) {
+    std::cerr << "model_benchmark: " << s << "\n";
+    std::exit(1);
+  }
+}
+
+// Seconds per decode step of `states.size()` sessions together (median of
+// `steps` steps after two warm-up steps).
+double DecodeStep(ForwardRunner& runner, std::vector<ModelState>& states,
+                  uint32_t steps, uint32_t vocab) {
+  const size_t b = states.size();
+  std::vector<int32_t> tokens = RandomTokens(b, vocab, 7);
+  std::vector<float> logits(b * vocab);
+  std::vector<ForwardItem> items(b);
+  std::vector<double> times;
+  for (uint32_t s = 0; s < steps + 2; ++s) {
+    for (size_t i = 0; i < b; ++i) {
+      items[i] = ForwardItem{.state = &states[i],
+                             .tokens = std::span<const int32_t>(&tokens[i], 1),
+                             .logits = logits.data() + i * vocab};
+    }
+    const auto t0 = Clock::now();
+    Check(runner.Run(items));
+    // The next token: greedy, as a server would sample it.
+    for (size_t i = 0; i < b; ++i) {
+      const float* l = logits.data() + i * vocab;
+      tokens[i] = static_cast<int32_t>(std::max_element(l, l + vocab) - l);
+    }
+    if (s >= 2) times.push_back(Seconds(t0, Clock::now()));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"model_benchmark: time to first token, decode speed, state"};
+  std::string dir, out;
+  std::vector<uint64_t> prompts = {1024, 8192, 32768};
+  std::vector<uint32_t> batches = {1, 8, 32, 128};
+  std::vector<uint64_t> contexts = {1000, 100000};
+  uint32_t decode_tokens = 64;
+  app.add_option("--model", dir, "model directory")->required();
+  app.add_option("--prompts", prompts, "prompt lengths for time to first token")
+      ->delimiter(',');
+  app.add_option("--batches", batches, "concurrent sessions")->delimiter(',');
+  app.add_option("--contexts", contexts, "context lengths for flatness")
+      ->delimiter(',');
+  app.add_option("--decode-tokens", decode_tokens, "steps per measurement");
+  app.add_option("--out", out, "write the JSON here too");
+  CLI11_PARSE(app, argc, argv);
+
+  auto model = Model::Load(dir);
+  Check(model.status());
+  const uint32_t V = (*model)->config().vocab_size;
+  ForwardRunner runner(*model);
+  nlohmann::json result;
+  result["model"] = (*model)->name();
+  result["parameters"] = (*model)->parameter_count();
+  result["layers"] = (*model)->config().num_hidden_layers;
+  result["hidden_size"] = (*model)->config().hidden_size;
+  result["state_bytes_per_session"] = (*model)->state_bytes();
+
+  std::vector<float> logits(V);
+  for (uint64_t p : prompts) {
+    ModelState state = (*model)->NewState();
+    const auto tokens = RandomTokens(p, V, 1);
+    const auto t0 = Clock::now();
+    Check(runner.Run(state, tokens, logits.data()));
+    const double s = Seconds(t0, Clock::now());
+    result["ttft"].push_back({{"prompt_tokens", p},
+                              {"seconds", s},
+                              {"prefill_tokens_per_s", p / s}});
+    std::cerr << "ttft " << p << " tokens: " << s * 1e3 << " ms\n";
+  }
+  for (uint32_t b : batches) {
+    std::vector<ModelState> states;
+    for (uint32_t i = 0; i < b; ++i) {
+      states.push_back((*model)->NewState());
+      const auto prompt = RandomTokens(16, V, 100 + i);
+      Check(runner.Run(states.back(), prompt, nullptr));
+    }
+    const double step = DecodeStep(runner, states, decode_tokens, V);
+    result["decode"].push_back({{"batch", b},
+                                {"step_seconds", step},
+                                {"tokens_per_s_per_session", 1.0 / step},
+                                {"aggregate_tokens_per_s", b / step}});
+    std::cerr << "decode batch " << b << ": " << b / step << " tokens/s\n";
+  }
+  for (uint64_t c : contexts) {
+    std::vector<ModelState> states;
+    states.push_back((*model)->NewState());
+    const auto context = RandomTokens(c, V, 3);
+    Check(runner.Run(states[0], context, nullptr));
+    const double step = DecodeStep(runner, states, decode_tokens * 4, V);
+    result["flatness"].push_back(
+        {{"context_tokens", c}, {"decode_step_seconds", step}});
+    std::cerr << "decode at context " << c << ": " << step * 1e3 << " ms\n";
+  }
+  const std::string text = result.dump(2);
+  std::cout << text << "\n";
+  if (!out.empty()) std::ofstream(out) << text << "\n";
+  return 0;
+}

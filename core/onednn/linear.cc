@@ -1,0 +1,159 @@
+#include "core/onednn/linear.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "core/onednn/matmul.h"
+#include "core/util/aligned_buffer.h"
+
+namespace linattn {
+
+using dnnl::memory;
+
+namespace {
+
+std::vector<int64_t> Buckets() {
+  std::vector<int64_t> b = {1, 2, 4, 8};
+  for (int64_t m = 16; m <= PackedLinear::kMaxRows; m += 16) b.push_back(m);
+  return b;
+}
+
+}  // namespace
+
+struct PackedLinear::Shape {
+  struct Entry {
+    dnnl::matmul primitive;
+    memory::desc src, dst;
+    uint64_t scratchpad_bytes = 0;
+  };
+  memory::desc packed;               // the weights' layout
+  std::map<int64_t, Entry> by_rows;  // bucket → primitive
+};
+
+int64_t PackedLinear::Bucket(int64_t m) {
+  if (m <= 1) return 1;
+  if (m <= 2) return 2;
+  if (m <= 4) return 4;
+  if (m <= 8) return 8;
+  return (m + 15) / 16 * 16;
+}
+
+absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
+    const float* weight, int64_t out, int64_t in, bool accumulate) {
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Shape>>
+      shapes;
+  std::unique_ptr<PackedLinear> linear(new PackedLinear());
+  linear->in_ = in;
+  linear->out_ = out;
+  try {
+    const dnnl::engine& engine = CpuEngine();
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    auto describe = [&](int64_t rows, const memory::desc& w) {
+      memory::desc src({rows, in}, memory::data_type::f32,
+                       memory::format_tag::ab);
+      memory::desc dst({rows, out}, memory::data_type::f32,
+                       memory::format_tag::ab);
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, w, dst), attr,
+                                          engine);
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto& shape = shapes[{in, out, accumulate}];
+      if (shape == nullptr) {
+        auto created = std::make_unique<Shape>();
+        // The kernels' preferred layout, asked for at 32 rows; every bucket
+        // then takes that layout as given.
+        created->packed =
+            describe(32, memory::desc({in, out}, memory::data_type::f32,
+                                      memory::format_tag::any))
+                .weights_desc();
+        for (int64_t rows : Buckets()) {
+          auto pd = describe(rows, created->packed);
+          created->by_rows[rows] =
+              Shape::Entry{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(),
+                           pd.scratchpad_desc().get_size()};
+        }
+        shape = std::move(created);
+      }
+      linear->shape_ = shape.get();
+    }
+    // W (out × in) row-major is the (in × out) matrix in "ba" order.
+    memory user({{in, out}, memory::data_type::f32, memory::format_tag::ba},
+                engine, const_cast<float*>(weight));
+    linear->packed_ = memory(linear->shape_->packed, engine);
+    dnnl::stream& stream = ThreadStream();
+    dnnl::reorder(user, linear->packed_).execute(stream, user, linear->packed_);
+    stream.wait();
+  } catch (const dnnl::error& err) {
+    return absl::InternalError(absl::StrCat("oneDNN cannot set up the (", in,
+                                            " → ", out,
+                                            ") product: ", err.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory packing weights");
+  }
+  return linear;
+}
+
+absl::Status PackedLinear::Apply(const float* x, int64_t m, float* y) const {
+  if (m <= 0 || m > kMaxRows) {
+    return absl::InternalError(absl::StrCat("PackedLinear: ", m, " rows"));
+  }
+  const Shape::Entry& e = shape_->by_rows.at(Bucket(m));
+  // Decode steps call this a few dozen times per token with small products,
+  // so the per-call cost matters: the memory objects for each primitive are
+  // made once per thread and only re-pointed, and the primitive runs through
+  // the C API without building an argument map.
+  struct Bound {
+    memory src, dst, pad;
+  };
+  thread_local std::map<const Shape::Entry*, Bound> bound;
+  thread_local AlignedBuffer scratch;
+  try {
+    auto it = bound.find(&e);
+    if (it == bound.end()) {
+      const dnnl::engine& engine = CpuEngine();
+      it = bound
+               .emplace(&e, Bound{memory(e.src, engine, nullptr),
+                                  memory(e.dst, engine, nullptr),
+                                  memory(memory::desc({static_cast<int64_t>(
+                                                          e.scratchpad_bytes)},
+                                                      memory::data_type::u8,
+                                                      memory::format_tag::a),
+                                         engine, nullptr)})
+               .first;
+    }
+    scratch.EnsureSize((e.scratchpad_bytes + sizeof(float) - 1) /
+                       sizeof(float));
+    Bound& b = it->second;
+    b.src.set_data_handle(const_cast<float*>(x));
+    b.dst.set_data_handle(y);
+    b.pad.set_data_handle(scratch.data());
+    dnnl::stream& stream = ThreadStream();
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, b.src.get()},
+                                    {DNNL_ARG_WEIGHTS, packed_.get()},
+                                    {DNNL_ARG_DST, b.dst.get()},
+                                    {DNNL_ARG_SCRATCHPAD, b.pad.get()}};
+    dnnl_status_t status =
+        dnnl_primitive_execute(e.primitive.get(), stream.get(), 4, args);
+    if (status == dnnl_success) status = dnnl_stream_wait(stream.get());
+    if (status != dnnl_success) {
+      return absl::InternalError(absl::StrCat(
+          "oneDNN matmul failed with status ", static_cast<int>(status)));
+    }
+  } catch (const dnnl::error& err) {
+    return absl::InternalError(
+        absl::StrCat("oneDNN matmul failed: ", err.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace linattn
