@@ -1,5 +1,7 @@
 #include "core/scheduler/generation.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -372,6 +374,11 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
     layer.set_position(position);
   }
   if (!in.empty()) return bad("trailing bytes");
+  for (const AttentionState& layer : state.layers()) {
+    if (layer.position() != state.position()) {
+      return bad("layers at different positions");
+    }
+  }
   if (pending < -1 || (pending >= 0 && static_cast<uint32_t>(pending) >=
                                            model->config().vocab_size)) {
     return bad("pending token out of range");
@@ -394,6 +401,7 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
 
 void GenerationEngine::WorkerLoop() {
   std::vector<std::function<void()>> callbacks;
+  const int max_threads = omp_get_max_threads();
   for (;;) {
     Batch batch;
     {
@@ -416,6 +424,8 @@ void GenerationEngine::WorkerLoop() {
     while (batch.total > seen &&
            !max_rows_seen_.compare_exchange_weak(seen, batch.total)) {
     }
+    omp_set_num_threads(
+        batch.total <= options_.single_thread_rows ? 1 : max_threads);
     std::map<const Model*, absl::Status> results;
     for (auto& [model, rows] : batch.rows) {
       std::vector<ForwardItem> items;
