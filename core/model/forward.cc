@@ -197,7 +197,8 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
   return absl::OkStatus();
 }
 
-void ForwardRunner::FeatureMaps(const Model::Layer& layer, uint32_t rows) {
+absl::Status ForwardRunner::FeatureMaps(const Model::Layer& layer,
+                                        uint32_t rows) {
   const ModelConfig& c = model_->config();
   const uint32_t nh = c.num_heads, nkv = c.num_kv_heads, g = c.kv_groups();
   const uint32_t dk = c.head_k_dim(), dv = c.head_v_dim(),
@@ -224,9 +225,9 @@ void ForwardRunner::FeatureMaps(const Model::Layer& layer, uint32_t rows) {
       }
       const AlignedBuffer& w = which == 0 ? layer.fq_w : layer.fk_w;
       const std::vector<float>& b = which == 0 ? layer.fq_b : layer.fk_b;
-      // Sizes are valid by construction; sgemm cannot refuse them.
-      (void)LinearGemm(heads_.data(), int64_t{rows} * src_heads, dk, w.data(),
-                       lin_dim, mapped_.data(), false);
+      LINATTN_RETURN_IF_ERROR(
+          LinearGemm(heads_.data(), int64_t{rows} * src_heads, dk, w.data(),
+                     lin_dim, mapped_.data(), false));
       if (!b.empty()) {
         const uint64_t n = uint64_t{rows} * src_heads;
         for (uint64_t i = 0; i < n; ++i) {
@@ -268,6 +269,7 @@ void ForwardRunner::FeatureMaps(const Model::Layer& layer, uint32_t rows) {
                   dv * sizeof(float));
     }
   }
+  return absl::OkStatus();
 }
 
 absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
@@ -293,7 +295,7 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
     const Model::Layer& L = m.layers()[l];
     RmsNorm(x_.data(), rows, H, L.attn_norm.data(), c.norm_eps, xn_.data());
     LINATTN_RETURN_IF_ERROR(L.qkv->Apply(xn_.data(), rows, qkv_.data()));
-    FeatureMaps(L, rows);
+    LINATTN_RETURN_IF_ERROR(FeatureMaps(L, rows));
     steps.clear();
     prefills.clear();
     for (const Piece& p : pieces) {

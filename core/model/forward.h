@@ -68,7 +68,9 @@ class ForwardRunner {
   };
   absl::Status Pass(std::span<const ForwardItem> items,
                     std::span<const Piece> pieces, uint32_t rows);
-  void FeatureMaps(const Model::Layer& layer, uint32_t rows);
+  // φ(q)·d_φ^−½ and φ(k) into fq_, fk_ and the values into v_, every
+  // key/value head repeated over its group.
+  absl::Status FeatureMaps(const Model::Layer& layer, uint32_t rows);
   void EnsureWorkspace(uint32_t rows);
 
   std::shared_ptr<const Model> model_;

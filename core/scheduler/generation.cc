@@ -113,7 +113,11 @@ GenerationEngine::~GenerationEngine() {
 
 absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::FindModel(
     const std::string& name) const {
-  if (name.empty() && !models_.empty()) return models_.front();
+  if (models_.empty()) {
+    return absl::NotFoundError(
+        "model: this server serves no models (start it with --model DIR)");
+  }
+  if (name.empty()) return models_.front();
   for (const auto& m : models_) {
     if (m->name() == name) return m;
   }

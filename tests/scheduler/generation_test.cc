@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <optional>
 
 #include "tests/model/test_model.h"
 #include "tests/util/temp_dir.h"
@@ -23,6 +24,31 @@ std::shared_ptr<const Model> Builtin() {
       Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
   return model;
 }
+
+// Results cross from the engine's worker to the test thread as plain data:
+// an absl::Status shares a reference-counted payload, and Debian's Abseil is
+// not built for ThreadSanitizer, so a payload freed on one thread after
+// being read on another would be reported although the count is atomic.
+struct PlainStatus {
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string message;
+  explicit PlainStatus(const absl::Status& s)
+      : code(s.code()), message(s.message()) {}
+  absl::Status ToStatus() const { return absl::Status(code, message); }
+};
+
+template <typename T>
+struct PlainResult {
+  PlainStatus status;
+  std::optional<T> value;
+  explicit PlainResult(const absl::StatusOr<T>& r)
+      : status(r.status()),
+        value(r.ok() ? std::optional<T>(*r) : std::nullopt) {}
+  absl::StatusOr<T> ToStatusOr() const {
+    if (value) return *value;
+    return status.ToStatus();
+  }
+};
 
 std::vector<int32_t> Bytes(const std::string& text) {
   return std::vector<int32_t>(text.begin(), text.end());
@@ -47,7 +73,7 @@ class Collector {
       result_.text += e.text;
       if (e.finished) {
         result_.reason = e.finish_reason;
-        result_.status = e.status;
+        status_.emplace(e.status);
         result_.position = e.position;
         result_.completion = e.completion_tokens;
         done_ = true;
@@ -60,7 +86,9 @@ class Collector {
   Generated Wait() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_; });
-    return result_;
+    Generated out = result_;
+    out.status = status_->ToStatus();
+    return out;
   }
 
  private:
@@ -68,6 +96,7 @@ class Collector {
   std::condition_variable cv_;
   bool done_ = false;
   Generated result_;
+  std::optional<PlainStatus> status_;
   std::function<void(const GenerateEvent&)> on_event_;
 };
 
@@ -81,26 +110,30 @@ Generated Generate(GenerationEngine& engine, const std::string& id,
 absl::StatusOr<ModelSessionInfo> Append(GenerationEngine& engine,
                                         const std::string& id,
                                         std::vector<int32_t> tokens) {
-  std::promise<absl::StatusOr<ModelSessionInfo>> p;
-  engine.Append(id, std::move(tokens),
-                [&](absl::StatusOr<ModelSessionInfo> r) { p.set_value(r); });
-  return p.get_future().get();
+  std::promise<PlainResult<ModelSessionInfo>> p;
+  engine.Append(id, std::move(tokens), [&](absl::StatusOr<ModelSessionInfo> r) {
+    p.set_value(PlainResult<ModelSessionInfo>(r));
+  });
+  return p.get_future().get().ToStatusOr();
 }
 
 absl::StatusOr<ModelSessionInfo> Fork(GenerationEngine& engine,
                                       const std::string& id,
                                       const std::string& new_id = "") {
-  std::promise<absl::StatusOr<ModelSessionInfo>> p;
-  engine.Fork(id, new_id,
-              [&](absl::StatusOr<ModelSessionInfo> r) { p.set_value(r); });
-  return p.get_future().get();
+  std::promise<PlainResult<ModelSessionInfo>> p;
+  engine.Fork(id, new_id, [&](absl::StatusOr<ModelSessionInfo> r) {
+    p.set_value(PlainResult<ModelSessionInfo>(r));
+  });
+  return p.get_future().get().ToStatusOr();
 }
 
 absl::StatusOr<std::string> Snapshot(GenerationEngine& engine,
                                      const std::string& id) {
-  std::promise<absl::StatusOr<std::string>> p;
-  engine.Snapshot(id, [&](absl::StatusOr<std::string> r) { p.set_value(r); });
-  return p.get_future().get();
+  std::promise<PlainResult<std::string>> p;
+  engine.Snapshot(id, [&](absl::StatusOr<std::string> r) {
+    p.set_value(PlainResult<std::string>(r));
+  });
+  return p.get_future().get().ToStatusOr();
 }
 
 const SamplingParams kGreedy48{.max_tokens = 48};
@@ -310,16 +343,16 @@ TEST(GenerationTest, ALongPromptDoesNotStallRunningStreams) {
   std::string text;
   for (int i = 0; i < 60; ++i)
     text += "And the earth was without form, and void. ";
-  std::promise<absl::StatusOr<ModelSessionInfo>> done;
+  std::promise<PlainResult<ModelSessionInfo>> done;
   engine.Append(long_prompt.session_id, Bytes(text),
                 [&](absl::StatusOr<ModelSessionInfo> r) {
                   {
                     std::lock_guard<std::mutex> lock(mu);
                     tokens_before_prefill_done = tokens;
                   }
-                  done.set_value(r);
+                  done.set_value(PlainResult<ModelSessionInfo>(r));
                 });
-  auto info = done.get_future().get();
+  auto info = done.get_future().get().ToStatusOr();
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->position, text.size());
   c.Wait();
@@ -358,9 +391,10 @@ TEST(GenerationTest, DeleteAndLimits) {
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(Fork(engine, "a").status().code(),
             absl::StatusCode::kResourceExhausted);
-  std::promise<absl::Status> deleted;
-  engine.Delete("a", [&](absl::Status s) { deleted.set_value(s); });
-  EXPECT_TRUE(deleted.get_future().get().ok());
+  std::promise<PlainStatus> deleted;
+  engine.Delete("a",
+                [&](absl::Status s) { deleted.set_value(PlainStatus(s)); });
+  EXPECT_TRUE(deleted.get_future().get().ToStatus().ok());
   EXPECT_EQ(engine.GetSession("a").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(engine.CreateSession("", "c").ok());
