@@ -87,6 +87,10 @@ void LinattnServer::EvictionLoop(std::chrono::milliseconds ttl) {
       spdlog::info("evicted {} idle session(s) (idle ttl {} ms)", n,
                    ttl.count());
     }
+    if (size_t n = generation_->EvictIdle(ttl); n != 0) {
+      spdlog::info("evicted {} idle model session(s) (idle ttl {} ms)", n,
+                   ttl.count());
+    }
     lock.lock();
   }
 }

@@ -68,6 +68,8 @@ struct GenerationEngine::Session {
   std::optional<int32_t> pending;
   uint64_t position = 0;  // cached: state position + pending
   std::deque<std::unique_ptr<Job>> jobs;
+  std::chrono::steady_clock::time_point last_used =
+      std::chrono::steady_clock::now();
 };
 
 struct GenerationEngine::Batch {
@@ -226,6 +228,7 @@ void GenerationEngine::Enqueue(const std::string& id, std::unique_ptr<Job> job,
     } else {
       static std::atomic<uint64_t> next_seq{0};
       job->seq = next_seq++;
+      it->second->last_used = std::chrono::steady_clock::now();
       it->second->jobs.push_back(std::move(job));
     }
   }
@@ -401,6 +404,23 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
   ModelSessionInfo info = Describe(*session);
   sessions_.emplace(*id, std::move(session));
   return info;
+}
+
+size_t GenerationEngine::EvictIdle(std::chrono::milliseconds ttl) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t evicted = 0;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    const Session& s = *it->second;
+    if (s.jobs.empty() && now - s.last_used > ttl) {
+      bytes_in_use_ -= s.model->state_bytes();
+      it = sessions_.erase(it);
+      ++evicted;
+    } else {
+      ++it;
+    }
+  }
+  return evicted;
 }
 
 void GenerationEngine::WorkerLoop() {
@@ -638,10 +658,12 @@ void GenerationEngine::Plan(Batch& batch,
 
 void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
                               std::vector<std::function<void()>>& callbacks) {
+  const auto now = std::chrono::steady_clock::now();
   for (auto& [model, rows] : batch.rows) {
     for (const Batch::Row& r : rows) {
       Session& s = *r.session;
       Job& job = *r.job;
+      s.last_used = now;
       if (!status.ok()) {
         s.state = std::move(job.backup);
         s.pending = job.backup_pending;

@@ -21,6 +21,7 @@
 #define LINATTN_CORE_SCHEDULER_GENERATION_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -127,6 +128,10 @@ class GenerationEngine {
   absl::StatusOr<ModelSessionInfo> Restore(const std::string& bytes,
                                            const std::string& session_id);
   void Delete(const std::string& id, std::function<void(absl::Status)> done);
+
+  // Deletes every session that has no request queued or running and has
+  // not been used for `ttl`; returns how many.
+  size_t EvictIdle(std::chrono::milliseconds ttl);
 
   // Iterations run so far and the rows they carried (for tests/metrics).
   uint64_t iterations() const { return iterations_.load(); }

@@ -10,6 +10,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "tests/model/test_model.h"
 #include "tests/util/temp_dir.h"
@@ -399,6 +400,25 @@ TEST(GenerationTest, DeleteAndLimits) {
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(engine.CreateSession("", "c").ok());
   EXPECT_EQ(engine.ListSessions().size(), 2u);
+}
+
+TEST(GenerationTest, IdleSessionsAreEvictedBusyAndRecentOnesKept) {
+  GenerationEngine engine({Builtin()});
+  ASSERT_TRUE(engine.CreateSession("", "idle").ok());
+  ASSERT_TRUE(engine.CreateSession("", "used").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  ASSERT_TRUE(Append(engine, "used", Bytes("Amen")).ok());  // use renews
+  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(40)), 1u);
+  EXPECT_EQ(engine.GetSession("idle").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine.GetSession("used").ok());
+  // A session with a request in flight is never evicted, however old.
+  Collector c;
+  engine.Generate("used", {}, SamplingParams{.max_tokens = 2000}, c.Callback());
+  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(0)), 0u);
+  EXPECT_TRUE(c.Wait().status.ok());
+  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(0)), 1u);
+  EXPECT_TRUE(engine.ListSessions().empty());
 }
 
 }  // namespace
