@@ -12,8 +12,12 @@ BUILD_TYPE ?= Release
 
 all: build
 
+# `make run` needs no Python: the PyTorch reference stack is for the tests.
+DEPS_FLAGS ?=
+run: DEPS_FLAGS := --no-python
+
 deps:
-	@bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh $(DEPS_FLAGS)
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
