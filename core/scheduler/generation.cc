@@ -29,6 +29,21 @@ bool Get(absl::string_view& in, T* value) {
   return true;
 }
 
+// Checked when a request arrives, so that it fails before it is queued and
+// names the request's field.
+absl::Status CheckTokenIds(const Model& model,
+                           const std::vector<int32_t>& ids) {
+  const uint32_t vocab = model.config().vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token_ids[", i, "]: id ", ids[i],
+                       " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct GenerationEngine::Job {
@@ -60,6 +75,18 @@ struct GenerationEngine::Job {
   std::vector<float> logits;
   uint32_t take = 0;  // rows in the current iteration
 };
+
+namespace {
+
+// Puts a session back where `job` found it.
+template <typename Session, typename Job>
+void RestoreBackup(Session& s, Job& job) {
+  s.state = std::move(job.backup);
+  s.pending = job.backup_pending;
+  s.position = job.backup_position;
+}
+
+}  // namespace
 
 struct GenerationEngine::Session {
   std::string id;
@@ -139,23 +166,9 @@ absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::ModelOf(
 
 absl::StatusOr<std::string> GenerationEngine::NewId(
     const std::string& requested) const {
-  if (requested.empty()) {
-    std::string id;
-    do {
-      id = RandomSessionId();
-    } while (sessions_.count(id) != 0);
-    return id;
-  }
-  if (!IsValidSessionId(requested)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("session_id: must be 1-", kMaxSessionIdLength,
-                     " characters of [A-Za-z0-9._-]"));
-  }
-  if (sessions_.count(requested) != 0) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("session_id: '", requested, "' already exists"));
-  }
-  return requested;
+  return ChooseSessionId(requested, [this](absl::string_view id) {
+    return sessions_.find(id) != sessions_.end();
+  });
 }
 
 absl::Status GenerationEngine::Admit(const Model& model) const {
@@ -246,14 +259,8 @@ void GenerationEngine::Append(const std::string& id,
   if (tokens.empty()) {
     return done(absl::InvalidArgumentError("tokens: no tokens to append"));
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 ||
-        static_cast<uint32_t>(tokens[i]) >= (*model)->config().vocab_size) {
-      return done(absl::InvalidArgumentError(
-          absl::StrCat("token_ids[", i, "]: id ", tokens[i],
-                       " is outside the vocabulary [0, ",
-                       (*model)->config().vocab_size, ")")));
-    }
+  if (absl::Status s = CheckTokenIds(**model, tokens); !s.ok()) {
+    return done(s);
   }
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kAppend;
@@ -275,14 +282,8 @@ void GenerationEngine::Generate(const std::string& id,
   auto model = ModelOf(id);
   if (!model.ok()) return fail(model.status());
   if (absl::Status s = ValidateSampling(params); !s.ok()) return fail(s);
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 ||
-        static_cast<uint32_t>(prompt[i]) >= (*model)->config().vocab_size) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("token_ids[", i, "]: id ", prompt[i],
-                       " is outside the vocabulary [0, ",
-                       (*model)->config().vocab_size, ")")));
-    }
+  if (absl::Status s = CheckTokenIds(**model, prompt); !s.ok()) {
+    return fail(s);
   }
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kGenerate;
@@ -606,9 +607,7 @@ void GenerationEngine::Plan(Batch& batch,
         e.finish_reason = "cancelled";
         if (job.completion_tokens == 0) {
           // Nothing was delivered: the session is as it was.
-          s.state = std::move(job.backup);
-          s.pending = job.backup_pending;
-          s.position = job.backup_position;
+          RestoreBackup(s, job);
         } else {
           // The generated tokens were delivered and stay in the context;
           // the last one is not in the state yet.
@@ -665,9 +664,7 @@ void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
       Job& job = *r.job;
       s.last_used = now;
       if (!status.ok()) {
-        s.state = std::move(job.backup);
-        s.pending = job.backup_pending;
-        s.position = job.backup_position;
+        RestoreBackup(s, job);
         if (job.kind == Job::Kind::kAppend) {
           callbacks.push_back([cb = job.on_info, status] { cb(status); });
         } else {
@@ -692,9 +689,7 @@ void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
       }
       auto token = job.sampler->Sample(job.logits);
       if (!token.ok()) {
-        s.state = std::move(job.backup);
-        s.pending = job.backup_pending;
-        s.position = job.backup_position;
+        RestoreBackup(s, job);
         GenerateEvent e;
         e.finished = true;
         e.status = token.status();

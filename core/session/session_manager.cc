@@ -9,12 +9,6 @@
 
 namespace linattn {
 
-namespace {
-
-
-
-}  // namespace
-
 std::string RandomSessionId() {
   std::random_device rd;
   std::string id;
@@ -73,13 +67,14 @@ absl::StatusOr<std::unique_ptr<SessionManager>> SessionManager::Create(
   return std::unique_ptr<SessionManager>(new SessionManager(options));
 }
 
-absl::StatusOr<std::string> SessionManager::ChooseId(
-    absl::string_view requested) const {
+absl::StatusOr<std::string> ChooseSessionId(
+    absl::string_view requested,
+    const std::function<bool(absl::string_view)>& taken) {
   if (requested.empty()) {
     std::string id;
     do {
       id = RandomSessionId();
-    } while (sessions_.count(id) != 0);
+    } while (taken(id));
     return id;
   }
   if (!IsValidSessionId(requested)) {
@@ -87,11 +82,18 @@ absl::StatusOr<std::string> SessionManager::ChooseId(
         absl::StrCat("session_id: must be 1-", kMaxSessionIdLength,
                      " characters of [A-Za-z0-9._-]"));
   }
-  if (sessions_.count(requested) != 0) {
+  if (taken(requested)) {
     return absl::AlreadyExistsError(
         absl::StrCat("session_id: '", requested, "' already exists"));
   }
   return std::string(requested);
+}
+
+absl::StatusOr<std::string> SessionManager::ChooseId(
+    absl::string_view requested) const {
+  return ChooseSessionId(requested, [this](absl::string_view id) {
+    return sessions_.find(id) != sessions_.end();
+  });
 }
 
 absl::StatusOr<std::shared_ptr<const Attention>> SessionManager::AttentionFor(

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -146,6 +147,13 @@ inline constexpr size_t kMaxSessionIdLength = 128;
 
 // 128 random bits from the OS, as 32 hex digits.
 std::string RandomSessionId();
+
+// The id for a new session: `requested` if it is valid and not `taken`
+// (INVALID_ARGUMENT / ALREADY_EXISTS naming session_id), or a random one
+// when it is empty.
+absl::StatusOr<std::string> ChooseSessionId(
+    absl::string_view requested,
+    const std::function<bool(absl::string_view)>& taken);
 
 }  // namespace linattn
 
