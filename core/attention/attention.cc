@@ -1,24 +1,17 @@
 #include "core/attention/attention.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
 
-// Branch-free, vectorisable: a float is NaN or ±inf exactly when its
-// exponent bits are all ones.
 bool AllFinite(const float* x, uint64_t n) {
-  uint32_t non_finite = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t bits = std::bit_cast<uint32_t>(x[i]);
-    non_finite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return non_finite == 0;
+  return ActiveKernels().all_finite(n, x);
 }
 
 namespace {

@@ -131,31 +131,31 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
   return absl::OkStatus();
 }
 
-// One chunk's keys, (C, d_φ) rows → (d_φ, C) so that Q·Kᵀ and Kᵀ·V are plain
-// row-major products; along the way Δz = Σ_j γ^{L−1−j} φ(k_j) and, with
-// decay, the decayed keys for ΔS. The block stays in L1 throughout.
+// One chunk's keys, left as (C, d_φ) rows (the matmuls read them
+// transposed through strides): Δz = Σ_j γ^{L−1−j} φ(k_j) and, with decay,
+// the decayed keys for ΔS. The block stays in L1 throughout.
 void ChunkwiseRunner::FinishKeys(const Job& job, const Stream& st, int64_t j,
                                  int64_t d_phi, bool any_decay) {
   const uint32_t C = options_.chunk_size;
   const float* k = k_.data() + uint64_t(j) * C * d_phi;  // (C, d_φ)
-  float* kt = kt_.data() + uint64_t(j) * C * d_phi;      // (d_φ, C)
-  for (uint32_t t = 0; t < C; ++t) {
-    for (int64_t c = 0; c < d_phi; ++c) kt[c * C + t] = k[t * d_phi + c];
-  }
   float* dz = z_.data() + j * d_phi;
-  for (int64_t c = 0; c < d_phi; ++c) {
-    const float* kt_row = kt + c * C;
-    float sum = 0.0f;
-    if (any_decay) {
-      float* kdt_row = kdt_.data() + uint64_t(j) * C * d_phi + c * C;
-      for (uint32_t t = 0; t < C; ++t) {
-        kdt_row[t] = t < job.len ? st.pow[job.len - 1 - t] * kt_row[t] : 0.0f;
-        sum += kdt_row[t];
+  std::fill(dz, dz + d_phi, 0.0f);
+  if (any_decay) {
+    float* kd = kd_.data() + uint64_t(j) * C * d_phi;
+    for (uint32_t t = 0; t < C; ++t) {
+      const float w = t < job.len ? st.pow[job.len - 1 - t] : 0.0f;
+      const float* __restrict row = k + uint64_t(t) * d_phi;
+      float* __restrict kd_row = kd + uint64_t(t) * d_phi;
+      for (int64_t c = 0; c < d_phi; ++c) {
+        kd_row[c] = w * row[c];
+        dz[c] += kd_row[c];
       }
-    } else {
-      for (uint32_t t = 0; t < job.len; ++t) sum += kt_row[t];
     }
-    dz[c] = sum;
+  } else {
+    for (uint32_t t = 0; t < job.len; ++t) {
+      const float* __restrict row = k + uint64_t(t) * d_phi;
+      for (int64_t c = 0; c < d_phi; ++c) dz[c] += row[c];
+    }
   }
 }
 
@@ -217,8 +217,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
     const uint64_t rows = uint64_t(n_jobs) * C;
     q_.EnsureSize(rows * d_phi);
     k_.EnsureSize(rows * d_phi);
-    kt_.EnsureSize(rows * d_phi);
-    if (any_decay) kdt_.EnsureSize(rows * d_phi);
+    if (any_decay) kd_.EnsureSize(rows * d_phi);
     v_.EnsureSize(rows * d_v);
     a_.EnsureSize(rows * C);
     o_.EnsureSize(rows * d_v);
@@ -270,7 +269,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
           std::memcpy(vrow, v, d_v * sizeof(float));
         }
       }
-      // This unit's key blocks are still in cache: transpose them now
+      // This unit's key blocks are still in cache: finish them now
       // (FAVOR+ keys wait for the round's shift, in pass 2).
       if (!fm.is_favor()) {
         for (uint32_t h = 0; h < H; ++h) {
@@ -321,11 +320,12 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       }
     }
     // A = Q·Kᵀ and ΔS = (decayed K)ᵀ·V, all chunks at once.
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = d_phi, .n = C}, n_jobs,
-                                 q_.data(), kt_.data(), a_.data()));
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = d_phi, .k = C, .n = d_v}, n_jobs,
-                                 any_decay ? kdt_.data() : kt_.data(),
-                                 v_.data(), s_.data()));
+    LINATTN_RETURN_IF_ERROR(
+        Gemm({.m = C, .k = d_phi, .n = C, .transpose_b = true}, n_jobs,
+             q_.data(), k_.data(), a_.data()));
+    LINATTN_RETURN_IF_ERROR(
+        Gemm({.m = d_phi, .k = C, .n = d_v, .transpose_a = true}, n_jobs,
+             any_decay ? kd_.data() : k_.data(), v_.data(), s_.data()));
     // Pass 3: causal mask with decay, D_ij = γ^{i−j}[i ≥ j]; the intra-chunk
     // denominator is the row sum (the ones column of V⁺).
 #pragma omp parallel for schedule(static)

@@ -72,10 +72,9 @@ class ChunkwiseRunner {
   ChunkwiseOptions options_;
   double last_flops_ = 0;
   // Round workspaces, (jobs, ...) each; grown on demand, reused.
-  AlignedBuffer q_;   // (jobs, C, d_φ)  φ(Q) rows
-  AlignedBuffer k_;   // (jobs, C, d_φ)  φ(K) rows
-  AlignedBuffer kt_;  // (jobs, d_φ, C)  φ(K)ᵀ
-  AlignedBuffer kdt_;  // (jobs, d_φ, C)  (diag(γ^{L−1−j})·φ(K))ᵀ (decay only)
+  AlignedBuffer q_;  // (jobs, C, d_φ)  φ(Q) rows
+  AlignedBuffer k_;  // (jobs, C, d_φ)  φ(K) rows
+  AlignedBuffer kd_;  // (jobs, C, d_φ)  diag(γ^{L−1−j})·φ(K) (decay only)
   AlignedBuffer v_;     // (jobs, C, d_v)
   AlignedBuffer a_;     // (jobs, C, C)    masked Q·Kᵀ
   AlignedBuffer o_;     // (jobs, C, d_v)  numerators

@@ -40,6 +40,8 @@ struct StepKernels {
   // out = SiLU(gate)·up = gate / (1 + exp(−gate)) · up (the SwiGLU MLP of
   // the model layers); same exp.
   void (*silu_mul)(uint32_t n, const float* gate, const float* up, float* out);
+  // True when no element of x is NaN or ±inf.
+  bool (*all_finite)(uint64_t n, const float* x);
 };
 
 // The kernels for `isa`, or nullptr when this CPU cannot run them.

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -133,6 +134,30 @@ TEST(Kernels, SiluMulMatchesDoublePrecision) {
                 std::max(8 * kU * std::abs(truth), 1e-35))
           << kernels->name << " silu(" << g[i] << ")·" << u[i];
     }
+  }
+}
+
+// Every non-finite value is found at every position (vector body and tail);
+// the largest finite values and subnormals are not flagged.
+TEST(Kernels, AllFiniteFindsEveryNonFiniteValue) {
+  const float specials[] = {NAN, -NAN, INFINITY, -INFINITY};
+  for (const StepKernels* kernels : SupportedKernels()) {
+    for (uint64_t n : {1u, 7u, 16u, 37u, 100u}) {
+      std::vector<float> x(n, 1.5f);
+      x[0] = FLT_MAX;
+      x[n - 1] = -FLT_TRUE_MIN;
+      EXPECT_TRUE(kernels->all_finite(n, x.data())) << kernels->name;
+      for (uint64_t i = 0; i < n; ++i) {
+        for (float bad : specials) {
+          const float keep = x[i];
+          x[i] = bad;
+          EXPECT_FALSE(kernels->all_finite(n, x.data()))
+              << kernels->name << " n=" << n << " at " << i;
+          x[i] = keep;
+        }
+      }
+    }
+    EXPECT_TRUE(kernels->all_finite(0, nullptr)) << kernels->name;
   }
 }
 
