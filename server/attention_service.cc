@@ -124,11 +124,37 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
   return reactor;
 }
 
+namespace {
+
+// What Decode and DecodeBatch streams share: one message in flight; after
+// its response is written, the next request is read. (The first read is
+// started by the derived constructor, once the reactor is whole.)
+template <typename Request, typename Response>
+class StepStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      this->Finish(
+          grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    this->StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ protected:
+  Request request_;
+  Response response_;
+};
+
+}  // namespace
+
 // One Decode stream: read a token, step it on the scheduler, write the
 // result, read the next. A bad message ends the stream with its status and
 // leaves the session as it was.
 class AttentionServiceImpl::DecodeReactor
-    : public grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
+    : public StepStreamReactor<v1::DecodeRequest, v1::DecodeResponse> {
  public:
   explicit DecodeReactor(AttentionServiceImpl* service) : service_(service) {
     StartRead(&request_);
@@ -174,20 +200,8 @@ class AttentionServiceImpl::DecodeReactor
     });
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
-
  private:
   AttentionServiceImpl* const service_;
-  v1::DecodeRequest request_;
-  v1::DecodeResponse response_;
   std::vector<uint8_t> available_;
   std::shared_ptr<Session> session_;
 };
@@ -195,6 +209,102 @@ class AttentionServiceImpl::DecodeReactor
 grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse>*
 AttentionServiceImpl::Decode(grpc::CallbackServerContext*) {
   return new DecodeReactor(this);
+}
+
+// One DecodeBatch stream: each message is a step group on the scheduler.
+// Everything that can be checked before it runs is checked here, so a bad
+// message ends the stream naming steps[i] before anything is queued.
+class AttentionServiceImpl::DecodeBatchReactor
+    : public StepStreamReactor<v1::DecodeBatchRequest,
+                               v1::DecodeBatchResponse> {
+ public:
+  explicit DecodeBatchReactor(AttentionServiceImpl* service)
+      : service_(service) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::StatusOr<std::vector<Scheduler::GroupStep>> group = Prepare();
+    if (!group.ok()) {
+      Finish(ToGrpcStatus(group.status()));
+      return;
+    }
+    service_->scheduler_->StepGroup(
+        *std::move(group), [this](absl::Status status) {
+          if (!status.ok()) {
+            Finish(ToGrpcStatus(status));
+            return;
+          }
+          for (int i = 0; i < response_.steps_size(); ++i) {
+            v1::DecodeResponse& r = *response_.mutable_steps(i);
+            CopyAvailable(available_[i], r.mutable_available());
+            r.set_position(sessions_[i]->state().position());
+          }
+          sessions_.clear();
+          StartWrite(&response_);
+        });
+  }
+
+ private:
+  // The step group of request_, with response_ sized to receive it.
+  absl::StatusOr<std::vector<Scheduler::GroupStep>> Prepare() {
+    const int n = request_.steps_size();
+    if (n == 0) {
+      return absl::InvalidArgumentError("steps: at least one step is needed");
+    }
+    sessions_.clear();
+    std::vector<Scheduler::GroupStep> group;
+    group.reserve(n);
+    response_.Clear();
+    available_.resize(n);
+    for (int i = 0; i < n; ++i) {
+      const v1::DecodeRequest& step = request_.steps(i);
+      auto prefix = [i](const absl::Status& s) {
+        return absl::Status(s.code(),
+                            absl::StrCat("steps[", i, "].", s.message()));
+      };
+      auto found = service_->sessions_->Find(step.session_id());
+      if (!found.ok()) return prefix(found.status());
+      for (int j = 0; j < i; ++j) {
+        if (sessions_[j] == *found) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "steps[", i, "].session_id: '", step.session_id(),
+              "' already has a step in this message (steps[", j, "])"));
+        }
+      }
+      const AttentionSpec& spec = (*found)->spec();
+      if (absl::Status s =
+              CheckSizes(spec, 1, step.q_size(), step.k_size(), step.v_size());
+          !s.ok()) {
+        return prefix(s);
+      }
+      v1::DecodeResponse& r = *response_.add_steps();
+      r.mutable_output()->Resize(
+          static_cast<int>(spec.num_heads * spec.value_dim), 0);
+      r.mutable_denominator()->Resize(static_cast<int>(spec.num_heads), 0);
+      available_[i].assign(spec.num_heads, 0);
+      group.push_back(
+          {*found,
+           {step.q().data(), step.k().data(), step.v().data(), 1},
+           {r.mutable_output()->mutable_data(),
+            r.mutable_denominator()->mutable_data(), available_[i].data()}});
+      sessions_.push_back(*std::move(found));
+    }
+    return group;
+  }
+
+  AttentionServiceImpl* const service_;
+  std::vector<std::vector<uint8_t>> available_;
+  std::vector<std::shared_ptr<Session>> sessions_;
+};
+
+grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
+AttentionServiceImpl::DecodeBatch(grpc::CallbackServerContext*) {
+  return new DecodeBatchReactor(this);
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(

@@ -2,8 +2,8 @@
 // API. Handlers are thin: check request shapes against the session's spec,
 // hand compute to the Scheduler, convert the status in one place
 // (server/status.h). No handler blocks a callback thread on compute: unary
-// calls finish from the scheduler's completion, and Decode is a bidi
-// reactor that writes each response when its step is done.
+// calls finish from the scheduler's completion, and Decode (DecodeBatch) is
+// a bidi reactor that writes each response when its step (group) is done.
 #ifndef LINATTN_SERVER_ATTENTION_SERVICE_H_
 #define LINATTN_SERVER_ATTENTION_SERVICE_H_
 
@@ -37,6 +37,8 @@ class AttentionServiceImpl final
                                     v1::PrefillResponse* response) override;
   grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse>* Decode(
       grpc::CallbackServerContext* ctx) override;
+  grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
+  DecodeBatch(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Inspect(grpc::CallbackServerContext* ctx,
                                     const v1::InspectRequest* request,
                                     v1::InspectResponse* response) override;
@@ -52,6 +54,7 @@ class AttentionServiceImpl final
 
  private:
   class DecodeReactor;
+  class DecodeBatchReactor;
 
   SessionManager* const sessions_;
   Scheduler* const scheduler_;

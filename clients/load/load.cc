@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -48,22 +49,72 @@ const char* CodeName(grpc::StatusCode code) {
   return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
 }
 
-// Inputs of token t of session s: uniform in [-1, 1], a pure function of
-// (seed, s, t) so the verifier can regenerate them.
-void TokenInputs(uint64_t seed, uint32_t session, uint64_t token, uint64_t qk,
-                 uint64_t vv, float* q, float* k, float* v) {
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull ^ (uint64_t(session) << 40) ^ token;
-  auto next = [&x] {
+// The inputs of every (session, token): rows of a pool of random tokens
+// (uniform in [-1, 1], from the seed), row chosen by a hash of (session,
+// token). The verifier rebuilds the same pool; filling a message is a copy,
+// so the load generator spends its share of the cores on gRPC, not on
+// random numbers.
+class InputPool {
+ public:
+  static constexpr uint64_t kRows = 4096;
+
+  InputPool(uint64_t seed, uint64_t qk, uint64_t vv)
+      : qk_(qk), vv_(vv), row_(2 * qk + vv), data_(kRows * row_) {
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull;
+    for (float& f : data_) {
+      f = static_cast<float>(
+          static_cast<double>(SplitMix(x) >> 40) / double(1ull << 23) - 1.0);
+    }
+  }
+
+  // Token `token` of session `session`: q, k (qk floats each), v (vv).
+  void Token(uint32_t session, uint64_t token, float* q, float* k,
+             float* v) const {
+    uint64_t x = (uint64_t(session) << 40) ^ token;
+    const float* row = data_.data() + (SplitMix(x) % kRows) * row_;
+    std::memcpy(q, row, qk_ * sizeof(float));
+    std::memcpy(k, row + qk_, qk_ * sizeof(float));
+    std::memcpy(v, row + 2 * qk_, vv_ * sizeof(float));
+  }
+  uint64_t qk() const { return qk_; }
+  uint64_t vv() const { return vv_; }
+
+ private:
+  static uint64_t SplitMix(uint64_t& x) {
     uint64_t z = (x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return static_cast<float>(
-        static_cast<double>(z >> 40) / double(1ull << 23) - 1.0);
-  };
-  for (uint64_t i = 0; i < qk; ++i) q[i] = next();
-  for (uint64_t i = 0; i < qk; ++i) k[i] = next();
-  for (uint64_t i = 0; i < vv; ++i) v[i] = next();
+    return z ^ (z >> 31);
+  }
+
+  const uint64_t qk_, vv_, row_;
+  std::vector<float> data_;
+};
+
+// The Prefill request of session s's first `tokens` inputs.
+void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
+                  const std::string& id, v1::PrefillRequest* request) {
+  request->set_session_id(id);
+  request->set_tokens(o.prefill);
+  std::vector<float> q(pool.qk()), k(pool.qk()), v(pool.vv());
+  for (uint64_t t = 0; t < o.prefill; ++t) {
+    pool.Token(s, t, q.data(), k.data(), v.data());
+    request->mutable_q()->Add(q.begin(), q.end());
+    request->mutable_k()->Add(k.begin(), k.end());
+    request->mutable_v()->Add(v.begin(), v.end());
+  }
+}
+
+// Fills a DecodeRequest with token `token` of session s.
+void FillStep(const InputPool& pool, uint32_t s, const std::string& id,
+              uint64_t token, v1::DecodeRequest* request) {
+  request->set_session_id(id);
+  request->mutable_q()->Resize(static_cast<int>(pool.qk()), 0.0f);
+  request->mutable_k()->Resize(static_cast<int>(pool.qk()), 0.0f);
+  request->mutable_v()->Resize(static_cast<int>(pool.vv()), 0.0f);
+  pool.Token(s, token, request->mutable_q()->mutable_data(),
+             request->mutable_k()->mutable_data(),
+             request->mutable_v()->mutable_data());
 }
 
 struct SessionRecord {
@@ -81,31 +132,33 @@ double Percentile(std::vector<uint32_t>& v, double p) {
   return v[i];
 }
 
-// One load run on gRPC's callback API: every session is a Driver (an
-// optional Prefill, then a Decode stream, one token in flight), and at most
-// `concurrency` drivers are active; each finishing driver starts the next
+// One load run on gRPC's callback API: every session (or group of sessions,
+// with --batch) is a Driver (optional Prefills, then a Decode or DecodeBatch
+// stream, one message in flight), and at most `concurrency` drivers are
+// active; each finishing driver starts the next
 // session from its completion callback. No thread blocks per stream.
 class LoadRun {
  public:
-  LoadRun(const LoadOptions& o, v1::AttentionService::Stub& stub,
-          std::vector<SessionRecord>& records, uint32_t verify)
-      : o_(o),
-        stub_(stub),
-        records_(records),
-        verify_(verify),
-        qk_(uint64_t(o.heads) * o.dim),
-        vv_(qk_) {}
+  LoadRun(const LoadOptions& o, const InputPool& pool,
+          v1::AttentionService::Stub& stub, std::vector<SessionRecord>& records,
+          uint32_t verify)
+      : o_(o), stub_(stub), records_(records), verify_(verify), pool_(pool) {}
 
-  void Execute(uint32_t concurrency) {
-    concurrency_ = concurrency;
+  // `concurrency` units at once; a unit is a session, or with batch > 1 a
+  // group of `batch` sessions sharing one DecodeBatch stream.
+  void Execute(uint32_t concurrency, uint32_t batch) {
+    batch_ = std::max<uint32_t>(batch, 1);
+    const uint32_t sessions = static_cast<uint32_t>(records_.size());
+    units_ = (sessions + batch_ - 1) / batch_;
+    concurrency_ = std::min(concurrency, units_);
     start_ = SteadyClock::now();
     deadline_ = start_ + std::chrono::duration_cast<SteadyClock::duration>(
                              std::chrono::duration<double>(o_.duration_s));
     std::thread progress([this] { Progress(); });
-    for (uint32_t i = 0; i < concurrency; ++i) StartNext();
+    for (uint32_t i = 0; i < concurrency_; ++i) StartNext();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      all_done_.wait(lock, [this] { return finished_ == records_.size(); });
+      all_done_.wait(lock, [this] { return finished_ == units_; });
       end_ = SteadyClock::now();
       stop_progress_ = true;
     }
@@ -128,72 +181,91 @@ class LoadRun {
   }
 
  private:
-  class Driver
-      : public grpc::ClientBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
+  // What a unit of the load runs: one session's stream, or a group's.
+  class Unit {
    public:
-    Driver(LoadRun* run, uint32_t session)
-        : run_(run), s_(session), rec_(run->records_[session]) {}
+    virtual ~Unit() = default;
+    virtual void Begin() = 0;
+  };
 
-    void Begin() {
-      if (run_->o_.prefill > 0) {
-        SendPrefill();
-      } else {
-        OpenStream();
-      }
-    }
+  // Sessions [first, first + count) on one stream: a Decode stream of one
+  // session, or (kBatched) a DecodeBatch stream whose every message carries
+  // one step of each session in the group. Each session's optional Prefill
+  // goes first, one session after another.
+  template <bool kBatched>
+  class Driver : public Unit,
+                 public grpc::ClientBidiReactor<
+                     std::conditional_t<kBatched, v1::DecodeBatchRequest,
+                                        v1::DecodeRequest>,
+                     std::conditional_t<kBatched, v1::DecodeBatchResponse,
+                                        v1::DecodeResponse>> {
+   public:
+    Driver(LoadRun* run, uint32_t first, uint32_t count)
+        : run_(run), first_(first), count_(count) {}
+
+    void Begin() override { PrefillNext(0); }
 
     void OnWriteDone(bool ok) override {
-      if (ok) StartRead(&response_);
+      if (ok) this->StartRead(&response_);
     }
 
     void OnReadDone(bool ok) override {
       if (!ok) return;  // OnDone reports the status
-      const auto now = SteadyClock::now();
-      run_->RecordStep(std::chrono::duration_cast<std::chrono::microseconds>(
-                           now - scheduled_)
-                           .count());
-      if (s_ < run_->verify_) {
-        rec_.outputs.insert(rec_.outputs.end(), response_.output().begin(),
-                            response_.output().end());
+      const int64_t latency =
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              SteadyClock::now() - scheduled_)
+              .count();
+      for (uint32_t i = 0; i < count_; ++i) {
+        const uint32_t s = first_ + i;
+        SessionRecord& rec = run_->records_[s];
+        if (s < run_->verify_) {
+          const auto& out = Response(i).output();
+          rec.outputs.insert(rec.outputs.end(), out.begin(), out.end());
+        }
+        ++rec.steps_done;
+        run_->RecordStep(latency);
       }
-      ++rec_.steps_done;
       ++t_;
       NextStep();
     }
 
     void OnDone(const grpc::Status& status) override {
       if (!status.ok()) run_->RecordError(status.error_code());
-      run_->SessionDone();
+      run_->UnitDone();
     }
 
    private:
-    void SendPrefill() {
-      const LoadOptions& o = run_->o_;
-      const uint64_t P = o.prefill;
-      prefill_request_.set_session_id(rec_.id);
-      prefill_request_.set_tokens(static_cast<uint32_t>(P));
-      std::vector<float> q(run_->qk_), k(run_->qk_), v(run_->vv_);
-      for (uint64_t t = 0; t < P; ++t) {
-        TokenInputs(o.seed, s_, t, run_->qk_, run_->vv_, q.data(), k.data(),
-                    v.data());
-        prefill_request_.mutable_q()->Add(q.begin(), q.end());
-        prefill_request_.mutable_k()->Add(k.begin(), k.end());
-        prefill_request_.mutable_v()->Add(v.begin(), v.end());
+    const v1::DecodeResponse& Response(uint32_t i) const {
+      if constexpr (kBatched) {
+        return response_.steps(static_cast<int>(i));
+      } else {
+        return response_;
       }
+    }
+
+    void PrefillNext(uint32_t i) {
+      const LoadOptions& o = run_->o_;
+      if (o.prefill == 0 || i == count_) {
+        OpenStream();
+        return;
+      }
+      SessionRecord& rec = run_->records_[first_ + i];
+      prefill_request_.Clear();
+      prefill_response_.Clear();
+      BuildPrefill(o, run_->pool_, first_ + i, rec.id, &prefill_request_);
+      prefill_ctx_ = std::make_unique<grpc::ClientContext>();
       const auto sent = SteadyClock::now();
       run_->stub_.async()->Prefill(
-          &prefill_ctx_, &prefill_request_, &prefill_response_,
-          [this, sent](grpc::Status status) {
+          prefill_ctx_.get(), &prefill_request_, &prefill_response_,
+          [this, i, sent, &rec](grpc::Status status) {
             if (!status.ok()) {
               run_->RecordError(status.error_code());
-              run_->SessionDone();
+              run_->UnitDone();
               return;
             }
-            rec_.prefilled = true;
+            rec.prefilled = true;
             run_->RecordPrefill(sent, SteadyClock::now(), run_->o_.prefill);
-            prefill_request_.Clear();
-            prefill_response_.Clear();
-            OpenStream();
+            PrefillNext(i + 1);
           });
     }
 
@@ -203,24 +275,29 @@ class LoadRun {
           std::chrono::duration_cast<std::chrono::system_clock::duration>(
               run_->deadline_ - SteadyClock::now()) +
           std::chrono::seconds(5));
-      run_->stub_.async()->Decode(&ctx_, this);
+      if constexpr (kBatched) {
+        run_->stub_.async()->DecodeBatch(&ctx_, this);
+      } else {
+        run_->stub_.async()->Decode(&ctx_, this);
+      }
       stream_start_ = SteadyClock::now();
-      StartCall();
+      this->StartCall();
       NextStep();
     }
 
     // Closed loop: send now. Open loop: send at this stream's share of the
-    // rate, measuring latency from the scheduled time.
+    // rate (count_ steps per message), measuring latency from the scheduled
+    // time.
     void NextStep() {
       const LoadOptions& o = run_->o_;
       if (t_ >= o.steps) {
-        StartWritesDone();
+        this->StartWritesDone();
         return;
       }
       const auto now = SteadyClock::now();
       if (now >= run_->deadline_) {
         run_->timed_out_ = true;
-        StartWritesDone();
+        this->StartWritesDone();
         return;
       }
       scheduled_ = now;
@@ -228,7 +305,7 @@ class LoadRun {
         scheduled_ =
             stream_start_ + std::chrono::duration_cast<SteadyClock::duration>(
                                 std::chrono::duration<double>(
-                                    t_ * run_->concurrency_ / o.rate));
+                                    t_ * run_->concurrency_ * count_ / o.rate));
         if (scheduled_ > now) {
           alarm_.Set(std::chrono::system_clock::now() + (scheduled_ - now),
                      [this](bool) { SendStep(); });
@@ -239,54 +316,68 @@ class LoadRun {
     }
 
     void SendStep() {
-      const LoadOptions& o = run_->o_;
-      request_.set_session_id(rec_.id);
-      request_.mutable_q()->Resize(static_cast<int>(run_->qk_), 0.0f);
-      request_.mutable_k()->Resize(static_cast<int>(run_->qk_), 0.0f);
-      request_.mutable_v()->Resize(static_cast<int>(run_->vv_), 0.0f);
-      TokenInputs(o.seed, s_, o.prefill + t_, run_->qk_, run_->vv_,
-                  request_.mutable_q()->mutable_data(),
-                  request_.mutable_k()->mutable_data(),
-                  request_.mutable_v()->mutable_data());
-      StartWrite(&request_);
+      const uint64_t token = run_->o_.prefill + t_;
+      for (uint32_t i = 0; i < count_; ++i) {
+        v1::DecodeRequest* step;
+        if constexpr (kBatched) {
+          step = i < uint32_t(request_.steps_size())
+                     ? request_.mutable_steps(static_cast<int>(i))
+                     : request_.add_steps();
+        } else {
+          step = &request_;
+        }
+        FillStep(run_->pool_, first_ + i, run_->records_[first_ + i].id, token,
+                 step);
+      }
+      this->StartWrite(&request_);
     }
 
     LoadRun* const run_;
-    const uint32_t s_;
-    SessionRecord& rec_;
+    const uint32_t first_, count_;
     grpc::ClientContext ctx_;
-    grpc::ClientContext prefill_ctx_;
+    std::unique_ptr<grpc::ClientContext> prefill_ctx_;
     v1::PrefillRequest prefill_request_;
     v1::PrefillResponse prefill_response_;
-    v1::DecodeRequest request_;
-    v1::DecodeResponse response_;
+    std::conditional_t<kBatched, v1::DecodeBatchRequest, v1::DecodeRequest>
+        request_;
+    std::conditional_t<kBatched, v1::DecodeBatchResponse, v1::DecodeResponse>
+        response_;
     grpc::Alarm alarm_;
     uint64_t t_ = 0;
     SteadyClock::time_point stream_start_, scheduled_;
   };
 
+  // Starts the next unit: a session (batch ≤ 1) or a group of `batch`.
   void StartNext() {
-    const uint32_t s = next_session_.fetch_add(1);
-    if (s >= records_.size()) return;
-    Driver* driver;
+    const uint32_t u = next_unit_.fetch_add(1);
+    if (u >= units_) return;
+    Unit* unit;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      drivers_.push_back(std::make_unique<Driver>(this, s));
-      driver = drivers_.back().get();
+      if (batch_ <= 1) {
+        units_owned_.push_back(std::make_unique<Driver<false>>(this, u, 1));
+      } else {
+        const uint32_t first = u * batch_;
+        const uint32_t count = std::min<uint32_t>(
+            batch_, static_cast<uint32_t>(records_.size()) - first);
+        units_owned_.push_back(
+            std::make_unique<Driver<true>>(this, first, count));
+      }
+      unit = units_owned_.back().get();
     }
     if (SteadyClock::now() >= deadline_) {
       timed_out_ = true;
-      SessionDone();
+      UnitDone();
       return;
     }
-    driver->Begin();
+    unit->Begin();
   }
 
-  void SessionDone() {
+  void UnitDone() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++finished_;
-      if (finished_ == records_.size()) all_done_.notify_all();
+      if (finished_ == units_) all_done_.notify_all();
     }
     StartNext();
   }
@@ -334,10 +425,12 @@ class LoadRun {
   v1::AttentionService::Stub& stub_;
   std::vector<SessionRecord>& records_;
   const uint32_t verify_;
-  const uint64_t qk_, vv_;
+  const InputPool& pool_;
   uint32_t concurrency_ = 1;
   SteadyClock::time_point start_, end_, deadline_;
-  std::atomic<uint32_t> next_session_{0};
+  uint32_t batch_ = 1;  // sessions per DecodeBatch message (≤ 1: Decode)
+  uint32_t units_ = 0;  // sessions, or groups of batch_ sessions
+  std::atomic<uint32_t> next_unit_{0};
   std::atomic<uint64_t> steps_done_{0}, prefill_tokens_{0};
   std::atomic<bool> timed_out_{false};
 
@@ -345,7 +438,7 @@ class LoadRun {
   std::condition_variable all_done_, progress_cv_;
   size_t finished_ = 0;                                  // guarded by mu_
   bool stop_progress_ = false;                           // guarded by mu_
-  std::vector<std::unique_ptr<Driver>> drivers_;         // guarded by mu_
+  std::vector<std::unique_ptr<Unit>> units_owned_;       // guarded by mu_
   std::map<std::string, uint64_t> errors_;               // guarded by mu_
   std::vector<uint32_t> latencies_, prefill_latencies_;  // guarded by mu_
   SteadyClock::time_point first_prefill_ = SteadyClock::time_point::max();
@@ -400,8 +493,9 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
         session.spec().epsilon();  // the server's default, for the verifier
   }
 
-  LoadRun run(o, remote.stub(), records, verify);
-  run.Execute(concurrency);
+  const InputPool pool(o.seed, qk, vv);
+  LoadRun run(o, pool, remote.stub(), records, verify);
+  run.Execute(concurrency, o.batch);
   const double elapsed_s = run.elapsed_seconds();
 
   LoadSummary summary;
@@ -442,7 +536,7 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
     const uint64_t total = prefix + rec.steps_done;
     std::vector<float> q(total * qk), k(total * qk), v(total * vv);
     for (uint64_t t = 0; t < total; ++t) {
-      TokenInputs(o.seed, s, t, qk, vv, &q[t * qk], &k[t * qk], &v[t * vv]);
+      pool.Token(s, t, &q[t * qk], &k[t * qk], &v[t * vv]);
     }
     std::vector<float> y(total * vv), den(total * o.heads);
     std::vector<uint8_t> avail(total * o.heads);
@@ -488,6 +582,7 @@ nlohmann::json SummaryJson(const LoadSummary& s, const LoadOptions& o) {
           {"dim", o.dim},
           {"feature_map", o.feature_map},
           {"concurrency", o.concurrency == 0 ? o.sessions : o.concurrency},
+          {"batch", std::max<uint32_t>(o.batch, 1)},
           {"mode", o.rate > 0 ? "open" : "closed"},
           {"target_rate", o.rate},
           {"steps", s.steps},

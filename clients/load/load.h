@@ -1,7 +1,8 @@
 // linattn-load: a session-aware load generator for AttentionService.
 //
 // N sessions × T decode steps each (optionally a P-token Prefill first),
-// over Decode streams, either closed loop (at most `concurrency` streams at
+// over Decode streams (or DecodeBatch streams carrying a group of sessions
+// per message), either closed loop (at most `concurrency` streams at
 // once, each sending its next token when the previous answer arrives) or
 // open loop (`rate` steps/s in total, latency measured from each step's
 // scheduled time so a slow server cannot hide its queueing). Bounded by
@@ -31,10 +32,13 @@ struct LoadOptions {
   uint32_t heads = 8;
   uint32_t dim = 64;  // key_dim = value_dim
   std::string feature_map = "elu1";
-  uint32_t concurrency = 0;  // streams at once (0 = all sessions)
-  double rate = 0;           // open loop: total steps/s (0 = closed loop)
-  double duration_s = 60;    // hard bound on the whole run
-  uint32_t verify = 8;       // sessions recomputed locally
+  uint32_t concurrency = 0;  // streams at once (0 = all of them)
+  // Sessions per DecodeBatch message: 0 or 1 = one Decode stream per
+  // session; B > 1 = one DecodeBatch stream per group of B sessions.
+  uint32_t batch = 0;
+  double rate = 0;         // open loop: total steps/s (0 = closed loop)
+  double duration_s = 60;  // hard bound on the whole run
+  uint32_t verify = 8;     // sessions recomputed locally
   uint64_t seed = 1;
   bool progress = true;  // a line per second on stderr
 };

@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", o.concurrency,
                  "streams at once (0 = one per session)")
       ->capture_default_str();
+  app.add_option("--batch", o.batch,
+                 "sessions per DecodeBatch message (0 or 1 = one Decode "
+                 "stream per session)")
+      ->capture_default_str();
   app.add_option("--rate", o.rate, "open loop: total steps/s (0 = closed loop)")
       ->capture_default_str();
   app.add_option("--duration", o.duration_s, "bound on the whole run, seconds")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "absl/strings/str_cat.h"
 #include "core/attention/recurrent.h"
 
 namespace linattn {
@@ -35,6 +36,21 @@ void Scheduler::Step(std::shared_ptr<Session> session, SequenceInput in,
   Enqueue({Kind::kStep, std::move(session), in, out, nullptr, std::move(done)});
 }
 
+void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done) {
+  Request r{Kind::kStepGroup, nullptr, {}, {}, nullptr, std::move(done)};
+  r.group = std::move(steps);
+  Enqueue(std::move(r));
+}
+
+void Scheduler::ForEachSession(const Request& r,
+                               const absl::FunctionRef<void(Session&)>& f) {
+  if (r.kind != Kind::kStepGroup) {
+    f(*r.session);
+    return;
+  }
+  for (const GroupStep& step : r.group) f(*step.session);
+}
+
 void Scheduler::Prefill(std::shared_ptr<Session> session, SequenceInput in,
                         SequenceOutput out, Done done) {
   Enqueue(
@@ -56,7 +72,7 @@ void Scheduler::Enqueue(Request request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
-      request.session->pending().fetch_add(1);
+      ForEachSession(request, [](Session& s) { s.pending().fetch_add(1); });
       queue_.push_back(std::move(request));
       accepted = true;
     }
@@ -79,13 +95,18 @@ void Scheduler::WorkerLoop() {
       work_cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
       if (queue_.empty()) return;  // stopping, and everything has run
       // One request per session, in arrival order; later requests of a
-      // session already in the round wait for the next one.
+      // session already in the round wait for the next one. A deferred
+      // request claims its sessions too, so nothing queued behind it on any
+      // of them can overtake it.
       std::unordered_set<const Session*> in_round;
       deferred.clear();
       while (!queue_.empty() && round.size() < options_.max_round) {
         Request r = std::move(queue_.front());
         queue_.pop_front();
-        if (in_round.insert(r.session.get()).second) {
+        bool free = true;
+        ForEachSession(r, [&](Session& s) { free &= !in_round.contains(&s); });
+        ForEachSession(r, [&](Session& s) { in_round.insert(&s); });
+        if (free) {
           round.push_back(std::move(r));
         } else {
           deferred.push_back(std::move(r));
@@ -108,8 +129,27 @@ void Scheduler::RunRound(std::vector<Request>& round) {
   uint64_t prefill_tokens = 0;
   for (size_t i = 0; i < round.size(); ++i) {
     Request& r = round[i];
-    Session& s = *r.session;
     if (r.kind == Kind::kWork) continue;
+    if (r.kind == Kind::kStepGroup) {
+      // All of the group's steps join the batch, or none does.
+      for (size_t j = 0; j < r.group.size() && results[i].ok(); ++j) {
+        const GroupStep& g = r.group[j];
+        if (absl::Status v =
+                g.session->attention().ValidateInput(g.session->state(), g.in);
+            !v.ok()) {
+          results[i] = absl::Status(
+              v.code(), absl::StrCat("steps[", j, "].", v.message()));
+        }
+      }
+      if (!results[i].ok()) continue;
+      for (const GroupStep& g : r.group) {
+        steps.push_back(
+            {&g.session->attention(), &g.session->state(), g.in, g.out});
+        step_index.push_back(i);
+      }
+      continue;
+    }
+    Session& s = *r.session;
     // Each request is checked alone, so a bad one cannot fail its batch.
     results[i] = s.attention().ValidateInput(s.state(), r.in);
     if (!results[i].ok()) continue;
@@ -147,8 +187,10 @@ void Scheduler::RunRound(std::vector<Request>& round) {
     stats_.prefill_tokens += prefill_tokens;
   }
   for (size_t i = 0; i < round.size(); ++i) {
-    round[i].session->Publish();
-    round[i].session->pending().fetch_sub(1);
+    ForEachSession(round[i], [](Session& s) {
+      s.Publish();
+      s.pending().fetch_sub(1);
+    });
     std::move(round[i].done)(std::move(results[i]));
   }
 }

@@ -1,7 +1,8 @@
 // Scheduler: the one place session state is computed on. Requests of many
 // sessions queue here; a worker thread takes them in rounds and runs each
 // round as batches:
-//   - decode steps of all sessions in the round → one StepBatch call;
+//   - decode steps of all sessions in the round (single steps and step
+//     groups alike) → one StepBatch call;
 //   - prefills of all sessions in the round → one chunkwise Run (every
 //     (session, head, chunk) one element of the same batched matmuls);
 //   - other state work (inspect, snapshot, fork) → one call each.
@@ -24,9 +25,11 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "core/attention/chunkwise.h"
 #include "core/session/session_manager.h"
@@ -52,6 +55,12 @@ class Scheduler {
  public:
   using Done = absl::AnyInvocable<void(absl::Status) &&>;
   using StateWork = absl::AnyInvocable<absl::Status(Session&) &&>;
+  // One token of one session, as part of a step group.
+  struct GroupStep {
+    std::shared_ptr<Session> session;
+    SequenceInput in;
+    SequenceOutput out;
+  };
 
   explicit Scheduler(SchedulerOptions options = {});
   // Stops the worker after the queued requests have run.
@@ -60,6 +69,10 @@ class Scheduler {
   // One decode token (in.tokens == 1).
   void Step(std::shared_ptr<Session> session, SequenceInput in,
             SequenceOutput out, Done done);
+  // One decode token for each of several distinct sessions, all or none:
+  // if any step is invalid (its status names steps[i]) no session changes.
+  // The group keeps each session's order with its other requests.
+  void StepGroup(std::vector<GroupStep> steps, Done done);
   // `in.tokens` tokens through the chunkwise path.
   void Prefill(std::shared_ptr<Session> session, SequenceInput in,
                SequenceOutput out, Done done);
@@ -71,15 +84,19 @@ class Scheduler {
   SchedulerStats stats() const;
 
  private:
-  enum class Kind { kStep, kPrefill, kWork };
+  enum class Kind { kStep, kPrefill, kWork, kStepGroup };
   struct Request {
     Kind kind;
-    std::shared_ptr<Session> session;
+    std::shared_ptr<Session> session;  // unset for kStepGroup
     SequenceInput in;
     SequenceOutput out;
     StateWork work;
     Done done;
+    std::vector<GroupStep> group;  // kStepGroup only
   };
+  // The sessions a request touches.
+  static void ForEachSession(const Request& r,
+                             const absl::FunctionRef<void(Session&)>& f);
   void Enqueue(Request request);
   void WorkerLoop();
   void RunRound(std::vector<Request>& round);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "core/attention/recurrent.h"
@@ -62,6 +63,19 @@ v1::Session Create(Stub& stub, const v1::AttentionSpec& spec,
   return session;
 }
 
+// One step of token t of `data` for session `id`.
+v1::DecodeRequest StepOf(const std::string& id, const testing::Tokens& data,
+                         const AttentionSpec& spec, uint64_t t) {
+  const uint64_t qk = uint64_t(spec.num_heads) * spec.key_dim;
+  const uint64_t vv = uint64_t(spec.num_heads) * spec.value_dim;
+  v1::DecodeRequest req;
+  req.set_session_id(id);
+  req.mutable_q()->Add(data.q.begin() + t * qk, data.q.begin() + (t + 1) * qk);
+  req.mutable_k()->Add(data.k.begin() + t * qk, data.k.begin() + (t + 1) * qk);
+  req.mutable_v()->Add(data.v.begin() + t * vv, data.v.begin() + (t + 1) * vv);
+  return req;
+}
+
 struct StreamResult {
   grpc::Status status;
   std::vector<float> output;  // tokens × H × d_v
@@ -79,18 +93,8 @@ StreamResult DecodeStream(Stub& stub, const std::string& id,
   grpc::ClientContext* ctx = ctx_in != nullptr ? ctx_in : &local;
   auto stream = stub.Decode(ctx);
   StreamResult r;
-  const uint64_t qk = uint64_t(spec.num_heads) * spec.key_dim;
-  const uint64_t vv = uint64_t(spec.num_heads) * spec.value_dim;
   for (uint64_t t = first; t < first + count; ++t) {
-    v1::DecodeRequest req;
-    req.set_session_id(id);
-    req.mutable_q()->Add(data.q.begin() + t * qk,
-                         data.q.begin() + (t + 1) * qk);
-    req.mutable_k()->Add(data.k.begin() + t * qk,
-                         data.k.begin() + (t + 1) * qk);
-    req.mutable_v()->Add(data.v.begin() + t * vv,
-                         data.v.begin() + (t + 1) * vv);
-    if (!stream->Write(req)) break;
+    if (!stream->Write(StepOf(id, data, spec, t))) break;
     v1::DecodeResponse resp;
     if (!stream->Read(&resp)) break;
     r.output.insert(r.output.end(), resp.output().begin(), resp.output().end());
@@ -191,7 +195,13 @@ TEST_F(AttentionServiceTest, SessionLifecycle) {
 // streams: every output is bit-identical to the local recurrent step (the
 // batched step runs the same kernel per head), so no state leaks between
 // sessions and no step is lost.
-TEST_F(AttentionServiceTest, ConcurrentDecodeMatchesLocalRecurrent) {
+// Sessions of four specs (elu1, FAVOR+ with a seed, relu with per-head
+// decay, a wide one) and `tokens` random tokens for each.
+struct MixedSessions {
+  std::vector<v1::Session> sessions;
+  std::vector<testing::Tokens> data;
+};
+MixedSessions CreateMixedSessions(Stub& stub, uint64_t tokens, uint64_t seed) {
   std::vector<v1::AttentionSpec> specs = {
       ProtoSpec(4, 16, 8), ProtoSpec(2, 8, 8, "favor"),
       ProtoSpec(3, 5, 7, "relu"), ProtoSpec(8, 32, 32)};
@@ -199,34 +209,165 @@ TEST_F(AttentionServiceTest, ConcurrentDecodeMatchesLocalRecurrent) {
   specs[2].add_decay(1.0f);
   specs[2].add_decay(0.5f);
   specs[1].set_seed(77);
-  constexpr uint64_t kTokens = 60;
-  std::vector<v1::Session> sessions;
-  std::vector<testing::Tokens> data;
+  MixedSessions m;
   for (size_t i = 0; i < specs.size(); ++i) {
-    sessions.push_back(Create(*stub_, specs[i]));
-    data.push_back(
-        testing::RandomTokens(CoreSpec(sessions[i]), kTokens, 100 + i));
+    m.sessions.push_back(Create(stub, specs[i]));
+    m.data.push_back(
+        testing::RandomTokens(CoreSpec(m.sessions[i]), tokens, seed + i));
   }
-  std::vector<StreamResult> results(specs.size());
+  return m;
+}
+
+// `got` (all of `data`'s tokens, stepped on the server) equals the local
+// recurrent step bit for bit, and the session sits at the end of `data`.
+void ExpectSameAsLocalSteps(Stub& stub, const v1::Session& session,
+                            const testing::Tokens& data,
+                            const std::vector<float>& got) {
+  const AttentionSpec spec = CoreSpec(session);
+  Attention attention = *Attention::Create(spec);
+  AttentionState state = attention.NewState();
+  testing::Outputs local(spec, data.tokens);
+  ASSERT_TRUE(StepSequence(attention, state, data.input(), local.view()).ok());
+  EXPECT_TRUE(SameBits(got, local.output)) << session.session_id();
+  EXPECT_EQ(Inspect(stub, session.session_id()).position(), data.tokens);
+}
+
+TEST_F(AttentionServiceTest, ConcurrentDecodeMatchesLocalRecurrent) {
+  constexpr uint64_t kTokens = 60;
+  const MixedSessions m = CreateMixedSessions(*stub_, kTokens, 100);
+  std::vector<StreamResult> results(m.sessions.size());
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < specs.size(); ++i) {
+  for (size_t i = 0; i < m.sessions.size(); ++i) {
     threads.emplace_back([&, i] {
-      results[i] = DecodeStream(*stub_, sessions[i].session_id(), data[i],
-                                CoreSpec(sessions[i]), 0, kTokens);
+      results[i] = DecodeStream(*stub_, m.sessions[i].session_id(), m.data[i],
+                                CoreSpec(m.sessions[i]), 0, kTokens);
     });
   }
   for (std::thread& t : threads) t.join();
-  for (size_t i = 0; i < specs.size(); ++i) {
+  for (size_t i = 0; i < m.sessions.size(); ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
-    const AttentionSpec spec = CoreSpec(sessions[i]);
-    Attention attention = *Attention::Create(spec);
-    AttentionState state = attention.NewState();
-    testing::Outputs local(spec, kTokens);
-    ASSERT_TRUE(
-        StepSequence(attention, state, data[i].input(), local.view()).ok());
-    EXPECT_TRUE(SameBits(results[i].output, local.output)) << "session " << i;
     EXPECT_EQ(results[i].last_position, kTokens);
-    EXPECT_EQ(Inspect(*stub_, sessions[i].session_id()).position(), kTokens);
+    ExpectSameAsLocalSteps(*stub_, m.sessions[i], m.data[i], results[i].output);
+  }
+}
+
+// DecodeBatch carries sessions of different specs in one message; each
+// session's outputs are bit for bit those of the local recurrent step, and
+// a batch stream and a per-session Decode stream interleave in order.
+TEST_F(AttentionServiceTest, DecodeBatchMatchesLocalRecurrent) {
+  constexpr uint64_t kTokens = 24;
+  const MixedSessions m = CreateMixedSessions(*stub_, kTokens, 300);
+  const std::vector<v1::Session>& sessions = m.sessions;
+  const std::vector<testing::Tokens>& data = m.data;
+  std::vector<std::vector<float>> got(sessions.size());
+  grpc::ClientContext ctx;
+  auto stream = stub_->DecodeBatch(&ctx);
+  for (uint64_t t = 0; t < kTokens; ++t) {
+    if (t == kTokens / 2) {
+      // Session 0's middle tokens go through its own Decode stream.
+      StreamResult r = DecodeStream(*stub_, sessions[0].session_id(), data[0],
+                                    CoreSpec(sessions[0]), t, 3);
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      got[0].insert(got[0].end(), r.output.begin(), r.output.end());
+    }
+    v1::DecodeBatchRequest req;
+    std::vector<size_t> who;                      // the session of each step
+    for (size_t i = sessions.size(); i-- > 0;) {  // any order works
+      const uint64_t token = i == 0 && t >= kTokens / 2 ? t + 3 : t;
+      if (token >= kTokens) continue;
+      *req.add_steps() = StepOf(sessions[i].session_id(), data[i],
+                                CoreSpec(sessions[i]), token);
+      who.push_back(i);
+    }
+    ASSERT_TRUE(stream->Write(req));
+    v1::DecodeBatchResponse resp;
+    ASSERT_TRUE(stream->Read(&resp));
+    ASSERT_EQ(resp.steps_size(), req.steps_size());
+    for (int j = 0; j < resp.steps_size(); ++j) {
+      got[who[j]].insert(got[who[j]].end(), resp.steps(j).output().begin(),
+                         resp.steps(j).output().end());
+    }
+    EXPECT_EQ(resp.steps(0).position(), t + 1);  // the last session
+  }
+  stream->WritesDone();
+  grpc::Status status = stream->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    ExpectSameAsLocalSteps(*stub_, sessions[i], data[i], got[i]);
+  }
+}
+
+// A bad message names steps[i], ends the stream, and changes no session,
+// not even those whose steps in the same message were fine.
+TEST_F(AttentionServiceTest, DecodeBatchErrorsChangeNoSession) {
+  const v1::Session a = Create(*stub_, ProtoSpec(2, 4, 4));
+  const v1::Session b = Create(*stub_, ProtoSpec(2, 4, 4));
+  const AttentionSpec spec = CoreSpec(a);
+  const testing::Tokens data = testing::RandomTokens(spec, 4, 9);
+  // Both sessions one token in, so "unchanged" is a non-trivial state.
+  for (const v1::Session& s : {a, b}) {
+    ASSERT_TRUE(
+        DecodeStream(*stub_, s.session_id(), data, spec, 0, 1).status.ok());
+  }
+  const v1::InspectResponse a0 = Inspect(*stub_, a.session_id());
+  const v1::InspectResponse b0 = Inspect(*stub_, b.session_id());
+
+  struct Case {
+    const char* name;
+    std::function<void(v1::DecodeBatchRequest&)> mutate;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"empty", [](v1::DecodeBatchRequest& r) { r.clear_steps(); },
+       grpc::StatusCode::INVALID_ARGUMENT, "steps: at least one step"},
+      {"unknown session",
+       [](v1::DecodeBatchRequest& r) {
+         r.mutable_steps(1)->set_session_id("no-such-session");
+       },
+       grpc::StatusCode::NOT_FOUND, "steps[1]."},
+      {"wrong size",
+       [](v1::DecodeBatchRequest& r) {
+         r.mutable_steps(1)->mutable_v()->Add(1);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "steps[1].v: expected 8 floats"},
+      {"non-finite",
+       [](v1::DecodeBatchRequest& r) {
+         r.mutable_steps(1)->set_k(3, std::nanf(""));
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "steps[1].k[3]: must be finite"},
+      {"duplicate session",
+       [&](v1::DecodeBatchRequest& r) {
+         r.mutable_steps(1)->set_session_id(a.session_id());
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "steps[1].session_id: '"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::DecodeBatchRequest req;
+    *req.add_steps() = StepOf(a.session_id(), data, spec, 1);
+    *req.add_steps() = StepOf(b.session_id(), data, spec, 1);
+    c.mutate(req);
+    grpc::ClientContext ctx;
+    auto stream = stub_->DecodeBatch(&ctx);
+    stream->Write(req);
+    v1::DecodeBatchResponse resp;
+    EXPECT_FALSE(stream->Read(&resp));
+    stream->WritesDone();
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), c.code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+    for (const auto& [id, before] :
+         {std::pair{a.session_id(), a0}, std::pair{b.session_id(), b0}}) {
+      const v1::InspectResponse now = Inspect(*stub_, id);
+      EXPECT_EQ(now.position(), before.position()) << id;
+      EXPECT_TRUE(SameBits({now.s().begin(), now.s().end()},
+                           {before.s().begin(), before.s().end()}))
+          << id;
+      EXPECT_TRUE(SameBits({now.z().begin(), now.z().end()},
+                           {before.z().begin(), before.z().end()}))
+          << id;
+    }
   }
 }
 

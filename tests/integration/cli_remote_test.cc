@@ -141,6 +141,27 @@ TEST_F(CliRemoteTest, LoadRunVerifiesSessions) {
   EXPECT_EQ(summary->prefill_tokens, 6u * 130);
   EXPECT_EQ(SummaryJson(*summary, o)["ok"], true);
 
+  // Groups of sessions on DecodeBatch streams (the last group short), with
+  // a prefill first and a verified sample spanning two groups.
+  o.sessions = 10;
+  o.batch = 4;
+  o.concurrency = 2;
+  o.feature_map = "elu1";
+  o.steps = 40;
+  o.prefill = 70;
+  summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok()) << SummaryText(*summary, o);
+  EXPECT_EQ(summary->steps, 10u * 40);
+  EXPECT_EQ(summary->prefill_tokens, 10u * 70);
+  EXPECT_EQ(summary->verified_sessions, 8u);
+  EXPECT_EQ(summary->mismatched_sessions, 0u);
+  o.prefill = 0;
+  summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok()) << SummaryText(*summary, o);
+  EXPECT_EQ(summary->steps, 10u * 40);
+
   o.server = "192.168.1.1:50051";
   EXPECT_EQ(RunLoad(o).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(IsLoopbackAddress("localhost:1"));

@@ -65,6 +65,69 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
       << "no two sessions were ever batched";
 }
 
+// Step groups and single steps of the same sessions, all queued while the
+// worker is held: a group deferred behind session A's earlier step must also
+// hold back B's later step, so every session still sees its tokens in
+// submission order (outputs equal stepping each session alone).
+TEST(Scheduler, StepGroupsKeepEachSessionsOrder) {
+  auto manager = *SessionManager::Create({});
+  Scheduler scheduler;
+  const AttentionSpec spec{
+      .num_heads = 2, .key_dim = 4, .value_dim = 4, .epsilon = 0.0f};
+  constexpr uint64_t kTokens = 4;
+  auto a = *manager->CreateSession(spec, 0.0f, "a");
+  auto b = *manager->CreateSession(spec, 0.0f, "b");
+  auto gate = *manager->CreateSession(spec, 0.0f, "gate");
+  const testing::Tokens da = testing::RandomTokens(spec, kTokens, 1);
+  const testing::Tokens db = testing::RandomTokens(spec, kTokens, 2);
+  testing::Outputs ga(spec, kTokens), gb(spec, kTokens);
+  auto in = [](const testing::Tokens& d, uint64_t t) {
+    return SequenceInput{d.q.data() + t * 8, d.k.data() + t * 8,
+                         d.v.data() + t * 8, 1};
+  };
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<std::future<absl::Status>> done;
+  auto track = [&done] {
+    auto promise = std::make_shared<std::promise<absl::Status>>();
+    done.push_back(promise->get_future());
+    return [promise](absl::Status st) { promise->set_value(std::move(st)); };
+  };
+  scheduler.Run(
+      gate,
+      [released](Session&) {
+        released.wait();
+        return absl::OkStatus();
+      },
+      track());
+  // Queue: A0 | {A1, B0} | B1 | {B2, A2} | A3 | B3.
+  scheduler.Step(a, in(da, 0), ga.view(0, 2, 4), track());
+  scheduler.StepGroup(
+      {{a, in(da, 1), ga.view(1, 2, 4)}, {b, in(db, 0), gb.view(0, 2, 4)}},
+      track());
+  scheduler.Step(b, in(db, 1), gb.view(1, 2, 4), track());
+  scheduler.StepGroup(
+      {{b, in(db, 2), gb.view(2, 2, 4)}, {a, in(da, 2), ga.view(2, 2, 4)}},
+      track());
+  scheduler.Step(a, in(da, 3), ga.view(3, 2, 4), track());
+  scheduler.Step(b, in(db, 3), gb.view(3, 2, 4), track());
+  release.set_value();
+  for (auto& f : done) EXPECT_TRUE(f.get().ok());
+
+  Attention attention = *Attention::Create(spec);
+  for (const auto& [data, got] : {std::pair{&da, &ga}, std::pair{&db, &gb}}) {
+    AttentionState state = attention.NewState();
+    testing::Outputs alone(spec, kTokens);
+    ASSERT_TRUE(
+        StepSequence(attention, state, data->input(), alone.view()).ok());
+    EXPECT_EQ(0, std::memcmp(alone.output.data(), got->output.data(),
+                             alone.output.size() * sizeof(float)));
+  }
+  EXPECT_EQ(a->position(), kTokens);
+  EXPECT_EQ(b->position(), kTokens);
+  EXPECT_EQ(scheduler.stats().steps, 2 * kTokens);
+}
+
 TEST(Scheduler, ABadRequestFailsAloneAndChangesNothing) {
   auto manager = *SessionManager::Create({});
   Scheduler scheduler;
