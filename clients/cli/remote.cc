@@ -68,6 +68,17 @@ absl::Status RemoteAttention::DeleteSession(const std::string& session_id) {
   return FromGrpcStatus(stub_->DeleteSession(&ctx, req, &resp));
 }
 
+absl::StatusOr<v1::Session> RemoteAttention::Fork(
+    const std::string& session_id) {
+  grpc::ClientContext ctx;
+  v1::ForkRequest req;
+  req.set_session_id(session_id);
+  v1::Session resp;
+  if (grpc::Status st = stub_->Fork(&ctx, req, &resp); !st.ok())
+    return FromGrpcStatus(st);
+  return resp;
+}
+
 absl::StatusOr<v1::InspectResponse> RemoteAttention::Inspect(
     const std::string& session_id) {
   grpc::ClientContext ctx;

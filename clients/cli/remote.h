@@ -29,6 +29,8 @@ class RemoteAttention {
                                             std::optional<float> epsilon,
                                             const std::string& session_id = "");
   absl::Status DeleteSession(const std::string& session_id);
+  // A new session with a copy of `session_id`'s state and position.
+  absl::StatusOr<v1::Session> Fork(const std::string& session_id);
   absl::StatusOr<v1::InspectResponse> Inspect(const std::string& session_id);
 
   // All of `in` through Prefill, in requests of at most `max_tokens` tokens.
