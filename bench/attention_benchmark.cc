@@ -7,6 +7,7 @@
 //   the README table
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -107,7 +108,8 @@ void BM_DecodeOneByOne(benchmark::State& st) {
 }
 BENCHMARK(BM_DecodeOneByOne)->Args({64, 64})->UseRealTime();
 
-// The bound itself, at the decode working sets, for the record.
+// The bound itself, at the decode working sets and at the reference sizes
+// bench/compare reports (1 MiB: within L2; 8 MiB: past L2; 1 GiB: memory).
 void BM_ReadModifyWrite(benchmark::State& st) {
   const uint64_t bytes = st.range(0);
   for (auto _ : st) benchmark::DoNotOptimize(bench::RmwBandwidth(bytes));
@@ -118,7 +120,18 @@ BENCHMARK(BM_ReadModifyWrite)
     ->Arg(64 * kHeads * (64 * 64 + 64) * 4)
     ->Arg(kHeads*(128 * 128 + 128) * 4)
     ->Arg(64 * kHeads * (128 * 128 + 128) * 4)
+    ->Arg(1 << 20)
+    ->Arg(8 << 20)
+    ->Arg(1 << 30)
     ->Iterations(1);
+
+// oneDNN's fp32 GEMM at n = 2048: the compute bound.
+void BM_GemmPeak(benchmark::State& st) {
+  double best = 0;
+  for (auto _ : st) best = std::max(best, bench::LargeGemmGflops());
+  st.counters["GFLOPs"] = best;
+}
+BENCHMARK(BM_GemmPeak)->Iterations(3);
 
 // T random tokens of an H = 8, d_k = d_v = d session and their outputs.
 struct PrefillData {

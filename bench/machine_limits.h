@@ -8,8 +8,8 @@
 namespace linattn::bench {
 
 // Read-modify-write bandwidth (bytes read + bytes written per second) of
-// x ← a·x + b over a buffer of `bytes`, using all OpenMP threads as the
-// batched kernels do. Cached per size.
+// x ← a·x + b over a buffer of `bytes`: the better of one thread and all
+// OpenMP threads. Cached per size.
 double RmwBandwidth(uint64_t bytes);
 
 // oneDNN fp32 matmul GFLOP/s on a large square GEMM (n = 2048), best of a

@@ -27,7 +27,7 @@ TEST(Kernels, StepHeadMatchesPlainLoops) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const std::pair<uint32_t, uint32_t> shapes[] = {
-      {1, 1},   {3, 5},     {4, 16},  {17, 33},
+      {1, 1},   {3, 5},     {4, 16},  {17, 33}, {9, 32},
       {64, 64}, {128, 128}, {130, 7}, {5, 257}};
   for (const StepKernels* kernels : SupportedKernels()) {
     for (auto [d_phi, d_v] : shapes) {
