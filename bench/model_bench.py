@@ -50,28 +50,31 @@ def ensure_large(build):
     return path
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build")
-    p.add_argument("--quick", action="store_true", help="shorter prompts and fewer steps")
-    args = p.parse_args()
-    bench = os.path.join(args.build, "bin", "model_benchmark")
+def measure(build, quick=False, prompts="1024,8192,32768", tiny_contexts="1000,100000"):
+    """(name, linattn JSON, PyTorch JSON) for the built-in and the large model."""
+    bench = os.path.join(build, "bin", "model_benchmark")
     models = [("built-in (models/tiny)", os.path.join(ROOT, "models", "tiny"),
-               "1024,8192,32768", "1000,100000"),
-              ("random hidden 1024 × 12 layers", ensure_large(args.build),
-               "1024,8192,32768", "1000,32768")]
-    if args.quick:
+               prompts, tiny_contexts),
+              ("random hidden 1024 × 12 layers", ensure_large(build), prompts, "1000,32768")]
+    if quick:
         models = [(n, d, "1024,4096", "1000,8192") for n, d, _, _ in models]
     rows = []
-    for name, path, prompts, contexts in models:
-        ours = run_json([bench, "--model", path, "--prompts", prompts, "--contexts", contexts,
-                         "--batches", "1,8,32,128",
-                         "--decode-tokens", "16" if args.quick else "48"])
+    for name, path, model_prompts, contexts in models:
+        ours = run_json([bench, "--model", path, "--prompts", model_prompts,
+                         "--contexts", contexts, "--batches", "1,8,32,128",
+                         "--decode-tokens", "16" if quick else "48"])
         ref = run_json([sys.executable, REF, "bench", "--model", path, "--prompt-tokens", "1024",
-                        "--decode-tokens", "8" if args.quick else "32", "--batches", "32",
+                        "--decode-tokens", "8" if quick else "32", "--batches", "32",
                         "--recompute-tokens", "2"])
         rows.append((name, ours, ref))
+    return rows
 
+
+def decode_rate(ours, batch):
+    return next(d for d in ours["decode"] if d["batch"] == batch)["aggregate_tokens_per_s"]
+
+
+def markdown(rows):
     def fmt(x, unit=""):
         if x >= 100:
             return f"{x:,.0f}{unit}"
@@ -127,8 +130,16 @@ def main():
     row("linattn / PyTorch, 32 sessions",
         [f"{d['aggregate_tokens_per_s'] / r['recurrent_decode_aggregate_tokens_per_s_b32']:.1f}×"
          for d, (_, _, r) in zip(dec[32], rows)])
-    table = "\n".join(lines)
-    print(table)
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--quick", action="store_true", help="shorter prompts and fewer steps")
+    args = p.parse_args()
+    rows = measure(args.build, args.quick)
+    print(markdown(rows))
     with open(os.path.join(args.build, "model_bench.json"), "w") as f:
         json.dump([{"model": n, "linattn": o, "pytorch": r} for n, o, r in rows], f, indent=2)
 

@@ -34,11 +34,12 @@ def start_server(build, *extra):
     sys.exit("linattn-server did not start")
 
 
-def load(build, server, sessions, steps, prefill=0):
+def load(build, server, sessions, steps, prefill=0, batch=0):
+    """linattn-load's JSON summary; batch > 1: DecodeBatch groups of `batch`."""
     out = subprocess.run([f"{build}/bin/linattn-load", "--server", server, "--sessions",
                           str(sessions), "--steps", str(steps), "--prefill", str(prefill),
-                          "--heads", "8", "--dim", "64", "--json", "--no-progress",
-                          "--duration", "120"], capture_output=True, text=True)
+                          "--batch", str(batch), "--heads", "8", "--dim", "64", "--json",
+                          "--no-progress", "--duration", "120"], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"linattn-load failed: {out.stdout}{out.stderr}")
     return json.loads(out.stdout)

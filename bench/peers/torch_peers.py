@@ -5,7 +5,8 @@ What a user would write in PyTorch instead of linattn (Debian's
 python3-torch on OpenBLAS; see tools/linattn_ref.py for the AVX-512 note):
 
   decode        the recurrent step of B sessions at once, H heads of d:
-                S += φ(k)vᵀ, z += φ(k), y = φ(q)ᵀS / φ(q)ᵀz  (φ = elu + 1)
+                S += φ(k)vᵀ, z += φ(k), y = φ(q)ᵀS / φ(q)ᵀz  (φ = elu + 1),
+                written with einsum and with in-place baddbmm/bmm
   chunkwise     causal linear-attention prefill of one sequence in chunks
                 of 64: intra-chunk masked products plus the carried state
   softmax_kv    softmax attention decoding one token against a KV cache of
@@ -15,7 +16,7 @@ python3-torch on OpenBLAS; see tools/linattn_ref.py for the AVX-512 note):
     /usr/bin/python3 bench/peers/torch_peers.py [--quick] > peers.json
 
 Prints one JSON object; every time is the median of several runs, in
-seconds. bench/compare is meant to put these beside linattn's own numbers.
+seconds. bench/compare puts these beside linattn's own numbers.
 """
 
 import argparse
@@ -47,12 +48,17 @@ def phi(x):
 
 
 def decode(batch, heads, d, repeat):
+    """The recurrent step, two ways; the faster one is the peer."""
     g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, d, generator=g) for _ in range(3))
+    state_bytes = batch * heads * (d * d + d) * 4
+    rows = []
+
+    # einsum / broadcasting: what the formula reads like.
     s = torch.zeros(batch, heads, d, d)
     z = torch.zeros(batch, heads, d)
-    q, k, v = (torch.randn(batch, heads, d, generator=g) for _ in range(3))
 
-    def step():
+    def step_einsum():
         pk = phi(k)
         s.add_(pk.unsqueeze(-1) * v.unsqueeze(-2))
         z.add_(pk)
@@ -60,10 +66,26 @@ def decode(batch, heads, d, repeat):
         num = torch.einsum("bhd,bhde->bhe", pq, s)
         return num / (pq * z).sum(-1, keepdim=True)
 
-    t = median_time(step, repeat)
-    state_bytes = batch * heads * (d * d + d) * 4
-    return {"op": "decode", "batch": batch, "heads": heads, "d": d, "seconds": t,
-            "state_bytes": state_bytes, "rmw_gb_per_s": 2 * state_bytes / t / 1e9}
+    # In-place batched BLAS: S += φk vᵀ as a rank-1 baddbmm into S, the
+    # read-out as one bmm over all (session, head) pairs.
+    s2 = torch.zeros(batch * heads, d, d)
+    z2 = torch.zeros(batch * heads, d)
+    q2, k2, v2 = (x.reshape(batch * heads, d) for x in (q, k, v))
+
+    def step_bmm():
+        pk = phi(k2)
+        torch.baddbmm(s2, pk.unsqueeze(2), v2.unsqueeze(1), out=s2)
+        z2.add_(pk)
+        pq = phi(q2)
+        num = torch.bmm(pq.unsqueeze(1), s2).squeeze(1)
+        return num / (pq * z2).sum(-1, keepdim=True)
+
+    for name, fn in (("einsum", step_einsum), ("baddbmm", step_bmm)):
+        t = median_time(fn, repeat)
+        rows.append({"op": "decode", "variant": name, "batch": batch, "heads": heads,
+                     "d": d, "seconds": t, "state_bytes": state_bytes,
+                     "rmw_gb_per_s": 2 * state_bytes / t / 1e9})
+    return rows
 
 
 def chunkwise_attention(q, k, v, chunk=64):
@@ -156,8 +178,8 @@ def main():
     rep = 3 if args.quick else 20
     for d in (64, 128):
         for b in (1, 64):
-            rows.append(decode(b, 8, d, rep))
-        for t in ((1024,) if args.quick else (4096, 16384)):
+            rows.extend(decode(b, 8, d, rep))
+        for t in ((4096,) if args.quick else (4096, 16384)):
             rows.append(chunkwise(t, 8, d, 3))
         contexts = (1024, 4096) if args.quick else (1024, 4096, 16384, 65536, 262144)
         for n in contexts:
