@@ -22,12 +22,13 @@ constexpr uint32_t kMaxChunk = 4096;
 struct ChunkwiseRunner::Stream {
   uint32_t item = 0;
   uint32_t head = 0;
-  uint64_t done = 0;       // tokens already prefilled
-  std::vector<float> pow;  // γ^k for k = 0..C, from double
-  bool decays = false;     // γ != 1
-  float rescale = 1.0f;    // FAVOR+: e^{old shift − new shift} this round
-  float shift = 0.0f;      // FAVOR+: key log-scale this round
-  uint32_t first_job = 0;  // this round's jobs: [first_job, first_job+jobs)
+  uint64_t done = 0;          // tokens already prefilled
+  std::vector<float> pow;     // γ^k for k = 0..C, from double
+  std::vector<float> mask_w;  // γ^{C−1−k} for k < C, then C zeros
+  bool decays = false;        // γ != 1
+  float rescale = 1.0f;       // FAVOR+: e^{old shift − new shift} this round
+  float shift = 0.0f;         // FAVOR+: key log-scale this round
+  uint32_t first_job = 0;     // this round's jobs: [first_job, first_job+jobs)
   uint32_t jobs = 0;
 };
 
@@ -180,6 +181,8 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       for (uint32_t p = 0; p <= C; ++p) {
         st.pow[p] = static_cast<float>(std::pow(g, static_cast<double>(p)));
       }
+      st.mask_w.assign(2 * C, 0.0f);
+      for (uint32_t k = 0; k < C; ++k) st.mask_w[k] = st.pow[C - 1 - k];
       streams.push_back(std::move(st));
     }
   }
@@ -238,6 +241,14 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       const uint32_t H = item.attention->num_heads();
       const uint32_t d_k = item.attention->key_dim();
       const uint64_t position0 = work[streams[first_stream].item].position();
+      // The unit's tokens are one contiguous block of each input.
+      {
+        const Job& job = jobs[streams[first_stream].first_job + chunk];
+        const uint64_t qk = uint64_t(H) * d_k, vv = uint64_t(H) * d_v;
+        non_finite |= !AllFinite(item.in.q + job.start * qk, job.len * qk) |
+                      !AllFinite(item.in.k + job.start * qk, job.len * qk) |
+                      !AllFinite(item.in.v + job.start * vv, job.len * vv);
+      }
       for (uint32_t t = 0; t < C; ++t) {
         for (uint32_t h = 0; h < H; ++h) {
           const uint32_t j = streams[first_stream + h].first_job + chunk;
@@ -257,8 +268,6 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
           const float* q = item.in.q + row * d_k;
           const float* k = item.in.k + row * d_k;
           const float* v = item.in.v + row * d_v;
-          non_finite |=
-              !AllFinite(q, d_k) | !AllFinite(k, d_k) | !AllFinite(v, d_v);
           qlog_.data()[uint64_t(j) * C + t] =
               fm.Apply(q, position0 + token, qrow);
           if (fm.is_favor()) {
@@ -330,17 +339,9 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
     // denominator is the row sum (the ones column of V⁺).
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < n_jobs; ++j) {
-      const Stream& st = streams[jobs[j].stream];
-      for (uint32_t i = 0; i < C; ++i) {
-        float* arow = a_.data() + (uint64_t(j) * C + i) * C;
-        float sum = 0.0f;
-        for (uint32_t c = 0; c <= i; ++c) {
-          arow[c] *= st.pow[i - c];
-          sum += arow[c];
-        }
-        std::fill(arow + i + 1, arow + C, 0.0f);
-        den_.data()[j * C + i] = sum;
-      }
+      kernels.mask_rows(C, streams[jobs[j].stream].mask_w.data(),
+                        a_.data() + uint64_t(j) * C * C,
+                        den_.data() + uint64_t(j) * C);
     }
     // Scan: turn each chunk's (ΔS, Δz) into the state before it, carrying
     // S ← γ^L·S + ΔS along the stream. Streams are independent.
@@ -373,8 +374,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       const float* zp = z_.data() + j * d_phi;
       for (uint32_t i = 0; i < jobs[j].len; ++i) {
         const float* qrow = q_.data() + (uint64_t(j) * C + i) * d_phi;
-        float d = 0.0f;
-        for (int64_t c = 0; c < d_phi; ++c) d += qrow[c] * zp[c];
+        float d = kernels.dot(static_cast<uint32_t>(d_phi), qrow, zp);
         if (st.decays) {
           const float g = st.pow[i + 1];
           d *= g;

@@ -161,6 +161,48 @@ TEST(Kernels, AllFiniteFindsEveryNonFiniteValue) {
   }
 }
 
+// mask_rows against plain double loops: rows scaled by γ^{i−c} for c ≤ i,
+// zero after, sums within the summation bound (C·u relative to Σ|terms|).
+TEST(Kernels, MaskRowsAndDotMatchPlainLoops) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const StepKernels* kernels : SupportedKernels()) {
+    for (uint32_t C : {1u, 7u, 16u, 33u, 64u}) {
+      for (double g : {1.0, 0.9, 0.0}) {
+        std::vector<float> w(2 * C, 0.0f), a(C * C), sums(C);
+        for (uint32_t k = 0; k < C; ++k) {
+          w[k] = static_cast<float>(std::pow(g, double(C - 1 - k)));
+        }
+        for (float& x : a) x = dist(rng);
+        const std::vector<float> a0 = a;
+        kernels->mask_rows(C, w.data(), a.data(), sums.data());
+        for (uint32_t i = 0; i < C; ++i) {
+          double sum = 0, abs_sum = 0;
+          for (uint32_t c = 0; c < C; ++c) {
+            const float want = c <= i ? a0[i * C + c] * w[C - 1 - i + c] : 0.0f;
+            ASSERT_EQ(a[i * C + c], want) << kernels->name << " C=" << C;
+            sum += want;
+            abs_sum += std::abs(want);
+          }
+          ASSERT_LE(std::abs(sums[i] - sum), C * kU * abs_sum)
+              << kernels->name << " C=" << C << " row " << i;
+        }
+      }
+      std::vector<float> x(C), y(C);
+      for (float& v : x) v = dist(rng);
+      for (float& v : y) v = dist(rng);
+      double dot = 0, abs_dot = 0;
+      for (uint32_t i = 0; i < C; ++i) {
+        dot += double(x[i]) * y[i];
+        abs_dot += std::abs(double(x[i]) * y[i]);
+      }
+      EXPECT_LE(std::abs(kernels->dot(C, x.data(), y.data()) - dot),
+                (C + 1) * kU * abs_dot)
+          << kernels->name;
+    }
+  }
+}
+
 TEST(Kernels, ScanStepAndScale) {
   for (const StepKernels* kernels : SupportedKernels()) {
     std::vector<float> carry = {1,  2,  3,  4,  5,  6,  7,  8, 9,
