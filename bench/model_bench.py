@@ -63,6 +63,7 @@ def measure(build, quick=False, prompts="1024,8192,32768", tiny_contexts="1000,1
         ours = run_json([bench, "--model", path, "--prompts", model_prompts,
                          "--contexts", contexts, "--batches", "1,8,32,128",
                          "--decode-tokens", "16" if quick else "48"])
+        ours["dir"] = path
         ref = run_json([sys.executable, REF, "bench", "--model", path, "--prompt-tokens", "1024",
                         "--decode-tokens", "8" if quick else "32", "--batches", "32",
                         "--recompute-tokens", "2"])

@@ -2,7 +2,7 @@
 //
 //   model_benchmark --model DIR [--prompts 1024,8192,32768]
 //                   [--batches 1,8,32,128] [--decode-tokens 64]
-//                   [--contexts 1000,100000] [--out FILE]
+//                   [--contexts 1000,100000] [--weights f32|bf16] [--out FILE]
 //
 //   time to first token   prefill of a random prompt of each length and the
 //                         logits of its next token (ForwardRunner, one call)
@@ -95,14 +95,20 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--decode-tokens", decode_tokens, "steps per measurement");
   app.add_option("--out", out, "write the JSON here too");
+  std::string weights = "f32";
+  app.add_option("--weights", weights, "f32 | bf16 (packed projection weights)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  auto model = Model::Load(dir);
+  auto weight_type = linattn::ParseWeightType(weights);
+  Check(weight_type.status());
+  auto model = Model::Load(dir, "", *weight_type);
   Check(model.status());
   const uint32_t V = (*model)->config().vocab_size;
   ForwardRunner runner(*model);
   nlohmann::json result;
   result["model"] = (*model)->name();
+  result["weights"] = weights;
   result["parameters"] = (*model)->parameter_count();
   result["layers"] = (*model)->config().num_hidden_layers;
   result["hidden_size"] = (*model)->config().hidden_size;

@@ -144,6 +144,15 @@ int main(int argc, char** argv) {
                  "model")
       ->envname("LINATTN_MODEL")
       ->capture_default_str();
+  std::string weights = "f32";
+  app.add_option(
+         "--weights", weights,
+         "how model projection weights are packed: f32, or bf16 (half "
+         "the bytes per decode step; activations rounded to bf16 before "
+         "each product; needs AVX512_BF16 or AMX)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->envname("LINATTN_WEIGHTS")
+      ->capture_default_str();
   app.add_option("--token-budget", options.generation.token_budget,
                  "tokens one generation iteration runs (decode rows first, "
                  "then prompt pieces)")
@@ -176,6 +185,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (workers > 0) omp_set_num_threads(workers);
+  options.weights = *linattn::ParseWeightType(weights);
   for (const std::string& dir : models) {
     if (dir != "none" && !dir.empty()) options.models.push_back(dir);
   }

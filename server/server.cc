@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
       server->sessions_.get(), server->scheduler_.get());
   std::vector<std::shared_ptr<const Model>> models;
   for (const std::string& dir : options.models) {
-    auto model = Model::Load(dir);
+    auto model = Model::Load(dir, "", options.weights);
     if (!model.ok()) {
       return absl::Status(model.status().code(),
                           absl::StrCat("model: ", model.status().message()));
@@ -33,14 +33,15 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     }
     spdlog::info(
         "model '{}' from {}: {} layers, hidden {}, {} heads, feature map {}{}, "
-        "{} parameters, {} tokenizer, {} bytes of state per session, "
-        "fingerprint {}",
+        "{} parameters ({} weights), {} tokenizer, {} bytes of state per "
+        "session, fingerprint {}",
         (*model)->name(), dir, (*model)->config().num_hidden_layers,
         (*model)->config().hidden_size, (*model)->config().num_heads,
         std::string(ModelFeatureMapName((*model)->config().feature_map)),
         (*model)->config().norm_feature_map ? " (normalised)" : "",
-        (*model)->parameter_count(), (*model)->tokenizer().kind(),
-        (*model)->state_bytes(), (*model)->fingerprint_hex());
+        (*model)->parameter_count(), WeightTypeName((*model)->weight_type()),
+        (*model)->tokenizer().kind(), (*model)->state_bytes(),
+        (*model)->fingerprint_hex());
     models.push_back(std::move(*model));
   }
   server->generation_ =

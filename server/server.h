@@ -31,6 +31,7 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // Model directories for GenerationService (none: it serves no models).
   std::vector<std::string> models;
+  WeightType weights = WeightType::kF32;  // how their projections are packed
   GenerationOptions generation;
 };
 

@@ -164,10 +164,14 @@ bool Model::Matches(const ModelState& state) const {
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
-    const std::string& dir, const std::string& name) {
+    const std::string& dir, const std::string& name, WeightType weights) {
+  if (weights == WeightType::kBf16) {
+    if (absl::Status s = Bf16Supported(); !s.ok()) return s;
+  }
   std::shared_ptr<Model> model(new Model());
   model->dir_ = dir;
   model->name_ = name;
+  model->weight_type_ = weights;
   if (model->name_.empty()) {
     std::string d = dir;
     while (d.size() > 1 && d.back() == '/') d.pop_back();
@@ -236,7 +240,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
                                           {p + "attn.v_proj.weight", Dv}},
                                          H));
       LINATTN_ASSIGN_OR_RETURN(
-          L.qkv, PackedLinear::Create(w.data(), Dq + Dk + Dv, H, false));
+          L.qkv,
+          PackedLinear::Create(w.data(), Dq + Dk + Dv, H, false, weights));
     }
     if (c.feature_map_has_weights()) {
       // Tied maps are one module in fla; its export may keep either name.
@@ -299,7 +304,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
           AlignedBuffer w,
           r.Matrix(p + "attn.o_proj.weight", H, int64_t{c.value_dim()}));
       LINATTN_ASSIGN_OR_RETURN(
-          L.o, PackedLinear::Create(w.data(), H, c.value_dim(), true));
+          L.o, PackedLinear::Create(w.data(), H, c.value_dim(), true, weights));
     }
     LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + "mlp_norm.weight", H));
     {
@@ -307,14 +312,14 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
                                r.Stacked({{p + "mlp.gate_proj.weight", I},
                                           {p + "mlp.up_proj.weight", I}},
                                          H));
-      LINATTN_ASSIGN_OR_RETURN(L.gate_up,
-                               PackedLinear::Create(w.data(), 2 * I, H, false));
+      LINATTN_ASSIGN_OR_RETURN(
+          L.gate_up, PackedLinear::Create(w.data(), 2 * I, H, false, weights));
     }
     {
       LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
                                r.Matrix(p + "mlp.down_proj.weight", H, I));
-      LINATTN_ASSIGN_OR_RETURN(L.down,
-                               PackedLinear::Create(w.data(), H, I, true));
+      LINATTN_ASSIGN_OR_RETURN(
+          L.down, PackedLinear::Create(w.data(), H, I, true, weights));
     }
   }
   LINATTN_ASSIGN_OR_RETURN(model->final_norm_,
@@ -323,11 +328,11 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
     r.Skip("lm_head.weight");  // some exports keep the tied copy
     LINATTN_ASSIGN_OR_RETURN(
         model->lm_head_,
-        PackedLinear::Create(model->embeddings_.data(), V, H, false));
+        PackedLinear::Create(model->embeddings_.data(), V, H, false, weights));
   } else {
     LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w, r.Matrix("lm_head.weight", V, H));
-    LINATTN_ASSIGN_OR_RETURN(model->lm_head_,
-                             PackedLinear::Create(w.data(), V, H, false));
+    LINATTN_ASSIGN_OR_RETURN(
+        model->lm_head_, PackedLinear::Create(w.data(), V, H, false, weights));
   }
   if (absl::Status s = r.CheckAllUsed(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(dir, "/", s.message()));

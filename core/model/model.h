@@ -74,10 +74,14 @@ class Model {
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and
   // field or tensor for anything malformed or inconsistent. `name` is how
   // clients refer to the model (default: the directory's last component).
+  // `weights` is how the projections are packed (linear.h): f32, or bf16
+  // (FAILED_PRECONDITION on a CPU without native bf16 products).
   static absl::StatusOr<std::shared_ptr<const Model>> Load(
-      const std::string& dir, const std::string& name = "");
+      const std::string& dir, const std::string& name = "",
+      WeightType weights = WeightType::kF32);
 
   const std::string& name() const { return name_; }
+  WeightType weight_type() const { return weight_type_; }
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -107,6 +111,7 @@ class Model {
  private:
   Model() = default;
   std::string name_;
+  WeightType weight_type_ = WeightType::kF32;
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -1,5 +1,6 @@
 #include "core/onednn/linear.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -14,6 +15,16 @@ using dnnl::memory;
 
 namespace {
 
+// x rounded to bfloat16, nearest even (NaN stays NaN).
+void ToBf16(const float* __restrict x, uint64_t n, uint16_t* __restrict out) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t u = __builtin_bit_cast(uint32_t, x[i]);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    out[i] = static_cast<uint16_t>(nan ? (u >> 16) | 0x40u : rounded >> 16);
+  }
+}
+
 std::vector<int64_t> Buckets() {
   std::vector<int64_t> b = {1, 2, 4, 8};
   for (int64_t m = 16; m <= PackedLinear::kMaxRows; m += 16) b.push_back(m);
@@ -21,6 +32,28 @@ std::vector<int64_t> Buckets() {
 }
 
 }  // namespace
+
+const char* WeightTypeName(WeightType type) {
+  return type == WeightType::kBf16 ? "bf16" : "f32";
+}
+
+absl::StatusOr<WeightType> ParseWeightType(const std::string& name) {
+  if (name == "f32") return WeightType::kF32;
+  if (name == "bf16") return WeightType::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("weights: expected f32 or bf16, got '", name, "'"));
+}
+
+absl::Status Bf16Supported() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (isa == dnnl::cpu_isa::avx512_core_bf16 ||
+      isa == dnnl::cpu_isa::avx512_core_amx) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      "weights: bf16 needs a CPU with AVX512_BF16 or AMX (oneDNN's effective "
+      "ISA here has neither); use f32");
+}
 
 struct PackedLinear::Shape {
   struct Entry {
@@ -41,13 +74,22 @@ int64_t PackedLinear::Bucket(int64_t m) {
 }
 
 absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
-    const float* weight, int64_t out, int64_t in, bool accumulate) {
+    const float* weight, int64_t out, int64_t in, bool accumulate,
+    WeightType type) {
   static std::mutex mu;
-  static std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Shape>>
+  static std::map<std::tuple<int64_t, int64_t, bool, WeightType>,
+                  std::unique_ptr<Shape>>
       shapes;
+  if (type == WeightType::kBf16) {
+    if (absl::Status s = Bf16Supported(); !s.ok()) return s;
+  }
   std::unique_ptr<PackedLinear> linear(new PackedLinear());
   linear->in_ = in;
   linear->out_ = out;
+  linear->type_ = type;
+  const memory::data_type wt = type == WeightType::kBf16
+                                   ? memory::data_type::bf16
+                                   : memory::data_type::f32;
   try {
     const dnnl::engine& engine = CpuEngine();
     dnnl::primitive_attr attr;
@@ -58,8 +100,7 @@ absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
       attr.set_post_ops(ops);
     }
     auto describe = [&](int64_t rows, const memory::desc& w) {
-      memory::desc src({rows, in}, memory::data_type::f32,
-                       memory::format_tag::ab);
+      memory::desc src({rows, in}, wt, memory::format_tag::ab);
       memory::desc dst({rows, out}, memory::data_type::f32,
                        memory::format_tag::ab);
       return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, w, dst), attr,
@@ -67,14 +108,13 @@ absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
     };
     {
       std::lock_guard<std::mutex> lock(mu);
-      auto& shape = shapes[{in, out, accumulate}];
+      auto& shape = shapes[{in, out, accumulate, type}];
       if (shape == nullptr) {
         auto created = std::make_unique<Shape>();
         // The kernels' preferred layout, asked for at 32 rows; every bucket
         // then takes that layout as given.
         created->packed =
-            describe(32, memory::desc({in, out}, memory::data_type::f32,
-                                      memory::format_tag::any))
+            describe(32, memory::desc({in, out}, wt, memory::format_tag::any))
                 .weights_desc();
         for (int64_t rows : Buckets()) {
           auto pd = describe(rows, created->packed);
@@ -117,6 +157,16 @@ absl::Status PackedLinear::Apply(const float* x, int64_t m, float* y) const {
   };
   thread_local std::map<const Shape::Entry*, Bound> bound;
   thread_local AlignedBuffer scratch;
+  thread_local std::vector<uint16_t> x_bf16;
+  const void* src = x;
+  if (type_ == WeightType::kBf16) {
+    // m rows rounded; the bucket's padding rows are zeros.
+    const uint64_t n = uint64_t(m) * in_, padded = uint64_t(Bucket(m)) * in_;
+    if (x_bf16.size() < padded) x_bf16.resize(padded);
+    ToBf16(x, n, x_bf16.data());
+    std::fill(x_bf16.begin() + n, x_bf16.begin() + padded, uint16_t{0});
+    src = x_bf16.data();
+  }
   try {
     auto it = bound.find(&e);
     if (it == bound.end()) {
@@ -134,7 +184,7 @@ absl::Status PackedLinear::Apply(const float* x, int64_t m, float* y) const {
     scratch.EnsureSize((e.scratchpad_bytes + sizeof(float) - 1) /
                        sizeof(float));
     Bound& b = it->second;
-    b.src.set_data_handle(const_cast<float*>(x));
+    b.src.set_data_handle(const_cast<void*>(src));
     b.dst.set_data_handle(y);
     b.pad.set_data_handle(scratch.data());
     dnnl::stream& stream = ThreadStream();

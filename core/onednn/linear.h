@@ -8,11 +8,19 @@
 // front, so Apply() never creates one. The caller's x and y must have room
 // for Bucket(m) rows; rows past m are computed from whatever they hold and
 // ignored. Thread-safe: execution uses a per-thread stream and scratchpad.
+//
+// With WeightType::kBf16 the packed weights are bfloat16 (half the bytes a
+// memory-bound decode step reads) and x is rounded to bfloat16 (nearest
+// even) before the product; products and sums stay fp32, and so does y.
+// Each output is then within 2^-8·Σ|x_i·w_i| (+ fp32 summation) of the
+// fp32 product; for weights that were bfloat16 to begin with (most
+// checkpoints), only x's rounding remains: 2^-9·Σ|x_i·w_i|.
 #ifndef LINATTN_CORE_ONEDNN_LINEAR_H_
 #define LINATTN_CORE_ONEDNN_LINEAR_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,13 +28,23 @@
 
 namespace linattn {
 
+enum class WeightType { kF32, kBf16 };
+
+// "f32" / "bf16".
+const char* WeightTypeName(WeightType type);
+absl::StatusOr<WeightType> ParseWeightType(const std::string& name);
+// OK when this CPU runs bf16 products natively (AVX512_BF16 or AMX, as
+// oneDNN sees it); FAILED_PRECONDITION saying what is missing otherwise.
+absl::Status Bf16Supported();
+
 class PackedLinear {
  public:
   static constexpr int64_t kMaxRows = 512;
 
   // `weight` is (out × in) row-major; `accumulate` adds into y.
   static absl::StatusOr<std::unique_ptr<PackedLinear>> Create(
-      const float* weight, int64_t out, int64_t in, bool accumulate);
+      const float* weight, int64_t out, int64_t in, bool accumulate,
+      WeightType type = WeightType::kF32);
 
   // Rows a call with m (1 ≤ m ≤ kMaxRows) rows touches in x and y.
   static int64_t Bucket(int64_t m);
@@ -37,12 +55,14 @@ class PackedLinear {
 
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
+  WeightType type() const { return type_; }
 
   struct Shape;
 
  private:
   PackedLinear() = default;
   int64_t in_ = 0, out_ = 0;
+  WeightType type_ = WeightType::kF32;
   const Shape* shape_ = nullptr;  // the shared primitives of (in, out, acc)
   dnnl::memory packed_;
 };

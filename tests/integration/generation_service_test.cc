@@ -25,9 +25,14 @@ namespace {
 using ::testing::HasSubstr;
 
 // What the model itself gives, greedy, in this process.
-std::string LocalGreedy(const std::string& prompt, uint32_t max_tokens) {
-  static std::shared_ptr<const Model> model =
+std::string LocalGreedy(const std::string& prompt, uint32_t max_tokens,
+                        WeightType weights = WeightType::kF32) {
+  static std::shared_ptr<const Model> f32 =
       Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
+  std::shared_ptr<const Model> model = f32;
+  if (weights == WeightType::kBf16) {
+    model = Model::Load(LINATTN_BUILTIN_MODEL_DIR, "", weights).value();
+  }
   GenerationEngine engine({model});
   auto s = engine.CreateSession("", "").value();
   std::promise<std::string> text;
@@ -278,6 +283,38 @@ TEST_F(GenerationServiceTest, GenerateCommandStreamsTheContinuation) {
 
 // A server given a broken model directory refuses to start, says why, and
 // exits 1 (no crash).
+// --weights bf16: the server streams what the bf16-packed model gives in
+// process; an unknown weight type stops the server naming the flag.
+TEST(GenerationServerWeightsTest, Bf16ServerStreamsTheBf16Model) {
+  if (!Bf16Supported().ok()) GTEST_SKIP() << Bf16Supported().message();
+  auto server = testing::ServerProcess::Start(
+      {"--model", LINATTN_BUILTIN_MODEL_DIR, "--weights", "bf16"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::GenerationService::NewStub(server->Channel());
+  grpc::ClientContext create_ctx;
+  v1::ModelSession session;
+  ASSERT_TRUE(stub->CreateSession(&create_ctx, {}, &session).ok());
+  const std::string prompt = "In the beginning God created";
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_session_id(session.session_id());
+  req.set_prompt(prompt);
+  req.mutable_sampling()->set_max_tokens(24);
+  auto reader = stub->Generate(&ctx, req);
+  std::string text;
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) text += r.text();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, LocalGreedy(prompt, 24, WeightType::kBf16));
+
+  const std::string cmd =
+      std::string(LINATTN_SERVER_BINARY) +
+      " --listen 127.0.0.1:0 --weights fp8 > /dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+}
+
 TEST(GenerationServerStartTest, BrokenModelsStopTheServerWithAMessage) {
   testing::TempDir tmp;
   nlohmann::json config = testing::SmallConfig();
