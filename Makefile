@@ -8,7 +8,7 @@ ASAN_DIR ?= build-asan
 JOBS ?= 2
 BUILD_TYPE ?= Release
 
-.PHONY: all deps configure build run test test-asan test-tsan test-container bench bench-model bench-server format clean
+.PHONY: all deps configure build run test test-asan test-tsan test-container bench bench-attention bench-model bench-server format clean
 
 all: build
 
@@ -60,8 +60,14 @@ test-tsan: deps
 test-container: build
 	bash scripts/container-check.sh $(BUILD_DIR)/bin/linattn
 
-# The README's benchmark table: JSON in $(BUILD_DIR), Markdown on stdout.
+# The README's comparison: linattn beside its PyTorch peers and this
+# machine's limits, one run (~10 min); Markdown on stdout and in
+# $(BUILD_DIR)/compare/, JSON beside it.
 bench: build
+	/usr/bin/python3 bench/compare --build $(BUILD_DIR)
+
+# The engine's own benchmarks in full (every batch size, T and chunk size).
+bench-attention: build
 	$(BUILD_DIR)/bin/attention_benchmark --benchmark_out=$(BUILD_DIR)/attention_benchmark.json \
 	  --benchmark_out_format=json
 	/usr/bin/python3 bench/report.py $(BUILD_DIR)/attention_benchmark.json

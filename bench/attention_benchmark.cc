@@ -76,7 +76,7 @@ void BM_DecodeStep(benchmark::State& st) {
     if (!StepBatch(data.items).ok()) st.SkipWithError("step failed");
     benchmark::DoNotOptimize(data.y.data());
   }
-  const double rmw = bench::RmwBandwidth(state_bytes);
+  const double rmw = bench::RmwBandwidth(state_bytes);  // right after
   st.SetBytesProcessed(int64_t(st.iterations()) * 2 * state_bytes);
   st.counters["state_bytes_rw"] = 2.0 * state_bytes;
   data.SetPerSessionCounter(st);
@@ -112,8 +112,9 @@ BENCHMARK(BM_DecodeOneByOne)->Args({64, 64})->UseRealTime();
 // bench/compare reports (1 MiB: within L2; 8 MiB: past L2; 1 GiB: memory).
 void BM_ReadModifyWrite(benchmark::State& st) {
   const uint64_t bytes = st.range(0);
-  for (auto _ : st) benchmark::DoNotOptimize(bench::RmwBandwidth(bytes));
-  st.counters["GBps"] = bench::RmwBandwidth(bytes) / 1e9;
+  double best = 0;
+  for (auto _ : st) best = std::max(best, bench::RmwBandwidth(bytes));
+  st.counters["GBps"] = best / 1e9;
 }
 BENCHMARK(BM_ReadModifyWrite)
     ->Arg(kHeads*(64 * 64 + 64) * 4)

@@ -3,7 +3,7 @@
 // process or through a linattn-server, as JSON.
 //
 //   decode_flatness [--server ADDR] [--heads 8] [--dim 64]
-//                   [--positions 1000,1000000] [--steps 200] [--repeats 20]
+//                   [--positions 1000,1000000] [--steps 100] [--repeats 41]
 //
 // The session is advanced to each position by real prefills of random
 // tokens (chunkwise; through the server in Prefill requests of 4,096
@@ -12,7 +12,10 @@
 // history. The forks are then timed in alternation, `repeats` rounds of
 // `steps` tokens each, one call per token (in process: Step; through the
 // server: one Decode stream, one message per token), so that the drift of
-// a shared machine falls on every position alike; the best round counts.
+// a shared machine falls on every position alike (in alternating order).
+// Reported: each
+// position's best round, and (last_over_first) the median over rounds of
+// the last position's time over the first's within the same round.
 // The session's first tokens (up to the first position) are decoded
 // untimed as a warm-up. Nothing
 // about the state depends on the position: its size is H·(d² + d) floats
@@ -158,7 +161,7 @@ int Main(int argc, char** argv) {
       "decode_flatness: decode time per token at several positions of one "
       "session"};
   std::string server, positions_arg = "1000,1000000";
-  uint32_t heads = 8, dim = 64, steps = 200, repeats = 20;
+  uint32_t heads = 8, dim = 64, steps = 100, repeats = 41;
   app.add_option("--server", server,
                  "linattn-server address (loopback); in process if unset");
   app.add_option("--heads", heads)->capture_default_str();
@@ -220,14 +223,21 @@ int Main(int argc, char** argv) {
     forks.push_back(target->Fork());
   }
   std::vector<double> best(positions.size(), 1e30);
+  std::vector<double> round_ratios;  // last / first, within each round
   for (uint32_t r = 0; r < repeats; ++r) {
-    for (size_t i = 0; i < forks.size(); ++i) {
+    std::vector<double> seconds(forks.size());
+    for (size_t n = 0; n < forks.size(); ++n) {
+      // Odd rounds go last to first: neither position always goes first.
+      const size_t i = r % 2 == 0 ? n : forks.size() - 1 - n;
       const auto t0 = Clock::now();
       run(*forks[i], positions[i] + uint64_t(r) * steps, steps, true);
-      best[i] = std::min(
-          best[i], std::chrono::duration<double>(Clock::now() - t0).count());
+      seconds[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+      best[i] = std::min(best[i], seconds[i]);
     }
+    round_ratios.push_back(seconds.back() / seconds.front());
   }
+  std::sort(round_ratios.begin(), round_ratios.end());
+  const double median_ratio = round_ratios[round_ratios.size() / 2];
   nlohmann::json points = nlohmann::json::array();
   for (size_t i = 0; i < positions.size(); ++i) {
     points.push_back({{"position", positions[i]},
@@ -241,7 +251,8 @@ int Main(int argc, char** argv) {
       {"dim", dim},
       {"points", points},
       {"prefill_seconds", prefill_seconds},
-      {"last_over_first",
+      {"last_over_first", median_ratio},
+      {"last_over_first_best",
        points.back()["seconds_per_token"].get<double>() /
            points.front()["seconds_per_token"].get<double>()}};
   std::cout << out.dump() << "\n";

@@ -30,10 +30,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void RmwPass(
 }  // namespace
 
 double RmwBandwidth(uint64_t bytes) {
-  static std::mutex mu;
-  static std::map<uint64_t, double> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(bytes); it != cache.end()) return it->second;
 
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
   AlignedBuffer buffer(n);
@@ -54,7 +50,6 @@ double RmwBandwidth(uint64_t bytes) {
       if (s < 0.05) passes *= 2;
     }
   }
-  cache[bytes] = best;
   return best;
 }
 

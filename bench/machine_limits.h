@@ -9,7 +9,8 @@ namespace linattn::bench {
 
 // Read-modify-write bandwidth (bytes read + bytes written per second) of
 // x ← a·x + b over a buffer of `bytes`: the better of one thread and all
-// OpenMP threads. Cached per size.
+// OpenMP threads. Measured anew at each call (~0.5 s), so that a ratio
+// compares with the machine as it was at that moment.
 double RmwBandwidth(uint64_t bytes);
 
 // oneDNN fp32 matmul GFLOP/s on a large square GEMM (n = 2048), best of a
