@@ -1,5 +1,6 @@
 #include "server/attention_service.h"
 
+#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -261,6 +262,8 @@ class AttentionServiceImpl::DecodeBatchReactor
     group.reserve(n);
     response_.Clear();
     available_.resize(n);
+    std::unordered_map<const Session*, int> seen;  // session → its step
+    seen.reserve(n);
     for (int i = 0; i < n; ++i) {
       const v1::DecodeRequest& step = request_.steps(i);
       auto prefix = [i](const absl::Status& s) {
@@ -269,12 +272,10 @@ class AttentionServiceImpl::DecodeBatchReactor
       };
       auto found = service_->sessions_->Find(step.session_id());
       if (!found.ok()) return prefix(found.status());
-      for (int j = 0; j < i; ++j) {
-        if (sessions_[j] == *found) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "steps[", i, "].session_id: '", step.session_id(),
-              "' already has a step in this message (steps[", j, "])"));
-        }
+      if (auto [it, fresh] = seen.emplace(found->get(), i); !fresh) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "steps[", i, "].session_id: '", step.session_id(),
+            "' already has a step in this message (steps[", it->second, "])"));
       }
       const AttentionSpec& spec = (*found)->spec();
       if (absl::Status s =

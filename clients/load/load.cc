@@ -447,6 +447,12 @@ class LoadRun {
 
 }  // namespace
 
+uint32_t Streams(const LoadOptions& o) {
+  const uint32_t per_stream = std::max<uint32_t>(o.batch, 1);
+  const uint32_t units = (o.sessions + per_stream - 1) / per_stream;
+  return o.concurrency == 0 ? units : std::min(o.concurrency, units);
+}
+
 bool IsLoopbackAddress(const std::string& address) {
   const size_t colon = address.rfind(':');
   std::string host = address.substr(0, colon);
@@ -474,8 +480,7 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
   LINATTN_RETURN_IF_ERROR(ValidateSpec(spec));
   const uint64_t qk = uint64_t(o.heads) * o.dim, vv = qk;
-  const uint32_t concurrency =
-      o.concurrency == 0 ? o.sessions : std::min(o.concurrency, o.sessions);
+  const uint32_t concurrency = Streams(o);
   const uint32_t verify = std::min(o.verify, o.sessions);
 
   RemoteAttention remote(o.server);
@@ -581,7 +586,7 @@ nlohmann::json SummaryJson(const LoadSummary& s, const LoadOptions& o) {
           {"heads", o.heads},
           {"dim", o.dim},
           {"feature_map", o.feature_map},
-          {"concurrency", o.concurrency == 0 ? o.sessions : o.concurrency},
+          {"concurrency", Streams(o)},
           {"batch", std::max<uint32_t>(o.batch, 1)},
           {"mode", o.rate > 0 ? "open" : "closed"},
           {"target_rate", o.rate},

@@ -32,7 +32,7 @@ struct LoadOptions {
   uint32_t heads = 8;
   uint32_t dim = 64;  // key_dim = value_dim
   std::string feature_map = "elu1";
-  uint32_t concurrency = 0;  // streams at once (0 = all of them)
+  uint32_t concurrency = 0;  // streams at once (0 = all of them; Streams())
   // Sessions per DecodeBatch message: 0 or 1 = one Decode stream per
   // session; B > 1 = one DecodeBatch stream per group of B sessions.
   uint32_t batch = 0;
@@ -68,6 +68,10 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& options);
 nlohmann::json SummaryJson(const LoadSummary& summary,
                            const LoadOptions& options);
 std::string SummaryText(const LoadSummary& summary, const LoadOptions& options);
+
+// Streams a run keeps open at once: --concurrency, at most (and by default)
+// one per session, or per group of --batch sessions.
+uint32_t Streams(const LoadOptions& options);
 
 // True for 127.0.0.0/8, localhost and [::1] addresses.
 bool IsLoopbackAddress(const std::string& address);

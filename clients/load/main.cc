@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
                  "elu1 | relu | favor | cosine | identity")
       ->capture_default_str();
   app.add_option("--concurrency", o.concurrency,
-                 "streams at once (0 = one per session)")
+                 "streams at once (0 = one per session, or per --batch group)")
       ->capture_default_str();
   app.add_option("--batch", o.batch,
                  "sessions per DecodeBatch message (0 or 1 = one Decode "

@@ -24,7 +24,7 @@ struct ChunkwiseRunner::Stream {
   uint32_t head = 0;
   uint64_t done = 0;          // tokens already prefilled
   std::vector<float> pow;     // γ^k for k = 0..C, from double
-  std::vector<float> mask_w;  // γ^{C−1−k} for k < C, then C zeros
+  std::vector<float> mask_w;  // γ^{C−1−k} for k < C
   bool decays = false;        // γ != 1
   float rescale = 1.0f;       // FAVOR+: e^{old shift − new shift} this round
   float shift = 0.0f;         // FAVOR+: key log-scale this round
@@ -181,7 +181,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       for (uint32_t p = 0; p <= C; ++p) {
         st.pow[p] = static_cast<float>(std::pow(g, static_cast<double>(p)));
       }
-      st.mask_w.assign(2 * C, 0.0f);
+      st.mask_w.resize(C);
       for (uint32_t k = 0; k < C; ++k) st.mask_w[k] = st.pow[C - 1 - k];
       streams.push_back(std::move(st));
     }

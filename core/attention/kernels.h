@@ -42,9 +42,10 @@ struct StepKernels {
   void (*silu_mul)(uint32_t n, const float* gate, const float* up, float* out);
   // True when no element of x is NaN or ±inf.
   bool (*all_finite)(uint64_t n, const float* x);
-  // Causal mask with decay over a C×C block: row i is multiplied by
-  // w[C−1−i … 2C−2−i] and sums[i] receives its sum. With w[k] = γ^{C−1−k}
-  // for k < C and 0 beyond, that is a_ic·γ^{i−c} for c ≤ i and 0 after.
+  // Causal mask with decay over a C×C block: in row i, a_ic ← a_ic·w[C−1−i+c]
+  // for c ≤ i and a_ic ← 0 for c > i (set, so that an inf there cannot
+  // become NaN); sums[i] receives the row's sum. With w[k] = γ^{C−1−k}
+  // (k < C) that is a_ic·γ^{i−c}.
   void (*mask_rows)(uint32_t C, const float* w, float* a, float* sums);
   // Σ a[i]·b[i].
   float (*dot)(uint32_t n, const float* a, const float* b);

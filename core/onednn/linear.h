@@ -12,9 +12,10 @@
 // With WeightType::kBf16 the packed weights are bfloat16 (half the bytes a
 // memory-bound decode step reads) and x is rounded to bfloat16 (nearest
 // even) before the product; products and sums stay fp32, and so does y.
-// Each output is then within 2^-8·Σ|x_i·w_i| (+ fp32 summation) of the
-// fp32 product; for weights that were bfloat16 to begin with (most
-// checkpoints), only x's rounding remains: 2^-9·Σ|x_i·w_i|.
+// bfloat16 keeps 8 significant bits (unit roundoff 2^-8), so each output is
+// within (2^-7 + 2^-16)·Σ|x_i·w_i| (+ fp32 summation) of the fp32 product;
+// for weights that were bfloat16 to begin with (most checkpoints), only x's
+// rounding remains: 2^-8·Σ|x_i·w_i|.
 #ifndef LINATTN_CORE_ONEDNN_LINEAR_H_
 #define LINATTN_CORE_ONEDNN_LINEAR_H_
 

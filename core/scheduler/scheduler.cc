@@ -1,6 +1,7 @@
 #include "core/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,26 @@ void Scheduler::Step(std::shared_ptr<Session> session, SequenceInput in,
 }
 
 void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done) {
+  // A group that would fail its round's whole batch (StepBatch refuses a
+  // state twice) is refused here, alone.
+  if (steps.empty()) {
+    std::move(done)(
+        absl::InvalidArgumentError("steps: at least one step is needed"));
+    return;
+  }
+  std::unordered_map<const Session*, size_t> seen;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].session == nullptr) {
+      std::move(done)(absl::InvalidArgumentError(
+          absl::StrCat("steps[", i, "]: no session")));
+      return;
+    }
+    if (auto [it, fresh] = seen.emplace(steps[i].session.get(), i); !fresh) {
+      std::move(done)(absl::InvalidArgumentError(absl::StrCat(
+          "steps[", i, "]: the same session as steps[", it->second, "]")));
+      return;
+    }
+  }
   Request r{Kind::kStepGroup, nullptr, {}, {}, nullptr, std::move(done)};
   r.group = std::move(steps);
   Enqueue(std::move(r));

@@ -71,7 +71,8 @@ class Scheduler {
             SequenceOutput out, Done done);
   // One decode token for each of several distinct sessions, all or none:
   // if any step is invalid (its status names steps[i]) no session changes.
-  // The group keeps each session's order with its other requests.
+  // The group keeps each session's order with its other requests. An empty
+  // group, a missing session or one session twice is refused at once.
   void StepGroup(std::vector<GroupStep> steps, Done done);
   // `in.tokens` tokens through the chunkwise path.
   void Prefill(std::shared_ptr<Session> session, SequenceInput in,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -256,6 +257,34 @@ TEST_P(EvaluationOrders, BatchedSessionsMatchOneByOne) {
         chunked[s], absl::StrCat("chunkwise batch, session ", s));
     EXPECT_EQ(cstates[s].position(), T);
   }
+}
+
+// Causality under overflow: a later token whose feature product with an
+// earlier query overflows to inf must not touch that earlier output. Token
+// 0 has a huge query, token 9 a huge key: φ(q₀)·φ(k₉) = inf sits in the
+// masked-out part of the chunk's Q·Kᵀ. Outputs 0..8 are those of the
+// recurrent step within twice (3n + 2d_φ + 16)·u·max|v| (each order's
+// bound against the truth for non-negative weights; |v| ≤ 1).
+TEST(EvaluationOrdersOverflow, LaterTokensCannotReachEarlierOutputs) {
+  const AttentionSpec spec{
+      .num_heads = 1, .key_dim = 4, .value_dim = 3, .epsilon = 0.0f};
+  const Attention attention = *Attention::Create(spec);
+  Tokens data = RandomTokens(spec, 10, 3);
+  for (int c = 0; c < 4; ++c) {
+    data.q[c] = 1e20f;          // token 0's query
+    data.k[9 * 4 + c] = 1e20f;  // token 9's key
+  }
+  Outputs stepped(spec, 10), chunked(spec, 10);
+  AttentionState s1 = attention.NewState(), s2 = attention.NewState();
+  ASSERT_TRUE(StepSequence(attention, s1, data.input(), stepped.view()).ok());
+  ChunkwiseRunner runner({.chunk_size = 16});
+  ASSERT_TRUE(runner.Run(attention, s2, data.input(), chunked.view()).ok());
+  const double bound = 2.0 * (3 * 10 + 2 * 4 + 16) * 0x1.0p-24;
+  for (int i = 0; i < 9 * 3; ++i) {
+    ASSERT_TRUE(std::isfinite(chunked.output[i])) << i;
+    EXPECT_NEAR(chunked.output[i], stepped.output[i], bound) << i;
+  }
+  for (int t = 0; t < 9; ++t) EXPECT_EQ(chunked.available[t], 1) << t;
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomShapes, EvaluationOrders,

@@ -156,6 +156,9 @@ TEST_F(CliRemoteTest, LoadRunVerifiesSessions) {
   EXPECT_EQ(summary->prefill_tokens, 10u * 70);
   EXPECT_EQ(summary->verified_sessions, 8u);
   EXPECT_EQ(summary->mismatched_sessions, 0u);
+  EXPECT_EQ(SummaryJson(*summary, o)["concurrency"], 2);
+  o.concurrency = 0;  // one stream per group: 3
+  EXPECT_EQ(Streams(o), 3u);
   o.prefill = 0;
   summary = RunLoad(o);
   ASSERT_TRUE(summary.ok()) << summary.status();

@@ -281,10 +281,8 @@ TEST_F(GenerationServiceTest, GenerateCommandStreamsTheContinuation) {
   EXPECT_EQ(text, LocalGreedy("Blessed are the poor", 30) + "\n");
 }
 
-// A server given a broken model directory refuses to start, says why, and
-// exits 1 (no crash).
 // --weights bf16: the server streams what the bf16-packed model gives in
-// process; an unknown weight type stops the server naming the flag.
+// process.
 TEST(GenerationServerWeightsTest, Bf16ServerStreamsTheBf16Model) {
   if (!Bf16Supported().ok()) GTEST_SKIP() << Bf16Supported().message();
   auto server = testing::ServerProcess::Start(
@@ -306,15 +304,26 @@ TEST(GenerationServerWeightsTest, Bf16ServerStreamsTheBf16Model) {
   while (reader->Read(&r)) text += r.text();
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(text, LocalGreedy(prompt, 24, WeightType::kBf16));
+}
 
-  const std::string cmd =
-      std::string(LINATTN_SERVER_BINARY) +
-      " --listen 127.0.0.1:0 --weights fp8 > /dev/null 2>&1";
+TEST(GenerationServerStartTest, UnknownWeightTypeIsRefusedNamingTheFlag) {
+  testing::TempDir tmp;
+  const std::string log = tmp.Path("log.txt");
+  // `timeout`: a server that ignored the flag would start and serve.
+  const std::string cmd = "timeout 20 " + std::string(LINATTN_SERVER_BINARY) +
+                          " --listen 127.0.0.1:0 --weights fp8 > " + log +
+                          " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the server started";
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_THAT(text, HasSubstr("--weights")) << text;
 }
 
+// A server given a broken model directory refuses to start, says why, and
+// exits 1 (no crash).
 TEST(GenerationServerStartTest, BrokenModelsStopTheServerWithAMessage) {
   testing::TempDir tmp;
   nlohmann::json config = testing::SmallConfig();

@@ -59,8 +59,9 @@ void CheckLogitsMatchPyTorch(const std::string& name,
   double tol = LogitTolerance(c, T, MaxAbs(fx.logits));
   if (weights == WeightType::kBf16) {
     // Each packed product (4 per layer and the lm_head) rounds its input to
-    // bf16 (and its weights, if the file had finer ones): one more 2^-8
-    // relative error per product in the chain, on the same magnitudes.
+    // bf16 (unit roundoff 2^-8; the built-in model's weights are bf16 in its
+    // file, so they are not rounded again): one more 2^-8 relative error per
+    // product in the chain, on the same magnitudes.
     tol += (4.0 * c.num_hidden_layers + 1) * std::ldexp(1.0, -8) *
            std::max(1.0, MaxAbs(fx.logits));
   }

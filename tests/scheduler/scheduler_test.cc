@@ -128,6 +128,40 @@ TEST(Scheduler, StepGroupsKeepEachSessionsOrder) {
   EXPECT_EQ(scheduler.stats().steps, 2 * kTokens);
 }
 
+// Groups that could not run as one batch are refused before they queue, so
+// they cannot fail other clients' steps in the same round.
+TEST(Scheduler, MalformedStepGroupsAreRefusedAlone) {
+  auto manager = *SessionManager::Create({});
+  Scheduler scheduler;
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 2};
+  auto a = *manager->CreateSession(spec, std::nullopt, "a");
+  const float in[2] = {0.5f, 0.25f};
+  float y[2][2], d[2];
+  uint8_t av[2];
+  auto step = [&](std::shared_ptr<Session> s, int i) {
+    return Scheduler::GroupStep{
+        std::move(s), {in, in, in, 1}, {y[i], &d[i], &av[i]}};
+  };
+  struct Case {
+    std::vector<Scheduler::GroupStep> group;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({{}, "steps: at least one step"});
+  cases.push_back({{step(a, 0), step(a, 1)}, "steps[1]: the same session"});
+  cases.push_back({{step(a, 0), step(nullptr, 1)}, "steps[1]: no session"});
+  for (Case& c : cases) {
+    absl::Status result;
+    scheduler.StepGroup(std::move(c.group),
+                        [&](absl::Status s) { result = std::move(s); });
+    EXPECT_EQ(result.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(result.message().find(c.message), std::string::npos)
+        << result.message();
+  }
+  EXPECT_EQ(a->position(), 0u);
+  EXPECT_EQ(scheduler.stats().steps, 0u);
+}
+
 TEST(Scheduler, ABadRequestFailsAloneAndChangesNothing) {
   auto manager = *SessionManager::Create({});
   Scheduler scheduler;
