@@ -15,6 +15,7 @@
 #include "core/attention/chunkwise.h"
 #include "core/attention/kernels.h"
 #include "core/attention/recurrent.h"
+#include "core/onednn/matmul.h"
 
 namespace linattn {
 namespace {
@@ -125,6 +126,31 @@ BENCHMARK(BM_ReadModifyWrite)
     ->Arg(8 << 20)
     ->Arg(1 << 30)
     ->Iterations(1);
+
+// The chunkwise path's products alone, operands in cache: 128 batched
+// 64×k by k×64 products (k = 64: each of the four per chunk at d = C = 64;
+// k = 128: the two output products fused into one, [Q | A]·[S_prev; V]),
+// with and without the sum post-op that accumulates into C.
+void BM_BatchedMatmul(benchmark::State& st) {
+  const int64_t batch = 128, k = st.range(0);
+  const MatmulShape shape{
+      .batch = batch, .m = 64, .k = k, .n = 64, .accumulate = st.range(1) != 0};
+  const std::vector<float> a = Random(batch * 64 * k, 1);
+  const std::vector<float> b = Random(batch * k * 64, 2);
+  std::vector<float> c(batch * 64 * 64);
+  for (auto _ : st) {
+    if (!BatchedMatmul(shape, a.data(), b.data(), c.data()).ok()) {
+      st.SkipWithError("matmul failed");
+    }
+  }
+  st.counters["GFLOPs"] = benchmark::Counter(
+      shape.Flops() * st.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_BatchedMatmul)
+    ->Args({64, 0})
+    ->Args({64, 1})
+    ->Args({128, 0})
+    ->UseRealTime();
 
 // oneDNN's fp32 GEMM at n = 2048: the compute bound.
 void BM_GemmPeak(benchmark::State& st) {
