@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <mutex>
 
 #include "core/onednn/matmul.h"
 #include "core/util/aligned_buffer.h"
@@ -30,7 +28,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void RmwPass(
 }  // namespace
 
 double RmwBandwidth(uint64_t bytes) {
-
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
   AlignedBuffer buffer(n);
   float* x = buffer.data();
