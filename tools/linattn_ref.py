@@ -156,6 +156,10 @@ class Config:
         self.groups = self.num_heads // self.num_kv_heads
         if self.feature_map not in FEATURE_MAPS:
             raise ValueError(f"feature_map {self.feature_map!r} not supported")
+        # Parts of fla's LinearAttentionConfig this reference does not build.
+        for field in ("attn", "attnres_block_size"):
+            if d.get(field) is not None:
+                raise ValueError(f"{field} is not supported by this reference")
 
 
 def load_config(model_dir):
@@ -177,7 +181,17 @@ class RMSNorm(nn.Module):
         return y * self.weight if self.weight is not None else y
 
 
+# Feature maps, each transcribed from fla's own file, fla/modules/feature_map.py
+# (flash-linear-attention at bc3b101d, August 2026), and from the inline maps of
+# fla/layers/linear_attn.py: never from linattn's C++, so that a misreading there
+# shows up as a difference here. tests/python/reference_feature_maps_test.py
+# checks them against values worked out by hand from those files.
+
+
 class Hedgehog(nn.Module):
+    """HedgehogFeatureMap: an identity-initialised Linear(d, d) with bias, then
+    softmax over the concatenation [2y, -2y]."""
+
     def __init__(self, d):
         super().__init__()
         self.layer = nn.Linear(d, d)
@@ -190,6 +204,8 @@ class Hedgehog(nn.Module):
 
 
 class T2R(nn.Module):
+    """T2RFeatureMap with fla's defaults (dot_dim = d, bias=False): relu(Wx)."""
+
     def __init__(self, d):
         super().__init__()
         self.layer = nn.Linear(d, d, bias=False)
@@ -199,6 +215,8 @@ class T2R(nn.Module):
 
 
 class Hadamard(nn.Module):
+    """HadamardFeatureMap: two Linear(d, d) with bias, multiplied elementwise."""
+
     def __init__(self, d):
         super().__init__()
         self.layer1 = nn.Linear(d, d)
@@ -209,12 +227,19 @@ class Hadamard(nn.Module):
 
 
 def dpfp(x, nu=4):
-    x = torch.cat([x.relu(), (-x).relu()], dim=-1)
-    rolled = torch.cat([x.roll(shifts=j, dims=-1) for j in range(1, nu + 1)], dim=-1)
-    return torch.cat([x] * nu, dim=-1) * rolled
+    """DPFPFeatureMap.forward (nu = 4 as LinearAttention builds it). fla
+    concatenates relu(x) with its negation -relu(x) (the DPFP paper has
+    relu(-x) there; fla's checkpoints are trained with fla's), then multiplies
+    nu copies of that by its rolls by 1..nu places."""
+    r = x.relu()
+    x = torch.cat([r, -r], dim=-1)
+    x_rolled = torch.cat([x.roll(shifts=j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+    x_repeat = torch.cat([x] * nu, dim=-1)
+    return x_repeat * x_rolled
 
 
 def elu1(x):
+    """linear_attn.py's inline `elu`: F.elu(x) + 1."""
     return F.elu(x) + 1
 
 

@@ -232,6 +232,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
                       "hybrid models with softmax-attention layers are not "
                       "supported (linattn serves pure linear attention)");
   }
+  if (auto res = j.find("attnres_block_size");
+      res != j.end() && !res->is_null()) {
+    return FieldError("attnres_block_size",
+                      "block attention residuals are not supported (set it to "
+                      "null)");
+  }
   if (auto mode = Optional<std::string>(j, "attn_mode"); !mode.ok()) {
     return mode.status();
   } else if (mode->has_value() && **mode != "chunk" &&

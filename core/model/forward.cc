@@ -68,14 +68,16 @@ void ApplyFeatureMap(ModelFeatureMap map, const float* x, const float* lin,
       break;
     }
     case ModelFeatureMap::kDpfp: {
-      // x2 = [relu(x), relu(−x)]; torch.roll by j gives x2[(i − j) mod n];
-      // block b (j = b + 1) is x2 ⊙ roll(x2, j).
+      // fla's DPFPFeatureMap (fla/modules/feature_map.py): x2 = [r, −r] with
+      // r = relu(x) — the negative of relu(x), not relu(−x) as in the DPFP
+      // paper; fla's checkpoints are trained with fla's. torch.roll by j
+      // gives x2[(i − j) mod n]; block b (j = b + 1) is x2 ⊙ roll(x2, j).
       const uint32_t n = 2 * dk;
       thread_local std::vector<float> x2;
       x2.resize(n);
       for (uint32_t i = 0; i < dk; ++i) {
         x2[i] = std::max(x[i], 0.0f);
-        x2[dk + i] = std::max(-x[i], 0.0f);
+        x2[dk + i] = -x2[i];
       }
       for (uint32_t b = 0; b < 4; ++b) {
         const uint32_t shift = (b + 1) % n;

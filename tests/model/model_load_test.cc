@@ -71,6 +71,7 @@ TEST_F(ModelLoadTest, BadConfigsNameTheField) {
       {"type_of", {{"hidden_size", "big"}}, "hidden_size"},
       {"hybrid", {{"attn", {{"layers", {1}}}}}, "attn"},
       {"mode", {{"attn_mode", "parallel"}}, "attn_mode"},
+      {"attnres", {{"attnres_block_size", 4}}, "attnres_block_size"},
       {"eos", {{"eos_token_id", 999}}, "eos_token_id"},
       {"eps", {{"norm_eps", -1}}, "norm_eps"},
   };
