@@ -48,13 +48,22 @@ absl::Status Generate(const GenerateOptions& options, std::ostream& out,
   v1::GenerateResponse r;
   v1::GenerateResponse last;
   bool any = false;
+  bool ended = false;  // the message with a finish reason arrived
   while (reader->Read(&r)) {
     if (!any) first = std::chrono::steady_clock::now();
     any = true;
     out << r.text() << std::flush;
     last = r;
+    ended = !r.finish_reason().empty();
   }
-  absl::Status status = FromGrpcStatus(reader->Finish());
+  absl::Status status =
+      ended ? FromGrpcStatus(reader->Finish())
+            : FinishAfterFailedRead(ctx, [&] { return reader->Finish(); });
+  if (status.ok() && !ended) {
+    status = absl::DataLossError(
+        "generate: the stream broke off before its final message (a "
+        "response could not be read)");
+  }
   out << "\n" << std::flush;
   const auto end = std::chrono::steady_clock::now();
 

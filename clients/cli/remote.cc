@@ -1,6 +1,9 @@
 #include "clients/cli/remote.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -25,6 +28,34 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+absl::Status FinishAfterFailedRead(grpc::ClientContext& ctx,
+                                   const std::function<grpc::Status()>& finish,
+                                   std::chrono::milliseconds grace) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false, cancelled = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, grace, [&] { return finished; })) {
+      cancelled = true;
+      ctx.TryCancel();
+    }
+  });
+  const grpc::Status status = finish();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  if (cancelled) {
+    return absl::DataLossError(
+        "a response from the server could not be read; the call was "
+        "cancelled");
+  }
+  return FromGrpcStatus(status);
 }
 
 RemoteAttention::RemoteAttention(const std::string& address) {
@@ -127,7 +158,8 @@ absl::Status RemoteAttention::Decode(const std::string& session_id,
                  vv = H * spec.value_dim;
   grpc::ClientContext ctx;
   auto stream = stub_->Decode(&ctx);
-  for (uint64_t t = 0; t < in.tokens; ++t) {
+  uint64_t t = 0;
+  for (; t < in.tokens; ++t) {
     v1::DecodeRequest req;
     req.set_session_id(session_id);
     req.mutable_q()->Add(in.q + t * qk, in.q + (t + 1) * qk);
@@ -138,7 +170,17 @@ absl::Status RemoteAttention::Decode(const std::string& session_id,
     CopyOut(resp, t * H, spec.num_heads, spec.value_dim, out);
   }
   stream->WritesDone();
-  return FromGrpcStatus(stream->Finish());
+  if (t == in.tokens) return FromGrpcStatus(stream->Finish());
+  // A step without its response: the server ended the stream, or a response
+  // could not be read.
+  absl::Status status =
+      FinishAfterFailedRead(ctx, [&] { return stream->Finish(); });
+  if (status.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("decode: the stream broke off after ", t, " of ",
+                     in.tokens, " responses"));
+  }
+  return status;
 }
 
 absl::StatusOr<bool> RemoteAttention::Healthy(

@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,15 @@
 namespace linattn {
 
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Ends a streaming call after a Read that returned false. Read fails both
+// when the stream has ended (the status has then arrived, and `finish`
+// returns at once) and when a message could not be parsed (the server is
+// still sending, and `finish` would wait for ever). A call that has not
+// finished within `grace` is cancelled and reported as DATA_LOSS.
+absl::Status FinishAfterFailedRead(
+    grpc::ClientContext& ctx, const std::function<grpc::Status()>& finish,
+    std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
 
 class RemoteAttention {
  public:

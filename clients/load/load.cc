@@ -210,7 +210,17 @@ class LoadRun {
     }
 
     void OnReadDone(bool ok) override {
-      if (!ok) return;  // OnDone reports the status
+      if (!ok) {
+        // The server ended the stream (OnDone follows at once with its
+        // status) or a response could not be parsed (the server then waits
+        // for the next step, and only a cancel ends the call).
+        read_failed_ = true;
+        alarm_.Set(std::chrono::system_clock::now() + std::chrono::seconds(2),
+                   [this](bool fired) {
+                     if (fired) ctx_.TryCancel();
+                   });
+        return;
+      }
       const int64_t latency =
           std::chrono::duration_cast<std::chrono::microseconds>(
               SteadyClock::now() - scheduled_)
@@ -230,7 +240,12 @@ class LoadRun {
     }
 
     void OnDone(const grpc::Status& status) override {
-      if (!status.ok()) run_->RecordError(status.error_code());
+      alarm_.Cancel();
+      if (read_failed_ && status.error_code() == grpc::StatusCode::CANCELLED) {
+        run_->RecordError(grpc::StatusCode::DATA_LOSS);  // unreadable reply
+      } else if (!status.ok()) {
+        run_->RecordError(status.error_code());
+      }
       run_->UnitDone();
     }
 
@@ -342,7 +357,8 @@ class LoadRun {
         request_;
     std::conditional_t<kBatched, v1::DecodeBatchResponse, v1::DecodeResponse>
         response_;
-    grpc::Alarm alarm_;
+    grpc::Alarm alarm_;  // the open loop's next send, or the read watchdog
+    bool read_failed_ = false;
     uint64_t t_ = 0;
     SteadyClock::time_point stream_start_, scheduled_;
   };

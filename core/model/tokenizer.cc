@@ -161,16 +161,6 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<std::string> pieces_;
 };
 
-// Length of the UTF-8 sequence a lead byte starts (1 for invalid bytes, so
-// that they pass through rather than block the stream).
-size_t SequenceLength(unsigned char c) {
-  if (c < 0xC0) return 1;
-  if (c < 0xE0) return 2;
-  if (c < 0xF0) return 3;
-  if (c < 0xF8) return 4;
-  return 1;
-}
-
 }  // namespace
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
@@ -197,32 +187,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(
         absl::StrCat(path, ": not a SentencePiece model: ", error));
   }
   return std::make_unique<SentencePieceTokenizer>(*module, processor);
-}
-
-std::string Utf8Stream::Push(absl::string_view bytes) {
-  pending_.append(bytes.data(), bytes.size());
-  // Find the start of the last character and check it is complete.
-  size_t end = pending_.size();
-  size_t i = end;
-  size_t back = 0;
-  while (i > 0 && back < 4) {
-    unsigned char c = static_cast<unsigned char>(pending_[i - 1]);
-    if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII)
-      if (i - 1 + SequenceLength(c) > end) end = i - 1;
-      break;
-    }
-    --i;
-    ++back;
-  }
-  std::string out = pending_.substr(0, end);
-  pending_.erase(0, end);
-  return out;
-}
-
-std::string Utf8Stream::Flush() {
-  std::string out;
-  out.swap(pending_);
-  return out;
 }
 
 }  // namespace linattn

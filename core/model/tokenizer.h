@@ -5,8 +5,8 @@
 //   SentencePiece          a tokenizer.model beside the weights (Debian's
 //                          libsentencepiece), see tokenizer_sentencepiece.cc.
 //
-// Generation streams text token by token; Utf8Stream holds back the bytes of
-// a character that is not complete yet, so every piece sent is valid UTF-8.
+// Generation streams text token by token through Utf8Stream
+// (core/util/utf8.h), so every piece sent is valid UTF-8.
 #ifndef LINATTN_CORE_MODEL_TOKENIZER_H_
 #define LINATTN_CORE_MODEL_TOKENIZER_H_
 
@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/util/utf8.h"
 
 namespace linattn {
 
@@ -39,18 +40,6 @@ std::unique_ptr<Tokenizer> NewByteTokenizer();
 // NOT_FOUND / INVALID_ARGUMENT naming the file when it cannot be loaded.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(
     const std::string& path);
-
-// Accumulates bytes and releases the longest prefix that does not end
-// inside a UTF-8 character.
-class Utf8Stream {
- public:
-  std::string Push(absl::string_view bytes);
-  // Whatever is left (at the end of a stream), as is.
-  std::string Flush();
-
- private:
-  std::string pending_;
-};
 
 }  // namespace linattn
 

@@ -11,6 +11,7 @@
 #include "clients/cli/attend.h"
 #include "clients/cli/explain.h"
 #include "clients/cli/npy.h"
+#include "clients/cli/remote.h"
 #include "clients/load/load.h"
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
@@ -84,6 +85,21 @@ TEST_F(CliRemoteTest, AttendThroughServerSessions) {
   o.server = server_->address();
   o.mode = "recurrent";
   EXPECT_THAT(std::string(Attend(o).message()), HasSubstr("computes locally"));
+}
+
+// A Decode stream the server ends early: the client ends its call too and
+// reports the server's own status (not CANCELLED, not a silent success).
+TEST_F(CliRemoteTest, DecodeStreamEndedByTheServerReportsItsStatus) {
+  RemoteAttention remote(server_->address());
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 2};
+  const testing::Tokens data = testing::RandomTokens(spec, 4, 3);
+  std::vector<float> y(4 * 2), den(4);
+  std::vector<uint8_t> available(4);
+  const absl::Status s = remote.Decode(
+      "no-such-session", spec, {data.q.data(), data.k.data(), data.v.data(), 4},
+      {y.data(), den.data(), available.data()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s.message(), HasSubstr("session_id"));
 }
 
 TEST_F(CliRemoteTest, ExplainThroughInspectMatchesLocal) {

@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
 
+#include "clients/cli/generate.h"
 #include "clients/cli/remote.h"
 #include "core/scheduler/generation.h"
 #include "linattn/v1/generation.grpc.pb.h"
@@ -279,6 +281,95 @@ TEST_F(GenerationServiceTest, GenerateCommandStreamsTheContinuation) {
   std::ifstream in(out);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(text, LocalGreedy("Blessed are the poor", 30) + "\n");
+}
+
+// A model whose bytes are not UTF-8 (it only ever says 0xFF): the stream
+// carries U+FFFD as text and the bytes as token ids, so gRPC clients can
+// parse every message, and `linattn generate` ends with the text.
+TEST(GenerationServerTextTest, BytesThatAreNotUtf8ReachClientsAsValidText) {
+  testing::TempDir tmp;
+  const nlohmann::json config = testing::SmallConfig();
+  testing::WriteModel(tmp.Path("ff"), config,
+                      testing::OneTokenModelTensors(config, 0xFF));
+  auto server = testing::ServerProcess::Start({"--model", tmp.Path("ff")});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::GenerationService::NewStub(server->Channel());
+  grpc::ClientContext create_ctx;
+  v1::ModelSession session;
+  ASSERT_TRUE(stub->CreateSession(&create_ctx, {}, &session).ok());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::GenerateRequest req;
+  req.set_session_id(session.session_id());
+  req.set_prompt("hi");
+  req.mutable_sampling()->set_max_tokens(3);
+  auto reader = stub->Generate(&ctx, req);
+  std::string text;
+  int messages = 0;
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+    EXPECT_EQ(r.token_id(), 0xFF);
+    text += r.text();
+    ++messages;
+  }
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(messages, 3);
+  EXPECT_EQ(text, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+
+  const std::string out = tmp.Path("out.txt");
+  const std::string cmd = "timeout 20 " + std::string(LINATTN_BINARY) +
+                          " generate --server " + server->address() +
+                          " --max-tokens 2 hi > " + out;
+  const int code = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(code));
+  EXPECT_EQ(WEXITSTATUS(code), 0);
+  std::ifstream in(out);
+  std::string printed((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(printed, "\xEF\xBF\xBD\xEF\xBF\xBD\n");
+}
+
+// A server that sends a message standard clients cannot parse (text that is
+// not UTF-8) and then keeps its stream open: `linattn generate` must not
+// wait for it for ever, but cancel and fail.
+TEST(GenerateClientTest, AnUnreadableMessageEndsTheCallWithAnError) {
+  class Unreadable final : public v1::GenerationService::CallbackService {
+    grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+        grpc::CallbackServerContext*, const v1::GenerateRequest*) override {
+      class Reactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+       public:
+        Reactor() {
+          message_.set_token_id(0xFF);
+          message_.set_text("\xFF");
+          StartWrite(&message_);
+        }
+        void OnWriteDone(bool) override {}  // and never Finish on its own
+        void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+        void OnDone() override { delete this; }
+
+       private:
+        v1::GenerateResponse message_;
+      };
+      return new Reactor();
+    }
+  } service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  GenerateOptions options;
+  options.server = "127.0.0.1:" + std::to_string(port);
+  options.session_id = "any";  // no CreateSession call
+  options.prompt = "hi";
+  std::ostringstream out, info;
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status s = linattn::Generate(options, out, info);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  server->Shutdown(std::chrono::system_clock::now());
 }
 
 // --weights bf16: the server streams what the bf16-packed model gives in

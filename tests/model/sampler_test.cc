@@ -97,18 +97,5 @@ TEST(TokenizerTest, BytesRoundTrip) {
   EXPECT_EQ(t->TokenBytes(300), "");  // specials decode to nothing
 }
 
-TEST(Utf8StreamTest, HoldsBackIncompleteCharacters) {
-  Utf8Stream s;
-  const std::string check = "\xE2\x9C\x93";  // ✓
-  EXPECT_EQ(s.Push("a"), "a");
-  EXPECT_EQ(s.Push(check.substr(0, 1)), "");
-  EXPECT_EQ(s.Push(check.substr(1, 1)), "");
-  EXPECT_EQ(s.Push(check.substr(2, 1) + "b"), check + "b");
-  EXPECT_EQ(s.Push("\xC3"), "");
-  EXPECT_EQ(s.Flush(), "\xC3");
-  // An invalid byte is passed on rather than blocking the stream.
-  EXPECT_EQ(s.Push("\xFF"), "\xFF");
-}
-
 }  // namespace
 }  // namespace linattn

@@ -4,6 +4,7 @@
 #ifndef LINATTN_TESTS_MODEL_TEST_MODEL_H_
 #define LINATTN_TESTS_MODEL_TEST_MODEL_H_
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -66,6 +67,28 @@ inline std::vector<TensorToWrite> ModelTensors(const nlohmann::json& config,
   add("model.norm.weight", {H}, 0.1f, 1.0f);
   if (!c.tie_word_embeddings) {
     add("lm_head.weight", {V, H}, zero_lm_head ? 0.0f : sh);
+  }
+  return out;
+}
+
+// A model whose greedy choice is `token` at every position: embeddings all
+// ones, every projection zero (each layer then adds nothing, so the final
+// norm sees the same vector everywhere) and lm_head one-hot on `token`.
+inline std::vector<TensorToWrite> OneTokenModelTensors(
+    const nlohmann::json& config, int32_t token) {
+  auto c = ParseModelConfig(config.dump()).value();
+  std::vector<TensorToWrite> out = ModelTensors(config, 1);
+  const int64_t H = c.hidden_size;
+  for (TensorToWrite& t : out) {
+    const bool norm = t.name.ends_with("norm.weight");
+    std::fill(t.values.begin(), t.values.end(), norm ? 1.0f : 0.0f);
+    if (t.name == "model.embeddings.weight") {
+      std::fill(t.values.begin(), t.values.end(), 1.0f);
+    }
+    if (t.name == "lm_head.weight") {
+      std::fill(t.values.begin() + int64_t{token} * H,
+                t.values.begin() + (int64_t{token} + 1) * H, 1.0f);
+    }
   }
   return out;
 }

@@ -257,6 +257,33 @@ TEST(GenerationTest, EosEndsGeneration) {
   EXPECT_EQ(g.text, "");
 }
 
+TEST(GenerationTest, BytesThatAreNotUtf8StreamAsReplacementCharacters) {
+  // A byte model that only ever says 0xFF (never valid UTF-8), and one that
+  // says 0xC3 (a lead byte that the next 0xC3 breaks off): the text of every
+  // event is valid UTF-8 (U+FFFD where the bytes are not), and the raw bytes
+  // stay available as token ids.
+  testing::TempDir tmp;
+  const nlohmann::json config = testing::SmallConfig();
+  for (int32_t byte : {0xFF, 0xC3}) {
+    const std::string dir = tmp.Path(absl::StrCat("byte", byte));
+    testing::WriteModel(dir, config,
+                        testing::OneTokenModelTensors(config, byte));
+    GenerationEngine engine({Model::Load(dir).value()});
+    auto s = engine.CreateSession("", "").value();
+    Collector c;
+    std::vector<std::string> pieces;
+    c.OnEvent([&](const GenerateEvent& e) { pieces.push_back(e.text); });
+    engine.Generate(s.session_id, Bytes("hi"), SamplingParams{.max_tokens = 4},
+                    c.Callback());
+    const Generated g = c.Wait();
+    ASSERT_TRUE(g.status.ok()) << g.status;
+    EXPECT_EQ(g.ids, std::vector<int32_t>(4, byte));
+    for (const std::string& piece : pieces) EXPECT_TRUE(IsValidUtf8(piece));
+    const std::string fffd = "\xEF\xBF\xBD";
+    EXPECT_EQ(g.text, fffd + fffd + fffd + fffd) << byte;
+  }
+}
+
 TEST(GenerationTest, FailedRequestsLeaveTheSessionAsItWas) {
   GenerationEngine engine({Builtin()});
   auto s = engine.CreateSession("", "s").value();
