@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/session/snapshot.h"
+#include "core/util/status_macros.h"
 #include "server/convert.h"
 #include "server/status.h"
 
@@ -45,6 +46,26 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
 }
 
 }  // namespace
+
+AttentionServiceImpl::AttentionServiceImpl(SessionManager* sessions,
+                                           Scheduler* scheduler,
+                                           const CallGate* gate)
+    : EntryPoints("linattn.v1.AttentionService", gate),
+      sessions_(sessions),
+      scheduler_(scheduler) {
+  using Self = AttentionServiceImpl;
+  Unary("CreateSession", &Self::CreateSession);
+  Unary("GetSession", &Self::GetSession);
+  Unary("ListSessions", &Self::ListSessions);
+  Unary("DeleteSession", &Self::DeleteSession);
+  Unary("Prefill", &Self::Prefill);
+  Bidi("Decode", &Self::OpenDecode);
+  Bidi("DecodeBatch", &Self::OpenDecodeBatch);
+  Unary("Inspect", &Self::Inspect);
+  Unary("Snapshot", &Self::Snapshot);
+  Unary("Restore", &Self::Restore);
+  Unary("Fork", &Self::Fork);
+}
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSession(
     grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* request,
@@ -125,60 +146,152 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
   return reactor;
 }
 
-namespace {
-
 // What Decode and DecodeBatch streams share: one message in flight; after
 // its response is written, the next request is read. (The first read is
 // started by the derived constructor, once the reactor is whole.)
-template <typename Request, typename Response>
-class StepStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
+//
+// A stream can be aborted from outside (the server's grace period ended):
+// waiting for a message it finishes at once; with a step running or a
+// response being written, it finishes as soon as that is done, because the
+// scheduler writes into the reactor's buffers until then.
+class AttentionServiceImpl::OpenStream {
  public:
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      this->Finish(
-          grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
-      return;
-    }
-    this->StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
-
- protected:
-  Request request_;
-  Response response_;
+  virtual ~OpenStream() = default;
+  virtual void Abort(const grpc::Status& status) = 0;
 };
 
-}  // namespace
+template <typename Request, typename Response>
+class AttentionServiceImpl::StepStreamReactor
+    : public grpc::ServerBidiReactor<Checked<Request>, Response>,
+      public OpenStream {
+ public:
+  explicit StepStreamReactor(AttentionServiceImpl* service)
+      : service_(service) {
+    std::lock_guard<std::recursive_mutex> lock(service_->streams_mu_);
+    service_->streams_.insert(this);
+  }
+
+  void Abort(const grpc::Status& status) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_) return;
+    if (busy_) {
+      abort_ = status;  // finished when the step or write completes
+      return;
+    }
+    finished_ = true;
+    lock.unlock();
+    this->Finish(status);
+  }
+
+  void OnReadDone(bool ok) final {
+    if (!ok) {  // the client closed its side (or the call was cancelled)
+      FinishOnce(grpc::Status::OK);
+      return;
+    }
+    if (!read_.status.ok()) {  // the message could not be parsed
+      FinishOnce(ToGrpcStatus(read_.status));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      busy_ = true;
+    }
+    if (absl::Status s = StartStep(); !s.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
+      }
+      FinishOnce(ToGrpcStatus(s));
+    }
+  }
+
+  void OnWriteDone(bool ok) final {
+    std::unique_lock<std::mutex> lock(mu_);
+    busy_ = false;
+    if (finished_) return;
+    if (!ok || abort_) {
+      finished_ = true;
+      const grpc::Status status =
+          abort_ ? *abort_
+                 : grpc::Status(grpc::StatusCode::CANCELLED,
+                                "the client went away");
+      lock.unlock();
+      this->Finish(status);
+      return;
+    }
+    lock.unlock();
+    this->StartRead(&read_);
+  }
+
+  void OnDone() final {
+    {
+      std::lock_guard<std::recursive_mutex> lock(service_->streams_mu_);
+      service_->streams_.erase(this);
+    }
+    delete this;
+  }
+
+ protected:
+  // Checks the request just read and submits its step; the step's
+  // completion calls StepDone. An error ends the stream with it.
+  virtual absl::Status StartStep() = 0;
+
+  // From the step's completion: the response (when `status` is OK) goes out,
+  // or the stream ends with the error or the abort.
+  void StepDone(const absl::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!status.ok() || abort_) {
+      busy_ = false;
+      finished_ = true;
+      const grpc::Status out = abort_ ? *abort_ : ToGrpcStatus(status);
+      lock.unlock();
+      this->Finish(out);
+      return;
+    }
+    lock.unlock();
+    this->StartWrite(&response_);
+  }
+
+  void FinishOnce(const grpc::Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    this->Finish(status);
+  }
+
+  AttentionServiceImpl* const service_;
+  Checked<Request> read_;
+  const Request& request_ = read_.message;
+  Response response_;
+
+ private:
+  std::mutex mu_;
+  bool busy_ = false;      // a step or a write is in flight
+  bool finished_ = false;  // Finish was called
+  std::optional<grpc::Status> abort_;
+};
 
 // One Decode stream: read a token, step it on the scheduler, write the
 // result, read the next. A bad message ends the stream with its status and
 // leaves the session as it was.
-class AttentionServiceImpl::DecodeReactor
+class AttentionServiceImpl::DecodeReactor final
     : public StepStreamReactor<v1::DecodeRequest, v1::DecodeResponse> {
  public:
-  explicit DecodeReactor(AttentionServiceImpl* service) : service_(service) {
-    StartRead(&request_);
+  explicit DecodeReactor(AttentionServiceImpl* service)
+      : StepStreamReactor(service) {
+    StartRead(&read_);
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side (or the call was cancelled)
-      Finish(grpc::Status::OK);
-      return;
-    }
-    auto found = service_->sessions_->Find(request_.session_id());
-    if (!found.ok()) {
-      Finish(ToGrpcStatus(found.status()));
-      return;
-    }
-    session_ = *std::move(found);
+ private:
+  absl::Status StartStep() override {
+    LINATTN_ASSIGN_OR_RETURN(session_,
+                             service_->sessions_->Find(request_.session_id()));
     const AttentionSpec& spec = session_->spec();
-    if (absl::Status s = CheckSizes(spec, 1, request_.q_size(),
-                                    request_.k_size(), request_.v_size());
-        !s.ok()) {
-      Finish(ToGrpcStatus(s));
-      return;
-    }
+    LINATTN_RETURN_IF_ERROR(CheckSizes(spec, 1, request_.q_size(),
+                                       request_.k_size(), request_.v_size()));
     response_.Clear();
     response_.mutable_output()->Resize(
         static_cast<int>(spec.num_heads * spec.value_dim), 0);
@@ -191,66 +304,55 @@ class AttentionServiceImpl::DecodeReactor
                              response_.mutable_denominator()->mutable_data(),
                              available_.data()};
     service_->scheduler_->Step(session_, in, out, [this](absl::Status status) {
-      if (!status.ok()) {
-        Finish(ToGrpcStatus(status));
-        return;
+      if (status.ok()) {
+        CopyAvailable(available_, response_.mutable_available());
+        response_.set_position(session_->state().position());
       }
-      CopyAvailable(available_, response_.mutable_available());
-      response_.set_position(session_->state().position());
-      StartWrite(&response_);
+      StepDone(status);
     });
+    return absl::OkStatus();
   }
 
- private:
-  AttentionServiceImpl* const service_;
   std::vector<uint8_t> available_;
   std::shared_ptr<Session> session_;
 };
 
-grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse>*
-AttentionServiceImpl::Decode(grpc::CallbackServerContext*) {
+grpc::ServerBidiReactor<Checked<v1::DecodeRequest>, v1::DecodeResponse>*
+AttentionServiceImpl::OpenDecode(grpc::CallbackServerContext*) {
   return new DecodeReactor(this);
 }
 
 // One DecodeBatch stream: each message is a step group on the scheduler.
 // Everything that can be checked before it runs is checked here, so a bad
 // message ends the stream naming steps[i] before anything is queued.
-class AttentionServiceImpl::DecodeBatchReactor
+class AttentionServiceImpl::DecodeBatchReactor final
     : public StepStreamReactor<v1::DecodeBatchRequest,
                                v1::DecodeBatchResponse> {
  public:
   explicit DecodeBatchReactor(AttentionServiceImpl* service)
-      : service_(service) {
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    absl::StatusOr<std::vector<Scheduler::GroupStep>> group = Prepare();
-    if (!group.ok()) {
-      Finish(ToGrpcStatus(group.status()));
-      return;
-    }
-    service_->scheduler_->StepGroup(
-        *std::move(group), [this](absl::Status status) {
-          if (!status.ok()) {
-            Finish(ToGrpcStatus(status));
-            return;
-          }
-          for (int i = 0; i < response_.steps_size(); ++i) {
-            v1::DecodeResponse& r = *response_.mutable_steps(i);
-            CopyAvailable(available_[i], r.mutable_available());
-            r.set_position(sessions_[i]->state().position());
-          }
-          sessions_.clear();
-          StartWrite(&response_);
-        });
+      : StepStreamReactor(service) {
+    StartRead(&read_);
   }
 
  private:
+  absl::Status StartStep() override {
+    LINATTN_ASSIGN_OR_RETURN(std::vector<Scheduler::GroupStep> group,
+                             Prepare());
+    service_->scheduler_->StepGroup(
+        std::move(group), [this](absl::Status status) {
+          if (status.ok()) {
+            for (int i = 0; i < response_.steps_size(); ++i) {
+              v1::DecodeResponse& r = *response_.mutable_steps(i);
+              CopyAvailable(available_[i], r.mutable_available());
+              r.set_position(sessions_[i]->state().position());
+            }
+          }
+          sessions_.clear();
+          StepDone(status);
+        });
+    return absl::OkStatus();
+  }
+
   // The step group of request_, with response_ sized to receive it.
   absl::StatusOr<std::vector<Scheduler::GroupStep>> Prepare() {
     const int n = request_.steps_size();
@@ -298,14 +400,22 @@ class AttentionServiceImpl::DecodeBatchReactor
     return group;
   }
 
-  AttentionServiceImpl* const service_;
   std::vector<std::vector<uint8_t>> available_;
   std::vector<std::shared_ptr<Session>> sessions_;
 };
 
-grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
-AttentionServiceImpl::DecodeBatch(grpc::CallbackServerContext*) {
+grpc::ServerBidiReactor<Checked<v1::DecodeBatchRequest>,
+                        v1::DecodeBatchResponse>*
+AttentionServiceImpl::OpenDecodeBatch(grpc::CallbackServerContext*) {
   return new DecodeBatchReactor(this);
+}
+
+void AttentionServiceImpl::AbortStreams(const absl::Status& status) {
+  // Held while aborting: a stream's OnDone (which deletes it) waits, so
+  // every pointer stays valid; recursive in case gRPC runs OnDone inline.
+  std::lock_guard<std::recursive_mutex> lock(streams_mu_);
+  const std::vector<OpenStream*> open(streams_.begin(), streams_.end());
+  for (OpenStream* stream : open) stream->Abort(ToGrpcStatus(status));
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(

@@ -7,18 +7,23 @@
 #ifndef LINATTN_SERVER_ATTENTION_SERVICE_H_
 #define LINATTN_SERVER_ATTENTION_SERVICE_H_
 
+#include <mutex>
+#include <set>
+
 #include "core/scheduler/scheduler.h"
 #include "core/session/session_manager.h"
 #include "linattn/v1/attention.grpc.pb.h"
+#include "server/rpc_entry.h"
 
 namespace linattn {
 
 class AttentionServiceImpl final
-    : public v1::AttentionService::CallbackService {
+    : public EntryPoints<v1::AttentionService::CallbackService> {
  public:
-  // Both outlive the service.
-  AttentionServiceImpl(SessionManager* sessions, Scheduler* scheduler)
-      : sessions_(sessions), scheduler_(scheduler) {}
+  // All three outlive the service. Every method enters through `gate`
+  // (server/rpc_entry.h).
+  AttentionServiceImpl(SessionManager* sessions, Scheduler* scheduler,
+                       const CallGate* gate);
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* request,
@@ -35,10 +40,11 @@ class AttentionServiceImpl final
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* ctx,
                                     const v1::PrefillRequest* request,
                                     v1::PrefillResponse* response) override;
-  grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse>* Decode(
-      grpc::CallbackServerContext* ctx) override;
-  grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
-  DecodeBatch(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerBidiReactor<Checked<v1::DecodeRequest>, v1::DecodeResponse>*
+  OpenDecode(grpc::CallbackServerContext* ctx);
+  grpc::ServerBidiReactor<Checked<v1::DecodeBatchRequest>,
+                          v1::DecodeBatchResponse>*
+  OpenDecodeBatch(grpc::CallbackServerContext* ctx);
   grpc::ServerUnaryReactor* Inspect(grpc::CallbackServerContext* ctx,
                                     const v1::InspectRequest* request,
                                     v1::InspectResponse* response) override;
@@ -52,12 +58,21 @@ class AttentionServiceImpl final
                                  const v1::ForkRequest* request,
                                  v1::Session* response) override;
 
+  // Ends every open Decode and DecodeBatch stream with `status` (at once,
+  // or when its running step is done). For the end of a drain.
+  void AbortStreams(const absl::Status& status);
+
  private:
+  class OpenStream;
+  template <typename Request, typename Response>
+  class StepStreamReactor;
   class DecodeReactor;
   class DecodeBatchReactor;
 
   SessionManager* const sessions_;
   Scheduler* const scheduler_;
+  std::recursive_mutex streams_mu_;
+  std::set<OpenStream*> streams_;  // guarded by streams_mu_
 };
 
 }  // namespace linattn

@@ -53,6 +53,22 @@ absl::StatusOr<std::vector<int32_t>> Tokens(
 
 }  // namespace
 
+GenerationServiceImpl::GenerationServiceImpl(GenerationEngine* engine,
+                                             const CallGate* gate)
+    : EntryPoints("linattn.v1.GenerationService", gate), engine_(engine) {
+  using Self = GenerationServiceImpl;
+  Unary("ListModels", &Self::ListModels);
+  Unary("CreateSession", &Self::CreateSession);
+  Unary("GetSession", &Self::GetSession);
+  Unary("ListSessions", &Self::ListSessions);
+  Unary("Append", &Self::Append);
+  Stream("Generate", &Self::Generate);
+  Unary("Fork", &Self::Fork);
+  Unary("Snapshot", &Self::Snapshot);
+  Unary("Restore", &Self::Restore);
+  Unary("DeleteSession", &Self::DeleteSession);
+}
+
 grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(
     grpc::CallbackServerContext* ctx, const v1::ListModelsRequest*,
     v1::ListModelsResponse* response) {
@@ -118,14 +134,19 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
 
 // Events from the engine's worker go through a Channel, which outlives the
 // reactor: once the call is done the engine's remaining events are dropped.
+// Delivery is paced (GenerateControl): the engine computes a token only
+// after the previous one's message was written, so a stream that breaks
+// leaves exactly the tokens its client was sent in the session's context.
 class GenerationServiceImpl::GenerateReactor final
     : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor() : channel_(std::make_shared<Channel>()) {
+  explicit GenerateReactor(GenerationEngine* engine)
+      : channel_(std::make_shared<Channel>(engine)) {
     channel_->reactor = this;
   }
 
-  void Start(GenerationEngine& engine, const v1::GenerateRequest& request) {
+  void Start(const v1::GenerateRequest& request) {
+    GenerationEngine& engine = *channel_->engine;
     auto tokens =
         Tokens(engine, request.session_id(), request.prompt(),
                request.prompt_token_ids(), "prompt", "prompt_token_ids", true);
@@ -145,7 +166,7 @@ class GenerationServiceImpl::GenerateReactor final
     engine.Generate(
         request.session_id(), std::move(*tokens), std::move(params),
         [channel = channel_](const GenerateEvent& e) { channel->Push(e); },
-        channel_->cancelled);
+        channel_->control);
   }
 
   void OnWriteDone(bool ok) override {
@@ -153,14 +174,16 @@ class GenerationServiceImpl::GenerateReactor final
     channel_->writing = false;
     if (!ok) {
       // The client is gone: stop generating, finish once the engine has.
-      channel_->cancelled->store(true);
+      channel_->engine->Cancel(*channel_->control);
       channel_->queue.clear();
       channel_->broken = true;
+    } else if (channel_->current.token_id() >= 0) {
+      channel_->engine->Delivered(*channel_->control);
     }
     channel_->WriteNextLocked();
   }
 
-  void OnCancel() override { channel_->cancelled->store(true); }
+  void OnCancel() override { channel_->engine->Cancel(*channel_->control); }
 
   void OnDone() override {
     {
@@ -172,10 +195,12 @@ class GenerationServiceImpl::GenerateReactor final
 
  private:
   struct Channel {
+    explicit Channel(GenerationEngine* e) : engine(e) {}
+    GenerationEngine* const engine;
+    const std::shared_ptr<GenerateControl> control =
+        std::make_shared<GenerateControl>(/*paced=*/true);
     std::mutex mu;
     GenerateReactor* reactor = nullptr;  // null once the call is done
-    std::shared_ptr<std::atomic<bool>> cancelled =
-        std::make_shared<std::atomic<bool>>(false);
     std::deque<v1::GenerateResponse> queue;
     v1::GenerateResponse current;
     bool writing = false;
@@ -227,8 +252,8 @@ class GenerationServiceImpl::GenerateReactor final
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     grpc::CallbackServerContext*, const v1::GenerateRequest* request) {
-  auto* reactor = new GenerateReactor();
-  reactor->Start(*engine_, *request);
+  auto* reactor = new GenerateReactor(engine_);
+  reactor->Start(*request);
   return reactor;
 }
 

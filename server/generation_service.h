@@ -9,14 +9,16 @@
 
 #include "core/scheduler/generation.h"
 #include "linattn/v1/generation.grpc.pb.h"
+#include "server/rpc_entry.h"
 
 namespace linattn {
 
 class GenerationServiceImpl final
-    : public v1::GenerationService::CallbackService {
+    : public EntryPoints<v1::GenerationService::CallbackService> {
  public:
-  // The engine outlives the service.
-  explicit GenerationServiceImpl(GenerationEngine* engine) : engine_(engine) {}
+  // Both outlive the service. Every method enters through `gate`
+  // (server/rpc_entry.h).
+  GenerationServiceImpl(GenerationEngine* engine, const CallGate* gate);
 
   grpc::ServerUnaryReactor* ListModels(
       grpc::CallbackServerContext* ctx, const v1::ListModelsRequest* request,

@@ -1,10 +1,11 @@
-// linattn-server: the gRPC service of DESIGN.md §3.
+// linattn-server: the gRPC service of docs/design.md §3.
 //
 //   linattn-server --listen 0.0.0.0:50051 --max-sessions 10000 ...
 // Every flag can also come from the environment (LINATTN_LISTEN, …), which
 // is how the container is configured. SIGTERM or SIGINT drains: health turns
 // NOT_SERVING, new calls are refused, in-flight calls get --grace-period to
-// finish, and the process exits 0.
+// finish, and the process exits 0. A second signal during the drain exits at
+// once (status 1).
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,43 +14,20 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "CLI/CLI.hpp"
+#include "core/util/byte_size.h"
+#include "core/util/flag_checks.h"
+#include "server/listen_address.h"
+#include "server/logging.h"
 #include "server/server.h"
-#include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
-
-// "1073741824", "512MiB", "4GiB", "100MB" → bytes.
-bool ParseBytes(const std::string& text, uint64_t* out) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    return false;
-  }
-  const std::string unit = text.substr(used);
-  const std::pair<const char*, double> units[] = {{"", 1},
-                                                  {"B", 1},
-                                                  {"KB", 1e3},
-                                                  {"MB", 1e6},
-                                                  {"GB", 1e9},
-                                                  {"KiB", 1 << 10},
-                                                  {"MiB", 1 << 20},
-                                                  {"GiB", double(1 << 30)},
-                                                  {"TiB", 1099511627776.0}};
-  for (const auto& [name, scale] : units) {
-    if (unit == name && value >= 0) {
-      *out = static_cast<uint64_t>(value * scale);
-      return true;
-    }
-  }
-  return false;
-}
 
 // The kernels' OpenMP workers share the cores with gRPC's threads and the
 // scheduler. libgomp's default is to spin for a long while after every
@@ -73,62 +51,95 @@ void UseShortOpenMpSpin(char** argv) {
   execv(self, argv);  // returns only on failure: carry on as is
 }
 
+// The built-in model, found relative to this binary as installed
+// (PREFIX/bin → PREFIX/share/linattn/models/tiny) and in the build tree
+// (build/bin → build/share/…, which links to the source's models/tiny).
+std::string BuiltinModelDir() {
+  std::error_code error;
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  return (self.parent_path().parent_path() / "share" / "linattn" / "models" /
+          "tiny")
+      .lexically_normal()
+      .string();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   UseShortOpenMpSpin(argv);
   CLI::App app{
       "linattn-server: linear-attention sessions over gRPC (linattn.v1)"};
+  app.set_version_flag("--version", "linattn-server " LINATTN_VERSION);
+  // A flag given twice: the last one counts (as with most servers), so a
+  // wrapper's defaults can be overridden by appending.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   linattn::ServerOptions options;
   int workers = 0;
   std::string max_memory = "4GiB";
-  double idle_ttl_s = 0;
+  double idle_ttl_s = 3600;
   double grace_s = 10;
   std::string log_level = "info";
   bool log_json = false;
   std::string port_file;
   app.add_option("--listen", options.listen,
-                 "address to serve on (port 0 picks a free port)")
+                 "host:port to serve on (port 0 picks a free port); a port "
+                 "another process listens on is refused")
       ->envname("LINATTN_LISTEN")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            auto parsed = linattn::ParseListenAddress(text, "--listen");
+            return parsed.ok() ? ""
+                               : std::string(parsed.status().message().substr(
+                                     std::string("--listen: ").size()));
+          },
+          "HOST:PORT"))
       ->capture_default_str();
   app.add_option("--workers", workers,
                  "compute threads for the kernels (0 = one per core)")
       ->envname("LINATTN_WORKERS")
-      ->check(CLI::NonNegativeNumber);
+      ->check(linattn::NumberAtLeast(0, 4096));
   app.add_option("--max-sessions", options.sessions.max_sessions,
                  "most sessions held at once")
       ->envname("LINATTN_MAX_SESSIONS")
       ->capture_default_str();
-  app.add_option(
-         "--max-state-memory", max_memory,
-         "total recurrent state of all sessions (bytes, or e.g. 512MiB, 4GiB)")
+  app.add_option("--max-state-memory", max_memory,
+                 "total recurrent state of all sessions: bytes, or with a "
+                 "unit (K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, "
+                 "KB/MB/GB/TB of 1000)")
       ->envname("LINATTN_MAX_STATE_MEMORY")
+      ->check(linattn::ByteSize())
       ->capture_default_str();
   app.add_option("--idle-ttl", idle_ttl_s,
-                 "evict sessions unused this many seconds (0 = never)")
+                 "delete sessions (both services) unused this many seconds, "
+                 "so that clients that vanish cannot fill the server; 0 = "
+                 "keep them until deleted")
       ->envname("LINATTN_IDLE_TTL")
-      ->check(CLI::NonNegativeNumber)
+      ->check(linattn::NumberAtLeast(0))
       ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "largest request or response message")
       ->envname("LINATTN_MAX_MESSAGE_BYTES")
-      ->check(CLI::Range(1024, 1 << 30))
+      ->check(linattn::NumberAtLeast(1024, 1 << 30))
       ->capture_default_str();
   app.add_option(
          "--max-batch", options.scheduler.max_round,
          "requests (one per session) the scheduler runs as one batch; 1 turns "
          "batching off")
       ->envname("LINATTN_MAX_BATCH")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(linattn::NumberAtLeast(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--default-epsilon", options.sessions.default_epsilon,
                  "ε for sessions whose spec leaves it unset")
       ->envname("LINATTN_DEFAULT_EPSILON")
+      ->check(linattn::NumberAtLeast(0))
       ->capture_default_str();
   app.add_option("--grace-period", grace_s,
-                 "seconds in-flight calls get on SIGTERM")
+                 "seconds in-flight calls get after SIGTERM/SIGINT (a second "
+                 "signal exits at once)")
       ->envname("LINATTN_GRACE_PERIOD")
-      ->check(CLI::NonNegativeNumber)
+      ->check(linattn::NumberAtLeast(0))
       ->capture_default_str();
   app.add_option("--log-level", log_level,
                  "trace | debug | info | warn | error")
@@ -137,13 +148,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--log-json", log_json, "one JSON object per log line")
       ->envname("LINATTN_LOG_JSON");
-  std::vector<std::string> models = {LINATTN_DEFAULT_MODEL_DIR};
+  const std::string builtin = BuiltinModelDir();
+  std::vector<std::string> models;
   app.add_option("--model", models,
                  "model directory (config.json + model.safetensors) for "
                  "GenerationService; repeat for several; \"none\" serves no "
-                 "model")
-      ->envname("LINATTN_MODEL")
-      ->capture_default_str();
+                 "model (default: the built-in model, " +
+                     builtin + ")")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->envname("LINATTN_MODEL");
   std::string weights = "f32";
   app.add_option(
          "--weights", weights,
@@ -157,35 +170,38 @@ int main(int argc, char** argv) {
                  "tokens one generation iteration runs (decode rows first, "
                  "then prompt pieces)")
       ->envname("LINATTN_TOKEN_BUDGET")
-      ->check(CLI::Range(1, 1 << 16))
+      ->check(linattn::NumberAtLeast(1, 1 << 16))
       ->capture_default_str();
   app.add_option("--max-generating", options.generation.max_batch,
                  "generating sessions decoded together in one iteration")
       ->envname("LINATTN_MAX_GENERATING")
-      ->check(CLI::Range(1, 1 << 16))
+      ->check(linattn::NumberAtLeast(1, 1 << 16))
       ->capture_default_str();
   app.add_option("--port-file", port_file,
                  "write the bound port here once serving")
       ->envname("LINATTN_PORT_FILE");
-  CLI11_PARSE(app, argc, argv);
-
-  auto logger = spdlog::stdout_logger_mt("linattn");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  if (log_json) {
-    spdlog::set_pattern(
-        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%v"})",
-        spdlog::pattern_time_type::utc);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; a usage error exits 2, as is usual.
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  spdlog::flush_on(spdlog::level::info);
 
-  if (!ParseBytes(max_memory, &options.sessions.max_state_bytes)) {
-    std::cerr << "linattn-server: --max-state-memory: not a size: '"
-              << max_memory << "'\n";
-    return 2;
-  }
+  linattn::SetUpLogging(log_level, log_json);
+
+  options.sessions.max_state_bytes = *linattn::ParseByteSize(max_memory);
   if (workers > 0) omp_set_num_threads(workers);
   options.weights = *linattn::ParseWeightType(weights);
+  if (models.empty()) {
+    if (std::filesystem::exists(builtin + "/config.json")) {
+      options.models.push_back(builtin);
+    } else {
+      spdlog::warn(
+          "the built-in model is not at {} (this binary's ../share); "
+          "GenerationService serves no model unless --model names one",
+          builtin);
+    }
+  }
   for (const std::string& dir : models) {
     if (dir != "none" && !dir.empty()) options.models.push_back(dir);
   }
@@ -195,39 +211,58 @@ int main(int argc, char** argv) {
       std::chrono::milliseconds(static_cast<int64_t>(idle_ttl_s * 1000));
 
   // Signals are taken by sigwait below, so every thread starts with them
-  // blocked.
+  // blocked. SIGUSR1 is the drain thread telling the main thread it is done.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = linattn::LinattnServer::Start(options);
   if (!server.ok()) {
-    spdlog::error("cannot start: {}", server.status().ToString());
+    spdlog::error("cannot start: {}", std::string(server.status().message()));
     return 1;
   }
   spdlog::info(
-      "linattn-server listening on {} (compute threads {}, max sessions {}, "
-      "max state memory {} bytes, idle ttl {} s)",
-      (*server)->address(), omp_get_max_threads(),
-      options.sessions.max_sessions, options.sessions.max_state_bytes,
-      idle_ttl_s);
+      "linattn-server {} listening on {} (compute threads {}, max sessions "
+      "{}, max state memory {}, idle ttl {} s)",
+      LINATTN_VERSION, (*server)->address(), omp_get_max_threads(),
+      options.sessions.max_sessions,
+      linattn::FormatByteSize(options.sessions.max_state_bytes), idle_ttl_s);
   if (!port_file.empty()) {
     std::ofstream(port_file) << (*server)->port() << "\n";
   }
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  spdlog::info("signal {}: draining (grace period {} s)", signal_number,
-               grace_s);
-  (*server)->Drain(
-      std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
-  const linattn::SchedulerStats stats = (*server)->scheduler().stats();
+  do {
+    sigwait(&signals, &signal_number);
+  } while (signal_number == SIGUSR1);
   spdlog::info(
-      "stopped: {} decode steps in {} batches, {} prefills ({} tokens) in {} "
-      "batches",
+      "signal {}: draining (grace period {} s; a second signal "
+      "exits at once)",
+      signal_number, grace_s);
+  const pthread_t main_thread = pthread_self();
+  std::thread drain([&] {
+    (*server)->Drain(
+        std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+    pthread_kill(main_thread, SIGUSR1);
+  });
+  sigwait(&signals, &signal_number);
+  if (signal_number != SIGUSR1) {
+    spdlog::warn("signal {} during the drain: exiting now", signal_number);
+    std::fflush(stdout);
+    _exit(1);
+  }
+  drain.join();
+  const linattn::SchedulerStats stats = (*server)->scheduler().stats();
+  const linattn::GenerationStats gen = (*server)->generation().stats();
+  spdlog::info(
+      "stopped: attention: {} decode steps in {} batches, {} prefills ({} "
+      "tokens) in {} batches; generation: {} generate and {} append "
+      "requests, {} prompt tokens, {} tokens generated in {} iterations",
       stats.steps, stats.step_batches, stats.prefills, stats.prefill_tokens,
-      stats.prefill_batches);
+      stats.prefill_batches, gen.generates, gen.appends, gen.prompt_tokens,
+      gen.generated_tokens, gen.iterations);
   return 0;
 }

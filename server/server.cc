@@ -5,18 +5,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/util/status_macros.h"
+#include "grpc_health/v1/health.pb.h"
+#include "server/listen_address.h"
 #include "spdlog/spdlog.h"
 
 namespace linattn {
 
 absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     const ServerOptions& options) {
+  // The address first: a port in use is found before models load.
+  LINATTN_ASSIGN_OR_RETURN(const ListenAddress listen,
+                           ParseListenAddress(options.listen, "--listen"));
+  LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
   std::unique_ptr<LinattnServer> server(new LinattnServer());
   LINATTN_ASSIGN_OR_RETURN(server->sessions_,
                            SessionManager::Create(options.sessions));
   server->scheduler_ = std::make_unique<Scheduler>(options.scheduler);
   server->service_ = std::make_unique<AttentionServiceImpl>(
-      server->sessions_.get(), server->scheduler_.get());
+      server->sessions_.get(), server->scheduler_.get(), &server->gate_);
   std::vector<std::shared_ptr<const Model>> models;
   for (const std::string& dir : options.models) {
     auto model = Model::Load(dir, "", options.weights);
@@ -46,14 +52,27 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   }
   server->generation_ =
       std::make_unique<GenerationEngine>(std::move(models), options.generation);
-  server->generation_service_ =
-      std::make_unique<GenerationServiceImpl>(server->generation_.get());
+  server->generation_service_ = std::make_unique<GenerationServiceImpl>(
+      server->generation_.get(), &server->gate_);
 
+  // Health answers through gRPC's own implementation, which registers no
+  // schema; naming the generated one links it in, so that reflection can
+  // describe grpc.health.v1.Health to clients that discover services.
+  grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+  // gRPC would share the port with another process bound with
+  // SO_REUSEPORT, and the kernel would split connections (and so sessions)
+  // between the two servers.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(listen.ToString(), grpc::InsecureServerCredentials(),
                            &server->port_);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(server->gate_.NewInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(server->service_.get());
@@ -61,11 +80,9 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
-        absl::StrCat("listen: cannot bind ", options.listen));
+        absl::StrCat("--listen: cannot bind ", listen.ToString()));
   }
-  const size_t colon = options.listen.rfind(':');
-  server->address_ =
-      absl::StrCat(options.listen.substr(0, colon), ":", server->port_);
+  server->address_ = absl::StrCat(listen.host, ":", server->port_);
   grpc::HealthCheckServiceInterface* health =
       server->server_->GetHealthCheckService();
   health->SetServingStatus("", true);
@@ -104,8 +121,27 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
   }
   stop_cv_.notify_all();
   if (server_ != nullptr) {  // null when Start failed before serving
-    server_->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING
-    server_->Shutdown(std::chrono::system_clock::now() + grace);
+    // Readiness goes first: health says NOT_SERVING on the open listener,
+    // so probes and load balancers see the drain, and new calls are
+    // refused with the reason (server/rpc_entry.h).
+    server_->GetHealthCheckService()->Shutdown();
+    gate_.Drain();
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    if (!gate_.WaitIdle(deadline)) {
+      // The grace period is over: what still runs ends with a status that
+      // says why, not with gRPC's "Cancelling all calls".
+      const absl::Status over = absl::UnavailableError(
+          "the server is shutting down and its grace period ended before "
+          "this call did");
+      spdlog::info("grace period over: ending {} call(s) still in flight",
+                   gate_.in_flight());
+      generation_->AbortGenerations(over);
+      service_->AbortStreams(over);
+      gate_.WaitIdle(std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(500));
+    }
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(500));
   }
   if (scheduler_ != nullptr) scheduler_->Shutdown();
   if (evictor_.joinable()) evictor_.join();

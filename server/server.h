@@ -20,6 +20,7 @@
 #include "core/session/session_manager.h"
 #include "server/attention_service.h"
 #include "server/generation_service.h"
+#include "server/rpc_entry.h"
 
 namespace linattn {
 
@@ -27,7 +28,8 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 = pick a free one
   SessionManagerOptions sessions;
   SchedulerOptions scheduler;
-  std::chrono::milliseconds idle_ttl{0};  // 0 = sessions never expire
+  // Sessions unused this long are deleted; 0 = kept until deleted.
+  std::chrono::milliseconds idle_ttl{std::chrono::hours(1)};
   int max_message_bytes = 64 << 20;
   // Model directories for GenerationService (none: it serves no models).
   std::vector<std::string> models;
@@ -46,9 +48,11 @@ class LinattnServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
 
-  // Graceful drain: health turns NOT_SERVING, no new calls are accepted,
-  // in-flight calls get until `grace` to finish (then are cancelled), queued
-  // compute runs out. Idempotent.
+  // Graceful drain: health turns NOT_SERVING (the listener stays open for
+  // probes), new calls get UNAVAILABLE, in-flight calls get until `grace` to
+  // finish; then Generate and Decode streams still open end with UNAVAILABLE
+  // saying the server is shutting down, the listener closes and queued
+  // compute runs out. Blocks until done; idempotent.
   void Drain(std::chrono::milliseconds grace);
 
   SessionManager& sessions() { return *sessions_; }
@@ -59,6 +63,7 @@ class LinattnServer {
   LinattnServer() = default;
   void EvictionLoop(std::chrono::milliseconds ttl);
 
+  CallGate gate_;  // admission, drain and in-flight count of every call
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<AttentionServiceImpl> service_;

@@ -72,14 +72,16 @@ absl::Status Attend(const AttendOptions& o) {
   std::vector<uint8_t> available(uint64_t(T) * H);
   SequenceInput in{q.data.data(), k.data.data(), v.data.data(), uint64_t(T)};
   SequenceOutput out{y.data(), den.data(), available.data()};
-  const bool remote_mode = o.mode == "decode" || o.mode == "prefill";
+  const std::string mode =
+      !o.mode.empty() ? o.mode : (o.server.empty() ? "chunkwise" : "prefill");
+  const bool remote_mode = mode == "decode" || mode == "prefill";
   if (remote_mode && o.server.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--mode ", o.mode, ": runs in a server session; give --server ADDR"));
+        "--mode ", mode, ": runs in a server session; give --server ADDR"));
   }
   if (!remote_mode && !o.server.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--mode ", o.mode,
+        "--mode ", mode,
         ": computes locally; with --server use decode or prefill"));
   }
   if (remote_mode) {
@@ -92,23 +94,23 @@ absl::Status Attend(const AttendOptions& o) {
     const uint64_t max_tokens =
         std::max<uint64_t>(1, (16u << 20) / token_bytes);
     absl::Status s =
-        o.mode == "decode"
+        mode == "decode"
             ? remote.Decode(session.session_id(), spec, in, out)
             : remote.Prefill(session.session_id(), spec, in, out, max_tokens);
     (void)remote.DeleteSession(session.session_id());
     LINATTN_RETURN_IF_ERROR(s);
   } else {
     AttentionState state = attention.NewState();
-    if (o.mode == "recurrent") {
+    if (mode == "recurrent") {
       LINATTN_RETURN_IF_ERROR(StepSequence(attention, state, in, out));
-    } else if (o.mode == "chunkwise") {
+    } else if (mode == "chunkwise") {
       ChunkwiseRunner runner({.chunk_size = o.chunk});
       LINATTN_RETURN_IF_ERROR(runner.Run(attention, state, in, out));
-    } else if (o.mode == "quadratic") {
+    } else if (mode == "quadratic") {
       LINATTN_RETURN_IF_ERROR(QuadraticAttention(attention, in, out));
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--mode: unknown '", o.mode,
+          "--mode: unknown '", mode,
           "' (expected recurrent, chunkwise, quadratic, decode or prefill)"));
     }
   }

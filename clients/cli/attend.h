@@ -20,7 +20,8 @@ struct AttendOptions {
   std::string feature_map = "elu1";
   // Local: recurrent | chunkwise | quadratic. With `server`: decode (one
   // Decode stream) | prefill (Prefill requests) in a temporary session.
-  std::string mode = "chunkwise";
+  // Empty: chunkwise locally, prefill (its server-side twin) with `server`.
+  std::string mode;
   std::string server;  // host:port of a linattn-server
   uint32_t chunk = 64;
   std::vector<float> decay;  // one value for every head, or one per head

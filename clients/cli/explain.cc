@@ -1,5 +1,6 @@
 #include "clients/cli/explain.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -52,11 +53,16 @@ nlohmann::json NullableFloat(bool available, float value) {
 std::string FormatFloat(float value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  for (int precision = 1; precision <= 9; ++precision) {
-    std::string text = absl::StrFormat("%.*g", precision, value);
-    if (std::strtof(text.c_str(), nullptr) == value) return text;
-  }
-  return absl::StrFormat("%.9g", value);
+  // The shortest digits that read back as the same float, in positional
+  // notation where that is how people write the number (10, not 1e+01).
+  const float magnitude = std::fabs(value);
+  const bool positional =
+      magnitude == 0.0f || (magnitude >= 1e-4f && magnitude < 1e15f);
+  char buffer[64];
+  const auto [end, error] = std::to_chars(
+      buffer, buffer + sizeof(buffer), value,
+      positional ? std::chars_format::fixed : std::chars_format::scientific);
+  return std::string(buffer, end);
 }
 
 absl::StatusOr<ExplainResult> Explain(const ExplainOptions& options) {

@@ -5,7 +5,9 @@
 //   linattn generate --server ADDR [--max-tokens N] [--temperature T]
 //     [--seed S] "prompt"
 //   linattn health --server ADDR
+//   linattn sessions list|delete --server ADDR [ID ...]
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -16,6 +18,8 @@
 #include "clients/cli/explain.h"
 #include "clients/cli/generate.h"
 #include "clients/cli/remote.h"
+#include "clients/cli/sessions.h"
+#include "core/util/flag_checks.h"
 
 namespace {
 
@@ -28,6 +32,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   CLI::App app{"linattn: linear-attention explorer and client"};
+  app.set_version_flag("--version", "linattn " LINATTN_VERSION);
   app.require_subcommand(1);
 
   linattn::ExplainOptions explain;
@@ -71,14 +76,15 @@ int main(int argc, char** argv) {
   ge->add_option("--session", generate.session_id,
                  "continue this session instead of starting a new one");
   ge->add_flag("--keep", generate.keep,
-               "keep the new session and print its id (stderr)");
+               "keep the new session and print its id (stderr); `linattn "
+               "sessions delete` removes it");
   ge->add_option("--max-tokens", generate.max_tokens, "default: 64")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(linattn::NumberAtLeast(1, 1 << 20));
   ge->add_option("--temperature", generate.temperature, "0 = greedy (default)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(linattn::NumberAtLeast(0));
   ge->add_option("--top-k", generate.top_k, "0 = no limit (default)");
   ge->add_option("--top-p", generate.top_p, "1 = no limit (default)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(linattn::NumberAtLeast(0, 1));
   ge->add_option("--seed", generate.seed, "sampling seed (default: 0)");
   ge->add_option("--stop", generate.stop, "stop before this text (repeatable)");
   ge->add_flag("--usage", generate.usage,
@@ -100,14 +106,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"elu1", "relu", "identity", "favor", "cosine"}));
   at->add_option("--mode", attend.mode,
                  "evaluation order: recurrent | chunkwise | quadratic locally, "
-                 "decode | prefill with --server (default: chunkwise)")
+                 "decode | prefill with --server (default: chunkwise, or "
+                 "prefill with --server)")
       ->check(CLI::IsMember(
           {"recurrent", "chunkwise", "quadratic", "decode", "prefill"}));
   at->add_option("--server", attend.server,
                  "host:port of a linattn-server (modes decode and prefill)");
   at->add_option("--chunk", attend.chunk,
                  "chunk size C of the chunkwise order (default: 64)")
-      ->check(CLI::Range(1, 4096));
+      ->check(linattn::NumberAtLeast(1, 4096));
   at->add_option("--decay", decay,
                  "γ per head, comma-separated (one value = every head)");
   float epsilon = 0;
@@ -123,7 +130,40 @@ int main(int argc, char** argv) {
   at->add_option("--horizon", attend.horizon,
                  "cosFormer horizon M (default T)");
 
-  CLI11_PARSE(app, argc, argv);
+  std::string sessions_server;
+  bool sessions_json = false;
+  std::vector<std::string> delete_ids;
+  CLI::App* se = app.add_subcommand(
+      "sessions", "List or delete a server's sessions (both services)");
+  se->require_subcommand(1);
+  CLI::App* se_list = se->add_subcommand("list", "One line per session");
+  se_list->add_option("--server", sessions_server, "host:port")->required();
+  se_list->add_flag("--json", sessions_json, "print one JSON array");
+  CLI::App* se_delete =
+      se->add_subcommand("delete", "Delete sessions by id (either service)");
+  se_delete->add_option("--server", sessions_server, "host:port")->required();
+  se_delete->add_option("ids", delete_ids, "session ids")->required();
+
+  // A first word that is not an option names a command: say so plainly
+  // when it is not one (CLI11 would only say that a command is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known |= sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "linattn: unknown command '" << argv[1]
+                << "' (commands: " << names << "; see linattn --help)\n";
+      return 2;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help, --version: 0; usage: 2
+  }
 
   if (ex->parsed()) {
     if (prefix_opt->count() > 0) explain.prefix = prefix;
@@ -152,6 +192,22 @@ int main(int argc, char** argv) {
   }
   if (ge->parsed()) {
     if (absl::Status s = linattn::Generate(generate, std::cout, std::cerr);
+        !s.ok()) {
+      return Fail(s);
+    }
+    return 0;
+  }
+  if (se_list->parsed()) {
+    if (absl::Status s =
+            linattn::ListSessions(sessions_server, sessions_json, std::cout);
+        !s.ok()) {
+      return Fail(s);
+    }
+    return 0;
+  }
+  if (se_delete->parsed()) {
+    if (absl::Status s =
+            linattn::DeleteSessions(sessions_server, delete_ids, std::cout);
         !s.ok()) {
       return Fail(s);
     }

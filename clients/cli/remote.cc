@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_health/v1/health.grpc.pb.h"
 
 namespace linattn {
 

@@ -1,15 +1,19 @@
 // linattn-load --server ADDR --sessions N --steps T [options]
 // Prints a progress line per second on stderr and a summary (text, or one
-// JSON object with --json) on stdout; exits 1 if any call failed, any
-// sampled session's outputs differ from a local recomputation, or the
-// duration bound cut the run short.
+// JSON object with --json) on stdout; exits 1 if any call failed or any
+// sampled session's outputs differ from a local recomputation, 2 on a usage
+// error. A run that --duration ends early is a timed run, not a failure; an
+// open-loop run that falls short of --rate says so (and `rate_missed` in
+// JSON). The sessions it creates are deleted however it ends.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "clients/load/load.h"
+#include "core/util/flag_checks.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"linattn-load: session-aware load generator for linattn-server"};
+  app.set_version_flag("--version", "linattn-load " LINATTN_VERSION);
   linattn::LoadOptions o;
   bool json = false;
   app.add_option("--server", o.server,
@@ -27,8 +31,14 @@ int main(int argc, char** argv) {
   app.add_option("--dim", o.dim, "key and value width per head")
       ->capture_default_str();
   app.add_option("--feature-map", o.feature_map,
-                 "elu1 | relu | favor | cosine | identity")
+                 "elu1 | relu | favor | cosine | identity (identity is "
+                 "always unnormalized)")
+      ->check(CLI::IsMember({"elu1", "relu", "favor", "cosine", "identity"}))
       ->capture_default_str();
+  app.add_flag("--unnormalized", o.unnormalized,
+               "sessions read out y = φ(q)ᵀS, no denominator");
+  app.add_option("--horizon", o.horizon,
+                 "cosine: the horizon M (default: prefill + steps)");
   app.add_option("--concurrency", o.concurrency,
                  "streams at once (0 = one per session, or per --batch group)")
       ->capture_default_str();
@@ -36,16 +46,26 @@ int main(int argc, char** argv) {
                  "sessions per DecodeBatch message (0 or 1 = one Decode "
                  "stream per session)")
       ->capture_default_str();
-  app.add_option("--rate", o.rate, "open loop: total steps/s (0 = closed loop)")
+  app.add_option("--rate", o.rate,
+                 "open loop: total steps/s (0 = closed loop); the summary "
+                 "says when the run fell short of it")
+      ->check(linattn::NumberAtLeast(0))
       ->capture_default_str();
-  app.add_option("--duration", o.duration_s, "bound on the whole run, seconds")
+  app.add_option("--duration", o.duration_s,
+                 "bound on the whole run, seconds (a run it ends is a timed "
+                 "run, not a failure)")
+      ->check(linattn::NumberAtLeast(0.001))
       ->capture_default_str();
   app.add_option("--verify", o.verify, "sessions recomputed locally")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "input seed")->capture_default_str();
   app.add_flag("--json", json, "print the summary as one JSON object");
   app.add_flag("!--no-progress", o.progress, "no progress lines on stderr");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help, --version: 0; usage: 2
+  }
 
   auto summary = linattn::RunLoad(o);
   if (!summary.ok()) {

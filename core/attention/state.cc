@@ -51,6 +51,18 @@ AttentionState AttentionState::Copy() const {
   return out;
 }
 
+void AttentionState::CopyFrom(const AttentionState& other) {
+  if (block_.size() != other.block_.size() || num_heads_ != other.num_heads_ ||
+      feature_dim_ != other.feature_dim_ || value_dim_ != other.value_dim_ ||
+      has_key_shift_ != other.has_key_shift_) {
+    *this = other.Copy();
+    return;
+  }
+  std::memcpy(block_.data(), other.block_.data(),
+              block_.size() * sizeof(float));
+  position_ = other.position_;
+}
+
 bool AttentionState::Matches(const AttentionSpec& spec) const {
   return num_heads_ == spec.num_heads && feature_dim_ == FeatureDim(spec) &&
          value_dim_ == spec.value_dim &&

@@ -27,6 +27,9 @@ class AttentionState {
 
   // Deep copy (state block and position).
   AttentionState Copy() const;
+  // The same into this state's own block (no allocation when the shapes
+  // already agree).
+  void CopyFrom(const AttentionState& other);
 
   uint32_t num_heads() const { return num_heads_; }
   uint32_t feature_dim() const { return feature_dim_; }  // d_φ

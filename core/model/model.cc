@@ -132,6 +132,16 @@ ModelState ModelState::Copy() const {
   return out;
 }
 
+void ModelState::CopyFrom(const ModelState& other) {
+  if (layers_.size() != other.layers_.size()) {
+    *this = other.Copy();
+    return;
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].CopyFrom(other.layers_[l]);
+  }
+}
+
 uint64_t ModelState::bytes() const {
   uint64_t total = 0;
   for (const AttentionState& s : layers_) total += s.bytes();

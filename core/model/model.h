@@ -39,6 +39,8 @@ class ModelState {
   ModelState& operator=(ModelState&&) noexcept = default;
 
   ModelState Copy() const;
+  // The same into this state's blocks (no allocation when the shapes agree).
+  void CopyFrom(const ModelState& other);
   uint64_t position() const {
     return layers_.empty() ? 0 : layers_[0].position();
   }

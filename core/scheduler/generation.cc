@@ -56,7 +56,7 @@ struct GenerationEngine::Job {
   InfoCallback on_info;
   std::function<void(absl::StatusOr<std::string>)> on_snapshot;
   std::function<void(absl::Status)> on_delete;
-  std::shared_ptr<std::atomic<bool>> cancelled;
+  std::shared_ptr<GenerateControl> control;  // Generate: never null
   std::string new_id;
 
   // Set when the request becomes the session's active one.
@@ -71,9 +71,17 @@ struct GenerationEngine::Job {
   Utf8Stream utf8;
   std::string held;  // text that may be the start of a stop string
   uint64_t prompt_tokens = 0;
-  uint64_t completion_tokens = 0;
+  uint64_t completion_tokens = 0;  // tokens sampled and emitted
   std::vector<float> logits;
   uint32_t take = 0;  // rows in the current iteration
+  // Paced Generate: the state before the latest generated token was fed,
+  // and that token, to take the next token back out if its message is never
+  // delivered. Taken just before each generated token is fed.
+  ModelState rollback;
+  int32_t rollback_token = -1;
+  // The final event has been emitted; a paced request stays at the head of
+  // its session until that message is delivered (or fails to be).
+  bool done = false;
 };
 
 namespace {
@@ -272,7 +280,7 @@ void GenerationEngine::Append(const std::string& id,
 void GenerationEngine::Generate(const std::string& id,
                                 std::vector<int32_t> prompt,
                                 SamplingParams params, EventCallback on_event,
-                                std::shared_ptr<std::atomic<bool>> cancelled) {
+                                std::shared_ptr<GenerateControl> control) {
   auto fail = [&](absl::Status s) {
     GenerateEvent e;
     e.finished = true;
@@ -290,8 +298,73 @@ void GenerationEngine::Generate(const std::string& id,
   job->input = std::move(prompt);
   job->params = std::move(params);
   job->on_event = on_event;
-  job->cancelled = std::move(cancelled);
+  job->control =
+      control ? std::move(control) : std::make_shared<GenerateControl>();
   Enqueue(id, std::move(job), fail);
+}
+
+void GenerationEngine::Cancel(GenerateControl& control) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    control.cancelled_.store(true);
+  }
+  wake_.notify_one();
+}
+
+void GenerationEngine::Delivered(GenerateControl& control) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    control.delivered_.fetch_add(1);
+  }
+  wake_.notify_one();
+}
+
+void GenerationEngine::AbortGenerations(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort_ = status;
+  }
+  wake_.notify_one();
+}
+
+bool GenerationEngine::Runnable(const Session& s) const {
+  if (s.jobs.empty()) return false;
+  const Job& job = *s.jobs.front();
+  if (job.kind != Job::Kind::kGenerate || !job.active) return true;
+  if (!abort_.ok() || job.control->cancelled()) return true;
+  return !job.control->paced() ||
+         job.control->delivered() >= job.completion_tokens;
+}
+
+void GenerationEngine::EndCancelled(
+    Session& s, Job& job, std::vector<std::function<void()>>& callbacks) {
+  const uint64_t emitted = job.completion_tokens;
+  const uint64_t delivered =
+      job.control->paced() ? job.control->delivered() : emitted;
+  if (!job.active || delivered == 0) {
+    if (job.active) RestoreBackup(s, job);  // nothing reached the client
+  } else if (delivered < emitted) {
+    // The last token never went out: back to before the previous one was
+    // fed, with that one (delivered) pending again.
+    s.state = std::move(job.rollback);
+    s.pending = job.rollback_token;
+    s.position = s.state.position() + 1;
+  } else if (!job.done) {
+    // Every token went out; the last is in the context, not yet fed.
+    s.pending = job.feed.back();
+    s.position = s.state.position() + 1;
+  }
+  if (!job.done) {  // a request that already ended has said so
+    GenerateEvent e;
+    e.finished = true;
+    e.finish_reason = "cancelled";
+    e.status = abort_;
+    e.prompt_tokens = job.prompt_tokens;
+    e.completion_tokens = std::min(delivered, emitted);
+    e.position = s.position;
+    callbacks.push_back([cb = job.on_event, e] { cb(e); });
+  }
+  s.jobs.pop_front();
 }
 
 void GenerationEngine::Fork(const std::string& id, const std::string& new_id,
@@ -407,6 +480,14 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
   return info;
 }
 
+GenerationStats GenerationEngine::stats() const {
+  return GenerationStats{.appends = appends_.load(),
+                         .generates = generates_.load(),
+                         .prompt_tokens = prompt_tokens_.load(),
+                         .generated_tokens = generated_tokens_.load(),
+                         .iterations = iterations_.load()};
+}
+
 size_t GenerationEngine::EvictIdle(std::chrono::milliseconds ttl) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -434,7 +515,7 @@ void GenerationEngine::WorkerLoop() {
       wake_.wait(lock, [&] {
         if (stopping_) return true;
         for (const auto& [id, s] : sessions_) {
-          if (!s->jobs.empty()) return true;
+          if (Runnable(*s)) return true;
         }
         return false;
       });
@@ -457,6 +538,12 @@ void GenerationEngine::WorkerLoop() {
       items.reserve(rows.size());
       for (const Batch::Row& r : rows) {
         Job& job = *r.job;
+        if (job.kind == Job::Kind::kGenerate && job.control->paced() &&
+            job.completion_tokens > 0) {
+          // A generated token is about to join the state (Job::rollback).
+          job.rollback.CopyFrom(r.session->state);
+          job.rollback_token = job.feed[0];
+        }
         const bool last = job.fed + job.take == job.feed.size();
         const bool wants = last && job.kind == Job::Kind::kGenerate;
         if (wants) job.logits.resize(model->config().vocab_size);
@@ -563,6 +650,8 @@ void GenerationEngine::Plan(Batch& batch,
       // Append or Generate.
       if (!job.active) {
         job.active = true;
+        (job.kind == Job::Kind::kAppend ? appends_ : generates_)++;
+        prompt_tokens_ += job.input.size();
         job.backup = s.state.Copy();
         job.backup_pending = s.pending;
         job.backup_position = s.position;
@@ -600,26 +689,16 @@ void GenerationEngine::Plan(Batch& batch,
           }
         }
       }
-      if (job.kind == Job::Kind::kGenerate && job.cancelled &&
-          job.cancelled->load()) {
-        GenerateEvent e;
-        e.finished = true;
-        e.finish_reason = "cancelled";
-        if (job.completion_tokens == 0) {
-          // Nothing was delivered: the session is as it was.
-          RestoreBackup(s, job);
-        } else {
-          // The generated tokens were delivered and stay in the context;
-          // the last one is not in the state yet.
-          s.pending = job.feed.back();
-          s.position = s.state.position() + 1;
+      if (job.kind == Job::Kind::kGenerate) {
+        if (!abort_.ok() || job.control->cancelled()) {
+          EndCancelled(s, job, callbacks);
+          continue;
         }
-        e.prompt_tokens = job.prompt_tokens;
-        e.completion_tokens = job.completion_tokens;
-        e.position = s.position;
-        callbacks.push_back([cb = job.on_event, e] { cb(e); });
-        s.jobs.pop_front();
-        continue;
+        if (!Runnable(s)) break;  // its last message is still on its way
+        if (job.done) {           // ...and has arrived
+          s.jobs.pop_front();
+          continue;
+        }
       }
       candidates.push_back(Batch::Row{&s, &job});
       break;
@@ -705,6 +784,7 @@ void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
 void GenerationEngine::OnToken(Session& s, Job& job, const SampledToken& token,
                                std::vector<std::function<void()>>& callbacks) {
   job.completion_tokens++;
+  generated_tokens_++;
   GenerateEvent e;
   e.token_id = token.id;
   if (job.params.logprobs) e.logprob = token.logprob;
@@ -760,7 +840,11 @@ void GenerationEngine::OnToken(Session& s, Job& job, const SampledToken& token,
   e.finished = true;
   e.finish_reason = reason;
   callbacks.push_back([cb = job.on_event, e] { cb(e); });
-  s.jobs.pop_front();
+  if (job.control->paced()) {
+    job.done = true;  // Plan ends it once the message is delivered
+  } else {
+    s.jobs.pop_front();
+  }
 }
 
 }  // namespace linattn

@@ -56,6 +56,15 @@ struct GenerationOptions {
   ForwardOptions forward;
 };
 
+// Work done since the engine started (for the shutdown summary and tests).
+struct GenerationStats {
+  uint64_t appends = 0;           // Append requests started
+  uint64_t generates = 0;         // Generate requests started
+  uint64_t prompt_tokens = 0;     // tokens they brought (appended, prompts)
+  uint64_t generated_tokens = 0;  // tokens sampled
+  uint64_t iterations = 0;        // batched forward passes
+};
+
 struct ModelSessionInfo {
   std::string session_id;
   std::string model;
@@ -75,6 +84,30 @@ struct GenerateEvent {
   uint64_t prompt_tokens = 0;
   uint64_t completion_tokens = 0;
   uint64_t position = 0;  // session position after this event
+};
+
+// Shared by one Generate request and whoever delivers its messages (the
+// gRPC stream). Thread-safe; the engine is told of changes through
+// GenerationEngine::Cancel and ::Delivered.
+//
+// Paced delivery: a generated token joins the context only once its message
+// has been delivered, and the engine computes the next token only then (it
+// runs at most one message ahead of delivery). A cancel then leaves exactly
+// the delivered tokens in the context, whatever the moment it arrives.
+// Unpaced (in-process callers), a message counts as delivered when the
+// event callback returns.
+class GenerateControl {
+ public:
+  explicit GenerateControl(bool paced = false) : paced_(paced) {}
+  bool paced() const { return paced_; }
+  bool cancelled() const { return cancelled_.load(); }
+  uint64_t delivered() const { return delivered_.load(); }
+
+ private:
+  friend class GenerationEngine;
+  const bool paced_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<uint64_t> delivered_{0};  // messages that carried a token
 };
 
 class GenerationEngine {
@@ -110,11 +143,21 @@ class GenerationEngine {
   void Append(const std::string& id, std::vector<int32_t> tokens,
               InfoCallback done);
   // Appends `prompt` (may be empty), then samples until max_tokens, a stop
-  // string, or the model's eos token. `cancelled` may be set at any time;
-  // the tokens generated so far stay in the context.
+  // string, or the model's eos token. Cancel(*control) may come at any
+  // time: the context then keeps the prompt and the tokens whose messages
+  // were delivered (none delivered: the session is as it was), and the last
+  // event says "cancelled".
   void Generate(const std::string& id, std::vector<int32_t> prompt,
                 SamplingParams params, EventCallback on_event,
-                std::shared_ptr<std::atomic<bool>> cancelled = nullptr);
+                std::shared_ptr<GenerateControl> control = nullptr);
+  // What a Generate's deliverer reports: the request is cancelled; one more
+  // message with a token was delivered.
+  void Cancel(GenerateControl& control);
+  void Delivered(GenerateControl& control);
+  // Ends every Generate, queued or running, with `status` (as a cancel, for
+  // the context), and refuses new ones: a server at the end of its grace
+  // period tells its clients why their streams end.
+  void AbortGenerations(const absl::Status& status);
   // A new session with a copy of this one's context (after its queued
   // requests).
   void Fork(const std::string& id, const std::string& new_id,
@@ -136,6 +179,7 @@ class GenerationEngine {
   // Iterations run so far and the rows they carried (for tests/metrics).
   uint64_t iterations() const { return iterations_.load(); }
   uint64_t max_rows_seen() const { return max_rows_seen_.load(); }
+  GenerationStats stats() const;
 
  private:
   struct Job;
@@ -156,6 +200,12 @@ class GenerationEngine {
   // Under mu_: emits one sampled token of a Generate.
   void OnToken(Session& s, Job& job, const SampledToken& token,
                std::vector<std::function<void()>>& callbacks);
+  // Under mu_: whether the head request of `s` has work the worker can do
+  // now (a paced Generate waits for its last message to be delivered).
+  bool Runnable(const Session& s) const;
+  // Under mu_: ends the cancelled (or aborted) Generate at the head of `s`.
+  void EndCancelled(Session& s, Job& job,
+                    std::vector<std::function<void()>>& callbacks);
 
   const std::vector<std::shared_ptr<const Model>> models_;
   const GenerationOptions options_;
@@ -164,9 +214,12 @@ class GenerationEngine {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  absl::Status abort_;  // set by AbortGenerations
   std::map<std::string, std::unique_ptr<Session>, std::less<>> sessions_;
   uint64_t bytes_in_use_ = 0;
   std::atomic<uint64_t> iterations_{0};
+  std::atomic<uint64_t> appends_{0}, generates_{0}, prompt_tokens_{0},
+      generated_tokens_{0};
   std::atomic<uint64_t> max_rows_seen_{0};
   std::thread worker_;
 };

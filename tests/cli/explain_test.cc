@@ -77,6 +77,24 @@ TEST(Explain, FormatsShortestRoundTrip) {
   EXPECT_EQ(FormatFloat(1.5f), "1.5");
   EXPECT_EQ(std::strtof(FormatFloat(0.1f).c_str(), nullptr), 0.1f);
   EXPECT_EQ(FormatFloat(0.1f), "0.1");
+  // Whole numbers and ordinary magnitudes in positional notation.
+  EXPECT_EQ(FormatFloat(10.0f), "10");
+  EXPECT_EQ(FormatFloat(-1200.0f), "-1200");
+  EXPECT_EQ(FormatFloat(0.0001f), "0.0001");
+  EXPECT_EQ(FormatFloat(0.0f), "0");
+  // Far outside them, scientific; always the same float when read back.
+  EXPECT_EQ(FormatFloat(1e20f), "1e+20");
+  for (float x : {0.60653067f, 10.303266f, 3.4e38f, 1.4e-45f, 7e-5f}) {
+    EXPECT_EQ(std::strtof(FormatFloat(x).c_str(), nullptr), x) << x;
+  }
+}
+
+TEST(Explain, TheGeneralPresetAtPrefixThreePrintsPlainNumbers) {
+  auto r = Explain({.prefix = 3});
+  ASSERT_TRUE(r.ok());
+  const std::string text = FormatExplainText(*r);
+  EXPECT_THAT(text, HasSubstr("S = Σ φ(k_i)·v_i  = [10, 11]"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("e+")));
 }
 
 }  // namespace

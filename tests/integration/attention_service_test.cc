@@ -10,7 +10,7 @@
 
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc_health/v1/health.grpc.pb.h"
 #include "linattn/v1/attention.grpc.pb.h"
 #include "tests/attention/test_util.h"
 #include "tests/integration/server_process.h"

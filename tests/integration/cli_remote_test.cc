@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "clients/cli/attend.h"
 #include "clients/cli/explain.h"
@@ -15,6 +16,7 @@
 #include "clients/load/load.h"
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
+#include "nlohmann/json.hpp"
 #include "tests/attention/test_util.h"
 #include "tests/integration/server_process.h"
 #include "tests/util/temp_dir.h"
@@ -183,10 +185,163 @@ TEST_F(CliRemoteTest, LoadRunVerifiesSessions) {
 
   o.server = "192.168.1.1:50051";
   EXPECT_EQ(RunLoad(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.server = server_->address();
+  // Every run deleted the sessions it created.
+  RemoteAttention remote(server_->address());
+  grpc::ClientContext ctx;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(remote.stub().ListSessions(&ctx, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 0);
   EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
   EXPECT_TRUE(IsLoopbackAddress("127.0.0.2:1"));
   EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
   EXPECT_FALSE(IsLoopbackAddress("10.1.2.3:1"));
+}
+
+// Every feature map linattn-load lists runs and verifies: cosine gets a
+// horizon that covers the run, identity is unnormalised, and unnormalised
+// outputs after a prefill are checked within their derived bound.
+TEST_F(CliRemoteTest, LoadRunsEveryFeatureMapItLists) {
+  for (const char* map : {"elu1", "relu", "favor", "cosine", "identity"}) {
+    for (uint32_t prefill : {0u, 40u}) {
+      LoadOptions o;
+      o.server = server_->address();
+      o.sessions = 4;
+      o.steps = 20;
+      o.prefill = prefill;
+      o.heads = 2;
+      o.dim = 16;
+      o.feature_map = map;
+      o.unnormalized = std::string(map) == "relu";
+      o.progress = false;
+      auto summary = RunLoad(o);
+      ASSERT_TRUE(summary.ok()) << map << ": " << summary.status();
+      EXPECT_TRUE(summary->ok()) << map << "\n" << SummaryText(*summary, o);
+      EXPECT_EQ(summary->verified_sessions, 4u) << map;
+      EXPECT_EQ(summary->mismatched_sessions, 0u) << map;
+    }
+  }
+}
+
+// --duration ends a timed run, which is not a failure; an open loop that
+// cannot reach --rate says so.
+TEST_F(CliRemoteTest, LoadDurationIsATimedRunAndAMissedRateIsReported) {
+  LoadOptions o;
+  o.server = server_->address();
+  o.sessions = 4;
+  o.steps = 1000000;
+  o.heads = 2;
+  o.dim = 16;
+  o.duration_s = 1.0;
+  o.progress = false;
+  auto timed = RunLoad(o);
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_TRUE(timed->ok()) << SummaryText(*timed, o);
+  EXPECT_TRUE(timed->duration_reached);
+  EXPECT_THAT(SummaryText(*timed, o), HasSubstr("a timed run"));
+
+  o.steps = 2000;
+  o.sessions = 2;
+  o.rate = 1e9;  // far beyond what any machine sends through one stream
+  auto missed = RunLoad(o);
+  ASSERT_TRUE(missed.ok()) << missed.status();
+  EXPECT_TRUE(missed->rate_missed);
+  EXPECT_EQ(SummaryJson(*missed, o)["rate_missed"], true);
+  EXPECT_THAT(SummaryText(*missed, o), HasSubstr("target rate was missed"));
+}
+
+// A load run that fails halfway through creating its sessions deletes the
+// ones it made.
+TEST(CliLoadCleanupTest, ARunThatFailsPartwayLeavesNoSessions) {
+  auto server =
+      testing::ServerProcess::Start({"--max-sessions", "3", "--model", "none"});
+  ASSERT_NE(server, nullptr);
+  LoadOptions o;
+  o.server = server->address();
+  o.sessions = 5;
+  o.steps = 10;
+  o.progress = false;
+  const absl::StatusOr<LoadSummary> run = RunLoad(o);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kResourceExhausted);
+  RemoteAttention remote(server->address());
+  grpc::ClientContext ctx;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(remote.stub().ListSessions(&ctx, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 0);
+}
+
+// `linattn sessions` lists both services' sessions and deletes them by id
+// (the way to remove what `generate --keep` kept); unknown commands and
+// attend --server without --mode behave.
+TEST(CliSessionsTest, ListAndDeleteSessionsOfBothServices) {
+  auto server =
+      testing::ServerProcess::Start({"--model", LINATTN_BUILTIN_MODEL_DIR});
+  ASSERT_NE(server, nullptr);
+  testing::TempDir dir;
+  const std::string bin = LINATTN_BINARY;
+  const std::string kept = dir.Path("kept.txt");
+  ASSERT_EQ(0, std::system((bin + " generate --server " + server->address() +
+                            " --keep --max-tokens 3 hi > /dev/null 2> " + kept)
+                               .c_str()));
+  std::ifstream in(kept);
+  std::string word, model_session;
+  in >> word >> model_session;
+  ASSERT_EQ(word, "session");
+  RemoteAttention remote(server->address());
+  auto attention_session = remote.CreateSession(
+      AttentionSpec{.num_heads = 1, .key_dim = 2, .value_dim = 2},
+      std::nullopt);
+  ASSERT_TRUE(attention_session.ok());
+
+  const std::string listed = dir.Path("list.json");
+  ASSERT_EQ(0, std::system((bin + " sessions list --json --server " +
+                            server->address() + " > " + listed)
+                               .c_str()));
+  std::ifstream list_in(listed);
+  const nlohmann::json list = nlohmann::json::parse(list_in);
+  ASSERT_EQ(list.size(), 2u);
+  std::set<std::string> ids;
+  for (const auto& entry : list) ids.insert(entry["session_id"]);
+  EXPECT_TRUE(ids.count(model_session));
+  EXPECT_TRUE(ids.count(attention_session->session_id()));
+
+  EXPECT_EQ(0, std::system((bin + " sessions delete --server " +
+                            server->address() + " " + model_session + " " +
+                            attention_session->session_id() + " > /dev/null")
+                               .c_str()));
+  const int again =
+      std::system((bin + " sessions delete --server " + server->address() +
+                   " " + model_session + " > /dev/null 2>&1")
+                      .c_str());
+  EXPECT_EQ(WEXITSTATUS(again), 1);
+  ASSERT_EQ(0, std::system((bin + " sessions list --json --server " +
+                            server->address() + " > " + listed)
+                               .c_str()));
+  std::ifstream empty_in(listed);
+  EXPECT_EQ(nlohmann::json::parse(empty_in).size(), 0u);
+
+  const int unknown =
+      std::system((bin + " bogus > /dev/null 2> " + kept).c_str());
+  EXPECT_EQ(WEXITSTATUS(unknown), 2);
+  std::ifstream unknown_in(kept);
+  std::string said((std::istreambuf_iterator<char>(unknown_in)), {});
+  EXPECT_THAT(said, HasSubstr("unknown command 'bogus'"));
+}
+
+TEST_F(CliRemoteTest, AttendWithAServerAndNoModePrefills) {
+  const AttentionSpec spec{.num_heads = 2, .key_dim = 4, .value_dim = 3};
+  const testing::Tokens data = testing::RandomTokens(spec, 20, 5);
+  ASSERT_TRUE(WriteNpy(Path("q.npy"), {20, 2, 4}, data.q.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("k.npy"), {20, 2, 4}, data.k.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("v.npy"), {20, 2, 3}, data.v.data()).ok());
+  AttendOptions o;
+  o.q_path = Path("q.npy");
+  o.k_path = Path("k.npy");
+  o.v_path = Path("v.npy");
+  o.out_path = Path("y.npy");
+  o.server = server_->address();
+  const absl::Status s = Attend(o);
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace

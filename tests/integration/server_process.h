@@ -4,6 +4,7 @@
 #ifndef LINATTN_TESTS_INTEGRATION_SERVER_PROCESS_H_
 #define LINATTN_TESTS_INTEGRATION_SERVER_PROCESS_H_
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,9 +26,9 @@ namespace linattn::testing {
 class ServerProcess {
  public:
   // Starts the server with `args` added; nullptr if it did not come up
-  // within 20 s.
+  // within 20 s. `log` (optional) receives its stdout and stderr.
   static std::unique_ptr<ServerProcess> Start(
-      const std::vector<std::string>& args = {}) {
+      const std::vector<std::string>& args = {}, const std::string& log = "") {
     auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
     p->port_file_ = std::filesystem::temp_directory_path() /
                     ("linattn_port_" + std::to_string(::getpid()) + "_" +
@@ -40,10 +41,17 @@ class ServerProcess {
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    if (posix_spawn(&p->pid_, cargv[0], nullptr, nullptr, cargv.data(),
-                    environ) != 0) {
-      return nullptr;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    if (!log.empty()) {
+      posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawn_file_actions_adddup2(&actions, 1, 2);
     }
+    const int spawned = posix_spawn(&p->pid_, cargv[0], &actions, nullptr,
+                                    cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (spawned != 0) return nullptr;
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {

@@ -393,20 +393,104 @@ TEST(GenerationTest, ALongPromptDoesNotStallRunningStreams) {
 TEST(GenerationTest, CancelStopsAndKeepsWhatWasDelivered) {
   GenerationEngine engine({Builtin()});
   auto s = engine.CreateSession("", "").value();
-  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  auto control = std::make_shared<GenerateControl>();
   Collector c;
   std::atomic<int> seen{0};
   c.OnEvent([&](const GenerateEvent&) {
-    if (++seen == 5) cancelled->store(true);
+    if (++seen == 5) engine.Cancel(*control);
   });
   engine.Generate(s.session_id, Bytes("Amen"),
-                  SamplingParams{.max_tokens = 100000}, c.Callback(),
-                  cancelled);
+                  SamplingParams{.max_tokens = 100000}, c.Callback(), control);
   const Generated g = c.Wait();
   EXPECT_EQ(g.reason, "cancelled");
   EXPECT_GE(g.completion, 5u);
   EXPECT_LT(g.completion, 100u);
   EXPECT_EQ(engine.GetSession(s.session_id)->position, 4 + g.completion);
+}
+
+// Paced delivery (what the gRPC stream uses): the engine runs at most one
+// message ahead of delivery, and a cancel leaves exactly the delivered
+// tokens in the context, bit for bit as if generation had stopped there.
+TEST(GenerationTest, PacedCancelKeepsExactlyTheDeliveredTokens) {
+  GenerationEngine engine({Builtin()});
+  const std::string prompt = "And God said";
+  // What the context must be: the prompt and the first k greedy tokens.
+  auto reference = [&](uint32_t k) {
+    auto r = engine.CreateSession("", "").value();
+    EXPECT_EQ(
+        Generate(engine, r.session_id, prompt, SamplingParams{.max_tokens = k})
+            .completion,
+        k);
+    return Snapshot(engine, r.session_id).value();
+  };
+  struct Case {
+    const char* name;
+    int deliver;         // messages delivered before the cancel
+    bool cancel_at_end;  // the cancel comes with the last delivery (else
+                         // with the next message, never delivered)
+    uint32_t max_tokens;
+  };
+  for (const Case& c : {Case{"next one undelivered", 5, false, 100000},
+                        Case{"right after a delivery", 5, true, 100000},
+                        Case{"final message undelivered", 4, false, 5},
+                        Case{"first message undelivered", 0, false, 100000}}) {
+    SCOPED_TRACE(c.name);
+    auto s = engine.CreateSession("", "").value();
+    const std::string before = Snapshot(engine, s.session_id).value();
+    auto control = std::make_shared<GenerateControl>(/*paced=*/true);
+    Collector collector;
+    int tokens = 0;
+    int ahead = 0;  // most messages emitted beyond the delivered ones
+    collector.OnEvent([&](const GenerateEvent& e) {
+      if (e.token_id < 0) return;
+      ++tokens;
+      ahead = std::max<int>(ahead, tokens - int(control->delivered()));
+      if (tokens <= c.deliver) engine.Delivered(*control);
+      if (tokens == c.deliver + (c.cancel_at_end ? 0 : 1)) {
+        engine.Cancel(*control);
+      }
+    });
+    engine.Generate(s.session_id, Bytes(prompt),
+                    SamplingParams{.max_tokens = c.max_tokens},
+                    collector.Callback(), control);
+    const Generated g = collector.Wait();
+    ASSERT_TRUE(g.status.ok()) << g.status;
+    EXPECT_EQ(ahead, 1);
+    const std::string after = Snapshot(engine, s.session_id).value();
+    if (c.deliver == 0) {
+      EXPECT_EQ(after, before);  // nothing reached the client
+      EXPECT_EQ(engine.GetSession(s.session_id)->position, 0u);
+      continue;
+    }
+    EXPECT_EQ(g.reason, c.max_tokens == 5 ? "length" : "cancelled");
+    EXPECT_EQ(engine.GetSession(s.session_id)->position,
+              prompt.size() + c.deliver);
+    EXPECT_EQ(after, reference(c.deliver));
+  }
+}
+
+// A server at the end of its grace period ends every Generate with its
+// reason; the context keeps what was delivered, like a cancel.
+TEST(GenerationTest, AbortEndsRunningAndQueuedGenerationsWithTheReason) {
+  GenerationEngine engine({Builtin()});
+  auto a = engine.CreateSession("", "").value();
+  Collector running, queued;
+  std::atomic<int> seen{0};
+  running.OnEvent([&](const GenerateEvent&) {
+    if (++seen == 3) {
+      engine.AbortGenerations(absl::UnavailableError("shutting down"));
+    }
+  });
+  engine.Generate(a.session_id, Bytes("Amen"),
+                  SamplingParams{.max_tokens = 100000}, running.Callback());
+  engine.Generate(a.session_id, Bytes("more"), SamplingParams{.max_tokens = 10},
+                  queued.Callback());
+  const Generated r = running.Wait();
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("shutting down"));
+  EXPECT_GE(r.completion, 3u);
+  EXPECT_EQ(queued.Wait().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(engine.GetSession(a.session_id)->position, 4 + r.completion);
 }
 
 TEST(GenerationTest, DeleteAndLimits) {

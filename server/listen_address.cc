@@ -1,0 +1,100 @@
+#include "server/listen_address.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace linattn {
+
+std::string ListenAddress::ToString() const {
+  return absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text,
+                                                 absl::string_view flag) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": '", text, "' ", why,
+                     " (expected host:port, e.g. 127.0.0.1:50051, "
+                     "0.0.0.0:50051 or [::1]:50051; port 0 picks a free "
+                     "port)"));
+  };
+  const size_t colon = text.rfind(':');
+  if (colon == absl::string_view::npos) return bad("has no port");
+  ListenAddress out;
+  out.host = std::string(text.substr(0, colon));
+  const absl::string_view port = text.substr(colon + 1);
+  if (out.host.empty()) return bad("has no host");
+  if (out.host.front() == '[') {
+    if (out.host.size() < 3 || out.host.back() != ']' ||
+        out.host.find_first_not_of("0123456789abcdefABCDEF:.", 1) !=
+            out.host.size() - 1) {
+      return bad("has a malformed IPv6 host");
+    }
+  } else {
+    if (out.host.find(':') != std::string::npos) {
+      return bad("has an IPv6 host without [brackets]");
+    }
+    for (char c : out.host) {
+      if (!absl::ascii_isalnum(c) && c != '.' && c != '-' && c != '_') {
+        return bad("has a host that is not a name or an address");
+      }
+    }
+  }
+  uint32_t number = 0;
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(port, &number) || number > 65535) {
+    return bad("has a port that is not a number in 0..65535");
+  }
+  out.port = static_cast<uint16_t>(number);
+  return out;
+}
+
+absl::Status CheckCanListen(const ListenAddress& address,
+                            absl::string_view flag) {
+  if (address.port == 0) return absl::OkStatus();
+  std::string host = address.host;
+  if (host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(address.port);
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": cannot resolve '", address.host, "': ", gai_strerror(rc)));
+  }
+  absl::Status status = absl::OkStatus();
+  for (addrinfo* a = found; a != nullptr && status.ok(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      const int error = errno;
+      status = error == EADDRINUSE
+                   ? absl::FailedPreconditionError(absl::StrCat(
+                         flag, ": ", address.ToString(),
+                         " is already in use (is another linattn-server "
+                         "running there?)"))
+                   : absl::UnavailableError(absl::StrCat(
+                         flag, ": cannot bind ", address.ToString(), ": ",
+                         std::strerror(error)));
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return status;
+}
+
+}  // namespace linattn

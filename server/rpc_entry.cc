@@ -1,0 +1,163 @@
+#include "server/rpc_entry.h"
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/util/utf8.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "spdlog/spdlog.h"
+
+namespace linattn {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+
+// Walks the fields in `in` as fields of `type`: the path of the first string
+// field that is not UTF-8 ("" when there is none), or nullopt when the bytes
+// are not well-formed protobuf.
+std::optional<std::string> FindBadString(const Descriptor* type,
+                                         CodedInputStream& in,
+                                         const std::string& prefix, int depth) {
+  if (depth > 32) return std::nullopt;
+  std::map<int, int> seen;  // field number → occurrences (repeated fields)
+  while (const uint32_t tag = in.ReadTag()) {
+    const int number = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
+    const FieldDescriptor* field = type->FindFieldByNumber(number);
+    const bool delimited = WireFormatLite::GetTagWireType(tag) ==
+                           WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+    if (field == nullptr || !delimited ||
+        (field->type() != FieldDescriptor::TYPE_STRING &&
+         field->type() != FieldDescriptor::TYPE_MESSAGE)) {
+      if (!WireFormatLite::SkipField(&in, tag)) return std::nullopt;
+      continue;
+    }
+    const int index = seen[number]++;
+    std::string path = absl::StrCat(prefix, field->name());
+    if (field->is_repeated()) absl::StrAppend(&path, "[", index, "]");
+    uint32_t length = 0;
+    if (!in.ReadVarint32(&length)) return std::nullopt;
+    if (field->type() == FieldDescriptor::TYPE_STRING) {
+      std::string value;
+      if (!in.ReadString(&value, static_cast<int>(length))) return std::nullopt;
+      if (!IsValidUtf8(value)) return path;
+      continue;
+    }
+    const CodedInputStream::Limit limit =
+        in.PushLimit(static_cast<int>(length));
+    std::optional<std::string> inner =
+        FindBadString(field->message_type(), in, path + ".", depth + 1);
+    if (!inner || !inner->empty()) return inner;
+    if (!in.ConsumedEntireMessage()) return std::nullopt;
+    in.PopLimit(limit);
+  }
+  if (!in.ConsumedEntireMessage()) return std::nullopt;
+  return std::string();
+}
+
+}  // namespace
+
+absl::Status DiagnoseUnparsable(const Descriptor* type,
+                                grpc::ByteBuffer* bytes) {
+  std::optional<std::string> bad;
+  {
+    grpc::ProtoBufferReader reader(bytes);
+    CodedInputStream in(&reader);
+    in.SetRecursionLimit(64);
+    bad = FindBadString(type, in, "", 0);
+  }
+  if (bad && !bad->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(*bad, ": not valid UTF-8 (string fields must be)"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("request: not a valid ", type->full_name(), " message"));
+}
+
+int MethodIndex(const char* service, const char* method) {
+  const google::protobuf::ServiceDescriptor* s =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          service);
+  const google::protobuf::MethodDescriptor* m =
+      s == nullptr ? nullptr : s->FindMethodByName(method);
+  if (m == nullptr) {
+    spdlog::critical("no method {}.{} in the generated services", service,
+                     method);
+    std::abort();
+  }
+  return m->index();
+}
+
+absl::Status CallGate::Admit() const {
+  if (draining_.load()) {
+    return absl::UnavailableError(
+        "the server is shutting down (draining); retry on another replica "
+        "or after it restarts");
+  }
+  return absl::OkStatus();
+}
+
+void CallGate::CallStarted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++in_flight_;
+}
+
+void CallGate::CallEnded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
+
+uint64_t CallGate::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+bool CallGate::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+}
+
+// Lives exactly as long as its call: created when the call starts, deleted
+// when it is done.
+class InFlightInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit InFlightInterceptor(CallGate* gate) : gate_(gate) {
+    gate_->CallStarted();
+  }
+  ~InFlightInterceptor() override { gate_->CallEnded(); }
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+
+ private:
+  CallGate* const gate_;
+};
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+CallGate::NewInterceptorFactory() {
+  class Factory final
+      : public grpc::experimental::ServerInterceptorFactoryInterface {
+   public:
+    explicit Factory(CallGate* gate) : gate_(gate) {}
+    grpc::experimental::Interceptor* CreateServerInterceptor(
+        grpc::experimental::ServerRpcInfo* info) override {
+      // The services' calls; health checks and reflection are not work.
+      const absl::string_view method = info->method();
+      if (!absl::StartsWith(method, "/linattn.")) return nullptr;
+      return new InFlightInterceptor(gate_);
+    }
+
+   private:
+    CallGate* const gate_;
+  };
+  return std::make_unique<Factory>(this);
+}
+
+}  // namespace linattn

@@ -1,0 +1,285 @@
+// linattn-server as an operator meets it: the --listen address, a port that
+// is taken, --version, JSON logs, and the drain on SIGTERM (health, refused
+// calls, streams that outlive the grace period, a second signal).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "grpc_health/v1/health.grpc.pb.h"
+#include "linattn/v1/attention.grpc.pb.h"
+#include "linattn/v1/generation.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/server_process.h"
+#include "tests/model/test_model.h"
+#include "tests/util/temp_dir.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Runs `command` (bounded by `timeout`), its output to `log`; the exit code.
+int RunCommand(const std::string& command, const std::string& log) {
+  const int status =
+      std::system(("timeout 20 " + command + " > " + log + " 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ServerListenTest, AnythingButHostAndPortIsRefusedNamingTheFlag) {
+  testing::TempDir tmp;
+  for (const char* listen :
+       {"127.0.0.1:99999", "0.0.0.0", "127.0.0.1:", "127.0.0.1:5x", ":50051",
+        "::1:50051", "unix:/tmp/x", "127.0.0.1:-1"}) {
+    const std::string log = tmp.Path("log");
+    EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) + " --model none " +
+                             "--listen '" + listen + "'",
+                         log),
+              2)
+        << listen;
+    EXPECT_THAT(ReadFile(log), HasSubstr("--listen")) << listen;
+  }
+}
+
+TEST(ServerListenTest, APortAnotherServerListensOnIsRefused) {
+  auto first = ServerProcess::Start({"--model", "none"});
+  ASSERT_NE(first, nullptr);
+  testing::TempDir tmp;
+  const std::string log = tmp.Path("log");
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) +
+                           " --model none --listen " + first->address(),
+                       log),
+            1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("already in use"));
+  // The first server still has the port to itself and answers.
+  auto health = grpc::health::v1::Health::NewStub(first->Channel());
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+}
+
+TEST(ServerFlagsTest, EveryProgramTellsItsVersion) {
+  testing::TempDir tmp;
+  for (const char* program :
+       {LINATTN_SERVER_BINARY, LINATTN_BINARY, LINATTN_LOAD_BINARY}) {
+    const std::string log = tmp.Path("log");
+    EXPECT_EQ(RunCommand(std::string(program) + " --version", log), 0)
+        << program;
+    EXPECT_THAT(ReadFile(log), HasSubstr(LINATTN_VERSION)) << program;
+  }
+}
+
+TEST(ServerFlagsTest, SizesTakeTheUsualUnitsAndNonsenseIsNamed) {
+  testing::TempDir tmp;
+  const std::string log = tmp.Path("log");
+  auto ok = ServerProcess::Start(
+      {"--model", "none", "--max-state-memory", "4G", "--log-level", "info"},
+      log);
+  ASSERT_NE(ok, nullptr);
+  ok->Stop(std::chrono::seconds(10));
+  EXPECT_THAT(ReadFile(log), HasSubstr("max state memory 4 GiB"));
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) +
+                           " --model none --max-state-memory 4X",
+                       log),
+            2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--max-state-memory"));
+  EXPECT_EQ(RunCommand(std::string(LINATTN_BINARY) +
+                           " generate --server 127.0.0.1:1 --temperature -1 hi",
+                       log),
+            2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--temperature: must be ≥ 0"));
+  EXPECT_LT(ReadFile(log).size(), 200u);  // no 300-digit bound
+}
+
+// Every line of --log-json is one JSON object, whatever the message holds
+// (here a model directory whose name has a quote and a backslash).
+TEST(ServerLogTest, JsonLinesStayJsonAndTheSummaryCountsGeneration) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.Path("model \"quoted\" \\ dir");
+  const nlohmann::json config = testing::SmallConfig();
+  testing::WriteModel(dir, config, testing::OneTokenModelTensors(config, 'a'));
+  const std::string log = tmp.Path("log");
+  auto server = ServerProcess::Start(
+      {"--model", dir, "--log-json", "--log-level", "info"}, log);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::GenerationService::NewStub(server->Channel());
+  {
+    grpc::ClientContext ctx;
+    v1::ModelSession s;
+    ASSERT_TRUE(stub->CreateSession(&ctx, {}, &s).ok());
+    grpc::ClientContext gen_ctx;
+    v1::GenerateRequest req;
+    req.set_session_id(s.session_id());
+    req.set_prompt("abc");
+    req.mutable_sampling()->set_max_tokens(7);
+    auto reader = stub->Generate(&gen_ctx, req);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  ASSERT_EQ(server->Stop(std::chrono::seconds(10)), 0);
+  std::istringstream lines(ReadFile(log));
+  std::string line, all_messages;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    all_messages += j.at("msg").get<std::string>() + "\n";
+  }
+  EXPECT_GE(n, 3);
+  EXPECT_THAT(all_messages, HasSubstr(dir));
+  EXPECT_THAT(all_messages, HasSubstr("1 generate"));
+  EXPECT_THAT(all_messages, HasSubstr("3 prompt tokens, 7 tokens generated"));
+}
+
+class DrainTest : public ::testing::Test {
+ protected:
+  void StartServer(const std::string& grace) {
+    server_ = ServerProcess::Start(
+        {"--model", LINATTN_BUILTIN_MODEL_DIR, "--grace-period", grace});
+    ASSERT_NE(server_, nullptr);
+    gen_ = v1::GenerationService::NewStub(server_->Channel());
+  }
+
+  // A Generate that would run for minutes, with two messages read.
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> LongGenerate(
+      grpc::ClientContext* ctx) {
+    grpc::ClientContext create_ctx;
+    v1::ModelSession s;
+    EXPECT_TRUE(gen_->CreateSession(&create_ctx, {}, &s).ok());
+    v1::GenerateRequest req;
+    req.set_session_id(s.session_id());
+    req.set_prompt("And");
+    req.mutable_sampling()->set_max_tokens(1000000);
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(60));
+    auto reader = gen_->Generate(ctx, req);
+    v1::GenerateResponse r;
+    EXPECT_TRUE(reader->Read(&r));
+    EXPECT_TRUE(reader->Read(&r));
+    return reader;
+  }
+
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<v1::GenerationService::Stub> gen_;
+};
+
+// During the drain the listener stays open: a new connection's health
+// check says NOT_SERVING and a new call gets UNAVAILABLE with the reason,
+// while the call in flight goes on.
+TEST_F(DrainTest, HealthSaysNotServingAndNewCallsAreRefusedWithTheReason) {
+  StartServer("30");
+  grpc::ClientContext ctx;
+  auto reader = LongGenerate(&ctx);
+  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto fresh = server_->Channel();  // a new connection
+  auto health = grpc::health::v1::Health::NewStub(fresh);
+  grpc::ClientContext health_ctx;
+  health_ctx.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckResponse status;
+  const grpc::Status checked = health->Check(&health_ctx, {}, &status);
+  ASSERT_TRUE(checked.ok()) << checked.error_message();
+  EXPECT_EQ(status.status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto attention = v1::AttentionService::NewStub(fresh);
+  grpc::ClientContext list_ctx;
+  v1::ListSessionsResponse list;
+  const grpc::Status refused = attention->ListSessions(&list_ctx, {}, &list);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("shutting down"));
+  v1::GenerateResponse r;
+  EXPECT_TRUE(reader->Read(&r)) << "the stream in flight goes on";
+  ctx.TryCancel();
+  while (reader->Read(&r)) {
+  }
+  reader->Finish();
+  const int exit = server_->Wait(std::chrono::seconds(10));
+  ASSERT_NE(exit, -1) << "did not exit once its last call ended";
+  EXPECT_EQ(WEXITSTATUS(exit), 0);
+}
+
+// A stream still running when the grace period ends gets UNAVAILABLE that
+// says so, not gRPC's generic cancellation.
+TEST_F(DrainTest, StreamsStillRunningAtTheEndOfTheGraceEndWithTheReason) {
+  StartServer("1");
+  grpc::ClientContext gen_ctx;
+  auto reader = LongGenerate(&gen_ctx);
+  // And a Decode stream that waits for its client's next message.
+  auto attention = v1::AttentionService::NewStub(server_->Channel());
+  grpc::ClientContext create_ctx;
+  v1::CreateSessionRequest create;
+  create.mutable_spec()->set_num_heads(1);
+  create.mutable_spec()->set_key_dim(2);
+  create.mutable_spec()->set_value_dim(2);
+  v1::Session session;
+  ASSERT_TRUE(attention->CreateSession(&create_ctx, create, &session).ok());
+  grpc::ClientContext decode_ctx;
+  auto decode = attention->Decode(&decode_ctx);
+  v1::DecodeRequest step;
+  step.set_session_id(session.session_id());
+  for (int i = 0; i < 2; ++i) {
+    step.add_q(0.5f);
+    step.add_k(0.25f);
+    step.add_v(1.0f);
+  }
+  v1::DecodeResponse stepped;
+  ASSERT_TRUE(decode->Write(step) && decode->Read(&stepped));
+
+  const auto signalled = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+  }
+  const grpc::Status generate = reader->Finish();
+  EXPECT_EQ(generate.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(generate.error_message(), HasSubstr("grace period"));
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled,
+            std::chrono::seconds(8));
+  EXPECT_FALSE(decode->Read(&stepped));
+  const grpc::Status decoded = decode->Finish();
+  EXPECT_EQ(decoded.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(decoded.error_message(), HasSubstr("grace period"));
+  const int exit = server_->Wait(std::chrono::seconds(10));
+  ASSERT_NE(exit, -1);
+  EXPECT_EQ(WEXITSTATUS(exit), 0);
+}
+
+TEST_F(DrainTest, ASecondSignalExitsAtOnce) {
+  StartServer("60");
+  grpc::ClientContext ctx;
+  auto reader = LongGenerate(&ctx);
+  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto second = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(server_->pid(), SIGINT), 0);
+  const int exit = server_->Wait(std::chrono::seconds(10));
+  ASSERT_NE(exit, -1) << "still running 10 s after the second signal";
+  EXPECT_LT(std::chrono::steady_clock::now() - second, std::chrono::seconds(3));
+  EXPECT_TRUE(WIFEXITED(exit));
+  EXPECT_EQ(WEXITSTATUS(exit), 1);
+  ctx.TryCancel();
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+  }
+  reader->Finish();
+}
+
+}  // namespace
+}  // namespace linattn
