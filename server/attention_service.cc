@@ -491,8 +491,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Fork(
       [sessions, response,
        new_id = request->new_session_id()](Session& parent) {
         // O(state): one copy of the block, then the two evolve independently.
-        auto child = sessions->AdoptSession(parent.spec(),
-                                            parent.state().Copy(), new_id);
+        auto child = sessions->AdoptSession(
+            parent.spec(), parent.state().Copy(), new_id, "new_session_id");
         if (!child.ok()) return child.status();
         ToProto(DescribeSession(**child), response);
         return absl::OkStatus();

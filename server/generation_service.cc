@@ -172,18 +172,25 @@ class GenerationServiceImpl::GenerateReactor final
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(channel_->mu);
     channel_->writing = false;
-    if (!ok) {
+    if (ok && channel_->current.token_id() >= 0) {
+      channel_->engine->Delivered(*channel_->control);
+    }
+    if (!ok || channel_->cancelled) {
       // The client is gone: stop generating, finish once the engine has.
+      // (A cancel that came during this write waited for it, so that the
+      // engine counts the message the client may well have received.)
       channel_->engine->Cancel(*channel_->control);
       channel_->queue.clear();
       channel_->broken = true;
-    } else if (channel_->current.token_id() >= 0) {
-      channel_->engine->Delivered(*channel_->control);
     }
     channel_->WriteNextLocked();
   }
 
-  void OnCancel() override { channel_->engine->Cancel(*channel_->control); }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(channel_->mu);
+    channel_->cancelled = true;
+    if (!channel_->writing) channel_->engine->Cancel(*channel_->control);
+  }
 
   void OnDone() override {
     {
@@ -204,6 +211,7 @@ class GenerationServiceImpl::GenerateReactor final
     std::deque<v1::GenerateResponse> queue;
     v1::GenerateResponse current;
     bool writing = false;
+    bool cancelled = false;  // OnCancel came
     bool broken = false;
     bool finished = false;  // the final event has arrived
     grpc::Status final_status;
@@ -213,7 +221,7 @@ class GenerationServiceImpl::GenerateReactor final
       if (reactor == nullptr) return;
       if (e.status.ok() &&
           (e.token_id >= 0 || !e.text.empty() || !e.finish_reason.empty()) &&
-          !broken) {
+          !broken && !cancelled) {
         v1::GenerateResponse r;
         r.set_token_id(e.token_id);
         r.set_text(e.text);

@@ -22,30 +22,128 @@ absl::Status Bad(absl::string_view name, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(name, ": ", what));
 }
 
-// The value of 'key' in the header dict literal, e.g. "'<f4'" or "(2, 3)".
-absl::StatusOr<absl::string_view> DictValue(absl::string_view dict,
-                                            absl::string_view key,
-                                            absl::string_view name) {
-  const std::string quoted = absl::StrCat("'", key, "'");
-  size_t at = dict.find(quoted);
-  if (at == absl::string_view::npos) {
-    return Bad(name, absl::StrCat("header has no ", quoted, " entry"));
+// The header of a .npy file: a Python dict literal with exactly the keys
+// 'descr' (a string), 'fortran_order' (True/False) and 'shape' (a tuple of
+// non-negative integers), as numpy writes it and as its reader (through
+// ast.literal_eval) accepts it; whitespace padding after the closing brace.
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<int64_t> shape;
+};
+
+class HeaderParser {
+ public:
+  HeaderParser(absl::string_view text, absl::string_view name)
+      : text_(text), name_(name) {}
+
+  absl::StatusOr<NpyHeader> Parse() {
+    NpyHeader out;
+    bool has_descr = false, has_order = false, has_shape = false;
+    SkipSpace();
+    if (!Consume('{')) return Error("the header is not a dict");
+    for (;;) {
+      SkipSpace();
+      if (Consume('}')) break;
+      std::string key;
+      if (!String(&key)) return Error("expected a quoted key");
+      SkipSpace();
+      if (!Consume(':')) return Error("expected ':' after a key");
+      SkipSpace();
+      bool* seen = key == "descr"           ? &has_descr
+                   : key == "fortran_order" ? &has_order
+                   : key == "shape"         ? &has_shape
+                                            : nullptr;
+      if (seen == nullptr)
+        return Error(absl::StrCat("unknown key '", key, "'"));
+      if (*seen) return Error(absl::StrCat("key '", key, "' appears twice"));
+      *seen = true;
+      const bool ok = key == "descr"           ? String(&out.descr)
+                      : key == "fortran_order" ? Bool(&out.fortran_order)
+                                               : Tuple(&out.shape);
+      if (!ok) return Error(absl::StrCat("malformed value of '", key, "'"));
+      SkipSpace();
+      if (Consume(',')) continue;
+      SkipSpace();
+      if (Consume('}')) break;
+      return Error("expected ',' or '}' after a value");
+    }
+    SkipSpace();
+    if (at_ != text_.size()) return Error("bytes after the closing brace");
+    if (!has_descr || !has_order || !has_shape) {
+      return Error("it needs 'descr', 'fortran_order' and 'shape'");
+    }
+    return out;
   }
-  absl::string_view rest = dict.substr(at + quoted.size());
-  rest = absl::StripLeadingAsciiWhitespace(rest);
-  if (!absl::ConsumePrefix(&rest, ":")) {
-    return Bad(name, absl::StrCat("malformed header near ", quoted));
+
+ private:
+  absl::Status Error(absl::string_view what) const {
+    return Bad(name_, absl::StrCat("malformed header (", what, " at byte ", at_,
+                                   "): ", text_));
   }
-  rest = absl::StripLeadingAsciiWhitespace(rest);
-  if (rest.empty())
-    return Bad(name, absl::StrCat("malformed header near ", quoted));
-  size_t end =
-      rest.front() == '(' ? rest.find(')') + 1 : rest.find_first_of(",}");
-  if (end == absl::string_view::npos || end == 0) {
-    return Bad(name, absl::StrCat("malformed header near ", quoted));
+  void SkipSpace() {
+    while (at_ < text_.size() && absl::ascii_isspace(text_[at_])) ++at_;
   }
-  return absl::StripAsciiWhitespace(rest.substr(0, end));
-}
+  bool Consume(char c) {
+    if (at_ < text_.size() && text_[at_] == c) {
+      ++at_;
+      return true;
+    }
+    return false;
+  }
+  bool String(std::string* out) {
+    if (at_ >= text_.size() || (text_[at_] != '\'' && text_[at_] != '"')) {
+      return false;
+    }
+    const char quote = text_[at_++];
+    const size_t close = text_.find(quote, at_);
+    if (close == absl::string_view::npos) return false;
+    *out = std::string(text_.substr(at_, close - at_));
+    if (out->find('\\') != std::string::npos) return false;  // no escapes
+    at_ = close + 1;
+    return true;
+  }
+  bool Bool(bool* out) {
+    for (const auto& [word, value] :
+         {std::pair<absl::string_view, bool>{"True", true}, {"False", false}}) {
+      if (text_.substr(at_, word.size()) == word) {
+        at_ += word.size();
+        *out = value;
+        return true;
+      }
+    }
+    return false;
+  }
+  // (), (n,), (n, m), (n, m,): a trailing comma is allowed, an empty element
+  // is not, and a single element needs its comma (else it is no tuple).
+  bool Tuple(std::vector<int64_t>* out) {
+    if (!Consume('(')) return false;
+    SkipSpace();
+    if (Consume(')')) return true;
+    bool trailing_comma = false;
+    for (;;) {
+      SkipSpace();
+      const size_t start = at_;
+      while (at_ < text_.size() && absl::ascii_isdigit(text_[at_])) ++at_;
+      int64_t dim = 0;
+      if (at_ == start || at_ - start > 18 ||
+          !absl::SimpleAtoi(text_.substr(start, at_ - start), &dim)) {
+        return false;
+      }
+      out->push_back(dim);
+      SkipSpace();
+      trailing_comma = Consume(',');
+      SkipSpace();
+      if (Consume(')')) break;
+      if (!trailing_comma) return false;
+    }
+    return out->size() > 1 || trailing_comma;
+  }
+
+  absl::string_view text_;
+  absl::string_view name_;
+  size_t at_ = 0;
+};
 
 }  // namespace
 
@@ -72,37 +170,26 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
     return Bad(name, "truncated header");
   }
   absl::string_view dict = bytes.substr(header_start, header_len);
-  auto descr = DictValue(dict, "descr", name);
-  if (!descr.ok()) return descr.status();
-  if (*descr != "'<f4'") {
-    return Bad(name, absl::StrCat("dtype ", *descr,
-                                  " is not float32 ('<f4'); save it with "
+  auto header = HeaderParser(dict, name).Parse();
+  if (!header.ok()) return header.status();
+  if (header->descr != "<f4") {
+    return Bad(name, absl::StrCat("dtype '", header->descr,
+                                  "' is not float32 ('<f4'); save it with "
                                   "x.astype(numpy.float32)"));
   }
-  auto fortran = DictValue(dict, "fortran_order", name);
-  if (!fortran.ok()) return fortran.status();
-  if (*fortran != "False") {
+  if (header->fortran_order) {
     return Bad(name,
                "Fortran-ordered arrays are not supported; save a "
                "C-ordered copy (numpy.ascontiguousarray)");
   }
-  auto shape_text = DictValue(dict, "shape", name);
-  if (!shape_text.ok()) return shape_text.status();
-  absl::string_view inner = *shape_text;
-  if (!absl::ConsumePrefix(&inner, "(") || !absl::ConsumeSuffix(&inner, ")")) {
-    return Bad(name, absl::StrCat("malformed shape ", *shape_text));
-  }
+  const std::string shape_text =
+      absl::StrCat("(", absl::StrJoin(header->shape, ", "), ")");
   NpyArray array;
   uint64_t count = 1;
-  for (absl::string_view part :
-       absl::StrSplit(inner, ',', absl::SkipWhitespace())) {
-    int64_t dim = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim) || dim < 0) {
-      return Bad(name, absl::StrCat("malformed shape ", *shape_text));
-    }
+  for (int64_t dim : header->shape) {
     if (dim != 0 &&
         count > std::numeric_limits<uint64_t>::max() / 4 / uint64_t(dim)) {
-      return Bad(name, absl::StrCat("shape ", *shape_text, " is too large"));
+      return Bad(name, absl::StrCat("shape ", shape_text, " is too large"));
     }
     count *= uint64_t(dim);
     array.shape.push_back(dim);
@@ -110,11 +197,10 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
   const uint64_t data_start = header_start + header_len;
   const uint64_t have = bytes.size() - data_start;
   if (have != count * sizeof(float)) {
-    return Bad(
-        name,
-        absl::StrCat("shape ", *shape_text, " needs ", count * sizeof(float),
-                     " bytes of data, the file has ", have,
-                     have < count * sizeof(float) ? " (truncated)" : ""));
+    return Bad(name, absl::StrCat(
+                         "shape ", shape_text, " needs ", count * sizeof(float),
+                         " bytes of data, the file has ", have,
+                         have < count * sizeof(float) ? " (truncated)" : ""));
   }
   array.data.resize(count);
   if (count != 0)

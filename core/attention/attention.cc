@@ -67,6 +67,11 @@ absl::Status Attention::ValidateInput(const AttentionState& state,
       CheckFinite("k", in.k, rows * spec_.key_dim, check_values));
   LINATTN_RETURN_IF_ERROR(
       CheckFinite("v", in.v, rows * spec_.value_dim, check_values));
+  if (in.tokens > kMaxPosition - std::min(state.position(), kMaxPosition)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("tokens: the session is at position ", state.position(),
+                     "; it cannot advance past ", kMaxPosition));
+  }
   if (spec_.feature_map == FeatureMapKind::kCosine &&
       state.position() + in.tokens > spec_.horizon) {
     return absl::OutOfRangeError(absl::StrCat(

@@ -34,6 +34,12 @@ enum class FeatureMapKind {
 // Largest accepted dimension (heads, key, value or feature); keeps every
 // size computation far inside 64-bit range.
 inline constexpr uint32_t kMaxDim = 1u << 16;
+// A session never advances past this many tokens (2^62: at a million tokens
+// a second, 146,000 years), so a position never wraps around.
+inline constexpr uint64_t kMaxPosition = uint64_t{1} << 62;
+// The most a snapshot may claim to have consumed (2^53, still centuries of
+// decoding): anything beyond is not a position a session can have.
+inline constexpr uint64_t kMaxSnapshotPosition = uint64_t{1} << 53;
 
 struct AttentionSpec {
   uint32_t num_heads = 1;

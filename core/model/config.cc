@@ -107,6 +107,13 @@ uint32_t ModelConfig::feature_dim() const {
   }
 }
 
+bool ModelConfig::features_nonnegative() const {
+  return feature_map == ModelFeatureMap::kElu ||
+         feature_map == ModelFeatureMap::kRelu ||
+         feature_map == ModelFeatureMap::kT2R ||
+         feature_map == ModelFeatureMap::kHedgehog;
+}
+
 bool ModelConfig::feature_map_has_weights() const {
   return feature_map == ModelFeatureMap::kT2R ||
          feature_map == ModelFeatureMap::kHedgehog ||

@@ -61,6 +61,10 @@ struct ModelConfig {
   uint32_t feature_dim() const;  // d_φ per head after the feature map
   // Whether the map has weights, and whether those have biases.
   bool feature_map_has_weights() const;
+  // Whether φ is never negative (then z, a sum of features, never is):
+  // elu, relu, t2r and hedgehog; not identity, dpfp (fla's has −relu(x))
+  // or elementwise_product.
+  bool features_nonnegative() const;
 };
 
 // Parses and checks config.json's text. INVALID_ARGUMENT naming the field.

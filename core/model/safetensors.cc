@@ -169,8 +169,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     if (it.key() == "__metadata__") {
       if (!it.value().is_object()) return bad("__metadata__ is not an object");
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
-        if (m.value().is_string())
-          file->metadata_[m.key()] = m.value().get<std::string>();
+        // The format's metadata is a map of strings to strings.
+        if (!m.value().is_string()) {
+          return bad(absl::StrCat("__metadata__: the value of '", m.key(),
+                                  "' is not a string"));
+        }
+        file->metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
@@ -219,13 +223,24 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     }
     view.data = data + begin;
     view.bytes = end - begin;
-    if (view.bytes != 0) ranges.emplace_back(begin, end);
+    ranges.emplace_back(begin, end);
     file->tensors_.emplace(name, std::move(view));
   }
+  // As the format's reference implementation requires: the tensors, in
+  // offset order, tile the data exactly, with no byte left over or shared.
   std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second)
-      return bad("tensors' data ranges overlap");
+  uint64_t covered = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin < covered) return bad("tensors' data ranges overlap");
+    if (begin > covered) {
+      return bad(absl::StrCat("data bytes [", covered, ", ", begin,
+                              ") belong to no tensor"));
+    }
+    covered = end;
+  }
+  if (covered != data_bytes) {
+    return bad(absl::StrCat("data bytes [", covered, ", ", data_bytes,
+                            ") after the last tensor belong to no tensor"));
   }
   return file;
 }

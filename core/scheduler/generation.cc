@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/session/session_manager.h"
 #include "core/session/snapshot.h"
+#include "core/util/status_macros.h"
 
 namespace linattn {
 namespace {
@@ -31,13 +32,13 @@ bool Get(absl::string_view& in, T* value) {
 
 // Checked when a request arrives, so that it fails before it is queued and
 // names the request's field.
-absl::Status CheckTokenIds(const Model& model,
-                           const std::vector<int32_t>& ids) {
+absl::Status CheckTokenIds(const Model& model, const std::vector<int32_t>& ids,
+                           absl::string_view field) {
   const uint32_t vocab = model.config().vocab_size;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || static_cast<uint32_t>(ids[i]) >= vocab) {
       return absl::InvalidArgumentError(
-          absl::StrCat("token_ids[", i, "]: id ", ids[i],
+          absl::StrCat(field, "[", i, "]: id ", ids[i],
                        " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
@@ -166,17 +167,19 @@ absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::ModelOf(
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("session_id: no session '", session_id, "'"));
+    return NoSuchSession(session_id);
   }
   return it->second->model;
 }
 
 absl::StatusOr<std::string> GenerationEngine::NewId(
-    const std::string& requested) const {
-  return ChooseSessionId(requested, [this](absl::string_view id) {
-    return sessions_.find(id) != sessions_.end();
-  });
+    const std::string& requested, absl::string_view field) const {
+  return ChooseSessionId(
+      requested,
+      [this](absl::string_view id) {
+        return sessions_.find(id) != sessions_.end();
+      },
+      field);
 }
 
 absl::Status GenerationEngine::Admit(const Model& model) const {
@@ -222,8 +225,7 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::GetSession(
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("session_id: no session '", id, "'"));
+    return NoSuchSession(id);
   }
   return Describe(*it->second);
 }
@@ -242,8 +244,7 @@ void GenerationEngine::Enqueue(const std::string& id, std::unique_ptr<Job> job,
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) {
-      error = absl::NotFoundError(
-          absl::StrCat("session_id: no session '", id, "'"));
+      error = NoSuchSession(id);
     } else if (stopping_) {
       error = absl::UnavailableError("the server is stopping");
     } else {
@@ -267,7 +268,7 @@ void GenerationEngine::Append(const std::string& id,
   if (tokens.empty()) {
     return done(absl::InvalidArgumentError("tokens: no tokens to append"));
   }
-  if (absl::Status s = CheckTokenIds(**model, tokens); !s.ok()) {
+  if (absl::Status s = CheckTokenIds(**model, tokens, "token_ids"); !s.ok()) {
     return done(s);
   }
   auto job = std::make_unique<Job>();
@@ -290,7 +291,8 @@ void GenerationEngine::Generate(const std::string& id,
   auto model = ModelOf(id);
   if (!model.ok()) return fail(model.status());
   if (absl::Status s = ValidateSampling(params); !s.ok()) return fail(s);
-  if (absl::Status s = CheckTokenIds(**model, prompt); !s.ok()) {
+  if (absl::Status s = CheckTokenIds(**model, prompt, "prompt_token_ids");
+      !s.ok()) {
     return fail(s);
   }
   auto job = std::make_unique<Job>();
@@ -410,7 +412,8 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
     return c;
   }();
   if (Crc32(in.substr(0, in.size() - 4)) != stored_crc) {
-    return bad("checksum mismatch (the snapshot is corrupt or truncated)");
+    return absl::DataLossError(
+        "state: snapshot checksum mismatch (truncated or altered)");
   }
   in = in.substr(sizeof(kModelSnapshotMagic),
                  in.size() - sizeof(kModelSnapshotMagic) - 4);
@@ -455,14 +458,21 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
     layer.set_position(position);
   }
   if (!in.empty()) return bad("trailing bytes");
+  // A checksum is not a seal: the contents must be a session's too.
   for (const AttentionState& layer : state.layers()) {
     if (layer.position() != state.position()) {
       return bad("layers at different positions");
     }
+    LINATTN_RETURN_IF_ERROR(CheckRestoredState(
+        layer, model->config().features_nonnegative(), 0, "snapshot"));
   }
   if (pending < -1 || (pending >= 0 && static_cast<uint32_t>(pending) >=
                                            model->config().vocab_size)) {
     return bad("pending token out of range");
+  }
+  if (pending == -1 && state.position() > 0) {
+    // Every context that has tokens ends with one not yet fed.
+    return bad("has tokens in its state but no pending token");
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto id = NewId(session_id);
@@ -577,7 +587,7 @@ void GenerationEngine::Plan(Batch& batch,
     while (!s.jobs.empty()) {
       Job& job = *s.jobs.front();
       if (job.kind == Job::Kind::kFork) {
-        auto new_id = NewId(job.new_id);
+        auto new_id = NewId(job.new_id, "new_session_id");
         absl::StatusOr<ModelSessionInfo> result;
         if (!new_id.ok()) {
           result = new_id.status();

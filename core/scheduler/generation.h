@@ -186,7 +186,9 @@ class GenerationEngine {
   struct Session;
   struct Batch;
 
-  absl::StatusOr<std::string> NewId(const std::string& requested) const;
+  absl::StatusOr<std::string> NewId(
+      const std::string& requested,
+      absl::string_view field = "session_id") const;
   absl::Status Admit(const Model& model) const;
   ModelSessionInfo Describe(const Session& s) const;
   void Enqueue(const std::string& id, std::unique_ptr<Job> job,

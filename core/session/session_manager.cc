@@ -69,7 +69,8 @@ absl::StatusOr<std::unique_ptr<SessionManager>> SessionManager::Create(
 
 absl::StatusOr<std::string> ChooseSessionId(
     absl::string_view requested,
-    const std::function<bool(absl::string_view)>& taken) {
+    const std::function<bool(absl::string_view)>& taken,
+    absl::string_view field) {
   if (requested.empty()) {
     std::string id;
     do {
@@ -79,21 +80,33 @@ absl::StatusOr<std::string> ChooseSessionId(
   }
   if (!IsValidSessionId(requested)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("session_id: must be 1-", kMaxSessionIdLength,
+        absl::StrCat(field, ": must be 1-", kMaxSessionIdLength,
                      " characters of [A-Za-z0-9._-]"));
   }
   if (taken(requested)) {
     return absl::AlreadyExistsError(
-        absl::StrCat("session_id: '", requested, "' already exists"));
+        absl::StrCat(field, ": '", requested, "' already exists"));
   }
   return std::string(requested);
 }
 
+absl::Status NoSuchSession(absl::string_view id, absl::string_view field) {
+  if (!IsValidSessionId(id)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": not a session id (", id.size(), " bytes; ids are 1-",
+        kMaxSessionIdLength, " characters of [A-Za-z0-9._-])"));
+  }
+  return absl::NotFoundError(absl::StrCat(field, ": no session '", id, "'"));
+}
+
 absl::StatusOr<std::string> SessionManager::ChooseId(
-    absl::string_view requested) const {
-  return ChooseSessionId(requested, [this](absl::string_view id) {
-    return sessions_.find(id) != sessions_.end();
-  });
+    absl::string_view requested, absl::string_view field) const {
+  return ChooseSessionId(
+      requested,
+      [this](absl::string_view id) {
+        return sessions_.find(id) != sessions_.end();
+      },
+      field);
 }
 
 absl::StatusOr<std::shared_ptr<const Attention>> SessionManager::AttentionFor(
@@ -138,7 +151,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::CreateSession(
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::AdoptSession(
     const AttentionSpec& spec, AttentionState state,
-    absl::string_view requested_id) {
+    absl::string_view requested_id, absl::string_view id_field) {
   LINATTN_RETURN_IF_ERROR(ValidateSpec(spec));
   if (!state.Matches(spec)) {
     return absl::InvalidArgumentError("state: does not match its spec");
@@ -154,7 +167,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::AdoptSession(
         " bytes would exceed the state memory limit of ",
         options_.max_state_bytes, " (", bytes_in_use_, " in use)"));
   }
-  LINATTN_ASSIGN_OR_RETURN(std::string id, ChooseId(requested_id));
+  LINATTN_ASSIGN_OR_RETURN(std::string id, ChooseId(requested_id, id_field));
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<const Attention> attention,
                            AttentionFor(spec));
   auto session =
@@ -169,8 +182,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("session_id: no session '", id, "'"));
+    return NoSuchSession(id);
   }
   return it->second;
 }
@@ -179,8 +191,7 @@ absl::Status SessionManager::Delete(absl::string_view id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("session_id: no session '", id, "'"));
+    return NoSuchSession(id);
   }
   bytes_in_use_ -= it->second->state_bytes();
   sessions_.erase(it);

@@ -107,9 +107,11 @@ class SessionManager {
       absl::string_view requested_id);
   // A session holding `state` (from a snapshot or a fork): same admission
   // checks; the state's spec must be complete (epsilon resolved).
+  // `id_field` names the request field the id came from in errors.
   absl::StatusOr<std::shared_ptr<Session>> AdoptSession(
       const AttentionSpec& spec, AttentionState state,
-      absl::string_view requested_id);
+      absl::string_view requested_id,
+      absl::string_view id_field = "session_id");
 
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view id) const;
   absl::Status Delete(absl::string_view id);
@@ -126,7 +128,8 @@ class SessionManager {
  private:
   explicit SessionManager(const SessionManagerOptions& options)
       : options_(options) {}
-  absl::StatusOr<std::string> ChooseId(absl::string_view requested) const
+  absl::StatusOr<std::string> ChooseId(absl::string_view requested,
+                                       absl::string_view field) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One Attention per distinct spec, shared by its sessions (FAVOR+'s
   // projection is drawn once).
@@ -149,11 +152,19 @@ inline constexpr size_t kMaxSessionIdLength = 128;
 std::string RandomSessionId();
 
 // The id for a new session: `requested` if it is valid and not `taken`
-// (INVALID_ARGUMENT / ALREADY_EXISTS naming session_id), or a random one
-// when it is empty.
+// (INVALID_ARGUMENT / ALREADY_EXISTS naming `field`), or a random one when
+// it is empty.
 absl::StatusOr<std::string> ChooseSessionId(
     absl::string_view requested,
-    const std::function<bool(absl::string_view)>& taken);
+    const std::function<bool(absl::string_view)>& taken,
+    absl::string_view field = "session_id");
+
+// The error for a session id that names no session: NOT_FOUND quoting the
+// id, or INVALID_ARGUMENT when it could not be anyone's id (empty, too long,
+// other characters) — such an id is not echoed, so that an 8 KB id cannot
+// make the error itself too large for clients to receive.
+absl::Status NoSuchSession(absl::string_view id,
+                           absl::string_view field = "session_id");
 
 }  // namespace linattn
 

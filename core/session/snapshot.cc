@@ -160,17 +160,65 @@ absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
   ParsedSnapshot out{spec, AttentionState(spec)};
   LINATTN_RETURN_IF_ERROR(
       r.GetBytes(out.state.data(), floats * sizeof(float), "state"));
-  const uint64_t sums = uint64_t{spec.num_heads} * StateFloatsPerHead(spec);
-  bool finite = AllFinite(out.state.data(), sums);
-  for (uint32_t h = 0; out.state.has_key_shift() && h < spec.num_heads; ++h) {
-    const float shift = out.state.key_shift(h);
-    finite &= std::isfinite(shift) || shift == -INFINITY;
-  }
-  if (!finite) {
-    return absl::InvalidArgumentError("state: snapshot holds NaN or Inf sums");
-  }
   out.state.set_position(position);
+  // φ is non-negative for every map but identity, whatever the input.
+  LINATTN_RETURN_IF_ERROR(CheckRestoredState(
+      out.state, spec.feature_map != FeatureMapKind::kIdentity,
+      spec.feature_map == FeatureMapKind::kCosine ? spec.horizon : 0,
+      "snapshot"));
   return out;
+}
+
+absl::Status CheckRestoredState(const AttentionState& state,
+                                bool nonnegative_features, uint32_t horizon,
+                                absl::string_view what) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state: the ", what, " ", why));
+  };
+  const uint64_t position = state.position();
+  if (position > kMaxSnapshotPosition) {
+    return bad(absl::StrCat("claims position ", position,
+                            ", which no session reaches (at most ",
+                            kMaxSnapshotPosition, ")"));
+  }
+  if (horizon != 0 && position > horizon) {
+    return bad(absl::StrCat("is at position ", position,
+                            ", past its cosine horizon ", horizon));
+  }
+  const uint32_t d_phi = state.feature_dim(), d_v = state.value_dim();
+  const uint64_t s_floats = uint64_t{d_phi} * d_v;
+  for (uint32_t h = 0; h < state.num_heads(); ++h) {
+    if (!AllFinite(state.s(h), s_floats + d_phi)) {
+      return bad("holds NaN or Inf sums");
+    }
+    const float* z = state.z(h);
+    bool zero = true;
+    for (uint64_t i = 0; i < s_floats + d_phi && zero; ++i) {
+      zero = state.s(h)[i] == 0.0f;
+    }
+    if (position == 0 && !zero) {
+      return bad("is at position 0 but holds sums (it has seen no token)");
+    }
+    if (nonnegative_features) {
+      for (uint32_t i = 0; i < d_phi; ++i) {
+        if (z[i] < 0.0f) {
+          return bad(absl::StrCat("holds z[", i, "] = ", z[i], " in head ", h,
+                                  ", a sum of non-negative features"));
+        }
+      }
+    }
+    if (state.has_key_shift()) {
+      const float shift = state.key_shift(h);
+      const bool seen = std::isfinite(shift);
+      if (!seen && shift != -INFINITY) return bad("holds a NaN key scale");
+      if (seen != (position > 0)) {
+        return bad(position > 0 ? "has keys but no key scale"
+                                : "is at position 0 but has a key scale");
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace linattn

@@ -41,6 +41,16 @@ struct ParsedSnapshot {
 // wrong with `blob`.
 absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob);
 
+// Whether a restored state is one a session can have, beyond its checksum
+// (which anyone can recompute after an edit): sums finite; FAVOR+ shifts
+// finite once keys were seen and −inf before; at position 0 nothing
+// accumulated; z ≥ 0 when the features are never negative; the position at
+// most kMaxSnapshotPosition and, with a horizon (cosine), at most that.
+// INVALID_ARGUMENT naming `what` otherwise.
+absl::Status CheckRestoredState(const AttentionState& state,
+                                bool nonnegative_features, uint32_t horizon,
+                                absl::string_view what);
+
 // CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 uint32_t Crc32(absl::string_view data);
 

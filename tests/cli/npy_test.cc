@@ -67,5 +67,60 @@ TEST(Npy, RejectsBadFilesClearly) {
             absl::StatusCode::kNotFound);
 }
 
+// The header is read as the dict literal numpy writes, not searched for
+// substrings: what numpy's own reader refuses is refused here too.
+TEST(Npy, HeadersAreParsedNotSearched) {
+  auto with_header = [](const std::string& dict, size_t floats) {
+    std::string header = dict;
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+    header += '\n';
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+    bytes += char(header.size() & 0xff);
+    bytes += char(header.size() >> 8);
+    bytes += header;
+    bytes.append(floats * 4, '\0');
+    return bytes;
+  };
+  struct Case {
+    const char* dict;
+    size_t floats;
+    bool ok;
+  };
+  const Case cases[] = {
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 3), }", 24,
+       true},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 3,)}", 24,
+       true},
+      {"{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": ()}", 1,
+       true},
+      // An empty element: (4,,2,3) is not a tuple.
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4,,2,3), }", 24,
+       false},
+      // A one-element shape needs its comma.
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (4), }", 4, false},
+      // 'descr' inside another key's value is not the descr entry.
+      {"{'fortran_order': False, 'shape': (2,), 'x': \"'descr': '<f4'\"}", 2,
+       false},
+      // Keys other than the three, twice, or missing.
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'y': 1}", 2,
+       false},
+      {"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, "
+       "'shape': (2,)}",
+       2, false},
+      {"{'descr': '<f4', 'shape': (2,)}", 2, false},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}", 2, false},
+      {"{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,)}", 2, false},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseNpy(with_header(c.dict, c.floats), "h.npy");
+    EXPECT_EQ(parsed.ok(), c.ok) << c.dict << ": " << parsed.status();
+    if (!c.ok) {
+      EXPECT_THAT(std::string(parsed.status().message()),
+                  HasSubstr("malformed header"))
+          << c.dict;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace linattn

@@ -251,10 +251,10 @@ TEST_F(GenerationServiceTest, BadRequestsGetClearErrorsAndChangeNothing) {
   {
     grpc::ClientContext ctx;
     v1::RestoreModelSessionRequest req;
-    req.set_state("LNATMSNP not really");
+    req.set_state("LNATMSNP not really");  // the magic, then no checksum
     v1::ModelSession resp;
     EXPECT_EQ(stub_->Restore(&ctx, req, &resp).error_code(),
-              grpc::StatusCode::INVALID_ARGUMENT);
+              grpc::StatusCode::DATA_LOSS);
   }
   EXPECT_EQ(Generate("nope", "x", 4).status.error_code(),
             grpc::StatusCode::NOT_FOUND);

@@ -138,5 +138,47 @@ TEST_F(SafetensorsTest, RefusesDamagedFilesNamingTheProblem) {
       absl::StatusCode::kNotFound);
 }
 
+// What the format's reference implementation refuses, this reader refuses:
+// data bytes that no tensor covers (after the last, or between two), and
+// metadata values that are not strings.
+TEST_F(SafetensorsTest, EveryDataByteBelongsToATensorAndMetadataIsStrings) {
+  auto with_header = [](const std::string& json, size_t data_bytes) {
+    const uint64_t n = json.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + json +
+           std::string(data_bytes, '\0');
+  };
+  const std::string one = R"({"w":{"dtype":"F32","shape":[2],)"
+                          R"("data_offsets":[0,8]}})";
+  EXPECT_TRUE(OpenStatus(with_header(one, 8)).ok());
+  EXPECT_THAT(std::string(OpenStatus(with_header(one, 9)).message()),
+              HasSubstr("[8, 9) after the last tensor belong to no tensor"));
+  EXPECT_THAT(
+      std::string(
+          OpenStatus(
+              with_header(
+                  R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                  R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                  12))
+              .message()),
+      HasSubstr("[4, 8) belong to no tensor"));
+  EXPECT_THAT(
+      std::string(
+          OpenStatus(
+              with_header(
+                  R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                  8))
+              .message()),
+      HasSubstr("[0, 4) belong to no tensor"));
+  for (const char* value : {"1", "null", "[\"pt\"]", "{\"a\":\"b\"}"}) {
+    const std::string json =
+        std::string(R"({"__metadata__":{"format":)") + value +
+        R"(},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    EXPECT_THAT(
+        std::string(OpenStatus(with_header(json, 8)).message()),
+        HasSubstr("__metadata__: the value of 'format' is not a string"))
+        << value;
+  }
+}
+
 }  // namespace
 }  // namespace linattn

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "core/session/snapshot.h"
 #include "tests/model/test_model.h"
 #include "tests/util/temp_dir.h"
 
@@ -294,7 +296,7 @@ TEST(GenerationTest, FailedRequestsLeaveTheSessionAsItWas) {
   engine.Generate("s", {65, 999}, kGreedy48, bad.Callback());
   Generated g = bad.Wait();
   EXPECT_EQ(g.status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(g.status.message(), HasSubstr("token_ids[1]"));
+  EXPECT_THAT(g.status.message(), HasSubstr("prompt_token_ids[1]"));
   Collector zero;
   engine.Generate("s", {}, SamplingParams{.max_tokens = 0}, zero.Callback());
   EXPECT_THAT(zero.Wait().status.message(), HasSubstr("sampling.max_tokens"));
@@ -337,7 +339,7 @@ TEST(GenerationTest, SnapshotRestoresAndRefusesAnotherModel) {
   std::string corrupt = *bytes;
   corrupt[corrupt.size() / 2] ^= 0x40;
   absl::Status c = engine.Restore(corrupt, "").status();
-  EXPECT_EQ(c.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.code(), absl::StatusCode::kDataLoss);  // as attention's
   EXPECT_THAT(c.message(), HasSubstr("checksum"));
   EXPECT_EQ(engine.Restore("garbage", "").status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -350,6 +352,40 @@ TEST(GenerationTest, SnapshotRestoresAndRefusesAnotherModel) {
   absl::Status r = other.Restore(*bytes, "").status();
   EXPECT_EQ(r.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.message(), HasSubstr("fingerprint"));
+}
+
+// Model snapshots whose checksum was recomputed after an edit: contents no
+// session can have are refused all the same.
+TEST(GenerationTest, ForgedModelSnapshotsAreRefusedDespiteAValidChecksum) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "").value();
+  ASSERT_TRUE(Append(engine, s.session_id, Bytes("Amen")).ok());
+  const std::string good = Snapshot(engine, s.session_id).value();
+  // Layout: magic 8, version 4, fingerprint 8, name length 4, name,
+  // pending i32, layer count u32, then per layer position u64, float count
+  // u64 and the floats; CRC-32 last.
+  const size_t name_len = Builtin()->name().size();
+  const size_t pending_at = 8 + 4 + 8 + 4 + name_len;
+  const size_t first_float = pending_at + 4 + 4 + 8 + 8;
+  auto reseal = [](std::string blob) {
+    const uint32_t crc =
+        Crc32(absl::string_view(blob).substr(0, blob.size() - 4));
+    std::memcpy(blob.data() + blob.size() - 4, &crc, 4);
+    return blob;
+  };
+  ASSERT_TRUE(engine.Restore(reseal(good), "").ok());
+  std::string no_pending = good;
+  const int32_t none = -1;
+  std::memcpy(no_pending.data() + pending_at, &none, 4);
+  absl::Status a = engine.Restore(reseal(no_pending), "").status();
+  EXPECT_EQ(a.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(a.message()), HasSubstr("no pending token"));
+  std::string nan = good;
+  const float bad = NAN;
+  std::memcpy(nan.data() + first_float + 4 * 7, &bad, 4);
+  absl::Status b = engine.Restore(reseal(nan), "").status();
+  EXPECT_EQ(b.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(b.message()), HasSubstr("NaN or Inf"));
 }
 
 TEST(GenerationTest, ALongPromptDoesNotStallRunningStreams) {
