@@ -11,7 +11,8 @@ COPY scripts/install-deps.sh scripts/install-deps.sh
 RUN bash scripts/install-deps.sh --no-python && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLINATTN_BUILD_BENCH=OFF \
- && cmake --build build -j2 --target linattn-server linattn linattn-load linattn_sentencepiece
+ && cmake --build build -j2 --target linattn-server linattn linattn-load linattn_sentencepiece \
+ && cmake --install build --prefix /opt/linattn
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq \
@@ -20,13 +21,12 @@ RUN apt-get update -qq \
       libsentencepiece0 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin linattn
-COPY --from=build /src/build/bin/linattn-server /src/build/bin/linattn /src/build/bin/linattn-load \
-     /usr/local/bin/
-COPY --from=build /src/build/bin/liblinattn_sentencepiece.so /usr/local/lib/linattn/
-COPY models/tiny /usr/share/linattn/models/tiny
+# The installed tree (bin/, lib/linattn/, share/linattn/ with the built-in
+# model, share/doc/linattn/ with the LICENSE); the programs find the model
+# and the SentencePiece module relative to themselves.
+COPY --from=build /opt/linattn /usr/local
 USER linattn
-ENV LINATTN_LISTEN=0.0.0.0:50051 \
-    LINATTN_MODEL=/usr/share/linattn/models/tiny
+ENV LINATTN_LISTEN=0.0.0.0:50051
 EXPOSE 50051
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
   CMD ["linattn", "health", "--server", "127.0.0.1:50051"]

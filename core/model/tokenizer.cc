@@ -71,9 +71,6 @@ absl::StatusOr<const SentencePieceModule*> LoadModule() {
       candidates.push_back(dir + kName);
       candidates.push_back(dir + "../lib/linattn/" + kName);
     }
-#ifdef LINATTN_SENTENCEPIECE_MODULE_PATH
-    candidates.push_back(LINATTN_SENTENCEPIECE_MODULE_PATH);
-#endif
     // RTLD_DEEPBIND keeps libsentencepiece's protobuf apart from the
     // process's; it is only needed (and only used) when libprotobuf is
     // already loaded, since sanitizer runtimes refuse it.

@@ -668,14 +668,16 @@ TEST(AttentionServiceLimits, SessionsMemoryAndMessageSize) {
 }
 
 TEST(AttentionServiceEviction, IdleSessionsExpire) {
-  auto server = ServerProcess::Start({"--idle-ttl", "0.3"});
+  // A TTL ten times the gap between the busy session's uses, so that a slow
+  // machine (sanitizers, a loaded CI) cannot make the busy one look idle.
+  auto server = ServerProcess::Start({"--idle-ttl", "1"});
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session idle = Create(*stub, ProtoSpec(1, 2, 2));
   const v1::Session busy = Create(*stub, ProtoSpec(1, 2, 2));
   const testing::Tokens data = testing::RandomTokens(CoreSpec(busy), 30, 1);
-  // Keep one session busy for ~1.5 s; the other idles past its TTL.
-  for (int i = 0; i < 15; ++i) {
+  // Keep one session busy for ~2.5 s; the other idles past its TTL.
+  for (int i = 0; i < 25; ++i) {
     ASSERT_TRUE(
         DecodeStream(*stub, busy.session_id(), data, CoreSpec(busy), i, 1)
             .status.ok());
@@ -690,7 +692,7 @@ TEST(AttentionServiceEviction, IdleSessionsExpire) {
   grpc::ClientContext ctx2;
   get.set_session_id(busy.session_id());
   ASSERT_TRUE(stub->GetSession(&ctx2, get, &out).ok());
-  EXPECT_EQ(out.position(), 15u);
+  EXPECT_EQ(out.position(), 25u);
 }
 
 // SIGTERM: health turns NOT_SERVING, an open stream may finish its work,

@@ -281,5 +281,62 @@ TEST_F(DrainTest, ASecondSignalExitsAtOnce) {
   reader->Finish();
 }
 
+// `cmake --install` gives a tree that works wherever it is put: the server
+// finds the built-in model and serves it, the client and load generator
+// run, and the protos and the licence are there.
+TEST(InstallTest, AnInstalledTreeServesItsBuiltInModel) {
+  testing::TempDir tmp;
+  const std::string prefix = tmp.Path("prefix");
+  const std::string log = tmp.Path("install.log");
+  ASSERT_EQ(RunCommand(std::string("cmake --install ") + LINATTN_BUILD_DIR +
+                           " --prefix " + prefix,
+                       log),
+            0)
+      << ReadFile(log);
+  // Moved after installing: nothing may point back at the build or source.
+  const std::string moved = tmp.Path("moved");
+  std::filesystem::rename(prefix, moved);
+  for (const char* file :
+       {"bin/linattn-server", "bin/linattn", "bin/linattn-load",
+        "lib/linattn/liblinattn_sentencepiece.so",
+        "share/linattn/models/tiny/config.json",
+        "share/linattn/models/tiny/model.safetensors",
+        "share/linattn/proto/linattn/v1/attention.proto",
+        "share/linattn/proto/grpc_health/v1/health.proto",
+        "share/doc/linattn/LICENSE"}) {
+    EXPECT_TRUE(std::filesystem::exists(moved + "/" + file)) << file;
+  }
+  const std::string port_file = tmp.Path("port");
+  const std::string server_log = tmp.Path("server.log");
+  const std::string command = moved + "/bin/linattn-server --listen " +
+                              "127.0.0.1:0 --port-file " + port_file + " > " +
+                              server_log + " 2>&1 & echo $! > " +
+                              tmp.Path("pid");
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  int port = 0;
+  for (int i = 0; i < 400 && port == 0; ++i) {
+    std::ifstream(port_file) >> port;
+    if (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  int pid = 0;
+  std::ifstream(tmp.Path("pid")) >> pid;
+  ASSERT_GT(port, 0) << ReadFile(server_log);
+  auto stub = v1::GenerationService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse models;
+  ASSERT_TRUE(stub->ListModels(&ctx, {}, &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).name(), "tiny");
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 200 && kill(pid, 0) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_THAT(ReadFile(server_log), HasSubstr(moved + "/share/linattn"));
+  const std::string out = tmp.Path("out");
+  EXPECT_EQ(RunCommand(moved + "/bin/linattn explain", out), 0);
+  EXPECT_THAT(ReadFile(out), HasSubstr("output"));
+}
+
 }  // namespace
 }  // namespace linattn

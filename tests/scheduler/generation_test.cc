@@ -103,6 +103,38 @@ class Collector {
   std::function<void(const GenerateEvent&)> on_event_;
 };
 
+// Holds the engine's worker inside an event callback (callbacks run on the
+// worker) until Release(), so that requests submitted meanwhile are all
+// queued when the next iteration is planned: batching then does not depend
+// on thread timing.
+class WorkerHold {
+ public:
+  explicit WorkerHold(GenerationEngine& engine) {
+    auto s = engine.CreateSession("", "").value();
+    std::promise<void> holding;
+    std::future<void> held = holding.get_future();
+    engine.Generate(
+        s.session_id, {65}, SamplingParams{.max_tokens = 1},
+        [this, holding = std::make_shared<std::promise<void>>(
+                   std::move(holding))](const GenerateEvent& e) {
+          if (!e.finished) return;
+          holding->set_value();
+          released_.wait();
+        });
+    held.wait();  // the worker is inside the callback now
+  }
+  ~WorkerHold() { Release(); }
+  void Release() {
+    if (!done_) release_.set_value();
+    done_ = true;
+  }
+
+ private:
+  std::promise<void> release_;
+  std::shared_future<void> released_ = release_.get_future().share();
+  bool done_ = false;
+};
+
 Generated Generate(GenerationEngine& engine, const std::string& id,
                    const std::string& prompt, SamplingParams params) {
   Collector c;
@@ -150,6 +182,7 @@ TEST(GenerationTest, GreedyAloneEqualsGreedyInsideABatch) {
   EXPECT_EQ(expected.ids.size(), 48u);
 
   GenerationEngine batched({Builtin()});
+  WorkerHold hold(batched);
   const std::vector<std::string> prompts = {
       "In the beginning",
       prompt,
@@ -164,11 +197,17 @@ TEST(GenerationTest, GreedyAloneEqualsGreedyInsideABatch) {
     batched.Generate(s.session_id, Bytes(prompts[i]), kGreedy48,
                      collectors.back()->Callback());
   }
+  const uint64_t before = batched.max_rows_seen();
+  hold.Release();  // every prompt is queued: the next iteration has them all
   std::vector<Generated> results;
   for (auto& c : collectors) results.push_back(c->Wait());
   EXPECT_EQ(results[1].ids, expected.ids);
   EXPECT_EQ(results[1].text, expected.text);
-  EXPECT_GT(batched.max_rows_seen(), 1u) << "the sessions never shared a batch";
+  uint64_t prompt_rows = 0;
+  for (const std::string& p : prompts) prompt_rows += p.size();
+  EXPECT_EQ(before, 1u);  // the hold's own row
+  EXPECT_EQ(batched.max_rows_seen(), prompt_rows)
+      << "the prompts, all queued, did not share one iteration";
 }
 
 TEST(GenerationTest, ForkGeneratesWhatItsParentGenerates) {
@@ -394,6 +433,7 @@ TEST(GenerationTest, ALongPromptDoesNotStallRunningStreams) {
   GenerationEngine engine({Builtin()}, options);
   auto streaming = engine.CreateSession("", "").value();
   auto long_prompt = engine.CreateSession("", "").value();
+  WorkerHold hold(engine);  // both requests start in the same iteration
   std::mutex mu;
   int tokens_before_prefill_done = -1;
   int tokens = 0;
@@ -416,13 +456,15 @@ TEST(GenerationTest, ALongPromptDoesNotStallRunningStreams) {
                   }
                   done.set_value(PlainResult<ModelSessionInfo>(r));
                 });
+  hold.Release();
   auto info = done.get_future().get().ToStatusOr();
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->position, text.size());
   c.Wait();
   // 2580 prompt tokens at most 63 per iteration (one row goes to the
-  // stream) take ≥ 41 iterations, each of which also decoded a token.
-  EXPECT_GE(tokens_before_prefill_done, 30);
+  // stream) take ≥ 41 iterations, each of which also decoded a token (the
+  // first iteration prefilled the stream's own prompt).
+  EXPECT_GE(tokens_before_prefill_done, 40);
   EXPECT_LE(engine.max_rows_seen(), 64u);
 }
 
@@ -553,9 +595,11 @@ TEST(GenerationTest, IdleSessionsAreEvictedBusyAndRecentOnesKept) {
   GenerationEngine engine({Builtin()});
   ASSERT_TRUE(engine.CreateSession("", "idle").ok());
   ASSERT_TRUE(engine.CreateSession("", "used").ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  // Margins wide enough for a slow machine: "idle" is ≥ 1.5 s old at the
+  // eviction, "used" was used well under 1 s before it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   ASSERT_TRUE(Append(engine, "used", Bytes("Amen")).ok());  // use renews
-  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(40)), 1u);
+  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(1000)), 1u);
   EXPECT_EQ(engine.GetSession("idle").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(engine.GetSession("used").ok());

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <future>
+#include <latch>
 #include <thread>
 
 #include "core/attention/recurrent.h"
@@ -28,6 +29,22 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
     data.push_back(testing::RandomTokens(spec, kTokens, s));
   }
   std::vector<testing::Outputs> got(kSessions, testing::Outputs(spec, kTokens));
+  // The worker is held (a request on another session that waits) until
+  // every thread has queued all its steps, so that batching does not depend
+  // on how threads happen to be scheduled: the first round after the
+  // release finds a step of every session.
+  auto gate = *manager->CreateSession(spec, 0.0f, "gate");
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<absl::Status> gate_done;
+  scheduler.Run(
+      gate,
+      [released](Session&) {
+        released.wait();
+        return absl::OkStatus();
+      },
+      [&gate_done](absl::Status st) { gate_done.set_value(std::move(st)); });
+  std::latch queued(kSessions);
   std::vector<std::thread> threads;
   for (int s = 0; s < kSessions; ++s) {
     threads.emplace_back([&, s] {
@@ -44,10 +61,14 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
                          promise->set_value(std::move(st));
                        });
       }
+      queued.count_down();
       for (auto& f : done) EXPECT_TRUE(f.get().ok());
     });
   }
+  queued.wait();
+  release.set_value();
   for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(gate_done.get_future().get().ok());
   Attention attention = *Attention::Create(spec);
   for (int s = 0; s < kSessions; ++s) {
     AttentionState state = attention.NewState();
@@ -62,7 +83,7 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
   const SchedulerStats stats = scheduler.stats();
   EXPECT_EQ(stats.steps, uint64_t(kSessions * kTokens));
   EXPECT_GT(stats.largest_step_batch, 1u)
-      << "no two sessions were ever batched";
+      << "no two sessions were ever batched, although all were queued";
 }
 
 // Step groups and single steps of the same sessions, all queued while the
