@@ -11,9 +11,10 @@
 //    Kubernetes probes see the drain rather than a refused connection.
 //  * Calls in flight are counted, so a drain waits for them and no longer.
 //
-// A service registers its methods in its constructor with
-//   MarkMethodCallback(index, UnaryEntry<Req, Resp>(gate, handler))
-// (and StreamEntry, BidiEntry); index comes from MethodIndex.
+// A service derives from EntryPoints<its generated CallbackService> and
+// registers every method in its constructor (Unary, Stream, Bidi), which
+// replaces the generated handler of that method with one of the entries
+// below.
 #ifndef LINATTN_SERVER_RPC_ENTRY_H_
 #define LINATTN_SERVER_RPC_ENTRY_H_
 
@@ -34,9 +35,9 @@
 
 namespace linattn {
 
-// Why `bytes` (read from `in`) do not parse as `type`: INVALID_ARGUMENT
-// naming the first string field, at any depth, that is not UTF-8, or saying
-// that the bytes are not a `type` message at all.
+// Why `bytes` do not parse as `type`: INVALID_ARGUMENT naming the first
+// string field, at any depth, that is not UTF-8, or saying that the bytes
+// are not a `type` message at all. Reads `bytes` without consuming them.
 absl::Status DiagnoseUnparsable(const google::protobuf::Descriptor* type,
                                 grpc::ByteBuffer* bytes);
 

@@ -3,7 +3,7 @@
 // A 2-D query attends over a preset's keys and values through the real
 // recurrent step (ε = 0, so a zero denominator shows as unavailable), and
 // the result is set beside the quadratic-order reference and softmax
-// attention. Presets (DESIGN.md §3):
+// attention. Presets (docs/design.md §3):
 //   general:  q = [0.5, 1]; keys [1,0], [0,1], [1,1], [−0.5,0.5]; values 1, 2,
 //   3, 0.5 negative: q = [−1, −0.5]; keys [−1,−2], [−0.5,−1], [−2,−0.5]; values
 //   1, −1, 2

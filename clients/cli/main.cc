@@ -1,4 +1,4 @@
-// `linattn`: the command-line client (DESIGN.md §3).
+// `linattn`: the command-line client (docs/design.md §3).
 //   linattn explain --preset general|negative [--feature-map elu1|relu]
 //     [--prefix N] [--json]
 //   linattn attend --q Q.npy --k K.npy --v V.npy --out Y.npy [options]

@@ -1,7 +1,7 @@
 // Attention: one prepared linear-attention layer (spec + feature map), and
 // the token buffers every evaluation order reads and writes.
 //
-// The evaluation orders live beside this file and all compute DESIGN.md §1:
+// The evaluation orders live beside this file and all compute docs/design.md §1:
 //   recurrent.h   one token at a time (Step, StepBatch, StepSequence)
 //   chunkwise.h   many tokens of many sessions at once (oneDNN matmuls)
 //   quadratic.h   the materialised causal kernel matrix (tests, explorer)
@@ -25,7 +25,7 @@
 
 namespace linattn {
 
-// Tokens in, row-major float32 (DESIGN.md §3 layouts).
+// Tokens in, row-major float32 (docs/design.md §3 layouts).
 struct SequenceInput {
   const float* q = nullptr;  // (tokens, heads, d_k)
   const float* k = nullptr;  // (tokens, heads, d_k)

@@ -1,4 +1,4 @@
-// FeatureMap: φ of DESIGN.md §1, prepared once per spec.
+// FeatureMap: φ of docs/design.md §1, prepared once per spec.
 //
 // Holds what a feature map needs beyond the spec: the FAVOR+ projection ω
 // (m×d_k orthogonal Gaussian rows drawn from spec.seed; never redrawn) and

@@ -1,5 +1,5 @@
 // The recurrent evaluation order: one token at a time, S and z updated in
-// place (DESIGN.md §1):
+// place (docs/design.md §1):
 //   S_t = γ·S_{t−1} + φ(k_t)v_tᵀ,  z_t = γ·z_{t−1} + φ(k_t),
 //   y_t = φ(q_t)ᵀS_t / (φ(q_t)ᵀz_t + ε)   (or φ(q_t)ᵀS_t, unnormalised)
 //

@@ -9,7 +9,7 @@ namespace linattn {
 
 namespace {
 
-// φ(x) in double, straight from DESIGN.md §1. Returns the FAVOR+ exponent
+// φ(x) in double, straight from docs/design.md §1. Returns the FAVOR+ exponent
 // magnitude (0 for other maps).
 double Features(const AttentionSpec& spec, const FeatureMap& fm, const float* x,
                 uint64_t position, std::vector<double>& out) {

@@ -1,4 +1,4 @@
-// The plain scalar reference: the obvious loops of DESIGN.md §1 in double
+// The plain scalar reference: the obvious loops of docs/design.md §1 in double
 // precision, with no stabilisation, no chunking and no reuse. It is the
 // ground truth the fp32 evaluation orders are tested against, and it reports
 // the magnitudes the fp32 error bounds are built from. Used only by tests and
