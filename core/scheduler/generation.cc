@@ -72,17 +72,30 @@ struct GenerationEngine::Job {
   Utf8Stream utf8;
   std::string held;  // text that may be the start of a stop string
   uint64_t prompt_tokens = 0;
-  uint64_t completion_tokens = 0;  // tokens sampled and emitted
+  uint64_t completion_tokens = 0;  // tokens sampled
   std::vector<float> logits;
   uint32_t take = 0;  // rows in the current iteration
-  // Paced Generate: the state before the latest generated token was fed,
-  // and that token, to take the next token back out if its message is never
-  // delivered. Taken just before each generated token is fed.
-  ModelState rollback;
-  int32_t rollback_token = -1;
-  // The final event has been emitted; a paced request stays at the head of
-  // its session until that message is delivered (or fails to be).
+
+  // Paced Generate (GenerateControl): of the tokens sampled, `emitted` have
+  // gone to the event callback and the control says how many of those were
+  // delivered. At most one emitted token waits for delivery; the next one
+  // may be computed meanwhile (so compute overlaps the write) and waits in
+  // `waiting` until then. A token is fed only once at most one sampled
+  // token is undelivered, so a cancel has at most the last two fed tokens
+  // to take back out: `rollback` holds the state from before each of the
+  // last two generated tokens was fed (slot j % 2 for token j).
+  uint64_t emitted = 0;
+  std::function<void()> waiting;  // the next event, held for its turn
+  struct Rollback {
+    ModelState state;  // before generated token `index` was fed
+    int32_t token = -1;
+    uint64_t index = 0;  // 0 = empty
+  };
+  Rollback rollback[2];
+  // The last token has been sampled; a paced request stays at the head of
+  // its session until its final message is delivered (or fails to be).
   bool done = false;
+  bool final_emitted = false;
 };
 
 namespace {
@@ -332,37 +345,58 @@ void GenerationEngine::AbortGenerations(const absl::Status& status) {
 bool GenerationEngine::Runnable(const Session& s) const {
   if (s.jobs.empty()) return false;
   const Job& job = *s.jobs.front();
-  if (job.kind != Job::Kind::kGenerate || !job.active) return true;
+  if (job.kind != Job::Kind::kGenerate || !job.active ||
+      !job.control->paced()) {
+    return true;
+  }
   if (!abort_.ok() || job.control->cancelled()) return true;
-  return !job.control->paced() ||
-         job.control->delivered() >= job.completion_tokens;
+  const uint64_t delivered = job.control->delivered();
+  if (job.waiting && job.emitted <= delivered) return true;       // its turn
+  if (job.done) return !job.waiting && delivered >= job.emitted;  // to end
+  return job.completion_tokens <= delivered + 1;  // may compute the next
+}
+
+void GenerationEngine::Emit(Job& job, std::function<void()> event,
+                            std::vector<std::function<void()>>& callbacks) {
+  if (job.control->paced() && job.emitted > job.control->delivered()) {
+    job.waiting = std::move(event);  // one message is on its way already
+    return;
+  }
+  callbacks.push_back(std::move(event));
+  job.emitted++;
 }
 
 void GenerationEngine::EndCancelled(
     Session& s, Job& job, std::vector<std::function<void()>>& callbacks) {
-  const uint64_t emitted = job.completion_tokens;
-  const uint64_t delivered =
-      job.control->paced() ? job.control->delivered() : emitted;
-  if (!job.active || delivered == 0) {
-    if (job.active) RestoreBackup(s, job);  // nothing reached the client
-  } else if (delivered < emitted) {
-    // The last token never went out: back to before the previous one was
-    // fed, with that one (delivered) pending again.
-    s.state = std::move(job.rollback);
-    s.pending = job.rollback_token;
+  const uint64_t sampled = job.completion_tokens;
+  const uint64_t delivered = job.control->paced()
+                                 ? std::min(job.control->delivered(), sampled)
+                                 : sampled;
+  if (delivered == 0 ||
+      (delivered < sampled && job.rollback[delivered % 2].index != delivered)) {
+    // Nothing reached the client: as it was. (The second condition cannot
+    // hold while pacing keeps sampled ≤ delivered + 2; if it ever did, the
+    // start is the one state known to be right.)
+    RestoreBackup(s, job);
+  } else if (delivered < sampled) {
+    // Tokens after the delivered ones were fed: back to the state from
+    // before the last delivered one was fed, with it pending again.
+    Job::Rollback& r = job.rollback[delivered % 2];
+    s.state = std::move(r.state);
+    s.pending = r.token;
     s.position = s.state.position() + 1;
-  } else if (!job.done) {
-    // Every token went out; the last is in the context, not yet fed.
-    s.pending = job.feed.back();
+  } else {
+    // Every sampled token went out; the last is in the context, not fed.
+    s.pending = job.done ? s.pending : job.feed.back();
     s.position = s.state.position() + 1;
   }
-  if (!job.done) {  // a request that already ended has said so
+  if (!job.final_emitted) {  // a request that already ended has said so
     GenerateEvent e;
     e.finished = true;
     e.finish_reason = "cancelled";
     e.status = abort_;
     e.prompt_tokens = job.prompt_tokens;
-    e.completion_tokens = std::min(delivered, emitted);
+    e.completion_tokens = delivered;
     e.position = s.position;
     callbacks.push_back([cb = job.on_event, e] { cb(e); });
   }
@@ -550,9 +584,12 @@ void GenerationEngine::WorkerLoop() {
         Job& job = *r.job;
         if (job.kind == Job::Kind::kGenerate && job.control->paced() &&
             job.completion_tokens > 0) {
-          // A generated token is about to join the state (Job::rollback).
-          job.rollback.CopyFrom(r.session->state);
-          job.rollback_token = job.feed[0];
+          // Generated token j is about to join the state (Job::rollback).
+          const uint64_t j = job.completion_tokens;
+          Job::Rollback& slot = job.rollback[j % 2];
+          slot.state.CopyFrom(r.session->state);
+          slot.token = job.feed[0];
+          slot.index = j;
         }
         const bool last = job.fed + job.take == job.feed.size();
         const bool wants = last && job.kind == Job::Kind::kGenerate;
@@ -704,8 +741,13 @@ void GenerationEngine::Plan(Batch& batch,
           EndCancelled(s, job, callbacks);
           continue;
         }
-        if (!Runnable(s)) break;  // its last message is still on its way
-        if (job.done) {           // ...and has arrived
+        if (job.waiting && job.emitted <= job.control->delivered()) {
+          Emit(job, std::move(job.waiting), callbacks);  // its turn now
+          job.waiting = nullptr;
+          if (job.done) job.final_emitted = true;
+        }
+        if (!Runnable(s)) break;  // waits for a delivery
+        if (job.done) {           // its final message was delivered
           s.jobs.pop_front();
           continue;
         }
@@ -841,7 +883,8 @@ void GenerationEngine::OnToken(Session& s, Job& job, const SampledToken& token,
     job.feed.assign(1, token.id);
     job.fed = 0;
     e.position = s.state.position() + 1;
-    callbacks.push_back([cb = job.on_event, e] { cb(e); });
+    Emit(
+        job, [cb = job.on_event, e] { cb(e); }, callbacks);
     return;
   }
   s.pending = token.id;
@@ -849,12 +892,12 @@ void GenerationEngine::OnToken(Session& s, Job& job, const SampledToken& token,
   e.position = s.position;
   e.finished = true;
   e.finish_reason = reason;
-  callbacks.push_back([cb = job.on_event, e] { cb(e); });
-  if (job.control->paced()) {
-    job.done = true;  // Plan ends it once the message is delivered
-  } else {
-    s.jobs.pop_front();
-  }
+  job.done = true;
+  Emit(
+      job, [cb = job.on_event, e] { cb(e); }, callbacks);
+  job.final_emitted = !job.waiting;
+  // Paced, Plan ends it once the final message is delivered.
+  if (!job.control->paced()) s.jobs.pop_front();
 }
 
 }  // namespace linattn

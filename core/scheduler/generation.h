@@ -91,9 +91,10 @@ struct GenerateEvent {
 // GenerationEngine::Cancel and ::Delivered.
 //
 // Paced delivery: a generated token joins the context only once its message
-// has been delivered, and the engine computes the next token only then (it
-// runs at most one message ahead of delivery). A cancel then leaves exactly
-// the delivered tokens in the context, whatever the moment it arrives.
+// has been delivered. At most one message is on its way at a time, and the
+// engine computes at most one token beyond it meanwhile (so compute overlaps
+// the write) and holds it until its turn. A cancel then leaves exactly the
+// delivered tokens in the context, whatever the moment it arrives.
 // Unpaced (in-process callers), a message counts as delivered when the
 // event callback returns.
 class GenerateControl {
@@ -205,6 +206,10 @@ class GenerationEngine {
   // Under mu_: whether the head request of `s` has work the worker can do
   // now (a paced Generate waits for its last message to be delivered).
   bool Runnable(const Session& s) const;
+  // Under mu_: hands a Generate's next event to `callbacks`, or holds it
+  // while the previous one is still being delivered (paced).
+  void Emit(Job& job, std::function<void()> event,
+            std::vector<std::function<void()>>& callbacks);
   // Under mu_: ends the cancelled (or aborted) Generate at the head of `s`.
   void EndCancelled(Session& s, Job& job,
                     std::vector<std::function<void()>>& callbacks);
