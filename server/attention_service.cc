@@ -166,7 +166,11 @@ class AttentionServiceImpl::StepStreamReactor
       public OpenStream {
  public:
   explicit StepStreamReactor(AttentionServiceImpl* service)
-      : service_(service) {
+      : service_(service) {}
+
+  // Makes the stream reachable by AbortStreams; called once the reactor is
+  // whole (by the handler that created it, before gRPC can call OnDone).
+  void Register() {
     std::lock_guard<std::recursive_mutex> lock(service_->streams_mu_);
     service_->streams_.insert(this);
   }
@@ -319,7 +323,9 @@ class AttentionServiceImpl::DecodeReactor final
 
 grpc::ServerBidiReactor<Checked<v1::DecodeRequest>, v1::DecodeResponse>*
 AttentionServiceImpl::OpenDecode(grpc::CallbackServerContext*) {
-  return new DecodeReactor(this);
+  auto* reactor = new DecodeReactor(this);
+  reactor->Register();
+  return reactor;
 }
 
 // One DecodeBatch stream: each message is a step group on the scheduler.
@@ -407,7 +413,9 @@ class AttentionServiceImpl::DecodeBatchReactor final
 grpc::ServerBidiReactor<Checked<v1::DecodeBatchRequest>,
                         v1::DecodeBatchResponse>*
 AttentionServiceImpl::OpenDecodeBatch(grpc::CallbackServerContext*) {
-  return new DecodeBatchReactor(this);
+  auto* reactor = new DecodeBatchReactor(this);
+  reactor->Register();
+  return reactor;
 }
 
 void AttentionServiceImpl::AbortStreams(const absl::Status& status) {

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
                  "so that clients that vanish cannot fill the server; 0 = "
                  "keep them until deleted")
       ->envname("LINATTN_IDLE_TTL")
-      ->check(linattn::NumberAtLeast(0))
+      ->check(linattn::NumberAtLeast(0, 1e9))
       ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "largest request or response message")
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
                  "seconds in-flight calls get after SIGTERM/SIGINT (a second "
                  "signal exits at once)")
       ->envname("LINATTN_GRACE_PERIOD")
-      ->check(linattn::NumberAtLeast(0))
+      ->check(linattn::NumberAtLeast(0, 86400))
       ->capture_default_str();
   app.add_option("--log-level", log_level,
                  "trace | debug | info | warn | error")
@@ -243,16 +244,21 @@ int main(int argc, char** argv) {
       "exits at once)",
       signal_number, grace_s);
   const pthread_t main_thread = pthread_self();
+  std::atomic<bool> drained{false};
   std::thread drain([&] {
     (*server)->Drain(
         std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+    drained.store(true);
     pthread_kill(main_thread, SIGUSR1);
   });
-  sigwait(&signals, &signal_number);
-  if (signal_number != SIGUSR1) {
-    spdlog::warn("signal {} during the drain: exiting now", signal_number);
-    std::fflush(stdout);
-    _exit(1);
+  for (;;) {  // a SIGUSR1 from elsewhere is not the drain's
+    sigwait(&signals, &signal_number);
+    if (signal_number == SIGUSR1 && drained.load()) break;
+    if (signal_number != SIGUSR1) {
+      spdlog::warn("signal {} during the drain: exiting now", signal_number);
+      std::fflush(stdout);
+      _exit(1);
+    }
   }
   drain.join();
   const linattn::SchedulerStats stats = (*server)->scheduler().stats();

@@ -152,7 +152,7 @@ GenerationEngine::~GenerationEngine() {
       if (job->on_info) job->on_info(gone);
       if (job->on_snapshot) job->on_snapshot(gone);
       if (job->on_delete) job->on_delete(gone);
-      if (job->on_event) {
+      if (job->on_event && !job->final_emitted) {  // not said twice
         GenerateEvent e;
         e.finished = true;
         e.status = gone;
@@ -423,6 +423,19 @@ void GenerationEngine::Snapshot(
 
 void GenerationEngine::Delete(const std::string& id,
                               std::function<void(absl::Status)> done) {
+  {
+    // A Generate ahead of the delete is cancelled rather than waited for: a
+    // paced one whose client stopped reading would otherwise hold the
+    // delete for as long as its stream stays open.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sessions_.find(id); it != sessions_.end()) {
+      for (const auto& queued : it->second->jobs) {
+        if (queued->kind == Job::Kind::kGenerate) {
+          queued->control->cancelled_.store(true);
+        }
+      }
+    }
+  }
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kDelete;
   job->on_delete = done;

@@ -171,6 +171,8 @@ class GenerationEngine {
   // model has the snapshot's name and fingerprint.
   absl::StatusOr<ModelSessionInfo> Restore(const std::string& bytes,
                                            const std::string& session_id);
+  // Deletes the session after the requests queued before it; a Generate
+  // among them is cancelled (its stream ends with "cancelled").
   void Delete(const std::string& id, std::function<void(absl::Status)> done);
 
   // Deletes every session that has no request queued or running and has

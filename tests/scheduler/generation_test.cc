@@ -113,14 +113,13 @@ class WorkerHold {
     auto s = engine.CreateSession("", "").value();
     std::promise<void> holding;
     std::future<void> held = holding.get_future();
-    engine.Generate(
-        s.session_id, {65}, SamplingParams{.max_tokens = 1},
-        [this, holding = std::make_shared<std::promise<void>>(
-                   std::move(holding))](const GenerateEvent& e) {
-          if (!e.finished) return;
-          holding->set_value();
-          released_.wait();
-        });
+    engine.Generate(s.session_id, {65}, SamplingParams{.max_tokens = 1},
+                    [this, holding = std::make_shared<std::promise<void>>(
+                               std::move(holding))](const GenerateEvent& e) {
+                      if (!e.finished) return;
+                      holding->set_value();
+                      released_.wait();
+                    });
     held.wait();  // the worker is inside the callback now
   }
   ~WorkerHold() { Release(); }
@@ -545,6 +544,27 @@ TEST(GenerationTest, PacedCancelKeepsExactlyTheDeliveredTokens) {
               prompt.size() + c.deliver);
     EXPECT_EQ(after, reference(c.deliver));
   }
+}
+
+// A Delete does not wait behind a paced Generate whose messages are never
+// delivered (a client that stopped reading): it cancels it.
+TEST(GenerationTest, DeleteCancelsAGenerateWaitingForDelivery) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "").value();
+  auto control = std::make_shared<GenerateControl>(/*paced=*/true);
+  Collector stalled;
+  engine.Generate(s.session_id, Bytes("Amen"),
+                  SamplingParams{.max_tokens = 100000}, stalled.Callback(),
+                  control);
+  std::promise<PlainStatus> deleted;
+  engine.Delete(s.session_id,
+                [&](absl::Status st) { deleted.set_value(PlainStatus(st)); });
+  EXPECT_TRUE(deleted.get_future().get().ToStatus().ok());
+  const Generated g = stalled.Wait();
+  EXPECT_EQ(g.reason, "cancelled");
+  EXPECT_EQ(g.completion, 0u);
+  EXPECT_EQ(engine.GetSession(s.session_id).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // A server at the end of its grace period ends every Generate with its
