@@ -1,7 +1,8 @@
 // Attention: one prepared linear-attention layer (spec + feature map), and
 // the token buffers every evaluation order reads and writes.
 //
-// The evaluation orders live beside this file and all compute docs/design.md §1:
+// The evaluation orders live beside this file; all compute the math of
+// docs/design.md §1:
 //   recurrent.h   one token at a time (Step, StepBatch, StepSequence)
 //   chunkwise.h   many tokens of many sessions at once (oneDNN matmuls)
 //   quadratic.h   the materialised causal kernel matrix (tests, explorer)

@@ -1,6 +1,6 @@
 // The chunkwise evaluation order (prefill): many tokens of many sessions in
-// a few large batched matmuls on oneDNN (docs/design.md §1). Per head, a chunk of
-// L ≤ C rows with previous state S⁺ = [S | z]:
+// a few large batched matmuls on oneDNN (docs/design.md §1). Per head, a chunk
+// of L ≤ C rows with previous state S⁺ = [S | z]:
 //   O⁺ = diag(γ^{i+1}) Q S⁺_prev + (Q Kᵀ ⊙ D) V⁺,   D_ij = γ^{i−j}[i ≥ j]
 //   S⁺ ← γ^L S⁺_prev + (diag(γ^{L−1−j}) K)ᵀ V⁺
 // with Q = φ(Q_chunk), K = φ(K_chunk), V⁺ = [V | 1]. The ones column is

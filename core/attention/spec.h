@@ -1,8 +1,8 @@
 // AttentionSpec: the shape and kind of one linear-attention layer, and its
 // validation.
 //
-// A spec is plain data chosen by a client (docs/design.md §3, AttentionSpec). It
-// fixes, per session: the number of heads, the query/key and value widths,
+// A spec is plain data chosen by a client (docs/design.md §3, AttentionSpec).
+// It fixes, per session: the number of heads, the query/key and value widths,
 // the feature map φ, normalised or unnormalised read-out, ε, a per-head decay
 // γ, and the parameters of the FAVOR+ and cosFormer feature maps.
 //
@@ -22,7 +22,8 @@
 
 namespace linattn {
 
-// The feature maps of docs/design.md §1. The public spelling is FeatureMapName().
+// The feature maps of docs/design.md §1. The public spelling is
+// FeatureMapName().
 enum class FeatureMapKind {
   kElu1,      // ELU(x)+1: x >= 0 ? x+1 : exp(x); d_φ = d_k
   kRelu,      // max(x, 0); d_φ = d_k

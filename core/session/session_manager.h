@@ -90,7 +90,8 @@ SessionInfo DescribeSession(const Session& session);
 struct SessionManagerOptions {
   uint64_t max_sessions = 10'000;
   uint64_t max_state_bytes = uint64_t{4} << 30;  // total over all sessions
-  // ε for specs that leave it unset (docs/design.md §1: servers default to 1e-6).
+  // ε for specs that leave it unset (docs/design.md §1: servers default to
+  // 1e-6).
   float default_epsilon = 1e-6f;
 };
 

@@ -308,10 +308,9 @@ TEST(InstallTest, AnInstalledTreeServesItsBuiltInModel) {
   }
   const std::string port_file = tmp.Path("port");
   const std::string server_log = tmp.Path("server.log");
-  const std::string command = moved + "/bin/linattn-server --listen " +
-                              "127.0.0.1:0 --port-file " + port_file + " > " +
-                              server_log + " 2>&1 & echo $! > " +
-                              tmp.Path("pid");
+  const std::string command =
+      moved + "/bin/linattn-server --listen " + "127.0.0.1:0 --port-file " +
+      port_file + " > " + server_log + " 2>&1 & echo $! > " + tmp.Path("pid");
   ASSERT_EQ(std::system(command.c_str()), 0);
   int port = 0;
   for (int i = 0; i < 400 && port == 0; ++i) {
