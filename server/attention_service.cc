@@ -142,7 +142,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
           response->Clear();
         }
         reactor->Finish(ToGrpcStatus(status));
-      });
+      },
+      LivenessOf(ctx));
   return reactor;
 }
 
@@ -165,8 +166,9 @@ class AttentionServiceImpl::StepStreamReactor
     : public grpc::ServerBidiReactor<Checked<Request>, Response>,
       public OpenStream {
  public:
-  explicit StepStreamReactor(AttentionServiceImpl* service)
-      : service_(service) {}
+  StepStreamReactor(AttentionServiceImpl* service,
+                    grpc::CallbackServerContext* ctx)
+      : service_(service), liveness_(LivenessOf(ctx)) {}
 
   // Makes the stream reachable by AbortStreams; called once the reactor is
   // whole (by the handler that created it, before gRPC can call OnDone).
@@ -267,6 +269,7 @@ class AttentionServiceImpl::StepStreamReactor
   }
 
   AttentionServiceImpl* const service_;
+  const CallLiveness liveness_;  // a step of a stream that ended is dropped
   Checked<Request> read_;
   const Request& request_ = read_.message;
   Response response_;
@@ -284,8 +287,8 @@ class AttentionServiceImpl::StepStreamReactor
 class AttentionServiceImpl::DecodeReactor final
     : public StepStreamReactor<v1::DecodeRequest, v1::DecodeResponse> {
  public:
-  explicit DecodeReactor(AttentionServiceImpl* service)
-      : StepStreamReactor(service) {
+  DecodeReactor(AttentionServiceImpl* service, grpc::CallbackServerContext* ctx)
+      : StepStreamReactor(service, ctx) {
     StartRead(&read_);
   }
 
@@ -307,13 +310,16 @@ class AttentionServiceImpl::DecodeReactor final
     const SequenceOutput out{response_.mutable_output()->mutable_data(),
                              response_.mutable_denominator()->mutable_data(),
                              available_.data()};
-    service_->scheduler_->Step(session_, in, out, [this](absl::Status status) {
-      if (status.ok()) {
-        CopyAvailable(available_, response_.mutable_available());
-        response_.set_position(session_->state().position());
-      }
-      StepDone(status);
-    });
+    service_->scheduler_->Step(
+        session_, in, out,
+        [this](absl::Status status) {
+          if (status.ok()) {
+            CopyAvailable(available_, response_.mutable_available());
+            response_.set_position(session_->state().position());
+          }
+          StepDone(status);
+        },
+        liveness_);
     return absl::OkStatus();
   }
 
@@ -322,8 +328,8 @@ class AttentionServiceImpl::DecodeReactor final
 };
 
 grpc::ServerBidiReactor<Checked<v1::DecodeRequest>, v1::DecodeResponse>*
-AttentionServiceImpl::OpenDecode(grpc::CallbackServerContext*) {
-  auto* reactor = new DecodeReactor(this);
+AttentionServiceImpl::OpenDecode(grpc::CallbackServerContext* ctx) {
+  auto* reactor = new DecodeReactor(this, ctx);
   reactor->Register();
   return reactor;
 }
@@ -335,8 +341,9 @@ class AttentionServiceImpl::DecodeBatchReactor final
     : public StepStreamReactor<v1::DecodeBatchRequest,
                                v1::DecodeBatchResponse> {
  public:
-  explicit DecodeBatchReactor(AttentionServiceImpl* service)
-      : StepStreamReactor(service) {
+  DecodeBatchReactor(AttentionServiceImpl* service,
+                     grpc::CallbackServerContext* ctx)
+      : StepStreamReactor(service, ctx) {
     StartRead(&read_);
   }
 
@@ -345,7 +352,8 @@ class AttentionServiceImpl::DecodeBatchReactor final
     LINATTN_ASSIGN_OR_RETURN(std::vector<Scheduler::GroupStep> group,
                              Prepare());
     service_->scheduler_->StepGroup(
-        std::move(group), [this](absl::Status status) {
+        std::move(group),
+        [this](absl::Status status) {
           if (status.ok()) {
             for (int i = 0; i < response_.steps_size(); ++i) {
               v1::DecodeResponse& r = *response_.mutable_steps(i);
@@ -355,7 +363,8 @@ class AttentionServiceImpl::DecodeBatchReactor final
           }
           sessions_.clear();
           StepDone(status);
-        });
+        },
+        liveness_);
     return absl::OkStatus();
   }
 
@@ -412,8 +421,8 @@ class AttentionServiceImpl::DecodeBatchReactor final
 
 grpc::ServerBidiReactor<Checked<v1::DecodeBatchRequest>,
                         v1::DecodeBatchResponse>*
-AttentionServiceImpl::OpenDecodeBatch(grpc::CallbackServerContext*) {
-  auto* reactor = new DecodeBatchReactor(this);
+AttentionServiceImpl::OpenDecodeBatch(grpc::CallbackServerContext* ctx) {
+  auto* reactor = new DecodeBatchReactor(this, ctx);
   reactor->Register();
   return reactor;
 }
@@ -451,9 +460,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
         ToProto(info, response->mutable_session());
         return absl::OkStatus();
       },
-      [reactor](absl::Status status) {
-        reactor->Finish(ToGrpcStatus(status));
-      });
+      [reactor](absl::Status status) { reactor->Finish(ToGrpcStatus(status)); },
+      LivenessOf(ctx));
   return reactor;
 }
 
@@ -469,9 +477,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Snapshot(
         response->set_state(SerializeSnapshot(session.spec(), session.state()));
         return absl::OkStatus();
       },
-      [reactor](absl::Status status) {
-        reactor->Finish(ToGrpcStatus(status));
-      });
+      [reactor](absl::Status status) { reactor->Finish(ToGrpcStatus(status)); },
+      LivenessOf(ctx));
   return reactor;
 }
 
@@ -499,15 +506,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Fork(
       [sessions, response,
        new_id = request->new_session_id()](Session& parent) {
         // O(state): one copy of the block, then the two evolve independently.
-        auto child = sessions->AdoptSession(
-            parent.spec(), parent.state().Copy(), new_id, "new_session_id");
+        auto child = sessions->ForkSession(parent, new_id);
         if (!child.ok()) return child.status();
         ToProto(DescribeSession(**child), response);
         return absl::OkStatus();
       },
-      [reactor](absl::Status status) {
-        reactor->Finish(ToGrpcStatus(status));
-      });
+      [reactor](absl::Status status) { reactor->Finish(ToGrpcStatus(status)); },
+      LivenessOf(ctx));
   return reactor;
 }
 

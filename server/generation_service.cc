@@ -124,11 +124,13 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
                        request->token_ids(), "text", "token_ids", false);
   if (!tokens.ok()) return Finish(ctx, tokens.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  engine_->Append(request->session_id(), std::move(*tokens),
-                  [reactor, response](absl::StatusOr<ModelSessionInfo> info) {
-                    if (info.ok()) ToProto(*info, response);
-                    reactor->Finish(ToGrpcStatus(info.status()));
-                  });
+  engine_->Append(
+      request->session_id(), std::move(*tokens),
+      [reactor, response](absl::StatusOr<ModelSessionInfo> info) {
+        if (info.ok()) ToProto(*info, response);
+        reactor->Finish(ToGrpcStatus(info.status()));
+      },
+      LivenessOf(ctx));
   return reactor;
 }
 
@@ -269,11 +271,13 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Fork(
     grpc::CallbackServerContext* ctx,
     const v1::ForkModelSessionRequest* request, v1::ModelSession* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  engine_->Fork(request->session_id(), request->new_session_id(),
-                [reactor, response](absl::StatusOr<ModelSessionInfo> info) {
-                  if (info.ok()) ToProto(*info, response);
-                  reactor->Finish(ToGrpcStatus(info.status()));
-                });
+  engine_->Fork(
+      request->session_id(), request->new_session_id(),
+      [reactor, response](absl::StatusOr<ModelSessionInfo> info) {
+        if (info.ok()) ToProto(*info, response);
+        reactor->Finish(ToGrpcStatus(info.status()));
+      },
+      LivenessOf(ctx));
   return reactor;
 }
 
@@ -282,11 +286,13 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Snapshot(
     const v1::SnapshotModelSessionRequest* request,
     v1::SnapshotModelSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  engine_->Snapshot(request->session_id(),
-                    [reactor, response](absl::StatusOr<std::string> bytes) {
-                      if (bytes.ok()) response->set_state(std::move(*bytes));
-                      reactor->Finish(ToGrpcStatus(bytes.status()));
-                    });
+  engine_->Snapshot(
+      request->session_id(),
+      [reactor, response](absl::StatusOr<std::string> bytes) {
+        if (bytes.ok()) response->set_state(std::move(*bytes));
+        reactor->Finish(ToGrpcStatus(bytes.status()));
+      },
+      LivenessOf(ctx));
   return reactor;
 }
 
@@ -303,9 +309,10 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::DeleteSession(
     const v1::DeleteModelSessionRequest* request,
     v1::DeleteModelSessionResponse*) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  engine_->Delete(request->session_id(), [reactor](absl::Status s) {
-    reactor->Finish(ToGrpcStatus(s));
-  });
+  engine_->Delete(
+      request->session_id(),
+      [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); },
+      LivenessOf(ctx));
   return reactor;
 }
 

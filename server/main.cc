@@ -131,6 +131,27 @@ int main(int argc, char** argv) {
       ->envname("LINATTN_MAX_BATCH")
       ->check(linattn::NumberAtLeast(1, 1 << 20))
       ->capture_default_str();
+  app.add_option("--prefill-tokens-per-round",
+                 options.scheduler.prefill_tokens_per_round,
+                 "prefill tokens the scheduler runs per round, shared evenly "
+                 "among the sessions prefilling; a longer prefill takes "
+                 "several rounds, and other sessions' steps run between them")
+      ->envname("LINATTN_PREFILL_TOKENS_PER_ROUND")
+      ->check(linattn::NumberAtLeast(1, uint64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-streams-per-connection",
+                 options.max_streams_per_connection,
+                 "streams one client connection may have open at once")
+      ->envname("LINATTN_MAX_STREAMS_PER_CONNECTION")
+      ->check(linattn::NumberAtLeast(1, 1 << 20))
+      ->capture_default_str();
+  std::string transport_memory = "1GiB";
+  app.add_option("--transport-memory", transport_memory,
+                 "memory gRPC's transport may hold for all connections "
+                 "together (bytes; KiB/MiB/GiB suffixes)")
+      ->envname("LINATTN_TRANSPORT_MEMORY")
+      ->check(linattn::ByteSize())
+      ->capture_default_str();
   app.add_option("--default-epsilon", options.sessions.default_epsilon,
                  "ε for sessions whose spec leaves it unset")
       ->envname("LINATTN_DEFAULT_EPSILON")
@@ -191,6 +212,7 @@ int main(int argc, char** argv) {
   linattn::SetUpLogging(log_level, log_json);
 
   options.sessions.max_state_bytes = *linattn::ParseByteSize(max_memory);
+  options.transport_memory_bytes = *linattn::ParseByteSize(transport_memory);
   if (workers > 0) omp_set_num_threads(workers);
   options.weights = *linattn::ParseWeightType(weights);
   if (models.empty()) {

@@ -63,6 +63,19 @@ std::optional<std::string> FindBadString(const Descriptor* type,
 
 }  // namespace
 
+CallLiveness LivenessOf(const grpc::ServerContextBase* ctx) {
+  using Steady = std::chrono::steady_clock;
+  using System = std::chrono::system_clock;
+  Steady::time_point deadline = Steady::time_point::max();
+  const System::time_point wall = ctx->deadline();
+  if (wall != System::time_point::max()) {
+    const auto left =
+        std::chrono::duration_cast<Steady::duration>(wall - System::now());
+    deadline = Steady::now() + left;
+  }
+  return CallLiveness(deadline, [ctx] { return ctx->IsCancelled(); });
+}
+
 absl::Status DiagnoseUnparsable(const Descriptor* type,
                                 grpc::ByteBuffer* bytes) {
   std::optional<std::string> bad;

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/util/call_liveness.h"
 #include "google/protobuf/descriptor.h"
 #include "server/status.h"
 
@@ -38,6 +39,11 @@ namespace linattn {
 // Why `bytes` do not parse as `type`: INVALID_ARGUMENT naming the first
 // string field, at any depth, that is not UTF-8, or saying that the bytes
 // are not a `type` message at all. Reads `bytes` without consuming them.
+// The call's deadline and cancellation, for core work that must not apply
+// a request its caller no longer waits for (core/util/call_liveness.h). The
+// context must outlive the work (it does until the call is finished).
+CallLiveness LivenessOf(const grpc::ServerContextBase* ctx);
+
 absl::Status DiagnoseUnparsable(const google::protobuf::Descriptor* type,
                                 grpc::ByteBuffer* bytes);
 

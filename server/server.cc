@@ -18,9 +18,18 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                            ParseListenAddress(options.listen, "--listen"));
   LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
   std::unique_ptr<LinattnServer> server(new LinattnServer());
+  // One memory budget for both services (--max-state-memory).
+  auto budget =
+      std::make_shared<MemoryBudget>(options.sessions.max_state_bytes);
+  SessionManagerOptions session_options = options.sessions;
+  session_options.budget = budget;
+  session_options.max_message_bytes =
+      static_cast<uint64_t>(options.max_message_bytes);
   LINATTN_ASSIGN_OR_RETURN(server->sessions_,
-                           SessionManager::Create(options.sessions));
-  server->scheduler_ = std::make_unique<Scheduler>(options.scheduler);
+                           SessionManager::Create(session_options));
+  SchedulerOptions scheduler_options = options.scheduler;
+  scheduler_options.budget = budget;
+  server->scheduler_ = std::make_unique<Scheduler>(scheduler_options);
   server->service_ = std::make_unique<AttentionServiceImpl>(
       server->sessions_.get(), server->scheduler_.get(), &server->gate_);
   std::vector<std::shared_ptr<const Model>> models;
@@ -29,6 +38,15 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     if (!model.ok()) {
       return absl::Status(model.status().code(),
                           absl::StrCat("model: ", model.status().message()));
+    }
+    // A session's snapshot is one message: a model whose sessions could not
+    // be snapshotted is refused now, not at the first Snapshot.
+    const uint64_t snapshot = GenerationEngine::SnapshotBytes(**model) + 64;
+    if (snapshot > static_cast<uint64_t>(options.max_message_bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-message-bytes: ", options.max_message_bytes,
+          " is less than a snapshot of a session of model '", (*model)->name(),
+          "' (", snapshot, " bytes with its framing)"));
     }
     for (const auto& other : models) {
       if (other->name() == (*model)->name()) {
@@ -50,8 +68,10 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
         (*model)->fingerprint_hex());
     models.push_back(std::move(*model));
   }
+  GenerationOptions generation_options = options.generation;
+  generation_options.budget = budget;
   server->generation_ =
-      std::make_unique<GenerationEngine>(std::move(models), options.generation);
+      std::make_unique<GenerationEngine>(std::move(models), generation_options);
   server->generation_service_ = std::make_unique<GenerationServiceImpl>(
       server->generation_.get(), &server->gate_);
 
@@ -66,6 +86,19 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   // SO_REUSEPORT, and the kernel would split connections (and so sessions)
   // between the two servers.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Bounded transport memory. A stream's receive window stays at HTTP/2's
+  // 64 KiB (no BDP probing growing it to megabytes), so a client that sends
+  // without reading parks at most that beyond the one message the server
+  // has asked for; streams per connection are capped; and the resource
+  // quota bounds what all connections hold together (under pressure gRPC
+  // shrinks windows and closes idle connections).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONCURRENT_STREAMS,
+      static_cast<int>(options.max_streams_per_connection));
+  grpc::ResourceQuota quota("linattn-server");
+  quota.Resize(static_cast<size_t>(options.transport_memory_bytes));
+  builder.SetResourceQuota(quota);
   builder.AddListeningPort(listen.ToString(), grpc::InsecureServerCredentials(),
                            &server->port_);
   std::vector<
@@ -126,8 +159,16 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
     // refused with the reason (server/rpc_entry.h).
     server_->GetHealthCheckService()->Shutdown();
     gate_.Drain();
+    // A Decode stream is in flight only while a step of it runs: one waiting
+    // for its client's next message ends now, and one with a step running
+    // ends once that step's response is written. Generate streams and
+    // unary calls get the grace period.
+    service_->AbortStreams(absl::UnavailableError(
+        "the server is shutting down; open a new stream to another replica "
+        "(every step answered so far is in the session)"));
     const auto deadline = std::chrono::steady_clock::now() + grace;
-    if (!gate_.WaitIdle(deadline)) {
+    bool idle = gate_.WaitIdle(deadline);
+    if (!idle) {
       // The grace period is over: what still runs ends with a status that
       // says why, not with gRPC's "Cancelling all calls".
       const absl::Status over = absl::UnavailableError(
@@ -137,11 +178,14 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
                    gate_.in_flight());
       generation_->AbortGenerations(over);
       service_->AbortStreams(over);
-      gate_.WaitIdle(std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(500));
+      idle = gate_.WaitIdle(std::chrono::steady_clock::now() +
+                            std::chrono::milliseconds(500));
     }
-    server_->Shutdown(std::chrono::system_clock::now() +
-                      std::chrono::milliseconds(500));
+    // Idle connections (and ones that never finished their handshake) are
+    // closed at once; calls still in flight get half a second more.
+    server_->Shutdown(
+        std::chrono::system_clock::now() +
+        (idle ? std::chrono::milliseconds(0) : std::chrono::milliseconds(500)));
   }
   if (scheduler_ != nullptr) scheduler_->Shutdown();
   if (evictor_.joinable()) evictor_.join();

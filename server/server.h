@@ -31,6 +31,11 @@ struct ServerOptions {
   // Sessions unused this long are deleted; 0 = kept until deleted.
   std::chrono::milliseconds idle_ttl{std::chrono::hours(1)};
   int max_message_bytes = 64 << 20;
+  // Transport bounds (docs/design.md, "Bounded memory"): streams one
+  // connection may hold open at once, and the memory gRPC's transport may
+  // use for all connections together (its resource quota).
+  uint32_t max_streams_per_connection = 256;
+  uint64_t transport_memory_bytes = uint64_t{1} << 30;
   // Model directories for GenerationService (none: it serves no models).
   std::vector<std::string> models;
   WeightType weights = WeightType::kF32;  // how their projections are packed

@@ -1,6 +1,7 @@
 #include "core/attention/attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -16,37 +17,55 @@ bool AllFinite(const float* x, uint64_t n) {
 
 namespace {
 
-// AllFinite over long prefill inputs, split over the OpenMP threads. (Not
+// max|x| over long prefill inputs is split over the OpenMP threads. (Not
 // for per-row use: even a disabled parallel region costs a runtime call.)
-bool AllFiniteParallel(const float* x, uint64_t n) {
+uint32_t MaxAbsBitsParallel(const float* x, uint64_t n) {
+  const StepKernels& kernels = ActiveKernels();
   constexpr uint64_t kBlock = uint64_t{1} << 16;
-  if (n < 16 * kBlock) return AllFinite(x, n);
+  if (n < 16 * kBlock) return kernels.max_abs_bits(n, x);
   const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
-  uint32_t non_finite = 0;
-#pragma omp parallel for schedule(static) reduction(| : non_finite)
+  uint32_t most = 0;
+#pragma omp parallel for schedule(static) reduction(max : most)
   for (int64_t b = 0; b < blocks; ++b) {
     const uint64_t start = uint64_t(b) * kBlock;
-    non_finite |= AllFinite(x + start, std::min(kBlock, n - start)) ? 0u : 1u;
+    most = std::max(
+        most, kernels.max_abs_bits(std::min(kBlock, n - start), x + start));
   }
-  return non_finite == 0;
+  return most;
 }
 
+// Checks that x[0..count) is finite; its max |x| goes to *most when set.
 absl::Status CheckFinite(absl::string_view field, const float* data,
-                         uint64_t count, bool check_values) {
+                         uint64_t count, bool check_values, float* most) {
   if (count != 0 && data == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": missing"));
   }
-  if (!check_values || AllFiniteParallel(data, count)) return absl::OkStatus();
+  if (!check_values) return absl::OkStatus();
+  const uint32_t bits = MaxAbsBitsParallel(data, count);
+  if (bits < 0x7f800000u) {
+    if (most != nullptr) *most = std::bit_cast<float>(bits);
+    return absl::OkStatus();
+  }
   for (uint64_t i = 0; i < count; ++i) {
     if (!std::isfinite(data[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, "[", i, "]: must be finite, got ", data[i]));
     }
   }
-  return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(field, ": finiteness check failed"));
 }
 
 }  // namespace
+
+double GrownMagnitudeBound(double bound, uint64_t tokens,
+                           const InputMagnitude& m) {
+  constexpr double kRounding = 1.0 + 0x1p-20;
+  const double feature = (static_cast<double>(m.k) + 1.0) * kRounding;
+  const double per_token =
+      feature * std::max(1.0, static_cast<double>(m.v)) * kRounding;
+  const double t = static_cast<double>(tokens);
+  return (bound + t * per_token) * std::pow(kRounding, t);
+}
 
 absl::StatusOr<Attention> Attention::Create(const AttentionSpec& spec) {
   LINATTN_ASSIGN_OR_RETURN(FeatureMap fm, FeatureMap::Create(spec));
@@ -55,18 +74,21 @@ absl::StatusOr<Attention> Attention::Create(const AttentionSpec& spec) {
 
 absl::Status Attention::ValidateInput(const AttentionState& state,
                                       const SequenceInput& in,
-                                      bool check_values) const {
+                                      bool check_values,
+                                      InputMagnitude* magnitude) const {
   if (!state.Matches(spec_)) {
     return absl::InvalidArgumentError(
         "state: its shape does not match this attention spec");
   }
   const uint64_t rows = in.tokens * spec_.num_heads;
   LINATTN_RETURN_IF_ERROR(
-      CheckFinite("q", in.q, rows * spec_.key_dim, check_values));
+      CheckFinite("q", in.q, rows * spec_.key_dim, check_values, nullptr));
   LINATTN_RETURN_IF_ERROR(
-      CheckFinite("k", in.k, rows * spec_.key_dim, check_values));
+      CheckFinite("k", in.k, rows * spec_.key_dim, check_values,
+                  magnitude != nullptr ? &magnitude->k : nullptr));
   LINATTN_RETURN_IF_ERROR(
-      CheckFinite("v", in.v, rows * spec_.value_dim, check_values));
+      CheckFinite("v", in.v, rows * spec_.value_dim, check_values,
+                  magnitude != nullptr ? &magnitude->v : nullptr));
   if (in.tokens > kMaxPosition - std::min(state.position(), kMaxPosition)) {
     return absl::OutOfRangeError(
         absl::StrCat("tokens: the session is at position ", state.position(),

@@ -42,6 +42,30 @@ struct SequenceOutput {
   uint8_t* available = nullptr;  // (tokens, heads): 1 = output defined
 };
 
+// The largest |k| and |v| of an input, as ValidateInput measures them while
+// it checks that every value is finite.
+struct InputMagnitude {
+  float k = 0.0f;
+  float v = 0.0f;
+};
+
+// Overflow (docs/design.md, "Overflow"): a step is refused when it would
+// take an entry of S or z past fp32's range, and changes nothing. Each state
+// carries an upper bound on its entries; while the bound after a step stays
+// below kStateMagnitudeLimit (2^120, a factor 256 inside fp32's 2^128) the
+// step cannot overflow and runs at once. Beyond it the state is measured,
+// and if the exact magnitude still leaves no room, the step is tried on a
+// copy first.
+inline constexpr double kStateMagnitudeLimit = 0x1p120;
+
+// The bound after `tokens` tokens of magnitude `m` on a state bounded by
+// `bound`. Every feature is at most max|k| + 1 (FAVOR+'s at most 1), so a
+// token adds at most (max|k| + 1)·max(max|v|, 1) to any entry of S or z;
+// decay only shrinks the state; each token's rounding is covered by a
+// factor (1 + 2^-20).
+double GrownMagnitudeBound(double bound, uint64_t tokens,
+                           const InputMagnitude& m);
+
 class Attention {
  public:
   // INVALID_ARGUMENT naming the field when the spec is not valid.
@@ -64,9 +88,11 @@ class Attention {
   // `check_values` is false: then the caller checks finiteness itself
   // (AllFinite) before it commits any state, as the chunkwise pass does
   // while it reads the rows anyway.
+  // With `magnitude` set (and check_values), also reports max|k| and max|v|
+  // (measured in the same read).
   absl::Status ValidateInput(const AttentionState& state,
-                             const SequenceInput& in,
-                             bool check_values = true) const;
+                             const SequenceInput& in, bool check_values = true,
+                             InputMagnitude* magnitude = nullptr) const;
 
  private:
   Attention(const AttentionSpec& spec, FeatureMap feature_map)

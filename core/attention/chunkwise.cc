@@ -69,7 +69,9 @@ absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
   return absl::OkStatus();
 }
 
-absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
+absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
+                                  PrefillCommit mode,
+                                  std::span<absl::Status> refused) {
   last_flops_ = 0;
   if (options_.chunk_size == 0 || options_.chunk_size > kMaxChunk) {
     return absl::InvalidArgumentError(
@@ -107,10 +109,25 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
         "items: the same state appears twice in one prefill batch");
   }
 
-  // Work on copies; commit only once every product has succeeded.
-  std::vector<AttentionState> work;
+  // Work on copies; commit only once every product has succeeded. In place,
+  // the caller holds the copies (and drops them on error).
+  std::vector<AttentionState> copies;
+  std::vector<AttentionState*> work;
   work.reserve(items.size());
-  for (const PrefillItem& item : items) work.push_back(item.state->Copy());
+  try {
+    if (mode == PrefillCommit::kAllOrNothing) {
+      copies.reserve(items.size());
+      for (const PrefillItem& item : items) {
+        copies.push_back(item.state->Copy());
+      }
+      for (AttentionState& copy : copies) work.push_back(&copy);
+    } else {
+      for (const PrefillItem& item : items) work.push_back(item.state);
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        "memory: allocating the working copies of a prefill failed");
+  }
 
   std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> groups;
   for (uint32_t i = 0; i < items.size(); ++i) {
@@ -125,9 +142,29 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items) {
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory in chunkwise prefill");
   }
+  // A state that left fp32's range is refused, and nothing commits (in
+  // place with `refused`: that item is reported there and the others go
+  // on); the measurement is also the state's new magnitude bound
+  // (kStateMagnitudeLimit).
   for (size_t i = 0; i < items.size(); ++i) {
-    work[i].set_position(items[i].state->position() + items[i].in.tokens);
-    *items[i].state = std::move(work[i]);
+    if (items[i].in.tokens == 0) continue;
+    if (!std::isfinite(work[i]->MeasureMagnitude())) {
+      absl::Status overflow = absl::OutOfRangeError(absl::StrCat(
+          "items[", i,
+          "].k, v: these values would overflow the session's state (an entry "
+          "of S or z would pass fp32's largest value, 3.4e38); nothing "
+          "changed"));
+      if (mode != PrefillCommit::kInPlace || refused.size() != items.size()) {
+        return overflow;
+      }
+      refused[i] = std::move(overflow);
+    }
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const uint64_t position = items[i].state->position() + items[i].in.tokens;
+    if (mode == PrefillCommit::kAllOrNothing)
+      *items[i].state = std::move(copies[i]);
+    items[i].state->set_position(position);
   }
   return absl::OkStatus();
 }
@@ -161,7 +198,7 @@ void ChunkwiseRunner::FinishKeys(const Job& job, const Stream& st, int64_t j,
 }
 
 absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
-                                       std::span<AttentionState> work,
+                                       std::span<AttentionState* const> work,
                                        const std::vector<uint32_t>& members) {
   const uint32_t C = options_.chunk_size;
   const int64_t d_phi = items[members[0]].attention->feature_dim();
@@ -240,7 +277,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       const FeatureMap& fm = item.attention->feature_map();
       const uint32_t H = item.attention->num_heads();
       const uint32_t d_k = item.attention->key_dim();
-      const uint64_t position0 = work[streams[first_stream].item].position();
+      const uint64_t position0 = work[streams[first_stream].item]->position();
       // The unit's tokens are one contiguous block of each input.
       {
         const Job& job = jobs[streams[first_stream].first_job + chunk];
@@ -304,14 +341,14 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       if (st.jobs == 0 || !items[st.item].attention->feature_map().is_favor()) {
         continue;
       }
-      const float old_shift = work[st.item].key_shift(st.head);
+      const float old_shift = work[st.item]->key_shift(st.head);
       float shift = old_shift;
       for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
         shift = std::max(shift, jobs[j].key_max);
       }
       st.shift = shift;
       st.rescale = shift > old_shift ? std::exp(old_shift - shift) : 1.0f;
-      work[st.item].key_shift(st.head) = shift;
+      work[st.item]->key_shift(st.head) = shift;
     }
     // Pass 2 (FAVOR+ keys only; the others had it at the end of pass 1).
     bool any_favor = false;
@@ -349,7 +386,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
     for (int64_t si = 0; si < static_cast<int64_t>(streams.size()); ++si) {
       const Stream& st = streams[si];
       if (st.jobs == 0) continue;
-      AttentionState& state = work[st.item];
+      AttentionState& state = *work[st.item];
       float* s = state.s(st.head);
       float* z = state.z(st.head);
       if (st.rescale != 1.0f) {

@@ -39,15 +39,25 @@ struct PrefillItem {
   SequenceOutput out;
 };
 
+// How a prefill's states change: all at once after every product succeeded
+// (on error nothing has changed), or in place, for a caller that prefills
+// its own working copies and drops them on error.
+enum class PrefillCommit { kAllOrNothing, kInPlace };
+
 class ChunkwiseRunner {
  public:
   explicit ChunkwiseRunner(ChunkwiseOptions options = {});
 
   // Prefills every item and advances its position. Items may differ in spec
   // and length; those with equal (d_φ, d_v) share batched matmuls. All input
-  // is validated before any state changes, and states are replaced only
-  // after every product succeeded: on error nothing has changed.
-  absl::Status Run(std::span<const PrefillItem> items);
+  // is validated before any state changes, and (kAllOrNothing) states are
+  // replaced only after every product succeeded: on error nothing has
+  // changed. A state that would leave fp32's range is refused (OUT_OF_RANGE
+  // naming items[i]) as an error; in place, `refused` (one status per
+  // item) instead receives it and the other items complete.
+  absl::Status Run(std::span<const PrefillItem> items,
+                   PrefillCommit mode = PrefillCommit::kAllOrNothing,
+                   std::span<absl::Status> refused = {});
   absl::Status Run(const Attention& attention, AttentionState& state,
                    const SequenceInput& in, const SequenceOutput& out);
 
@@ -61,7 +71,7 @@ class ChunkwiseRunner {
   void FinishKeys(const Job& job, const Stream& stream, int64_t j,
                   int64_t d_phi, bool any_decay);
   absl::Status RunGroup(std::span<const PrefillItem> items,
-                        std::span<AttentionState> work,
+                        std::span<AttentionState* const> work,
                         const std::vector<uint32_t>& members);
   // `batch` products of `shape` (its batch field ignored) on packed
   // buffers, run as primitives of power-of-two batch so that the number of

@@ -46,9 +46,12 @@ std::vector<float> OrthogonalGaussianRows(uint32_t m, uint32_t d_k,
   std::vector<double> block(static_cast<size_t>(d_k) * d_k);
   for (uint32_t row0 = 0; row0 < m; row0 += d_k) {
     // A d_k×d_k Gaussian block, rows orthonormalised by modified
-    // Gram–Schmidt (in double; Gaussian rows are independent a.s.).
+    // Gram–Schmidt (in double; Gaussian rows are independent a.s.). Row i
+    // depends only on rows before it, so a last, partial block stops at the
+    // rows it keeps.
+    const uint32_t rows = std::min(d_k, m - row0);
     for (double& x : block) x = rng.Normal();
-    for (uint32_t i = 0; i < d_k; ++i) {
+    for (uint32_t i = 0; i < rows; ++i) {
       double* ri = &block[static_cast<size_t>(i) * d_k];
       for (uint32_t j = 0; j < i; ++j) {
         const double* rj = &block[static_cast<size_t>(j) * d_k];
@@ -61,7 +64,6 @@ std::vector<float> OrthogonalGaussianRows(uint32_t m, uint32_t d_k,
       norm = std::sqrt(norm);
       for (uint32_t c = 0; c < d_k; ++c) ri[c] /= norm;
     }
-    const uint32_t rows = std::min(d_k, m - row0);
     for (uint32_t i = 0; i < rows; ++i) {
       // Row length ~ χ_{d_k}: the norm of a fresh Gaussian vector.
       double len = 0;

@@ -42,6 +42,9 @@ struct StepKernels {
   void (*silu_mul)(uint32_t n, const float* gate, const float* up, float* out);
   // True when no element of x is NaN or ±inf.
   bool (*all_finite)(uint64_t n, const float* x);
+  // The bits of max_i |x[i]| (0 for n = 0); at least 0x7f800000 exactly when
+  // some element is NaN or ±inf.
+  uint32_t (*max_abs_bits)(uint64_t n, const float* x);
   // Causal mask with decay over a C×C block: in row i, a_ic ← a_ic·w[C−1−i+c]
   // for c ≤ i and a_ic ← 0 for c > i (set, so that an inf there cannot
   // become NaN); sums[i] receives the row's sum. With w[k] = γ^{C−1−k}

@@ -60,6 +60,50 @@ void StepHead(const StepKernels& kernels, const Attention& attention,
           out.available + row);
 }
 
+// Whether consuming `in` keeps every entry of `state` finite (see
+// kStateMagnitudeLimit); *grown receives the state's bound afterwards.
+// OUT_OF_RANGE when it would not; nothing of the state changes but its
+// bound, which may tighten.
+absl::Status CheckGrowth(const StepKernels& kernels, const Attention& attention,
+                         AttentionState& state, const SequenceInput& in,
+                         const InputMagnitude& magnitude, double* grown) {
+  *grown = GrownMagnitudeBound(state.magnitude_bound(), in.tokens, magnitude);
+  if (*grown < kStateMagnitudeLimit) return absl::OkStatus();
+  *grown = GrownMagnitudeBound(state.MeasureMagnitude(), in.tokens, magnitude);
+  if (*grown < kStateMagnitudeLimit) return absl::OkStatus();
+  // The exact magnitude leaves too little room for the bound: run the tokens
+  // on a copy. The real run repeats the same operations, bit for bit.
+  const uint32_t H = attention.num_heads(), d_k = attention.key_dim(),
+                 d_v = attention.value_dim();
+  float after = INFINITY;
+  try {
+    AttentionState trial = state.Copy();
+    std::vector<float> y(uint64_t{H} * d_v), den(H);
+    std::vector<uint8_t> available(H);
+    const SequenceOutput out{y.data(), den.data(), available.data()};
+    for (uint64_t t = 0; t < in.tokens; ++t) {
+      const uint64_t qk = t * H * d_k, vv = t * H * d_v;
+      const SequenceInput token{in.q + qk, in.k + qk, in.v + vv, 1};
+      for (uint32_t h = 0; h < H; ++h) {
+        StepHead(kernels, attention, trial, token, out, 0, h);
+      }
+      trial.set_position(trial.position() + 1);
+    }
+    after = trial.MeasureMagnitude();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory: allocating ", state.bytes(),
+                     " bytes to try a step near fp32's range failed"));
+  }
+  if (!std::isfinite(after)) {
+    return absl::OutOfRangeError(
+        "k, v: these values would overflow the session's state (an entry of "
+        "S or z would pass fp32's largest value, 3.4e38); nothing changed");
+  }
+  *grown = after;
+  return absl::OkStatus();
+}
+
 absl::Status CheckOutput(const SequenceOutput& out, uint64_t tokens) {
   if (tokens != 0 && (out.output == nullptr || out.denominator == nullptr ||
                       out.available == nullptr)) {
@@ -83,10 +127,14 @@ absl::Status StepBatch(std::span<const StepItem> items) {
   // thread_locals would denote each worker's own copies.)
   thread_local std::vector<const AttentionState*> states_scratch;
   thread_local std::vector<std::pair<uint32_t, uint32_t>> work_scratch;
+  thread_local std::vector<double> grown_scratch;
   std::vector<const AttentionState*>& states = states_scratch;
   std::vector<std::pair<uint32_t, uint32_t>>& work = work_scratch;
+  std::vector<double>& grown = grown_scratch;
   states.clear();
   work.clear();
+  grown.assign(items.size(), 0.0);
+  const StepKernels& kernels = ActiveKernels();
   uint64_t state_floats = 0;
   uint64_t total_heads = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -100,12 +148,15 @@ absl::Status StepBatch(std::span<const StepItem> items) {
           "items[", i, "].tokens: a step takes exactly 1 token, got ",
           item.token.tokens));
     }
-    if (absl::Status s = item.attention->ValidateInput(*item.state, item.token);
-        !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("items[", i, "].", s.message()));
+    InputMagnitude magnitude;
+    absl::Status s = item.attention->ValidateInput(*item.state, item.token,
+                                                   true, &magnitude);
+    if (s.ok()) {
+      s = CheckGrowth(kernels, *item.attention, *item.state, item.token,
+                      magnitude, &grown[i]);
     }
-    if (absl::Status s = CheckOutput(item.out, 1); !s.ok()) {
+    if (s.ok()) s = CheckOutput(item.out, 1);
+    if (!s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("items[", i, "].", s.message()));
     }
@@ -119,7 +170,6 @@ absl::Status StepBatch(std::span<const StepItem> items) {
         "items: the same state appears twice in one batch");
   }
 
-  const StepKernels& kernels = ActiveKernels();
   // Flatten (item, head) so that a single session's heads also spread over
   // threads. Heads of one item touch disjoint parts of its state, except the
   // position, which is advanced after the parallel region.
@@ -137,17 +187,22 @@ absl::Status StepBatch(std::span<const StepItem> items) {
     StepHead(kernels, *item.attention, *item.state, item.token, item.out, 0,
              work[w].second);
   }
-  for (const StepItem& item : items) {
-    item.state->set_position(item.state->position() + 1);
+  for (size_t i = 0; i < items.size(); ++i) {
+    items[i].state->set_position(items[i].state->position() + 1);
+    items[i].state->set_magnitude_bound(grown[i]);
   }
   return absl::OkStatus();
 }
 
 absl::Status StepSequence(const Attention& attention, AttentionState& state,
                           const SequenceInput& in, const SequenceOutput& out) {
-  LINATTN_RETURN_IF_ERROR(attention.ValidateInput(state, in));
+  InputMagnitude magnitude;
+  LINATTN_RETURN_IF_ERROR(attention.ValidateInput(state, in, true, &magnitude));
   LINATTN_RETURN_IF_ERROR(CheckOutput(out, in.tokens));
   const StepKernels& kernels = ActiveKernels();
+  double grown = 0.0;
+  LINATTN_RETURN_IF_ERROR(
+      CheckGrowth(kernels, attention, state, in, magnitude, &grown));
   const uint32_t H = attention.num_heads();
   // Heads are independent streams: each thread walks its heads through all
   // tokens, so a head's S stays in that core's cache.
@@ -159,6 +214,7 @@ absl::Status StepSequence(const Attention& attention, AttentionState& state,
     }
   }
   state.set_position(state.position() + in.tokens);
+  state.set_magnitude_bound(grown);
   return absl::OkStatus();
 }
 

@@ -63,6 +63,16 @@ uint64_t StateFloatsPerHead(const AttentionSpec& spec) {
   return d_phi * spec.value_dim + d_phi;
 }
 
+uint64_t FeatureMapBytes(const AttentionSpec& spec) {
+  if (spec.feature_map != FeatureMapKind::kFavor) return 0;
+  return uint64_t{FeatureDim(spec)} * spec.key_dim * sizeof(float);
+}
+
+uint64_t FeatureMapSetupBytes(const AttentionSpec& spec) {
+  if (spec.feature_map != FeatureMapKind::kFavor) return 0;
+  return uint64_t{spec.key_dim} * spec.key_dim * sizeof(double);
+}
+
 absl::Status ValidateSpec(const AttentionSpec& spec) {
   if (auto s = CheckDim("num_heads", spec.num_heads); !s.ok()) return s;
   if (auto s = CheckDim("key_dim", spec.key_dim); !s.ok()) return s;
@@ -101,14 +111,17 @@ absl::Status ValidateSpec(const AttentionSpec& spec) {
     }
   }
   if (spec.feature_map == FeatureMapKind::kFavor) {
-    if (spec.feature_dim > kMaxDim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("feature_dim: must be at most ", kMaxDim, ", got ",
-                       spec.feature_dim));
+    if (spec.key_dim > kMaxFavorKeyDim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key_dim: favor takes at most ", kMaxFavorKeyDim,
+          " (its projection is orthogonalised in d_k×d_k blocks), got ",
+          spec.key_dim));
     }
-    if (2ull * spec.key_dim > kMaxDim && spec.feature_dim == 0) {
-      return absl::InvalidArgumentError(
-          "feature_dim: the default 2·key_dim is too large; set it");
+    if (FeatureDim(spec) > kMaxFavorFeatureDim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature_dim: favor takes at most ", kMaxFavorFeatureDim, ", got ",
+          FeatureDim(spec),
+          spec.feature_dim == 0 ? " (the default 2·key_dim)" : ""));
     }
   } else if (spec.feature_dim != 0 && spec.feature_dim != FeatureDim(spec)) {
     return absl::InvalidArgumentError(absl::StrCat(

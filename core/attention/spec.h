@@ -35,6 +35,12 @@ enum class FeatureMapKind {
 // Largest accepted dimension (heads, key, value or feature); keeps every
 // size computation far inside 64-bit range.
 inline constexpr uint32_t kMaxDim = 1u << 16;
+// FAVOR+ draws its projection by orthogonalising d_k×d_k Gaussian blocks
+// (O(m·d_k²) in double), so its dimensions are bounded tighter: at the
+// bounds the setup is about 4·10⁹ multiply-adds (about a second of one core)
+// and the projection 16 MiB.
+inline constexpr uint32_t kMaxFavorKeyDim = 1024;
+inline constexpr uint32_t kMaxFavorFeatureDim = 4096;
 // A session never advances past this many tokens (2^62: at a million tokens
 // a second, 146,000 years), so a position never wraps around.
 inline constexpr uint64_t kMaxPosition = uint64_t{1} << 62;
@@ -83,6 +89,13 @@ inline float HeadDecay(const AttentionSpec& spec, uint32_t h) {
 
 // Floats of recurrent state per head: S (d_φ×d_v) then z (d_φ).
 uint64_t StateFloatsPerHead(const AttentionSpec& spec);
+
+// Bytes a prepared feature map holds beyond the spec (FAVOR+'s m×d_k
+// projection; 0 for the other maps), and the most its preparation holds at
+// once on top of that (FAVOR+'s d_k×d_k block in double). Require a valid
+// spec; computed without allocating.
+uint64_t FeatureMapBytes(const AttentionSpec& spec);
+uint64_t FeatureMapSetupBytes(const AttentionSpec& spec);
 
 }  // namespace linattn
 

@@ -1,7 +1,10 @@
 #include "core/attention/state.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
+
+#include "core/attention/kernels.h"
 
 namespace linattn {
 
@@ -36,6 +39,16 @@ void AttentionState::Reset() {
     for (uint32_t h = 0; h < num_heads_; ++h) key_shift(h) = -INFINITY;
   }
   position_ = 0;
+  magnitude_bound_ = 0.0;
+}
+
+float AttentionState::MeasureMagnitude() {
+  const uint32_t bits =
+      ActiveKernels().max_abs_bits(shift_offset_, block_.data());
+  const float most =
+      bits >= 0x7f800000u ? INFINITY : std::bit_cast<float>(bits);
+  magnitude_bound_ = most;
+  return most;
 }
 
 AttentionState AttentionState::Copy() const {
@@ -47,6 +60,7 @@ AttentionState AttentionState::Copy() const {
   out.head_stride_ = head_stride_;
   out.shift_offset_ = shift_offset_;
   out.position_ = position_;
+  out.magnitude_bound_ = magnitude_bound_;
   out.block_ = block_.Copy();
   return out;
 }
@@ -61,6 +75,7 @@ void AttentionState::CopyFrom(const AttentionState& other) {
   std::memcpy(block_.data(), other.block_.data(),
               block_.size() * sizeof(float));
   position_ = other.position_;
+  magnitude_bound_ = other.magnitude_bound_;
 }
 
 bool AttentionState::Matches(const AttentionSpec& spec) const {

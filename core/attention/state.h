@@ -10,6 +10,7 @@
 #ifndef LINATTN_CORE_ATTENTION_STATE_H_
 #define LINATTN_CORE_ATTENTION_STATE_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/attention/spec.h"
@@ -52,12 +53,26 @@ class AttentionState {
   void set_position(uint64_t position) { position_ = position; }
 
   // The whole block: heads × (d_φ·d_v + d_φ) floats, then the FAVOR+ shifts.
-  float* data() { return block_.data(); }
+  // Writing through data() (a restore) leaves the magnitude bound unknown
+  // (+inf), so the next step measures the state before it trusts a bound.
+  float* data() {
+    magnitude_bound_ = INFINITY;
+    return block_.data();
+  }
   const float* data() const { return block_.data(); }
   uint64_t size() const { return block_.size(); }
   // Exact bytes of state: heads × (d_φ·d_v + d_φ) × 4, plus heads × 4 for
   // FAVOR+'s key log-scales.
   uint64_t bytes() const { return block_.size() * sizeof(float); }
+
+  // An upper bound on every |entry| of S and z, kept by the evaluation orders
+  // so that a step which could overflow the state is found without reading
+  // the state (docs/design.md, "Overflow").
+  double magnitude_bound() const { return magnitude_bound_; }
+  void set_magnitude_bound(double bound) { magnitude_bound_ = bound; }
+  // The largest |entry| of S and z over all heads, exactly (+inf when one is
+  // NaN or ±inf); O(state). Also tightens the bound to it.
+  float MeasureMagnitude();
 
   // True when this state has the shape `spec` describes.
   bool Matches(const AttentionSpec& spec) const;
@@ -74,6 +89,7 @@ class AttentionState {
   uint64_t head_stride_ = 0;   // d_φ·d_v + d_φ
   uint64_t shift_offset_ = 0;  // heads × head_stride_
   uint64_t position_ = 0;
+  double magnitude_bound_ = 0.0;
   AlignedBuffer block_;
 };
 

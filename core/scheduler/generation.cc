@@ -59,6 +59,29 @@ struct GenerationEngine::Job {
   std::function<void(absl::Status)> on_delete;
   std::shared_ptr<GenerateControl> control;  // Generate: never null
   std::string new_id;
+  CallLiveness caller;
+  // The working copies' memory (backup, rollback), held while active; the
+  // engine's counters say when it is given back.
+  struct Lease {
+    MemoryLease memory;
+    std::atomic<uint64_t>* held = nullptr;
+    std::atomic<uint64_t>* returned = nullptr;
+    Lease() = default;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { Return(); }
+    void Return() {
+      if (held == nullptr) return;
+      memory.Release();
+      held->fetch_sub(1);
+      returned->fetch_add(1);
+      held = nullptr;
+    }
+  };
+  Lease lease;
+  // leases_returned_ when this job last found no memory (it is not runnable
+  // until that moves); none yet = max.
+  uint64_t memory_wait = UINT64_MAX;
 
   // Set when the request becomes the session's active one.
   bool active = false;
@@ -132,7 +155,11 @@ struct GenerationEngine::Batch {
 
 GenerationEngine::GenerationEngine(
     std::vector<std::shared_ptr<const Model>> models, GenerationOptions options)
-    : models_(std::move(models)), options_(options) {
+    : models_(std::move(models)),
+      options_(options),
+      budget_(options.budget != nullptr ? options.budget
+                                        : std::make_shared<MemoryBudget>(
+                                              options.memory_budget_bytes)) {
   for (const auto& m : models_) {
     runners_[m.get()] = std::make_unique<ForwardRunner>(m, options_.forward);
   }
@@ -195,19 +222,46 @@ absl::StatusOr<std::string> GenerationEngine::NewId(
       field);
 }
 
-absl::Status GenerationEngine::Admit(const Model& model) const {
+absl::Status GenerationEngine::Admit(const Model& model) {
   if (sessions_.size() >= options_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "sessions: the server holds its limit of ", options_.max_sessions));
   }
-  if (options_.memory_budget_bytes != 0 &&
-      bytes_in_use_ + model.state_bytes() > options_.memory_budget_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("memory: a session of '", model.name(), "' needs ",
-                     model.state_bytes(), " bytes of state; ", bytes_in_use_,
-                     " of ", options_.memory_budget_bytes, " are in use"));
+  return budget_->Take(
+      model.state_bytes(),
+      absl::StrCat("memory: a session of '", model.name(), "' needs ",
+                   model.state_bytes(), " bytes of state"));
+}
+
+void GenerationEngine::Remove(
+    std::map<std::string, std::unique_ptr<Session>, std::less<>>::iterator it) {
+  budget_->Give(it->second->model->state_bytes());
+  sessions_.erase(it);
+}
+
+bool GenerationEngine::LeaseWorkingCopies(Session& s, Job& job,
+                                          absl::Status* failed) {
+  // A backup of the state; a paced Generate keeps two more (Job::rollback).
+  const bool paced = job.kind == Job::Kind::kGenerate && job.control->paced();
+  const uint64_t bytes = s.model->state_bytes() * (paced ? 3 : 1);
+  auto lease = budget_->Lease(
+      bytes, absl::StrCat("memory: this request needs working copies of the "
+                          "session's state (",
+                          bytes, " bytes)"));
+  if (!lease.ok()) {
+    // Memory comes back when a request under way ends; with none, never.
+    if (leased_jobs_.load() > 0) {
+      job.memory_wait = leases_returned_.load();
+      return false;
+    }
+    *failed = lease.status();
+    return true;
   }
-  return absl::OkStatus();
+  job.lease.memory = *std::move(lease);
+  job.lease.held = &leased_jobs_;
+  job.lease.returned = &leases_returned_;
+  leased_jobs_.fetch_add(1);
+  return true;
 }
 
 ModelSessionInfo GenerationEngine::Describe(const Session& s) const {
@@ -226,8 +280,14 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::CreateSession(
   auto session = std::make_unique<Session>();
   session->id = *id;
   session->model = *model;
-  session->state = (*model)->NewState();
-  bytes_in_use_ += (*model)->state_bytes();
+  try {
+    session->state = (*model)->NewState();
+  } catch (const std::bad_alloc&) {
+    budget_->Give((*model)->state_bytes());
+    return absl::ResourceExhaustedError(absl::StrCat("memory: allocating ",
+                                                     (*model)->state_bytes(),
+                                                     " bytes of state failed"));
+  }
   ModelSessionInfo info = Describe(*session);
   sessions_.emplace(*id, std::move(session));
   return info;
@@ -275,7 +335,8 @@ void GenerationEngine::Enqueue(const std::string& id, std::unique_ptr<Job> job,
 }
 
 void GenerationEngine::Append(const std::string& id,
-                              std::vector<int32_t> tokens, InfoCallback done) {
+                              std::vector<int32_t> tokens, InfoCallback done,
+                              CallLiveness caller) {
   auto model = ModelOf(id);
   if (!model.ok()) return done(model.status());
   if (tokens.empty()) {
@@ -288,6 +349,7 @@ void GenerationEngine::Append(const std::string& id,
   job->kind = Job::Kind::kAppend;
   job->input = std::move(tokens);
   job->on_info = done;
+  job->caller = std::move(caller);
   Enqueue(id, std::move(job), [&](absl::Status s) { done(s); });
 }
 
@@ -345,6 +407,11 @@ void GenerationEngine::AbortGenerations(const absl::Status& status) {
 bool GenerationEngine::Runnable(const Session& s) const {
   if (s.jobs.empty()) return false;
   const Job& job = *s.jobs.front();
+  if (!job.active && job.memory_wait == leases_returned_.load() &&
+      job.caller.Check().ok() && abort_.ok() &&
+      !(job.control != nullptr && job.control->cancelled())) {
+    return false;  // waits for a request under way to give memory back
+  }
   if (job.kind != Job::Kind::kGenerate || !job.active ||
       !job.control->paced()) {
     return true;
@@ -404,8 +471,9 @@ void GenerationEngine::EndCancelled(
 }
 
 void GenerationEngine::Fork(const std::string& id, const std::string& new_id,
-                            InfoCallback done) {
+                            InfoCallback done, CallLiveness caller) {
   auto job = std::make_unique<Job>();
+  job->caller = std::move(caller);
   job->kind = Job::Kind::kFork;
   job->new_id = new_id;
   job->on_info = done;
@@ -414,15 +482,18 @@ void GenerationEngine::Fork(const std::string& id, const std::string& new_id,
 
 void GenerationEngine::Snapshot(
     const std::string& id,
-    std::function<void(absl::StatusOr<std::string>)> done) {
+    std::function<void(absl::StatusOr<std::string>)> done,
+    CallLiveness caller) {
   auto job = std::make_unique<Job>();
+  job->caller = std::move(caller);
   job->kind = Job::Kind::kSnapshot;
   job->on_snapshot = done;
   Enqueue(id, std::move(job), [&](absl::Status s) { done(s); });
 }
 
 void GenerationEngine::Delete(const std::string& id,
-                              std::function<void(absl::Status)> done) {
+                              std::function<void(absl::Status)> done,
+                              CallLiveness caller) {
   {
     // A Generate ahead of the delete is cancelled rather than waited for: a
     // paced one whose client stopped reading would otherwise hold the
@@ -439,7 +510,16 @@ void GenerationEngine::Delete(const std::string& id,
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kDelete;
   job->on_delete = done;
+  job->caller = std::move(caller);
   Enqueue(id, std::move(job), done);
+}
+
+uint64_t GenerationEngine::SnapshotBytes(const Model& model) {
+  // Magic, version, fingerprint, name, pending token, layer count; per
+  // layer its position and float count, then the floats; CRC.
+  return sizeof(kModelSnapshotMagic) + 4 + 8 + 4 + model.name().size() + 4 + 4 +
+         16 * uint64_t{model.config().num_hidden_layers} + model.state_bytes() +
+         4;
 }
 
 absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
@@ -531,7 +611,6 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
   session->state = std::move(state);
   if (pending >= 0) session->pending = pending;
   session->position = session->state.position() + (session->pending ? 1 : 0);
-  bytes_in_use_ += model->state_bytes();
   ModelSessionInfo info = Describe(*session);
   sessions_.emplace(*id, std::move(session));
   return info;
@@ -552,8 +631,8 @@ size_t GenerationEngine::EvictIdle(std::chrono::milliseconds ttl) {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     const Session& s = *it->second;
     if (s.jobs.empty() && now - s.last_used > ttl) {
-      bytes_in_use_ -= s.model->state_bytes();
-      it = sessions_.erase(it);
+      auto gone = it++;
+      Remove(gone);
       ++evicted;
     } else {
       ++it;
@@ -636,6 +715,24 @@ void GenerationEngine::Plan(Batch& batch,
     Session& s = *sp;
     while (!s.jobs.empty()) {
       Job& job = *s.jobs.front();
+      if (absl::Status gone = job.caller.Check(); !gone.ok()) {
+        // The caller has gone: what is not committed is dropped. (A
+        // Generate's caller going is a cancel, through its control.)
+        {
+          if (job.active) RestoreBackup(s, job);
+          if (job.on_info) {
+            callbacks.push_back([cb = job.on_info, gone] { cb(gone); });
+          }
+          if (job.on_snapshot) {
+            callbacks.push_back([cb = job.on_snapshot, gone] { cb(gone); });
+          }
+          if (job.on_delete) {
+            callbacks.push_back([cb = job.on_delete, gone] { cb(gone); });
+          }
+          s.jobs.pop_front();
+          continue;
+        }
+      }
       if (job.kind == Job::Kind::kFork) {
         auto new_id = NewId(job.new_id, "new_session_id");
         absl::StatusOr<ModelSessionInfo> result;
@@ -647,14 +744,25 @@ void GenerationEngine::Plan(Batch& batch,
           auto copy = std::make_unique<Session>();
           copy->id = *new_id;
           copy->model = s.model;
-          copy->state = s.state.Copy();
-          copy->pending = s.pending;
-          copy->position = s.position;
-          bytes_in_use_ += s.model->state_bytes();
-          result = Describe(*copy);
-          // Inserting into sessions_ while iterating it is safe for
-          // std::map (no iterator is invalidated).
-          sessions_.emplace(*new_id, std::move(copy));
+          bool copied = true;
+          try {
+            copy->state = s.state.Copy();
+          } catch (const std::bad_alloc&) {
+            copied = false;
+          }
+          if (copied) {
+            copy->pending = s.pending;
+            copy->position = s.position;
+            result = Describe(*copy);
+            // Inserting into sessions_ while iterating it is safe for
+            // std::map (no iterator is invalidated).
+            sessions_.emplace(*new_id, std::move(copy));
+          } else {
+            budget_->Give(s.model->state_bytes());
+            result = absl::ResourceExhaustedError(
+                absl::StrCat("memory: allocating ", s.model->state_bytes(),
+                             " bytes for the forked state failed"));
+          }
         }
         callbacks.push_back([cb = job.on_info, result] { cb(result); });
         s.jobs.pop_front();
@@ -708,7 +816,34 @@ void GenerationEngine::Plan(Batch& batch,
         break;
       }
       // Append or Generate.
+      if (!job.active && job.kind == Job::Kind::kGenerate &&
+          (!abort_.ok() || job.control->cancelled())) {
+        // Ended before it began: nothing to take back.
+        GenerateEvent e;
+        e.finished = true;
+        e.finish_reason = "cancelled";
+        e.status = abort_;
+        e.position = s.position;
+        callbacks.push_back([cb = job.on_event, e] { cb(e); });
+        s.jobs.pop_front();
+        continue;
+      }
       if (!job.active) {
+        absl::Status no_memory;
+        if (!LeaseWorkingCopies(s, job, &no_memory)) break;  // waits
+        if (!no_memory.ok()) {
+          if (job.on_info) {
+            callbacks.push_back(
+                [cb = job.on_info, no_memory] { cb(no_memory); });
+          } else {
+            GenerateEvent e;
+            e.finished = true;
+            e.status = no_memory;
+            callbacks.push_back([cb = job.on_event, e] { cb(e); });
+          }
+          s.jobs.pop_front();
+          continue;
+        }
         job.active = true;
         (job.kind == Job::Kind::kAppend ? appends_ : generates_)++;
         prompt_tokens_ += job.input.size();
@@ -769,11 +904,7 @@ void GenerationEngine::Plan(Batch& batch,
       break;
     }
   }
-  for (const std::string& id : deleted) {
-    auto it = sessions_.find(id);
-    bytes_in_use_ -= it->second->model->state_bytes();
-    sessions_.erase(it);
-  }
+  for (const std::string& id : deleted) Remove(sessions_.find(id));
   // Decode rows first (one token left to feed), oldest request first; then
   // prompts fill what is left of the token budget.
   std::stable_sort(candidates.begin(), candidates.end(),
@@ -785,14 +916,40 @@ void GenerationEngine::Plan(Batch& batch,
                    });
   uint32_t budget = std::max<uint32_t>(options_.token_budget, 1);
   uint32_t decode_rows = 0;
+  std::vector<Batch::Row> prompts;
   for (const Batch::Row& row : candidates) {
-    if (budget == 0) break;
     const uint64_t left = row.job->feed.size() - row.job->fed;
-    if (left == 1) {
-      if (decode_rows == options_.max_batch) continue;
-      ++decode_rows;
+    if (left != 1) {
+      prompts.push_back(row);
+      continue;
     }
-    row.job->take = static_cast<uint32_t>(std::min<uint64_t>(left, budget));
+    if (budget == 0 || decode_rows == options_.max_batch) continue;
+    ++decode_rows;
+    row.job->take = 1;
+    budget -= 1;
+    batch.total += 1;
+    batch.rows[row.session->model.get()].push_back(row);
+  }
+  // Prompts share the rest evenly, the shortest first so that what one
+  // leaves goes to the longer ones; with more prompts than rows, the oldest
+  // get a row each.
+  std::stable_sort(prompts.begin(), prompts.end(),
+                   [](const Batch::Row& a, const Batch::Row& b) {
+                     return a.job->feed.size() - a.job->fed <
+                            b.job->feed.size() - b.job->fed;
+                   });
+  if (prompts.size() > budget) {
+    std::stable_sort(prompts.begin(), prompts.end(),
+                     [](const Batch::Row& a, const Batch::Row& b) {
+                       return a.job->seq < b.job->seq;
+                     });
+    prompts.resize(budget);
+  }
+  for (size_t n = 0; n < prompts.size(); ++n) {
+    const Batch::Row& row = prompts[n];
+    const uint64_t left = row.job->feed.size() - row.job->fed;
+    const uint64_t share = std::max<uint64_t>(1, budget / (prompts.size() - n));
+    row.job->take = static_cast<uint32_t>(std::min(left, share));
     budget -= row.job->take;
     batch.total += row.job->take;
     batch.rows[row.session->model.get()].push_back(row);
@@ -824,6 +981,12 @@ void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
       s.position = s.state.position();
       if (job.fed < job.feed.size()) continue;
       if (job.kind == Job::Kind::kAppend) {
+        if (absl::Status gone = job.caller.Check(); !gone.ok()) {
+          RestoreBackup(s, job);  // the caller left before the commit
+          callbacks.push_back([cb = job.on_info, gone] { cb(gone); });
+          s.jobs.pop_front();
+          continue;
+        }
         s.pending = job.final_pending;
         s.position = s.state.position() + 1;
         callbacks.push_back(

@@ -39,14 +39,26 @@
 #include "core/model/forward.h"
 #include "core/model/model.h"
 #include "core/model/sampler.h"
+#include "core/util/call_liveness.h"
+#include "core/util/memory_budget.h"
 
 namespace linattn {
 
 struct GenerationOptions {
-  uint32_t token_budget = 256;  // rows per iteration (decode rows first)
-  uint32_t max_batch = 128;     // generating sessions per iteration
+  // Rows per iteration: decode rows first, then prompts (Append and
+  // Generate alike) share what is left evenly, so a new short prompt is not
+  // held behind a long one.
+  uint32_t token_budget = 256;
+  uint32_t max_batch = 128;  // generating sessions per iteration
   uint64_t max_sessions = 4096;
-  uint64_t memory_budget_bytes = 0;  // total state bytes; 0 = no limit
+  // Session state and the working copies of requests under way (a backup
+  // of the state, and for a paced Generate two more for cancelling) come
+  // from `budget` (shared with the attention service's table), else from a
+  // budget of memory_budget_bytes of the engine's own (0 = no limit). A
+  // request whose copies do not fit waits for one under way to end, or,
+  // with none under way, fails with RESOURCE_EXHAUSTED.
+  uint64_t memory_budget_bytes = 0;
+  std::shared_ptr<MemoryBudget> budget;
   // Iterations of at most this many rows run on one OpenMP thread. A
   // single stream's step is a few hundred microseconds of small products;
   // on few cores, waking a second OpenMP thread two dozen times per token
@@ -140,9 +152,14 @@ class GenerationEngine {
   absl::StatusOr<ModelSessionInfo> GetSession(const std::string& id) const;
   std::vector<ModelSessionInfo> ListSessions() const;
 
+  // Requests but Generate take an optional CallLiveness: one whose caller
+  // has gone before it commits is dropped and changes nothing
+  // (docs/design.md, "Work ends with its call"). A Generate's caller going
+  // is a cancel (Cancel, from its deliverer).
+
   // Adds tokens to the context (prefill).
   void Append(const std::string& id, std::vector<int32_t> tokens,
-              InfoCallback done);
+              InfoCallback done, CallLiveness caller = {});
   // Appends `prompt` (may be empty), then samples until max_tokens, a stop
   // string, or the model's eos token. Cancel(*control) may come at any
   // time: the context then keeps the prompt and the tokens whose messages
@@ -161,19 +178,23 @@ class GenerationEngine {
   void AbortGenerations(const absl::Status& status);
   // A new session with a copy of this one's context (after its queued
   // requests).
-  void Fork(const std::string& id, const std::string& new_id,
-            InfoCallback done);
+  void Fork(const std::string& id, const std::string& new_id, InfoCallback done,
+            CallLiveness caller = {});
   // The session as bytes (LNATMSNP v1: model name and fingerprint, pending
   // token, states, CRC-32).
   void Snapshot(const std::string& id,
-                std::function<void(absl::StatusOr<std::string>)> done);
+                std::function<void(absl::StatusOr<std::string>)> done,
+                CallLiveness caller = {});
+  // The size of Snapshot()'s bytes for a session of `model`.
+  static uint64_t SnapshotBytes(const Model& model);
   // A new session from Snapshot() bytes. FAILED_PRECONDITION when no loaded
   // model has the snapshot's name and fingerprint.
   absl::StatusOr<ModelSessionInfo> Restore(const std::string& bytes,
                                            const std::string& session_id);
   // Deletes the session after the requests queued before it; a Generate
   // among them is cancelled (its stream ends with "cancelled").
-  void Delete(const std::string& id, std::function<void(absl::Status)> done);
+  void Delete(const std::string& id, std::function<void(absl::Status)> done,
+              CallLiveness caller = {});
 
   // Deletes every session that has no request queued or running and has
   // not been used for `ttl`; returns how many.
@@ -192,7 +213,15 @@ class GenerationEngine {
   absl::StatusOr<std::string> NewId(
       const std::string& requested,
       absl::string_view field = "session_id") const;
-  absl::Status Admit(const Model& model) const;
+  // Under mu_: checks the session limit and takes the state's bytes from
+  // the budget (given back by Remove).
+  absl::Status Admit(const Model& model);
+  void Remove(std::map<std::string, std::unique_ptr<Session>,
+                       std::less<>>::iterator it);
+  // Under mu_: takes the working copies of an Append or Generate becoming
+  // active; false when it must wait for memory (*failed set when it must
+  // fail instead).
+  bool LeaseWorkingCopies(Session& s, Job& job, absl::Status* failed);
   ModelSessionInfo Describe(const Session& s) const;
   void Enqueue(const std::string& id, std::unique_ptr<Job> job,
                const std::function<void(absl::Status)>& fail);
@@ -225,7 +254,11 @@ class GenerationEngine {
   bool stopping_ = false;
   absl::Status abort_;  // set by AbortGenerations
   std::map<std::string, std::unique_ptr<Session>, std::less<>> sessions_;
-  uint64_t bytes_in_use_ = 0;
+  std::shared_ptr<MemoryBudget> budget_;
+  // Jobs holding working copies, and how many have given theirs back (a job
+  // waiting for memory is runnable again once this moves).
+  std::atomic<uint64_t> leased_jobs_{0};
+  std::atomic<uint64_t> leases_returned_{0};
   std::atomic<uint64_t> iterations_{0};
   std::atomic<uint64_t> appends_{0}, generates_{0}, prompt_tokens_{0},
       generated_tokens_{0};

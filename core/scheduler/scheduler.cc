@@ -1,16 +1,38 @@
 #include "core/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/attention/recurrent.h"
 
 namespace linattn {
 
+namespace {
+
+// A batch function's error as its request reports it: a step group's
+// "items[j]." is its "steps[j].", and a lone request drops "items[0].".
+absl::Status AsRequest(absl::Status s, bool group) {
+  if (s.ok()) return s;
+  if (group && absl::StartsWith(s.message(), "items[")) {
+    return absl::Status(s.code(),
+                        absl::StrCat("steps[", s.message().substr(6)));
+  }
+  constexpr absl::string_view kPrefix = "items[0].";
+  if (!absl::StartsWith(s.message(), kPrefix)) return s;
+  return absl::Status(s.code(), s.message().substr(kPrefix.size()));
+}
+
+}  // namespace
+
 Scheduler::Scheduler(SchedulerOptions options)
     : options_(options),
+      budget_(options.budget != nullptr ? options.budget
+                                        : std::make_shared<MemoryBudget>(0)),
       runner_(options.chunkwise),
       worker_([this] { WorkerLoop(); }) {}
 
@@ -33,11 +55,14 @@ SchedulerStats Scheduler::stats() const {
 }
 
 void Scheduler::Step(std::shared_ptr<Session> session, SequenceInput in,
-                     SequenceOutput out, Done done) {
-  Enqueue({Kind::kStep, std::move(session), in, out, nullptr, std::move(done)});
+                     SequenceOutput out, Done done, CallLiveness caller) {
+  Request r{Kind::kStep,     std::move(session), in, out, nullptr,
+            std::move(done), std::move(caller)};
+  Enqueue(std::move(r));
 }
 
-void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done) {
+void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done,
+                          CallLiveness caller) {
   // A group that would fail its round's whole batch (StepBatch refuses a
   // state twice) is refused here, alone.
   if (steps.empty()) {
@@ -58,7 +83,8 @@ void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done) {
       return;
     }
   }
-  Request r{Kind::kStepGroup, nullptr, {}, {}, nullptr, std::move(done)};
+  Request r{Kind::kStepGroup, nullptr,          {}, {}, nullptr,
+            std::move(done),  std::move(caller)};
   r.group = std::move(steps);
   Enqueue(std::move(r));
 }
@@ -73,19 +99,17 @@ void Scheduler::ForEachSession(const Request& r,
 }
 
 void Scheduler::Prefill(std::shared_ptr<Session> session, SequenceInput in,
-                        SequenceOutput out, Done done) {
-  Enqueue(
-      {Kind::kPrefill, std::move(session), in, out, nullptr, std::move(done)});
+                        SequenceOutput out, Done done, CallLiveness caller) {
+  Request r{Kind::kPrefill,  std::move(session), in, out, nullptr,
+            std::move(done), std::move(caller)};
+  Enqueue(std::move(r));
 }
 
-void Scheduler::Run(std::shared_ptr<Session> session, StateWork work,
-                    Done done) {
-  Enqueue({Kind::kWork,
-           std::move(session),
-           {},
-           {},
-           std::move(work),
-           std::move(done)});
+void Scheduler::Run(std::shared_ptr<Session> session, StateWork work, Done done,
+                    CallLiveness caller) {
+  Request r{Kind::kWork,     std::move(session), {}, {}, std::move(work),
+            std::move(done), std::move(caller)};
+  Enqueue(std::move(r));
 }
 
 void Scheduler::Enqueue(Request request) {
@@ -109,10 +133,17 @@ void Scheduler::Enqueue(Request request) {
 void Scheduler::WorkerLoop() {
   std::vector<Request> round;
   std::vector<Request> deferred;
+  std::vector<Request> unfinished;
   while (true) {
     round.clear();
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // Requests a round left unfinished go first: they are the oldest of
+      // their sessions.
+      for (auto it = unfinished.rbegin(); it != unfinished.rend(); ++it) {
+        queue_.push_front(std::move(*it));
+      }
+      unfinished.clear();
       work_cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
       if (queue_.empty()) return;  // stopping, and everything has run
       // One request per session, in arrival order; later requests of a
@@ -137,26 +168,107 @@ void Scheduler::WorkerLoop() {
         queue_.push_front(std::move(*it));
       }
     }
-    RunRound(round);
+    RunRound(round, unfinished);
   }
 }
 
-void Scheduler::RunRound(std::vector<Request>& round) {
+namespace {
+
+// The finiteness of tokens [from, from + tokens) of `in`, with errors naming
+// the element's index in the whole request.
+absl::Status CheckSliceFinite(const AttentionSpec& spec,
+                              const SequenceInput& in, uint64_t from,
+                              uint64_t tokens) {
+  const uint64_t qk = uint64_t{spec.num_heads} * spec.key_dim;
+  const uint64_t vv = uint64_t{spec.num_heads} * spec.value_dim;
+  for (auto [field, data, width] :
+       {std::tuple<const char*, const float*, uint64_t>{"q", in.q, qk},
+        {"k", in.k, qk},
+        {"v", in.v, vv}}) {
+    const float* first = data + from * width;
+    const uint64_t n = tokens * width;
+    if (AllFinite(first, n)) continue;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(first[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, "[", from * width + i, "]: must be finite, got ", first[i]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool Scheduler::StartPrefill(Request& r, uint64_t share, absl::Status* result) {
+  Session& s = *r.session;
+  if (!r.copy.has_value()) {
+    // First slice: the whole request is checked (but for its values, which
+    // each slice checks as it goes), then the session's state is copied.
+    *result = s.attention().ValidateInput(s.state(), r.in,
+                                          /*check_values=*/false);
+    if (result->ok() && r.in.tokens != 0 &&
+        (r.out.output == nullptr || r.out.denominator == nullptr ||
+         r.out.available == nullptr)) {
+      *result = absl::InvalidArgumentError("out: output buffers missing");
+    }
+    if (!result->ok() || r.in.tokens == 0) return true;
+    auto lease = budget_->Lease(
+        s.state_bytes(),
+        absl::StrCat("prefill: needs a working copy of the session's state (",
+                     s.state_bytes(), " bytes)"));
+    if (!lease.ok()) {
+      // Memory frees when a prefill under way commits; with none, it never
+      // will.
+      if (prefills_under_way_ > 0) return false;
+      *result = lease.status();
+      return true;
+    }
+    try {
+      r.copy.emplace(s.state().Copy());
+    } catch (const std::bad_alloc&) {
+      *result = absl::ResourceExhaustedError(
+          absl::StrCat("memory: allocating a working copy of ", s.state_bytes(),
+                       " bytes for a prefill failed"));
+      return true;
+    }
+    r.copy_lease = *std::move(lease);
+    ++prefills_under_way_;
+  }
+  r.slice = std::max<uint64_t>(1, std::min(share, r.in.tokens - r.prefilled));
+  *result = CheckSliceFinite(s.spec(), r.in, r.prefilled, r.slice);
+  return true;
+}
+
+void Scheduler::RunRound(std::vector<Request>& round,
+                         std::vector<Request>& unfinished) {
   std::vector<absl::Status> results(round.size());
+  std::vector<bool> done(round.size(), true);
   std::vector<StepItem> steps;
   std::vector<size_t> step_index;
-  std::vector<PrefillItem> prefills;
-  std::vector<size_t> prefill_index;
+  std::vector<size_t> prefill_requests;
   uint64_t prefill_tokens = 0;
+  uint64_t prefills_finished = 0;
+  // Callers that have gone are answered before anything of theirs runs.
+  std::vector<bool> skip(round.size(), false);
+  for (size_t i = 0; i < round.size(); ++i) {
+    results[i] = round[i].caller.Check();
+    skip[i] = !results[i].ok();
+  }
   for (size_t i = 0; i < round.size(); ++i) {
     Request& r = round[i];
-    if (r.kind == Kind::kWork) continue;
+    if (skip[i] || r.kind == Kind::kWork) continue;
+    if (r.kind == Kind::kPrefill) {
+      prefill_requests.push_back(i);
+      continue;
+    }
+    // Shapes and positions here; the values are checked by StepBatch, and a
+    // batch that fails is run again request by request (below).
     if (r.kind == Kind::kStepGroup) {
-      // All of the group's steps join the batch, or none does.
       for (size_t j = 0; j < r.group.size() && results[i].ok(); ++j) {
         const GroupStep& g = r.group[j];
-        if (absl::Status v =
-                g.session->attention().ValidateInput(g.session->state(), g.in);
+        if (absl::Status v = g.session->attention().ValidateInput(
+                g.session->state(), g.in, /*check_values=*/false);
             !v.ok()) {
           results[i] = absl::Status(
               v.code(), absl::StrCat("steps[", j, "].", v.message()));
@@ -171,29 +283,111 @@ void Scheduler::RunRound(std::vector<Request>& round) {
       continue;
     }
     Session& s = *r.session;
-    // Each request is checked alone, so a bad one cannot fail its batch.
-    results[i] = s.attention().ValidateInput(s.state(), r.in);
+    results[i] =
+        s.attention().ValidateInput(s.state(), r.in, /*check_values=*/false);
     if (!results[i].ok()) continue;
-    if (r.kind == Kind::kStep) {
-      steps.push_back({&s.attention(), &s.state(), r.in, r.out});
-      step_index.push_back(i);
-    } else {
-      prefills.push_back({&s.attention(), &s.state(), r.in, r.out});
-      prefill_index.push_back(i);
-      prefill_tokens += r.in.tokens;
-    }
+    steps.push_back({&s.attention(), &s.state(), r.in, r.out});
+    step_index.push_back(i);
   }
+  // A batch that fails has changed nothing (StepBatch checks everything,
+  // overflow included, before it commits), so a failed batch of several
+  // requests is run again one request at a time: only the request at fault
+  // fails.
   if (!steps.empty()) {
     const absl::Status s = StepBatch(steps);
-    for (size_t i : step_index) results[i] = s;
+    if (s.ok() || step_index.front() == step_index.back()) {
+      for (size_t i : step_index) {
+        results[i] = AsRequest(s, round[i].kind == Kind::kStepGroup);
+      }
+    } else {
+      for (size_t b = 0; b < steps.size();) {
+        size_t e = b;
+        while (e < steps.size() && step_index[e] == step_index[b]) ++e;
+        const size_t i = step_index[b];
+        results[i] = AsRequest(
+            StepBatch(std::span<const StepItem>(steps).subspan(b, e - b)),
+            round[i].kind == Kind::kStepGroup);
+        b = e;
+      }
+    }
+  }
+
+  // Prefills: the round's token budget shared evenly, the shortest first so
+  // that what they leave goes to the longer ones.
+  std::sort(prefill_requests.begin(), prefill_requests.end(),
+            [&](size_t a, size_t b) {
+              return round[a].in.tokens - round[a].prefilled <
+                     round[b].in.tokens - round[b].prefilled;
+            });
+  uint64_t budget = std::max<uint64_t>(1, options_.prefill_tokens_per_round);
+  std::vector<PrefillItem> prefills;
+  std::vector<size_t> prefill_index;
+  for (size_t n = 0; n < prefill_requests.size(); ++n) {
+    const size_t i = prefill_requests[n];
+    Request& r = round[i];
+    const uint64_t share = budget / (prefill_requests.size() - n);
+    if (!StartPrefill(r, share, &results[i])) {
+      done[i] = false;  // waits for memory
+      continue;
+    }
+    if (!results[i].ok() || r.in.tokens == 0) continue;
+    budget -= std::min(budget, r.slice);
+    const AttentionSpec& spec = r.session->spec();
+    const uint64_t qk = uint64_t{spec.num_heads} * spec.key_dim;
+    const uint64_t vv = uint64_t{spec.num_heads} * spec.value_dim;
+    const uint64_t t0 = r.prefilled;
+    prefills.push_back({&r.session->attention(), &*r.copy,
+                        SequenceInput{r.in.q + t0 * qk, r.in.k + t0 * qk,
+                                      r.in.v + t0 * vv, r.slice},
+                        SequenceOutput{r.out.output + t0 * vv,
+                                       r.out.denominator + t0 * spec.num_heads,
+                                       r.out.available + t0 * spec.num_heads}});
+    prefill_index.push_back(i);
   }
   if (!prefills.empty()) {
-    const absl::Status s = runner_.Run(prefills);
-    for (size_t i : prefill_index) results[i] = s;
+    std::vector<absl::Status> refused(prefills.size());
+    const absl::Status s =
+        runner_.Run(prefills, PrefillCommit::kInPlace, refused);
+    for (size_t p = 0; p < prefills.size(); ++p) {
+      const size_t i = prefill_index[p];
+      Request& r = round[i];
+      results[i] = AsRequest(s.ok() ? refused[p] : s, false);
+      if (!results[i].ok()) continue;
+      r.prefilled += r.slice;
+      prefill_tokens += r.slice;
+      if (r.prefilled < r.in.tokens) done[i] = false;
+    }
   }
+  for (size_t i : prefill_requests) {
+    Request& r = round[i];
+    if (!done[i] || !r.copy.has_value()) continue;
+    if (results[i].ok()) results[i] = r.caller.Check();
+    if (results[i].ok()) {
+      r.session->state() = *std::move(r.copy);  // the commit
+      ++prefills_finished;
+    }
+    r.copy.reset();
+    r.copy_lease.Release();
+    --prefills_under_way_;
+  }
+  // Prefills of callers that went between rounds drop their copies.
   for (size_t i = 0; i < round.size(); ++i) {
-    if (round[i].kind == Kind::kWork) {
-      results[i] = std::move(round[i].work)(*round[i].session);
+    Request& r = round[i];
+    if (skip[i] && r.copy.has_value()) {
+      r.copy.reset();
+      r.copy_lease.Release();
+      --prefills_under_way_;
+    }
+  }
+
+  for (size_t i = 0; i < round.size(); ++i) {
+    if (round[i].kind == Kind::kWork && !skip[i]) {
+      try {
+        results[i] = std::move(round[i].work)(*round[i].session);
+      } catch (const std::bad_alloc&) {
+        results[i] = absl::ResourceExhaustedError(
+            "memory: an allocation for this request failed");
+      }
     }
   }
   {
@@ -203,11 +397,15 @@ void Scheduler::RunRound(std::vector<Request>& round) {
     stats_.step_batches += steps.empty() ? 0 : 1;
     stats_.largest_step_batch =
         std::max<uint64_t>(stats_.largest_step_batch, steps.size());
-    stats_.prefills += prefills.size();
+    stats_.prefills += prefills_finished;
     stats_.prefill_batches += prefills.empty() ? 0 : 1;
     stats_.prefill_tokens += prefill_tokens;
   }
   for (size_t i = 0; i < round.size(); ++i) {
+    if (!done[i]) {
+      unfinished.push_back(std::move(round[i]));
+      continue;
+    }
     ForEachSession(round[i], [](Session& s) {
       s.Publish();
       s.pending().fetch_sub(1);

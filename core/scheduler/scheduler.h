@@ -11,9 +11,16 @@
 // different sessions run together. Parallelism inside a round comes from the
 // kernels' OpenMP threads (one pool: no oversubscription with oneDNN).
 //
+// Prefills share a per-round token budget: a long prefill runs a slice per
+// round on a working copy of its session's state (taken from the memory
+// budget) and commits when its last slice is done, so other sessions' steps
+// and short prompts keep flowing meanwhile (at most one round's wait).
+//
 // Every request is validated on its own before it joins a batch, so one bad
 // request fails alone and changes nothing; `done` is called exactly once, on
-// the worker thread (or the caller's, if the scheduler has stopped).
+// the worker thread (or the caller's, if the scheduler has stopped). A
+// request whose caller has gone (CallLiveness) before it commits is dropped
+// and changes nothing; one that committed reports OK.
 //
 // Thread-safe. Callers keep input and output buffers alive until `done`.
 #ifndef LINATTN_CORE_SCHEDULER_SCHEDULER_H_
@@ -24,6 +31,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -33,12 +41,20 @@
 #include "absl/status/status.h"
 #include "core/attention/chunkwise.h"
 #include "core/session/session_manager.h"
+#include "core/util/call_liveness.h"
+#include "core/util/memory_budget.h"
 
 namespace linattn {
 
 struct SchedulerOptions {
   uint32_t max_round = 1024;  // requests per round
+  // Prefill tokens per round over all sessions, shared evenly among the
+  // prefills in the round (what one needs less of goes to the others).
+  uint64_t prefill_tokens_per_round = 8192;
   ChunkwiseOptions chunkwise;
+  // Where prefills' working copies are taken from (the session table's
+  // budget); null = an unlimited one of the scheduler's own.
+  std::shared_ptr<MemoryBudget> budget;
 };
 
 struct SchedulerStats {
@@ -68,17 +84,20 @@ class Scheduler {
 
   // One decode token (in.tokens == 1).
   void Step(std::shared_ptr<Session> session, SequenceInput in,
-            SequenceOutput out, Done done);
+            SequenceOutput out, Done done, CallLiveness caller = {});
   // One decode token for each of several distinct sessions, all or none:
   // if any step is invalid (its status names steps[i]) no session changes.
   // The group keeps each session's order with its other requests. An empty
   // group, a missing session or one session twice is refused at once.
-  void StepGroup(std::vector<GroupStep> steps, Done done);
-  // `in.tokens` tokens through the chunkwise path.
+  void StepGroup(std::vector<GroupStep> steps, Done done,
+                 CallLiveness caller = {});
+  // `in.tokens` tokens through the chunkwise path, in slices of the round
+  // budget; all of them or (on error, or a caller gone) none.
   void Prefill(std::shared_ptr<Session> session, SequenceInput in,
-               SequenceOutput out, Done done);
+               SequenceOutput out, Done done, CallLiveness caller = {});
   // Any other work on the session's state, ordered with its steps.
-  void Run(std::shared_ptr<Session> session, StateWork work, Done done);
+  void Run(std::shared_ptr<Session> session, StateWork work, Done done,
+           CallLiveness caller = {});
 
   // Runs what is queued, then refuses new requests with UNAVAILABLE.
   void Shutdown();
@@ -93,14 +112,26 @@ class Scheduler {
     SequenceOutput out;
     StateWork work;
     Done done;
+    CallLiveness caller;
     std::vector<GroupStep> group;  // kStepGroup only
+    // A prefill under way: tokens done so far, the working copy its slices
+    // run on (committed after the last), and that copy's memory.
+    uint64_t prefilled = 0;
+    std::optional<AttentionState> copy;
+    MemoryLease copy_lease;
+    uint64_t slice = 0;  // tokens this round
   };
   // The sessions a request touches.
   static void ForEachSession(const Request& r,
                              const absl::FunctionRef<void(Session&)>& f);
   void Enqueue(Request request);
   void WorkerLoop();
-  void RunRound(std::vector<Request>& round);
+  // Runs the round; requests not finished in it (prefills with slices left,
+  // or waiting for memory) are left in `unfinished`, in round order.
+  void RunRound(std::vector<Request>& round, std::vector<Request>& unfinished);
+  // Gives a prefill its working copy and this round's slice; false if it
+  // must wait a round for memory. Sets *result when it fails.
+  bool StartPrefill(Request& r, uint64_t share, absl::Status* result);
 
   const SchedulerOptions options_;
   // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
@@ -110,7 +141,9 @@ class Scheduler {
   std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
-  ChunkwiseRunner runner_;  // worker thread only
+  const std::shared_ptr<MemoryBudget> budget_;
+  ChunkwiseRunner runner_;           // worker thread only
+  uint64_t prefills_under_way_ = 0;  // worker thread only: with a copy
   std::thread worker_;
 };
 

@@ -1,10 +1,13 @@
 #include "core/session/session_manager.h"
 
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -28,11 +31,23 @@ bool IsValidSessionId(absl::string_view id) {
   return true;
 }
 
+uint64_t SessionMessageBytes(const AttentionSpec& spec) {
+  // An Inspect response holds S, z and the key scales (the snapshot's
+  // floats) and the session's description, whose spec repeats the decay;
+  // its id, names and numbers take well under 1 KiB.
+  return SnapshotBytes(spec) + 1024;
+}
+
+uint64_t SessionChargeBytes(const AttentionSpec& spec) {
+  return StateBytes(spec) + FeatureMapBytes(spec);
+}
+
 Session::Session(std::string id, std::shared_ptr<const Attention> attention,
                  AttentionState state)
     : id_(std::move(id)),
       attention_(std::move(attention)),
       state_bytes_(state.bytes()),
+      charged_bytes_(state_bytes_ + FeatureMapBytes(attention_->spec())),
       state_(std::move(state)) {
   Publish();
 }
@@ -109,7 +124,22 @@ absl::StatusOr<std::string> SessionManager::ChooseId(
       field);
 }
 
-absl::StatusOr<std::shared_ptr<const Attention>> SessionManager::AttentionFor(
+SessionReservation::SessionReservation(SessionReservation&& other) noexcept
+    : manager_(std::exchange(other.manager_, nullptr)),
+      attention_(std::move(other.attention_)),
+      bytes_(other.bytes_) {}
+
+SessionReservation::~SessionReservation() {
+  if (manager_ != nullptr) manager_->Release(bytes_);
+}
+
+void SessionManager::Release(uint64_t bytes) {
+  budget_->Give(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  --reserved_sessions_;
+}
+
+std::shared_ptr<const Attention> SessionManager::CachedAttention(
     const AttentionSpec& spec) {
   for (auto it = attentions_.begin(); it != attentions_.end();) {
     if (auto shared = it->lock()) {
@@ -119,10 +149,94 @@ absl::StatusOr<std::shared_ptr<const Attention>> SessionManager::AttentionFor(
       it = attentions_.erase(it);
     }
   }
-  LINATTN_ASSIGN_OR_RETURN(Attention attention, Attention::Create(spec));
-  auto shared = std::make_shared<const Attention>(std::move(attention));
-  attentions_.push_back(shared);
-  return shared;
+  return nullptr;
+}
+
+absl::StatusOr<SessionReservation> SessionManager::Reserve(
+    const AttentionSpec& spec, absl::string_view requested_id,
+    absl::string_view id_field) {
+  LINATTN_RETURN_IF_ERROR(ValidateSpec(spec));
+  if (options_.max_message_bytes != 0 &&
+      SessionMessageBytes(spec) > options_.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "spec: a session of this spec has a ", SnapshotBytes(spec),
+        "-byte snapshot; with its description that is more than one message "
+        "may carry (",
+        options_.max_message_bytes,
+        " bytes, --max-message-bytes), so its Snapshot and Inspect could not "
+        "be answered"));
+  }
+  const uint64_t charge = SessionChargeBytes(spec);
+  std::shared_ptr<const Attention> attention;
+  uint64_t setup = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A requested id is checked now, so that a taken one costs no setup
+    // work (and again at Commit).
+    if (!requested_id.empty()) {
+      LINATTN_RETURN_IF_ERROR(ChooseId(requested_id, id_field).status());
+    }
+    if (sessions_.size() + reserved_sessions_ >= options_.max_sessions) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "sessions: the server holds its maximum of ", options_.max_sessions));
+    }
+    attention = CachedAttention(spec);
+    if (attention == nullptr) setup = FeatureMapSetupBytes(spec);
+    LINATTN_RETURN_IF_ERROR(budget_->Take(
+        charge + setup,
+        absl::StrCat(
+            "spec: a session needs ", StateBytes(spec), " bytes of state",
+            FeatureMapBytes(spec) != 0
+                ? absl::StrCat(" and ", FeatureMapBytes(spec),
+                               " of feature map")
+                : "",
+            setup != 0 ? absl::StrCat(", and ", setup, " more to set it up")
+                       : "")));
+    ++reserved_sessions_;
+  }
+  SessionReservation reservation(this, attention, charge);
+  if (attention != nullptr) return reservation;
+  // The feature map is prepared without the table lock: FAVOR+'s projection
+  // takes up to about a second at the largest accepted dimensions.
+  absl::StatusOr<Attention> created = absl::UnknownError("");
+  try {
+    created = Attention::Create(spec);
+  } catch (const std::bad_alloc&) {
+    created = absl::ResourceExhaustedError(
+        absl::StrCat("memory: allocating the feature map (",
+                     FeatureMapBytes(spec), " bytes) failed"));
+  }
+  budget_->Give(setup);
+  if (!created.ok()) return created.status();  // the reservation releases
+  std::lock_guard<std::mutex> lock(mu_);
+  // Another caller may have prepared the same spec meanwhile: share theirs.
+  attention = CachedAttention(spec);
+  if (attention == nullptr) {
+    attention = std::make_shared<const Attention>(*std::move(created));
+    attentions_.push_back(attention);
+  }
+  reservation.attention_ = std::move(attention);
+  return reservation;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Commit(
+    SessionReservation reservation, AttentionState state,
+    absl::string_view requested_id, absl::string_view id_field) {
+  if (reservation.manager_ != this) {
+    return absl::InvalidArgumentError("reservation: not held in this table");
+  }
+  if (!state.Matches(reservation.spec())) {
+    return absl::InvalidArgumentError("state: does not match its spec");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  LINATTN_ASSIGN_OR_RETURN(std::string id, ChooseId(requested_id, id_field));
+  auto session = std::make_shared<Session>(
+      id, std::move(reservation.attention_), std::move(state));
+  reservation.manager_ = nullptr;  // its bytes stay taken, as the session's
+  --reserved_sessions_;
+  bytes_in_use_ += session->charged_bytes();
+  sessions_.emplace(std::move(id), session);
+  return session;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::CreateSession(
@@ -132,49 +246,46 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::CreateSession(
   if (absl::Status s = ValidateSpec(spec); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   }
-  // Admission before allocation: the state size is known from the spec.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (sessions_.size() >= options_.max_sessions) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "sessions: the server holds its maximum of ", options_.max_sessions));
-    }
-    if (bytes_in_use_ + StateBytes(spec) > options_.max_state_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "spec: a session needs ", StateBytes(spec), " bytes of state; ",
-          options_.max_state_bytes - bytes_in_use_, " of ",
-          options_.max_state_bytes, " remain"));
-    }
+  // Admission before allocation: every size is known from the spec.
+  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
+                           Reserve(spec, requested_id));
+  std::optional<AttentionState> state;
+  try {
+    state.emplace(spec);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory: allocating ", StateBytes(spec), " bytes of state failed"));
   }
-  return AdoptSession(spec, AttentionState(spec), requested_id);
+  return Commit(std::move(reservation), *std::move(state), requested_id);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::AdoptSession(
     const AttentionSpec& spec, AttentionState state,
     absl::string_view requested_id, absl::string_view id_field) {
-  LINATTN_RETURN_IF_ERROR(ValidateSpec(spec));
   if (!state.Matches(spec)) {
     return absl::InvalidArgumentError("state: does not match its spec");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (sessions_.size() >= options_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "sessions: the server holds its maximum of ", options_.max_sessions));
+  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
+                           Reserve(spec, requested_id, id_field));
+  return Commit(std::move(reservation), std::move(state), requested_id,
+                id_field);
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::ForkSession(
+    const Session& parent, absl::string_view requested_id,
+    absl::string_view id_field) {
+  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
+                           Reserve(parent.spec(), requested_id, id_field));
+  std::optional<AttentionState> copy;
+  try {
+    copy.emplace(parent.state().Copy());
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory: allocating ", parent.state_bytes(),
+                     " bytes for the forked state failed"));
   }
-  if (bytes_in_use_ + state.bytes() > options_.max_state_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "state: ", state.bytes(),
-        " bytes would exceed the state memory limit of ",
-        options_.max_state_bytes, " (", bytes_in_use_, " in use)"));
-  }
-  LINATTN_ASSIGN_OR_RETURN(std::string id, ChooseId(requested_id, id_field));
-  LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<const Attention> attention,
-                           AttentionFor(spec));
-  auto session =
-      std::make_shared<Session>(id, std::move(attention), std::move(state));
-  bytes_in_use_ += session->state_bytes();
-  sessions_.emplace(std::move(id), session);
-  return session;
+  return Commit(std::move(reservation), *std::move(copy), requested_id,
+                id_field);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
@@ -193,7 +304,8 @@ absl::Status SessionManager::Delete(absl::string_view id) {
   if (it == sessions_.end()) {
     return NoSuchSession(id);
   }
-  bytes_in_use_ -= it->second->state_bytes();
+  bytes_in_use_ -= it->second->charged_bytes();
+  budget_->Give(it->second->charged_bytes());
   sessions_.erase(it);
   return absl::OkStatus();
 }
@@ -213,7 +325,8 @@ size_t SessionManager::EvictIdle(Clock::duration ttl) {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     const Session& s = *it->second;
     if (s.pending_count() == 0 && s.last_used() < cutoff) {
-      bytes_in_use_ -= s.state_bytes();
+      bytes_in_use_ -= s.charged_bytes();
+      budget_->Give(s.charged_bytes());
       it = sessions_.erase(it);
       ++evicted;
     } else {

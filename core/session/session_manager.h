@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/attention/attention.h"
+#include "core/util/memory_budget.h"
 
 namespace linattn {
 
@@ -42,9 +43,14 @@ class Session {
   const Attention& attention() const { return *attention_; }
   const AttentionSpec& spec() const { return attention_->spec(); }
   uint64_t state_bytes() const { return state_bytes_; }
+  // What the session is charged against the memory budget: its state plus
+  // its feature map's parameters (FAVOR+'s projection), counted per session
+  // even where sessions of one spec share them.
+  uint64_t charged_bytes() const { return charged_bytes_; }
 
   // Worker-only (see the file comment).
   AttentionState& state() { return state_; }
+  const AttentionState& state() const { return state_; }
   // Publishes the state's position for readers on other threads and marks
   // the session used. Called by the worker after every operation.
   void Publish();
@@ -71,6 +77,7 @@ class Session {
   const std::string id_;
   const std::shared_ptr<const Attention> attention_;
   const uint64_t state_bytes_;
+  const uint64_t charged_bytes_;
   AttentionState state_;
   std::atomic<uint64_t> position_{0};
   std::atomic<int64_t> last_used_{0};
@@ -89,11 +96,52 @@ SessionInfo DescribeSession(const Session& session);
 
 struct SessionManagerOptions {
   uint64_t max_sessions = 10'000;
-  uint64_t max_state_bytes = uint64_t{4} << 30;  // total over all sessions
+  // The memory limit (see MemoryBudget): `budget` when set (a server shares
+  // one between both services), else a budget of max_state_bytes of the
+  // table's own.
+  uint64_t max_state_bytes = uint64_t{4} << 30;
+  std::shared_ptr<MemoryBudget> budget;
+  // The largest message the server sends (0 = no limit): a session whose
+  // state could not be sent whole (SessionMessageBytes) is refused at
+  // creation rather than accepted and never snapshotted.
+  uint64_t max_message_bytes = 0;
   // ε for specs that leave it unset (docs/design.md §1: servers default to
   // 1e-6).
   float default_epsilon = 1e-6f;
 };
+
+class SessionManager;
+
+// Room in the table held for a session being set up: a slot and its memory
+// count against the limits from SessionManager::Reserve() until Commit(),
+// or until the reservation is dropped. Holds the session's prepared
+// Attention (FAVOR+'s projection is drawn in Reserve, outside any lock).
+class SessionReservation {
+ public:
+  SessionReservation(SessionReservation&& other) noexcept;
+  SessionReservation& operator=(SessionReservation&&) = delete;
+  ~SessionReservation();
+
+  const AttentionSpec& spec() const { return attention_->spec(); }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  friend class SessionManager;
+  SessionReservation(SessionManager* manager,
+                     std::shared_ptr<const Attention> attention, uint64_t bytes)
+      : manager_(manager), attention_(std::move(attention)), bytes_(bytes) {}
+
+  SessionManager* manager_;  // null once committed or moved from
+  std::shared_ptr<const Attention> attention_;
+  uint64_t bytes_;
+};
+
+// What a session with `spec` is charged (state plus feature map).
+uint64_t SessionChargeBytes(const AttentionSpec& spec);
+// The largest message that carries a session's whole state: its snapshot,
+// or its Inspect response (the same floats, with its description), plus
+// framing; at most SnapshotBytes(spec) + 1024.
+uint64_t SessionMessageBytes(const AttentionSpec& spec);
 
 class SessionManager {
  public:
@@ -106,11 +154,32 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Session>> CreateSession(
       AttentionSpec spec, std::optional<float> epsilon,
       absl::string_view requested_id);
-  // A session holding `state` (from a snapshot or a fork): same admission
-  // checks; the state's spec must be complete (epsilon resolved).
-  // `id_field` names the request field the id came from in errors.
+  // A session holding `state` (from a snapshot): same admission checks; the
+  // state's spec must be complete (epsilon resolved). `id_field` names the
+  // request field the id came from in errors.
   absl::StatusOr<std::shared_ptr<Session>> AdoptSession(
       const AttentionSpec& spec, AttentionState state,
+      absl::string_view requested_id,
+      absl::string_view id_field = "session_id");
+  // A copy of `parent` (its state is read: call where the state may be,
+  // i.e. on the scheduler's worker). Room is reserved before the copy is
+  // allocated.
+  absl::StatusOr<std::shared_ptr<Session>> ForkSession(
+      const Session& parent, absl::string_view requested_id,
+      absl::string_view id_field = "new_session_id");
+
+  // The two halves of the above, for callers that allocate the state
+  // themselves: Reserve checks the id (when one is requested), the session
+  // count and the memory budget (state, feature map and, while it is
+  // prepared, the feature map's setup memory), then prepares the Attention
+  // without holding the table lock. RESOURCE_EXHAUSTED names the limit;
+  // an allocation that fails is RESOURCE_EXHAUSTED too, never a crash.
+  // Commit adds the session with `state` (which must match the spec).
+  absl::StatusOr<SessionReservation> Reserve(
+      const AttentionSpec& spec, absl::string_view requested_id,
+      absl::string_view id_field = "session_id");
+  absl::StatusOr<std::shared_ptr<Session>> Commit(
+      SessionReservation reservation, AttentionState state,
       absl::string_view requested_id,
       absl::string_view id_field = "session_id");
 
@@ -123,25 +192,37 @@ class SessionManager {
   size_t EvictIdle(Clock::duration ttl);
 
   uint64_t session_count() const;
+  // Bytes charged by the sessions in the table (see Session::charged_bytes),
+  // not counting reservations in progress.
   uint64_t state_bytes_in_use() const;
   const SessionManagerOptions& options() const { return options_; }
+  MemoryBudget& budget() const { return *budget_; }
 
  private:
   explicit SessionManager(const SessionManagerOptions& options)
-      : options_(options) {}
+      : options_(options),
+        budget_(options.budget != nullptr
+                    ? options.budget
+                    : std::make_shared<MemoryBudget>(options.max_state_bytes)) {
+  }
   absl::StatusOr<std::string> ChooseId(absl::string_view requested,
                                        absl::string_view field) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One Attention per distinct spec, shared by its sessions (FAVOR+'s
-  // projection is drawn once).
-  absl::StatusOr<std::shared_ptr<const Attention>> AttentionFor(
-      const AttentionSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  friend class SessionReservation;
+  // The shared Attention of `spec` if one is alive (FAVOR+'s projection is
+  // drawn once per distinct spec).
+  std::shared_ptr<const Attention> CachedAttention(const AttentionSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Release(uint64_t bytes);
 
   const SessionManagerOptions options_;
+  const std::shared_ptr<MemoryBudget> budget_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>, std::less<>> sessions_
       ABSL_GUARDED_BY(mu_);
   uint64_t bytes_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  // Reservations not yet committed (their bytes are taken from budget_).
+  uint64_t reserved_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::weak_ptr<const Attention>> attentions_ ABSL_GUARDED_BY(mu_);
 };
 

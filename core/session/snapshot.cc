@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/attention.h"
@@ -75,6 +76,13 @@ uint32_t Crc32(absl::string_view data) {
   uint32_t c = 0xffffffffu;
   for (unsigned char b : data) c = table[(c ^ b) & 0xff] ^ (c >> 8);
   return c ^ 0xffffffffu;
+}
+
+uint64_t SnapshotBytes(const AttentionSpec& spec) {
+  // magic, version, 3 dims, map, unnormalized, ε, decay count and values,
+  // feature_dim, seed, horizon, position, float count, floats, CRC.
+  return 8 + 4 + 3 * 4 + 1 + 1 + 4 + 4 + 4 * uint64_t{spec.decay.size()} + 4 +
+         8 + 4 + 8 + 8 + StateBytes(spec) + 4;
 }
 
 std::string SerializeSnapshot(const AttentionSpec& spec,
@@ -157,7 +165,15 @@ absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
         absl::StrCat("state: snapshot holds ", r.remaining(),
                      " bytes of state, its spec needs ", StateBytes(spec)));
   }
-  ParsedSnapshot out{spec, AttentionState(spec)};
+  // The state is no larger than the blob already received.
+  std::optional<ParsedSnapshot> parsed;
+  try {
+    parsed.emplace(ParsedSnapshot{spec, AttentionState(spec)});
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory: allocating ", StateBytes(spec), " bytes of state failed"));
+  }
+  ParsedSnapshot& out = *parsed;
   LINATTN_RETURN_IF_ERROR(
       r.GetBytes(out.state.data(), floats * sizeof(float), "state"));
   out.state.set_position(position);
@@ -166,7 +182,7 @@ absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
       out.state, spec.feature_map != FeatureMapKind::kIdentity,
       spec.feature_map == FeatureMapKind::kCosine ? spec.horizon : 0,
       "snapshot"));
-  return out;
+  return *std::move(parsed);
 }
 
 absl::Status CheckRestoredState(const AttentionState& state,

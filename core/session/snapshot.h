@@ -32,6 +32,8 @@ inline constexpr uint32_t kSnapshotVersion = 1;
 
 std::string SerializeSnapshot(const AttentionSpec& spec,
                               const AttentionState& state);
+// The size of a snapshot of a session with `spec`, without making one.
+uint64_t SnapshotBytes(const AttentionSpec& spec);
 
 struct ParsedSnapshot {
   AttentionSpec spec;

@@ -616,49 +616,79 @@ TEST_F(AttentionServiceTest, DecodeDeadlineAndCancellation) {
 }
 
 TEST(AttentionServiceLimits, SessionsMemoryAndMessageSize) {
-  auto server =
-      ServerProcess::Start({"--max-sessions", "2", "--max-state-memory", "1MiB",
-                            "--max-message-bytes", "65536"});
+  auto server = ServerProcess::Start(
+      {"--max-sessions", "3", "--max-state-memory", "100KiB",
+       "--max-message-bytes", "65536", "--model", "none"});
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session a = Create(*stub, ProtoSpec(1, 4, 4));
-  grpc::ClientContext big_ctx;
-  v1::CreateSessionRequest big;
-  *big.mutable_spec() =
-      ProtoSpec(8, 128, 128);  // 528 KiB … twice is over 1 MiB
-  v1::Session b;
-  ASSERT_TRUE(stub->CreateSession(&big_ctx, big, &b).ok());
-  grpc::ClientContext third_ctx;
-  v1::Session c;
-  grpc::Status s = stub->CreateSession(&third_ctx, big, &c);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  grpc::ClientContext del_ctx;
-  v1::DeleteSessionRequest del;
-  del.set_session_id(a.session_id());
-  v1::DeleteSessionResponse del_resp;
-  ASSERT_TRUE(stub->DeleteSession(&del_ctx, del, &del_resp).ok());
-  grpc::ClientContext mem_ctx;
-  s = stub->CreateSession(&mem_ctx, big, &c);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("bytes of state"));
+  // 40,400 bytes of state each: two fit in 100 KiB, three do not.
+  const v1::CreateSessionRequest mid = [] {
+    v1::CreateSessionRequest r;
+    *r.mutable_spec() = ProtoSpec(1, 100, 100);
+    return r;
+  }();
+  v1::Session b, c, d;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CreateSession(&ctx, mid, &b).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CreateSession(&ctx, mid, &c).ok());
+  }
+  {
+    grpc::ClientContext ctx;  // the fourth session
+    grpc::Status s = stub->CreateSession(&ctx, mid, &d);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("sessions"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteSessionRequest del;
+    del.set_session_id(a.session_id());
+    v1::DeleteSessionResponse resp;
+    ASSERT_TRUE(stub->DeleteSession(&ctx, del, &resp).ok());
+  }
+  {
+    grpc::ClientContext ctx;  // a third 40 KB state is over 100 KiB
+    grpc::Status s = stub->CreateSession(&ctx, mid, &d);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("bytes of state"));
+    EXPECT_THAT(s.error_message(), HasSubstr("state memory limit 102400"));
+  }
+  {
+    // A state no message could carry whole is refused at creation, naming
+    // the limit, instead of a session that can never be snapshotted.
+    grpc::ClientContext ctx;
+    v1::CreateSessionRequest big;
+    *big.mutable_spec() = ProtoSpec(8, 128, 128);
+    grpc::Status s = stub->CreateSession(&ctx, big, &d);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("--max-message-bytes"));
+  }
 
   // A prefill message over 64 KiB is refused by the transport.
   grpc::ClientContext pre_ctx;
   v1::PrefillRequest pre;
   pre.set_session_id(b.session_id());
-  pre.set_tokens(20);
-  for (int i = 0; i < 20 * 8 * 128; ++i)
+  pre.set_tokens(60);
+  for (int i = 0; i < 60 * 100; ++i)
     pre.add_q(0.f), pre.add_k(0.f), pre.add_v(0.f);
   v1::PrefillResponse pre_resp;
   EXPECT_EQ(stub->Prefill(&pre_ctx, pre, &pre_resp).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
-  // So is a response over it: Inspect of a 528 KiB state.
+  // Every session that exists can be inspected and snapshotted.
   grpc::ClientContext inspect_ctx;
   v1::InspectRequest inspect;
   inspect.set_session_id(b.session_id());
   v1::InspectResponse inspect_resp;
-  EXPECT_EQ(stub->Inspect(&inspect_ctx, inspect, &inspect_resp).error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(stub->Inspect(&inspect_ctx, inspect, &inspect_resp).ok());
+  grpc::ClientContext snap_ctx;
+  v1::SnapshotRequest snap;
+  snap.set_session_id(b.session_id());
+  v1::SnapshotResponse snap_resp;
+  EXPECT_TRUE(stub->Snapshot(&snap_ctx, snap, &snap_resp).ok());
   grpc::ClientContext get_ctx;
   v1::GetSessionRequest get;
   get.set_session_id(b.session_id());
@@ -697,8 +727,12 @@ TEST(AttentionServiceEviction, IdleSessionsExpire) {
 
 // SIGTERM: health turns NOT_SERVING, an open stream may finish its work,
 // new calls are refused, and the process exits 0.
-TEST(AttentionServiceDrain, SigtermFinishesInFlightCallsAndExitsZero) {
-  auto server = ServerProcess::Start({"--grace-period", "5"});
+// SIGTERM: a Decode stream waiting for its client's next message is idle
+// and ends at once (UNAVAILABLE saying why), and the server, with nothing in
+// flight, exits without waiting out its grace period. Every step answered
+// before is kept.
+TEST(AttentionServiceDrain, SigtermEndsIdleStreamsAndExitsAtOnce) {
+  auto server = ServerProcess::Start({"--grace-period", "30"});
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session a = Create(*stub, ProtoSpec(2, 4, 4));
@@ -706,31 +740,33 @@ TEST(AttentionServiceDrain, SigtermFinishesInFlightCallsAndExitsZero) {
   const testing::Tokens data = testing::RandomTokens(spec, 4, 8);
   grpc::ClientContext ctx;
   auto stream = stub->Decode(&ctx);
-  auto step = [&](uint64_t t) {
-    v1::DecodeRequest req;
-    req.set_session_id(a.session_id());
-    req.mutable_q()->Add(data.q.begin() + t * 8, data.q.begin() + (t + 1) * 8);
-    req.mutable_k()->Add(data.k.begin() + t * 8, data.k.begin() + (t + 1) * 8);
-    req.mutable_v()->Add(data.v.begin() + t * 8, data.v.begin() + (t + 1) * 8);
-    v1::DecodeResponse resp;
-    return stream->Write(req) && stream->Read(&resp) ? resp.position() : 0;
-  };
-  ASSERT_EQ(step(0), 1u);
-  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(step(1), 2u)
-      << "the in-flight stream keeps working during the grace period";
-  // New calls are refused while draining.
-  auto fresh = v1::AttentionService::NewStub(server->Channel());
-  grpc::ClientContext new_ctx;
-  new_ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(2));
+  v1::DecodeRequest req;
+  req.set_session_id(a.session_id());
+  req.mutable_q()->Add(data.q.begin(), data.q.begin() + 8);
+  req.mutable_k()->Add(data.k.begin(), data.k.begin() + 8);
+  req.mutable_v()->Add(data.v.begin(), data.v.begin() + 8);
+  v1::DecodeResponse resp;
+  ASSERT_TRUE(stream->Write(req) && stream->Read(&resp));
+  ASSERT_EQ(resp.position(), 1u);
+  // A second, idle connection (a channel of its own).
+  auto idle = v1::AttentionService::NewStub(grpc::CreateCustomChannel(
+      server->address(), grpc::InsecureChannelCredentials(),
+      grpc::ChannelArguments()));
+  grpc::ClientContext list_ctx;
   v1::ListSessionsResponse list;
-  EXPECT_FALSE(fresh->ListSessions(&new_ctx, {}, &list).ok());
-  stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
-  const int status = server->Wait(std::chrono::seconds(10));
-  ASSERT_NE(status, -1) << "did not exit after the stream finished";
+  ASSERT_TRUE(idle->ListSessions(&list_ctx, {}, &list).ok());
+
+  const auto signalled = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  EXPECT_FALSE(stream->Read(&resp));
+  const grpc::Status ended = stream->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(ended.error_message(), HasSubstr("shutting down"));
+  const int status = server->Wait(std::chrono::seconds(20));
+  ASSERT_NE(status, -1) << "still running 20 s after SIGTERM";
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled,
+            std::chrono::seconds(10))
+      << "waited for its grace period with nothing in flight";
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
