@@ -8,7 +8,7 @@ ASAN_DIR ?= build-asan
 JOBS ?= 2
 BUILD_TYPE ?= Release
 
-.PHONY: all deps configure build run test test-asan test-tsan test-container bench bench-attention bench-model bench-server format clean
+.PHONY: all deps configure build run test test-asan test-tsan test-container fuzz soak bench bench-attention bench-model bench-server format clean
 
 all: build
 
@@ -54,6 +54,17 @@ test-tsan: deps
 	cmake --build $(TSAN_DIR) -j$(JOBS) --target session_test generation_test
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
 	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot|GenerationTest)\.'
+
+# libFuzzer targets (tests/fuzz, built with clang under ASan + UBSan): the
+# snapshot parsers, safetensors, config.json, .npy, the tokenizers and the
+# requests of both services, each for FUZZ_SECONDS on its committed corpus.
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DLINATTN_FUZZ=ON -DLINATTN_BUILD_BENCH=OFF
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target fuzzers
+	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
 # The Dockerfile built with podman and checked for real (health, non-root,
 # one attend --server call from the host).

@@ -31,6 +31,9 @@ packages=(
   # tests and benchmarks (python3: the report scripts in bench/ and the
   # container check, standard library only)
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # `make fuzz`: clang with libFuzzer and the sanitizer runtimes, and LLVM's
+  # OpenMP for the clang build
+  clang libclang-rt-14-dev libomp-dev
 )
 if ((python)); then
   packages+=(

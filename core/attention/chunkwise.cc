@@ -282,8 +282,8 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       {
         const Job& job = jobs[streams[first_stream].first_job + chunk];
         const uint64_t qk = uint64_t(H) * d_k, vv = uint64_t(H) * d_v;
-        non_finite |= !AllFinite(item.in.q + job.start * qk, job.len * qk) |
-                      !AllFinite(item.in.k + job.start * qk, job.len * qk) |
+        non_finite |= !AllFinite(item.in.q + job.start * qk, job.len * qk) ||
+                      !AllFinite(item.in.k + job.start * qk, job.len * qk) ||
                       !AllFinite(item.in.v + job.start * vv, job.len * vv);
       }
       for (uint32_t t = 0; t < C; ++t) {

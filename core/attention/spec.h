@@ -36,11 +36,11 @@ enum class FeatureMapKind {
 // size computation far inside 64-bit range.
 inline constexpr uint32_t kMaxDim = 1u << 16;
 // FAVOR+ draws its projection by orthogonalising d_k×d_k Gaussian blocks
-// (O(m·d_k²) in double), so its dimensions are bounded tighter: at the
-// bounds the setup is about 4·10⁹ multiply-adds (about a second of one core)
-// and the projection 16 MiB.
+// (about 2·m·d_k² flops in double), so its dimensions are bounded tighter:
+// at the bounds the setup is about 4·10⁹ flops (a second or so of one core,
+// outside any lock) and the projection 8 MiB.
 inline constexpr uint32_t kMaxFavorKeyDim = 1024;
-inline constexpr uint32_t kMaxFavorFeatureDim = 4096;
+inline constexpr uint32_t kMaxFavorFeatureDim = 2048;
 // A session never advances past this many tokens (2^62: at a million tokens
 // a second, 146,000 years), so a position never wraps around.
 inline constexpr uint64_t kMaxPosition = uint64_t{1} << 62;

@@ -57,11 +57,18 @@ class Hasher {
   uint64_t h_ = 0xcbf29ce484222325ULL;
 };
 
-// Loads tensors by name, checks shapes, and records what was used.
+// Loads tensors by name, checks shapes, and records what was used. Every
+// buffer is allocated only after the file has shown a tensor of its shape,
+// so sizes in config.json cannot make the loader allocate more than the
+// file holds.
 class TensorReader {
  public:
   explicit TensorReader(const SafetensorsFile& file) : file_(file) {}
 
+  absl::Status Check(const std::string& name,
+                     const std::vector<int64_t>& shape) const {
+    return file_.Get(name, shape).status();
+  }
   absl::Status Read(const std::string& name, std::vector<int64_t> shape,
                     float* out) {
     LINATTN_ASSIGN_OR_RETURN(const TensorView* t, file_.Get(name, shape));
@@ -76,12 +83,14 @@ class TensorReader {
   }
   absl::StatusOr<std::vector<float>> Vector(const std::string& name,
                                             int64_t n) {
+    LINATTN_RETURN_IF_ERROR(Check(name, {n}));
     std::vector<float> v(n);
     LINATTN_RETURN_IF_ERROR(Read(name, {n}, v.data()));
     return v;
   }
   absl::StatusOr<AlignedBuffer> Matrix(const std::string& name, int64_t rows,
                                        int64_t cols) {
+    LINATTN_RETURN_IF_ERROR(Check(name, {rows, cols}));
     AlignedBuffer m(rows * cols);
     LINATTN_RETURN_IF_ERROR(Read(name, {rows, cols}, m.data()));
     return m;
@@ -90,7 +99,10 @@ class TensorReader {
   absl::StatusOr<AlignedBuffer> Stacked(
       const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols) {
     int64_t rows = 0;
-    for (const auto& [name, r] : parts) rows += r;
+    for (const auto& [name, r] : parts) {
+      LINATTN_RETURN_IF_ERROR(Check(name, {r, cols}));
+      rows += r;
+    }
     AlignedBuffer m(rows * cols);
     float* at = m.data();
     for (const auto& [name, r] : parts) {
@@ -175,6 +187,18 @@ bool Model::Matches(const ModelState& state) const {
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
     const std::string& dir, const std::string& name, WeightType weights) {
+  try {
+    return LoadChecked(dir, name, weights);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        dir,
+        ": allocating the model's weights failed (the machine has too "
+        "little memory for the sizes its files give)"));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
+    const std::string& dir, const std::string& name, WeightType weights) {
   if (weights == WeightType::kBf16) {
     if (absl::Status s = Bf16Supported(); !s.ok()) return s;
   }
@@ -238,6 +262,16 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
                 Dv = int64_t{c.num_kv_heads} * dv;
   LINATTN_ASSIGN_OR_RETURN(model->embeddings_,
                            r.Matrix("model.embeddings.weight", V, H));
+  // The file must hold the last layer before layers are set up for it.
+  if (absl::Status s =
+          r.Check(absl::StrCat("model.layers.", c.num_hidden_layers - 1,
+                               ".attn_norm.weight"),
+                  {H});
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, "/config.json: num_hidden_layers: ", c.num_hidden_layers,
+        " does not match model.safetensors (", s.message(), ")"));
+  }
   model->layers_.resize(c.num_hidden_layers);
   for (uint32_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");

@@ -112,6 +112,9 @@ class Model {
 
  private:
   Model() = default;
+  // Load without the catch for an allocation that fails.
+  static absl::StatusOr<std::shared_ptr<const Model>> LoadChecked(
+      const std::string& dir, const std::string& name, WeightType weights);
   std::string name_;
   WeightType weight_type_ = WeightType::kF32;
   std::string dir_;

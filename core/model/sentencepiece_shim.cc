@@ -74,7 +74,9 @@ long linattn_spm_encode(void* processor, const char* text, size_t length,
     SetError(status.ToString(), error, error_size);
     return -1;
   }
-  if (out.size() <= capacity) {
+  // (memcpy's pointers must be valid even for no bytes: an empty text
+  // encodes to nothing, and its caller may pass no buffer.)
+  if (!out.empty() && out.size() <= capacity) {
     std::memcpy(ids, out.data(), out.size() * sizeof(int));
   }
   return static_cast<long>(out.size());
@@ -83,7 +85,9 @@ long linattn_spm_encode(void* processor, const char* text, size_t length,
 size_t linattn_spm_piece(void* processor, int id, char* out, size_t capacity) {
   const std::string bytes = PieceBytes(
       *static_cast<sentencepiece::SentencePieceProcessor*>(processor), id);
-  if (bytes.size() <= capacity) std::memcpy(out, bytes.data(), bytes.size());
+  if (!bytes.empty() && bytes.size() <= capacity) {
+    std::memcpy(out, bytes.data(), bytes.size());
+  }
   return bytes.size();
 }
 

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -151,6 +152,105 @@ TEST(ErrorsCosine, PositionsPastTheHorizonAreOutOfRange) {
   EXPECT_EQ(state.position(), 0u);
   data.tokens = 10;
   EXPECT_TRUE(StepSequence(*attention, state, data.input(), out.view()).ok());
+}
+
+// Finite but huge inputs that would take S or z past fp32's range are
+// refused (OUT_OF_RANGE naming k and v) and change nothing, in every
+// evaluation order; steps that stay finite, however close to the edge,
+// are accepted and exact.
+class Overflow : public ::testing::Test {
+ protected:
+  // One head, d_k = d_v = 1, ELU+1: φ(k) = k + 1, so each token of k = v =
+  // 1e19 adds fl(1e19 + 1)·1e19 = 1e38 to S. Three fit below fp32's
+  // 3.4e38; the fourth does not.
+  const AttentionSpec spec_{
+      .num_heads = 1, .key_dim = 1, .value_dim = 1, .epsilon = 1e-6f};
+  const Attention attention_ = *Attention::Create(spec_);
+  std::vector<float> q_ = std::vector<float>(8, 1.0f);
+  std::vector<float> kv_ = std::vector<float>(8, 1e19f);
+  SequenceInput Input(uint64_t tokens) const {
+    return {q_.data(), kv_.data(), kv_.data(), tokens};
+  }
+};
+
+TEST_F(Overflow, StepsAreRefusedOnlyWhenTheStateWouldLeaveFp32) {
+  AttentionState state = attention_.NewState();
+  testing::Outputs out(spec_, 1);
+  for (int t = 0; t < 3; ++t) {
+    ASSERT_TRUE(Step(attention_, state, Input(1), out.view()).ok()) << t;
+  }
+  EXPECT_FLOAT_EQ(state.s(0)[0], 3e38f);
+  const AttentionState before = state.Copy();
+  absl::Status s = Step(attention_, state, Input(1), out.view());
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("k, v"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("overflow"));
+  ExpectSame(state, before);
+  // Smaller values still go in, and the state stays finite and exact.
+  std::fill(kv_.begin(), kv_.end(), 1e18f);
+  ASSERT_TRUE(Step(attention_, state, Input(1), out.view()).ok());
+  EXPECT_FLOAT_EQ(state.s(0)[0], 3e38f + 1e36f);
+}
+
+TEST_F(Overflow, SequencesAndChunkwiseRefuseTheSameAndChangeNothing) {
+  ChunkwiseRunner runner({.chunk_size = 2});
+  for (int order = 0; order < 2; ++order) {
+    SCOPED_TRACE(order == 0 ? "StepSequence" : "chunkwise");
+    auto run = [&](AttentionState& state, uint64_t tokens) {
+      testing::Outputs out(spec_, tokens);
+      return order == 0
+                 ? StepSequence(attention_, state, Input(tokens), out.view())
+                 : runner.Run(attention_, state, Input(tokens), out.view());
+    };
+    AttentionState state = attention_.NewState();
+    const AttentionState before = state.Copy();
+    absl::Status s = run(state, 4);
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+    ExpectSame(state, before);
+    ASSERT_TRUE(run(state, 3).ok());
+    EXPECT_EQ(state.position(), 3u);
+    EXPECT_TRUE(std::isfinite(state.s(0)[0]));
+    const AttentionState full = state.Copy();
+    EXPECT_EQ(run(state, 1).code(), absl::StatusCode::kOutOfRange);
+    ExpectSame(state, full);
+  }
+}
+
+// In a batch, the item that would overflow is named and nothing changes.
+TEST_F(Overflow, ABatchWithAnOverflowingItemChangesNoSession) {
+  AttentionState calm = attention_.NewState();
+  AttentionState hot = attention_.NewState();
+  testing::Outputs out(spec_, 1);
+  for (int t = 0; t < 3; ++t) {
+    ASSERT_TRUE(Step(attention_, hot, Input(1), out.view()).ok());
+  }
+  const AttentionState calm_before = calm.Copy(), hot_before = hot.Copy();
+  std::vector<float> small(1, 0.5f);
+  testing::Outputs out2(spec_, 1);
+  const StepItem items[] = {{&attention_,
+                             &calm,
+                             {small.data(), small.data(), small.data(), 1},
+                             out.view()},
+                            {&attention_, &hot, Input(1), out2.view()}};
+  absl::Status s = StepBatch(items);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("items[1]"));
+  ExpectSame(calm, calm_before);
+  ExpectSame(hot, hot_before);
+}
+
+// A state written directly (as a restore does) has no trusted bound: the
+// next step measures it instead of assuming it is small.
+TEST_F(Overflow, AStateWrittenDirectlyIsMeasuredBeforeItIsTrusted) {
+  AttentionState state = attention_.NewState();
+  testing::Outputs out(spec_, 1);
+  ASSERT_TRUE(Step(attention_, state, Input(1), out.view()).ok());
+  state.data()[0] = 3e38f;  // S, as a snapshot could hold it
+  EXPECT_EQ(state.magnitude_bound(), INFINITY);
+  std::fill(kv_.begin(), kv_.end(), 1e19f);
+  EXPECT_EQ(Step(attention_, state, Input(1), out.view()).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(state.s(0)[0], 3e38f);
 }
 
 }  // namespace

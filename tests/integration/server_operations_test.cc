@@ -72,6 +72,19 @@ TEST(ServerListenTest, APortAnotherServerListensOnIsRefused) {
   ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
 }
 
+// A model whose sessions could never be snapshotted in one message stops
+// the start, naming the flag, instead of failing every Snapshot later.
+TEST(ServerListenTest, AModelWhoseSnapshotsCannotBeSentIsRefusedAtStart) {
+  testing::TempDir tmp;
+  const std::string log = tmp.Path("log");
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) +
+                           " --listen 127.0.0.1:0 --max-message-bytes 65536",
+                       log),
+            1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--max-message-bytes: 65536"));
+  EXPECT_THAT(ReadFile(log), HasSubstr("model 'tiny'"));
+}
+
 TEST(ServerFlagsTest, EveryProgramTellsItsVersion) {
   testing::TempDir tmp;
   for (const char* program :

@@ -140,6 +140,36 @@ TEST_F(ModelLoadTest, TensorsThatDoNotMatchTheConfigAreNamed) {
   }
 }
 
+// Sizes in config.json are checked against the file's tensors before
+// anything of that size is allocated: a config naming a model of 2^40
+// parameters over a small file is refused at once, naming the field or the
+// tensor (it used to abort the server with std::bad_alloc).
+TEST_F(ModelLoadTest, HugeConfigSizesAreRefusedBeforeAllocating) {
+  const nlohmann::json config = SmallConfig();
+  const auto tensors = ModelTensors(config, 1);
+  struct Case {
+    const char* name;
+    const char* field;
+    int64_t value;
+    const char* expect;
+  };
+  for (const Case& c : {
+           Case{"hidden", "hidden_size", 1 << 17, "model.embeddings.weight"},
+           Case{"vocab", "vocab_size", 1 << 20, "model.embeddings.weight"},
+           Case{"layers", "num_hidden_layers", 1 << 20, "num_hidden_layers"},
+           Case{"inter", "intermediate_size", 1 << 20, "mlp.gate_proj"},
+       }) {
+    SCOPED_TRACE(c.name);
+    nlohmann::json big = config;
+    big[c.field] = c.value;
+    if (std::string(c.field) == "hidden_size") big["vocab_size"] = 1 << 17;
+    WriteModel(Dir(c.name), big, tensors);
+    absl::Status s = LoadStatus(Dir(c.name));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.expect));
+  }
+}
+
 TEST_F(ModelLoadTest, CorruptSafetensorsFail) {
   WriteRandomModel(Dir("base"), SmallConfig(), 1);
   std::string bytes;

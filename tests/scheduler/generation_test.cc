@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -630,6 +631,138 @@ TEST(GenerationTest, IdleSessionsAreEvictedBusyAndRecentOnesKept) {
   EXPECT_TRUE(c.Wait().status.ok());
   EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(0)), 1u);
   EXPECT_TRUE(engine.ListSessions().empty());
+}
+
+// Prompts share an iteration's budget evenly: a short prompt submitted
+// after a long one is done first, instead of waiting for all of it.
+TEST(GenerationTest, AShortPromptIsNotHeldBehindALongOne) {
+  GenerationOptions options;
+  options.token_budget = 32;
+  GenerationEngine engine({Builtin()}, options);
+  auto long_one = engine.CreateSession("", "").value();
+  auto short_one = engine.CreateSession("", "").value();
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::promise<void> both;
+  int left = 2;
+  auto record = [&](const char* what) {
+    return [&, what](absl::StatusOr<ModelSessionInfo> r) {
+      EXPECT_TRUE(r.ok());
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(what);
+      if (--left == 0) both.set_value();
+    };
+  };
+  {
+    WorkerHold hold(engine);
+    engine.Append(long_one.session_id, std::vector<int32_t>(3000, 'a'),
+                  record("long"));
+    engine.Append(short_one.session_id, Bytes("In the beginning"),
+                  record("short"));
+  }
+  both.get_future().wait();
+  EXPECT_EQ(order, (std::vector<std::string>{"short", "long"}));
+  EXPECT_EQ(engine.GetSession(long_one.session_id)->position, 3000u);
+}
+
+// Requests whose caller has gone before they commit are dropped: an Append
+// whose deadline passed appends nothing; one cancelled part-way through its
+// prompt is taken back; a Fork or Delete queued behind a long Append whose
+// caller has gone does not run when its turn comes.
+TEST(GenerationTest, RequestsWhoseCallerHasGoneAreNotApplied) {
+  GenerationOptions options;
+  options.token_budget = 16;
+  GenerationEngine engine({Builtin()}, options);
+  auto a = engine.CreateSession("", "a").value();
+  auto b = engine.CreateSession("", "b").value();
+  ASSERT_TRUE(Append(engine, "a", Bytes("Let there be")).ok());
+  const std::string before = Snapshot(engine, "a").value();
+  const CallLiveness expired(
+      CallLiveness::Clock::now() - std::chrono::seconds(1), nullptr);
+  auto append_with = [&](const std::string& id, std::vector<int32_t> tokens,
+                         CallLiveness caller) {
+    auto p = std::make_shared<std::promise<PlainResult<ModelSessionInfo>>>();
+    engine.Append(
+        id, std::move(tokens),
+        [p](absl::StatusOr<ModelSessionInfo> r) {
+          p->set_value(PlainResult<ModelSessionInfo>(r));
+        },
+        std::move(caller));
+    return p->get_future();
+  };
+  EXPECT_EQ(append_with("a", Bytes(" light"), expired)
+                .get()
+                .ToStatusOr()
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(Snapshot(engine, "a").value(), before);
+
+  // Cancelled part-way: b's short Append, in the same iterations, cancels
+  // it from its completion.
+  std::atomic<bool> gone{false};
+  std::future<PlainResult<ModelSessionInfo>> long_append, short_append;
+  std::promise<PlainStatus> fork_done, delete_done;
+  {
+    WorkerHold hold(engine);
+    long_append =
+        append_with("a", std::vector<int32_t>(800, 'x'),
+                    CallLiveness(CallLiveness::Clock::time_point::max(),
+                                 [&] { return gone.load(); }));
+    engine.Fork(
+        "a", "a2",
+        [&](absl::StatusOr<ModelSessionInfo> r) {
+          fork_done.set_value(PlainStatus(r.status()));
+        },
+        CallLiveness(CallLiveness::Clock::time_point::max(),
+                     [&] { return gone.load(); }));
+    engine.Delete(
+        "a", [&](absl::Status s) { delete_done.set_value(PlainStatus(s)); },
+        CallLiveness(CallLiveness::Clock::time_point::max(),
+                     [&] { return gone.load(); }));
+    auto p = std::make_shared<std::promise<PlainResult<ModelSessionInfo>>>();
+    short_append = p->get_future();
+    engine.Append("b", Bytes("And"),
+                  [p, &gone](absl::StatusOr<ModelSessionInfo> r) {
+                    gone = true;
+                    p->set_value(PlainResult<ModelSessionInfo>(r));
+                  });
+  }
+  EXPECT_TRUE(short_append.get().ToStatusOr().ok());
+  EXPECT_EQ(long_append.get().ToStatusOr().status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(fork_done.get_future().get().code, absl::StatusCode::kCancelled);
+  EXPECT_EQ(delete_done.get_future().get().code, absl::StatusCode::kCancelled);
+  EXPECT_EQ(engine.GetSession("a2").status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(engine.GetSession("a").ok());
+  EXPECT_EQ(Snapshot(engine, "a").value(), before);
+}
+
+// The working copies a request keeps (a backup, and for a paced Generate
+// two more) come from the memory budget: with no room and nothing under
+// way, the request fails naming the limit and the session is unchanged.
+TEST(GenerationTest, WorkingCopiesComeFromTheMemoryBudget) {
+  const uint64_t state = Builtin()->state_bytes();
+  GenerationOptions options;
+  options.memory_budget_bytes = state;  // the session, and nothing more
+  GenerationEngine engine({Builtin()}, options);
+  auto a = engine.CreateSession("", "a").value();
+  const auto r = Append(engine, "a", Bytes("In the beginning"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("working copies"));
+  EXPECT_EQ(engine.GetSession("a")->position, 0u);
+
+  options.memory_budget_bytes = 2 * state;  // one backup fits
+  GenerationEngine roomy({Builtin()}, options);
+  ASSERT_TRUE(roomy.CreateSession("", "a").ok());
+  EXPECT_TRUE(Append(roomy, "a", Bytes("In the beginning")).ok());
+  // A paced Generate keeps three copies: it does not fit.
+  Collector c;
+  roomy.Generate("a", Bytes(" God"), SamplingParams{.max_tokens = 2},
+                 c.Callback(), std::make_shared<GenerateControl>(true));
+  EXPECT_EQ(c.Wait().status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(roomy.GetSession("a")->position, 16u);
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
 #include "core/scheduler/scheduler.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <future>
 #include <latch>
+#include <mutex>
 #include <thread>
 
 #include "core/attention/recurrent.h"
+#include "core/attention/reference.h"
 #include "tests/attention/test_util.h"
 
 namespace linattn {
@@ -214,6 +218,196 @@ TEST(Scheduler, RefusesWorkAfterShutdown) {
       session, [](Session&) { return absl::OkStatus(); },
       [&](absl::Status s) { result = s; });
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
+}
+
+// Holds the scheduler's worker inside a Run on a session of its own until
+// Release(), so that requests submitted meanwhile share the next rounds.
+class WorkerHold {
+ public:
+  WorkerHold(SessionManager& manager, Scheduler& scheduler) {
+    auto gate = *manager.CreateSession({}, std::nullopt, "");
+    std::shared_future<void> released = release_.get_future().share();
+    auto holding = std::make_shared<std::promise<void>>();
+    std::future<void> held = holding->get_future();
+    scheduler.Run(
+        gate,
+        [released, holding](Session&) {
+          holding->set_value();
+          released.wait();
+          return absl::OkStatus();
+        },
+        [](absl::Status) {});
+    held.wait();
+  }
+  ~WorkerHold() { Release(); }
+  void Release() {
+    if (!done_) release_.set_value();
+    done_ = true;
+  }
+
+ private:
+  std::promise<void> release_;
+  bool done_ = false;
+};
+
+// A long prefill runs a slice of the round budget per round on a working
+// copy: a step of another session queued behind it is answered first, and
+// the prefill's outputs still match the double reference.
+TEST(Scheduler, LongPrefillsRunInSlicesWithOtherSessionsBetween) {
+  auto manager = *SessionManager::Create({});
+  Scheduler scheduler({.prefill_tokens_per_round = 48});
+  const AttentionSpec spec{.num_heads = 2, .key_dim = 4, .value_dim = 4};
+  auto a = *manager->CreateSession(spec, std::nullopt, "a");
+  auto b = *manager->CreateSession(spec, std::nullopt, "b");
+  const testing::Tokens data = testing::RandomTokens(spec, 1000, 3);
+  const testing::Tokens one = testing::RandomTokens(spec, 1, 4);
+  testing::Outputs out(spec, 1000), out_b(spec, 1);
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::promise<absl::Status> prefilled, stepped;
+  {
+    WorkerHold hold(*manager, scheduler);
+    scheduler.Prefill(a, data.input(), out.view(), [&](absl::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back("prefill");
+      prefilled.set_value(s);
+    });
+    scheduler.Step(b, one.input(), out_b.view(), [&](absl::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back("step");
+      stepped.set_value(s);
+    });
+  }
+  ASSERT_TRUE(prefilled.get_future().get().ok());
+  ASSERT_TRUE(stepped.get_future().get().ok());
+  EXPECT_EQ(order, (std::vector<std::string>{"step", "prefill"}));
+  EXPECT_EQ(a->position(), 1000u);
+  EXPECT_GE(scheduler.stats().rounds, 1000u / 48);
+  EXPECT_EQ(scheduler.stats().prefill_tokens, 1000u);
+  const ReferenceResult ref = ReferenceAttention(a->attention(), data.input());
+  testing::ExpectMatchesReference(a->attention(), ref, out, "sliced prefill");
+  EXPECT_EQ(manager->budget().in_use(), manager->state_bytes_in_use())
+      << "the working copy was given back";
+}
+
+// A request whose caller has gone before it commits is dropped: an expired
+// deadline fails steps, prefills and state work before they run, and a
+// prefill cancelled between its slices leaves its session as it was.
+TEST(Scheduler, WorkWhoseCallerHasGoneIsNotApplied) {
+  auto manager = *SessionManager::Create({});
+  Scheduler scheduler({.prefill_tokens_per_round = 32});
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 4, .value_dim = 4};
+  auto a = *manager->CreateSession(spec, std::nullopt, "a");
+  auto b = *manager->CreateSession(spec, std::nullopt, "b");
+  const testing::Tokens data = testing::RandomTokens(spec, 600, 5);
+  testing::Outputs out(spec, 600);
+  const CallLiveness expired(
+      CallLiveness::Clock::now() - std::chrono::seconds(1), nullptr);
+  std::promise<absl::Status> step, prefill, work;
+  bool ran = false;
+  scheduler.Step(
+      a, {data.q.data(), data.k.data(), data.v.data(), 1}, out.view(),
+      [&](absl::Status s) { step.set_value(s); }, expired);
+  scheduler.Prefill(
+      a, data.input(), out.view(),
+      [&](absl::Status s) { prefill.set_value(s); }, expired);
+  scheduler.Run(
+      a,
+      [&](Session&) {
+        ran = true;
+        return absl::OkStatus();
+      },
+      [&](absl::Status s) { work.set_value(s); }, expired);
+  EXPECT_EQ(step.get_future().get().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(prefill.get_future().get().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(work.get_future().get().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(a->position(), 0u);
+
+  // Cancelled after its first slice (the step of b, in the same round,
+  // cancels it from its completion): the prefill is dropped.
+  std::atomic<bool> gone{false};
+  std::promise<absl::Status> cancelled, b_step;
+  {
+    WorkerHold hold(*manager, scheduler);
+    scheduler.Prefill(
+        a, data.input(), out.view(),
+        [&](absl::Status s) { cancelled.set_value(s); },
+        CallLiveness(CallLiveness::Clock::time_point::max(),
+                     [&] { return gone.load(); }));
+    scheduler.Step(b, {data.q.data(), data.k.data(), data.v.data(), 1},
+                   out.view(), [&](absl::Status s) {
+                     gone = true;
+                     b_step.set_value(s);
+                   });
+  }
+  EXPECT_TRUE(b_step.get_future().get().ok());
+  EXPECT_EQ(cancelled.get_future().get().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(a->position(), 0u);
+  std::promise<absl::Status> inspected;
+  scheduler.Run(
+      a,
+      [](Session& s) {
+        for (uint64_t i = 0; i < s.state().size(); ++i) {
+          if (s.state().data()[i] != 0.0f) {
+            return absl::InternalError("the state changed");
+          }
+        }
+        return absl::OkStatus();
+      },
+      [&](absl::Status s) { inspected.set_value(s); });
+  EXPECT_TRUE(inspected.get_future().get().ok());
+  EXPECT_EQ(manager->budget().in_use(), manager->state_bytes_in_use());
+}
+
+// A prefill's working copy comes from the memory budget: with no room for
+// one, and none under way to give memory back, it fails naming the limit
+// and changes nothing; with room for one, two prefills take turns.
+TEST(Scheduler, PrefillWorkingCopiesComeFromTheMemoryBudget) {
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 8, .value_dim = 8};
+  const uint64_t state = StateBytes(spec);
+  const testing::Tokens data = testing::RandomTokens(spec, 200, 6);
+  testing::Outputs out_a(spec, 200), out_b(spec, 200);
+  {
+    auto budget = std::make_shared<MemoryBudget>(state);
+    auto manager = *SessionManager::Create({.budget = budget});
+    Scheduler scheduler({.budget = budget});
+    auto a = *manager->CreateSession(spec, std::nullopt, "a");
+    std::promise<absl::Status> done;
+    scheduler.Prefill(a, data.input(), out_a.view(),
+                      [&](absl::Status s) { done.set_value(s); });
+    const absl::Status s = done.get_future().get();
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("working copy"));
+    EXPECT_EQ(a->position(), 0u);
+  }
+  // Room for the two sessions, one working copy and the holding session.
+  const uint64_t gate = StateBytes(AttentionSpec{});
+  auto budget = std::make_shared<MemoryBudget>(3 * state + gate);
+  auto manager = *SessionManager::Create({.budget = budget});
+  Scheduler scheduler({.prefill_tokens_per_round = 16, .budget = budget});
+  auto a = *manager->CreateSession(spec, std::nullopt, "a");
+  auto b = *manager->CreateSession(spec, std::nullopt, "b");
+  std::promise<absl::Status> done_a, done_b;
+  {
+    WorkerHold hold(*manager, scheduler);
+    scheduler.Prefill(a, data.input(), out_a.view(),
+                      [&](absl::Status s) { done_a.set_value(s); });
+    scheduler.Prefill(b, data.input(), out_b.view(),
+                      [&](absl::Status s) { done_b.set_value(s); });
+  }
+  EXPECT_TRUE(done_a.get_future().get().ok());
+  EXPECT_TRUE(done_b.get_future().get().ok());
+  EXPECT_EQ(a->position(), 200u);
+  EXPECT_EQ(b->position(), 200u);
+  // (In slices of different sizes: b's ran alone, after a's.)
+  const ReferenceResult ref = ReferenceAttention(a->attention(), data.input());
+  testing::ExpectMatchesReference(a->attention(), ref, out_a, "a");
+  testing::ExpectMatchesReference(b->attention(), ref, out_b, "b");
+  EXPECT_EQ(budget->in_use(), 2 * state + gate);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 namespace linattn {
@@ -71,6 +72,155 @@ TEST(SessionManager, EvictsOnlyIdleSessionsWithoutPendingWork) {
   EXPECT_FALSE(manager->Find("idle").ok());
   EXPECT_TRUE(manager->Find("busy").ok());
   EXPECT_EQ(manager->state_bytes_in_use(), busy->state_bytes());
+}
+
+// FAVOR+ is the one map whose setup is heavy (its projection is drawn by
+// orthogonalising d_k×d_k blocks): it runs outside the table lock, so the
+// table answers while a large one is being set up.
+TEST(SessionManager, FavorSetupDoesNotHoldTheTable) {
+  auto manager = *SessionManager::Create({});
+  ASSERT_TRUE(manager->CreateSession({}, std::nullopt, "small").ok());
+  const AttentionSpec big{.num_heads = 1,
+                          .key_dim = 512,
+                          .value_dim = 1,
+                          .feature_map = FeatureMapKind::kFavor,
+                          .feature_dim = 2048,
+                          .seed = 7};
+  const uint64_t setup = FeatureMapSetupBytes(big);
+  std::atomic<bool> created{false};
+  std::thread creator([&] {
+    EXPECT_TRUE(manager->CreateSession(big, std::nullopt, "big").ok());
+    created = true;
+  });
+  // The reservation (with the setup's working memory) is taken before the
+  // setup starts; wait for it.
+  while (manager->budget().in_use() < setup && !created) {
+    std::this_thread::yield();
+  }
+  // Every call on the table completes while the setup (four 512×512 blocks,
+  // a few tenths of a second) is still running.
+  EXPECT_TRUE(manager->Find("small").ok());
+  EXPECT_EQ(manager->List().size(), 1u);
+  EXPECT_TRUE(manager->CreateSession({}, std::nullopt, "other").ok());
+  EXPECT_TRUE(manager->Delete("other").ok());
+  EXPECT_FALSE(created) << "the table waited for the FAVOR+ setup";
+  creator.join();
+  EXPECT_TRUE(manager->Find("big").ok());
+  // The session is charged its state and its projection.
+  EXPECT_EQ((*manager->Find("big"))->charged_bytes(),
+            StateBytes(big) + uint64_t{2048} * 512 * 4);
+  EXPECT_EQ(manager->budget().in_use(), manager->state_bytes_in_use());
+}
+
+TEST(SessionManager, FeatureMapParametersCountAgainstTheBudget) {
+  const AttentionSpec favor{.num_heads = 1,
+                            .key_dim = 256,
+                            .value_dim = 1,
+                            .feature_map = FeatureMapKind::kFavor,
+                            .feature_dim = 1024};
+  // Its state is 8 KiB; its projection 1 MiB; setting it up takes 512 KiB.
+  const uint64_t state = StateBytes(favor);
+  const uint64_t projection = 1024u * 256u * 4u;
+  auto tight = *SessionManager::Create(
+      {.max_state_bytes =
+           state + projection + FeatureMapSetupBytes(favor) - 1});
+  auto refused = tight->CreateSession(favor, std::nullopt, "");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("of feature map"));
+  EXPECT_EQ(tight->budget().in_use(), 0u) << "a refusal holds nothing";
+
+  auto manager =
+      *SessionManager::Create({.max_state_bytes = 2 * (state + projection) +
+                                                  FeatureMapSetupBytes(favor)});
+  ASSERT_TRUE(manager->CreateSession(favor, std::nullopt, "a").ok());
+  EXPECT_EQ(manager->state_bytes_in_use(), state + projection);
+  // A second session of the same spec shares the projection but is charged
+  // for it too (no setup this time).
+  ASSERT_TRUE(manager->CreateSession(favor, std::nullopt, "b").ok());
+  EXPECT_EQ(manager->budget().in_use(), 2 * (state + projection));
+  EXPECT_EQ(manager->CreateSession(favor, std::nullopt, "c").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(manager->Delete("a").ok());
+  EXPECT_EQ(manager->budget().in_use(), state + projection);
+}
+
+TEST(SessionManager, FavorDimensionsAreBounded) {
+  AttentionSpec spec{.num_heads = 1,
+                     .key_dim = kMaxFavorKeyDim + 1,
+                     .value_dim = 1,
+                     .feature_map = FeatureMapKind::kFavor,
+                     .feature_dim = 16};
+  auto manager = *SessionManager::Create({});
+  auto s = manager->CreateSession(spec, std::nullopt, "");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("spec.key_dim"));
+  spec.key_dim = 16;
+  spec.feature_dim = kMaxFavorFeatureDim + 1;
+  s = manager->CreateSession(spec, std::nullopt, "");
+  EXPECT_THAT(s.status().message(), HasSubstr("spec.feature_dim"));
+  // The default m = 2·d_k is held to the same bound.
+  spec.key_dim = kMaxFavorKeyDim;
+  spec.feature_dim = 0;
+  EXPECT_TRUE(ValidateSpec(spec).ok());
+}
+
+// Reservations count against the session limit while they are set up, and
+// one that is dropped gives everything back.
+TEST(SessionManager, ReservationsHoldTheirPlaceUntilCommittedOrDropped) {
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 4, .value_dim = 4};
+  auto manager = *SessionManager::Create(
+      {.max_sessions = 2, .max_state_bytes = 2 * StateBytes(spec)});
+  {
+    auto held = manager->Reserve(spec, "x");
+    ASSERT_TRUE(held.ok());
+    EXPECT_EQ(manager->budget().in_use(), StateBytes(spec));
+    ASSERT_TRUE(manager->CreateSession(spec, std::nullopt, "y").ok());
+    EXPECT_EQ(manager->CreateSession(spec, std::nullopt, "").status().code(),
+              absl::StatusCode::kResourceExhausted);
+  }
+  EXPECT_EQ(manager->budget().in_use(), StateBytes(spec));
+  auto held = manager->Reserve(spec, "x");
+  ASSERT_TRUE(held.ok());
+  auto committed = manager->Commit(*std::move(held), AttentionState(spec), "x");
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(manager->session_count(), 2u);
+  // An id taken meanwhile fails the commit, which gives the room back.
+  auto again = manager->Reserve(spec, "");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// A session whose whole state could not be sent in one message is refused
+// when it is created, naming the limit.
+TEST(SessionManager, StatesLargerThanAMessageAreRefused) {
+  const AttentionSpec fits{.num_heads = 1, .key_dim = 60, .value_dim = 60};
+  const uint64_t limit = SessionMessageBytes(fits);
+  auto manager = *SessionManager::Create({.max_message_bytes = limit});
+  EXPECT_TRUE(manager->CreateSession(fits, std::nullopt, "").ok());
+  const AttentionSpec over{.num_heads = 1, .key_dim = 61, .value_dim = 60};
+  auto s = manager->CreateSession(over, std::nullopt, "");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.status().message(), HasSubstr("--max-message-bytes"));
+}
+
+TEST(MemoryBudget, TakesGivesAndNamesTheLimit) {
+  MemoryBudget budget(100);
+  EXPECT_TRUE(budget.Take(60, "a").ok());
+  absl::Status s = budget.Take(41, "b: needs 41 bytes");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "b: needs 41 bytes; 40 of the state memory limit 100 bytes remain");
+  {
+    auto lease = budget.Lease(40, "c");
+    ASSERT_TRUE(lease.ok());
+    EXPECT_EQ(budget.in_use(), 100u);
+    MemoryLease moved = *std::move(lease);
+    EXPECT_EQ(moved.bytes(), 40u);
+  }
+  EXPECT_EQ(budget.in_use(), 60u);
+  budget.Give(60);
+  EXPECT_EQ(budget.in_use(), 0u);
+  MemoryBudget unlimited(0);
+  EXPECT_TRUE(unlimited.Take(uint64_t{1} << 62, "x").ok());
 }
 
 }  // namespace
