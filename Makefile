@@ -66,6 +66,13 @@ fuzz: deps
 	cmake --build $(FUZZ_DIR) -j$(JOBS) --target fuzzers
 	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 
+# Mixed, verified load on both services for SOAK_SECONDS (not in CI's
+# default path): fails on any error or mismatch, or on the server's memory
+# or file descriptors growing after the warm-up.
+SOAK_SECONDS ?= 600
+soak: build
+	/usr/bin/python3 tools/soak.py --build $(BUILD_DIR) --seconds $(SOAK_SECONDS)
+
 # The Dockerfile built with podman and checked for real (health, non-root,
 # one attend --server call from the host).
 test-container: build

@@ -213,6 +213,14 @@ int main(int argc, char** argv) {
 
   options.sessions.max_state_bytes = *linattn::ParseByteSize(max_memory);
   options.transport_memory_bytes = *linattn::ParseByteSize(transport_memory);
+  if (options.transport_memory_bytes < (uint64_t{1} << 20)) {
+    std::fprintf(stderr,
+                 "--transport-memory: %s is below 1MiB, too little for gRPC to "
+                 "serve one connection\nRun with --help for more "
+                 "information.\n",
+                 transport_memory.c_str());
+    return 2;
+  }
   if (workers > 0) omp_set_num_threads(workers);
   options.weights = *linattn::ParseWeightType(weights);
   if (models.empty()) {
@@ -229,7 +237,6 @@ int main(int argc, char** argv) {
     if (dir != "none" && !dir.empty()) options.models.push_back(dir);
   }
   options.generation.max_sessions = options.sessions.max_sessions;
-  options.generation.memory_budget_bytes = options.sessions.max_state_bytes;
   options.idle_ttl =
       std::chrono::milliseconds(static_cast<int64_t>(idle_ttl_s * 1000));
 

@@ -26,6 +26,9 @@ namespace linattn {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 = pick a free one
+  // sessions.max_state_bytes is the one memory budget of both services
+  // (core/util/memory_budget.h); Start shares it with the scheduler and the
+  // generation engine, whose own budget fields are then not used.
   SessionManagerOptions sessions;
   SchedulerOptions scheduler;
   // Sessions unused this long are deleted; 0 = kept until deleted.

@@ -64,7 +64,8 @@ double GrownMagnitudeBound(double bound, uint64_t tokens,
   const double per_token =
       feature * std::max(1.0, static_cast<double>(m.v)) * kRounding;
   const double t = static_cast<double>(tokens);
-  return (bound + t * per_token) * std::pow(kRounding, t);
+  return (bound + t * per_token) *
+         (tokens == 1 ? kRounding : std::pow(kRounding, t));
 }
 
 absl::StatusOr<Attention> Attention::Create(const AttentionSpec& spec) {

@@ -61,6 +61,21 @@ class ChunkwiseRunner {
   absl::Status Run(const Attention& attention, AttentionState& state,
                    const SequenceInput& in, const SequenceOutput& out);
 
+  // Workspace one (session, head, chunk) job of a round holds with these
+  // widths; a round runs at most round_chunks jobs per (session, head), and
+  // the workspace is kept for the next Run (it only grows).
+  uint64_t WorkspaceBytesPerJob(uint32_t d_phi, uint32_t d_v) const {
+    const uint64_t C = options_.chunk_size;
+    return sizeof(float) *
+           (C * (3 * uint64_t{d_phi} + 2 * uint64_t{d_v} + C + 2) +
+            uint64_t{d_phi} * d_v + d_phi);
+  }
+  uint64_t workspace_bytes() const {
+    return sizeof(float) *
+           (q_.size() + k_.size() + kd_.size() + v_.size() + a_.size() +
+            o_.size() + s_.size() + z_.size() + den_.size() + qlog_.size());
+  }
+
   // Matmul FLOPs executed by the last Run (for benchmarks).
   double last_matmul_flops() const { return last_flops_; }
   const ChunkwiseOptions& options() const { return options_; }

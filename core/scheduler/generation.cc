@@ -829,16 +829,25 @@ void GenerationEngine::Plan(Batch& batch,
         continue;
       }
       if (!job.active) {
-        absl::Status no_memory;
-        if (!LeaseWorkingCopies(s, job, &no_memory)) break;  // waits
-        if (!no_memory.ok()) {
+        // Its working copies first: taken from the budget (or waited for),
+        // then allocated.
+        absl::Status start;
+        if (!LeaseWorkingCopies(s, job, &start)) break;  // waits for memory
+        if (start.ok()) {
+          try {
+            job.backup = s.state.Copy();
+          } catch (const std::bad_alloc&) {
+            start = absl::ResourceExhaustedError(
+                "memory: allocating a backup of the session's state failed");
+          }
+        }
+        if (!start.ok()) {
           if (job.on_info) {
-            callbacks.push_back(
-                [cb = job.on_info, no_memory] { cb(no_memory); });
+            callbacks.push_back([cb = job.on_info, start] { cb(start); });
           } else {
             GenerateEvent e;
             e.finished = true;
-            e.status = no_memory;
+            e.status = start;
             callbacks.push_back([cb = job.on_event, e] { cb(e); });
           }
           s.jobs.pop_front();
@@ -847,7 +856,6 @@ void GenerationEngine::Plan(Batch& batch,
         job.active = true;
         (job.kind == Job::Kind::kAppend ? appends_ : generates_)++;
         prompt_tokens_ += job.input.size();
-        job.backup = s.state.Copy();
         job.backup_pending = s.pending;
         job.backup_position = s.position;
         if (s.pending) job.feed.push_back(*s.pending);

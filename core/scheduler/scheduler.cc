@@ -15,16 +15,16 @@ namespace linattn {
 namespace {
 
 // A batch function's error as its request reports it: a step group's
-// "items[j]." is its "steps[j].", and a lone request drops "items[0].".
+// "items[j]." is its "steps[j].", and a single request drops "items[i].".
 absl::Status AsRequest(absl::Status s, bool group) {
-  if (s.ok()) return s;
-  if (group && absl::StartsWith(s.message(), "items[")) {
+  if (s.ok() || !absl::StartsWith(s.message(), "items[")) return s;
+  if (group) {
     return absl::Status(s.code(),
                         absl::StrCat("steps[", s.message().substr(6)));
   }
-  constexpr absl::string_view kPrefix = "items[0].";
-  if (!absl::StartsWith(s.message(), kPrefix)) return s;
-  return absl::Status(s.code(), s.message().substr(kPrefix.size()));
+  const size_t end = s.message().find("].");
+  if (end == absl::string_view::npos) return s;
+  return absl::Status(s.code(), s.message().substr(end + 2));
 }
 
 }  // namespace
@@ -320,18 +320,42 @@ void Scheduler::RunRound(std::vector<Request>& round,
                      round[b].in.tokens - round[b].prefilled;
             });
   uint64_t budget = std::max<uint64_t>(1, options_.prefill_tokens_per_round);
+  uint64_t workspace = 0;  // of the chunkwise round, for the slices so far
   std::vector<PrefillItem> prefills;
   std::vector<size_t> prefill_index;
   for (size_t n = 0; n < prefill_requests.size(); ++n) {
     const size_t i = prefill_requests[n];
     Request& r = round[i];
-    const uint64_t share = budget / (prefill_requests.size() - n);
+    uint64_t share = budget / (prefill_requests.size() - n);
+    // Its chunkwise jobs: round_chunks at most per head in one Run.
+    const Attention& attention = r.session->attention();
+    const uint64_t C = std::max<uint32_t>(1, options_.chunkwise.chunk_size);
+    const uint64_t per_chunk =
+        uint64_t{attention.num_heads()} *
+        runner_.WorkspaceBytesPerJob(attention.feature_dim(),
+                                     attention.value_dim());
+    const uint64_t room = options_.prefill_workspace_bytes > workspace
+                              ? options_.prefill_workspace_bytes - workspace
+                              : 0;
+    uint64_t chunks = room / std::max<uint64_t>(per_chunk, 1);
+    if (chunks == 0) {
+      if (!prefills.empty()) {
+        done[i] = false;  // its turn is next round
+        continue;
+      }
+      chunks = 1;
+    }
+    if (chunks < options_.chunkwise.round_chunks) {
+      share = std::min(share, chunks * C);
+    }
     if (!StartPrefill(r, share, &results[i])) {
       done[i] = false;  // waits for memory
       continue;
     }
     if (!results[i].ok() || r.in.tokens == 0) continue;
     budget -= std::min(budget, r.slice);
+    workspace += per_chunk * std::min<uint64_t>(options_.chunkwise.round_chunks,
+                                                (r.slice + C - 1) / C);
     const AttentionSpec& spec = r.session->spec();
     const uint64_t qk = uint64_t{spec.num_heads} * spec.key_dim;
     const uint64_t vv = uint64_t{spec.num_heads} * spec.value_dim;
@@ -400,6 +424,7 @@ void Scheduler::RunRound(std::vector<Request>& round,
     stats_.prefills += prefills_finished;
     stats_.prefill_batches += prefills.empty() ? 0 : 1;
     stats_.prefill_tokens += prefill_tokens;
+    stats_.prefill_workspace_bytes = runner_.workspace_bytes();
   }
   for (size_t i = 0; i < round.size(); ++i) {
     if (!done[i]) {

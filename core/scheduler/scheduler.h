@@ -51,6 +51,10 @@ struct SchedulerOptions {
   // Prefill tokens per round over all sessions, shared evenly among the
   // prefills in the round (what one needs less of goes to the others).
   uint64_t prefill_tokens_per_round = 8192;
+  // The chunkwise workspace a round's prefills may need: prefills beyond it
+  // wait for the next round (one always runs, with at least one chunk per
+  // head), so many short prefills at once cannot grow it without bound.
+  uint64_t prefill_workspace_bytes = uint64_t{64} << 20;
   ChunkwiseOptions chunkwise;
   // Where prefills' working copies are taken from (the session table's
   // budget); null = an unlimited one of the scheduler's own.
@@ -65,6 +69,7 @@ struct SchedulerStats {
   uint64_t prefills = 0;
   uint64_t prefill_batches = 0;
   uint64_t prefill_tokens = 0;
+  uint64_t prefill_workspace_bytes = 0;  // the chunkwise workspace held now
 };
 
 class Scheduler {
@@ -129,8 +134,9 @@ class Scheduler {
   // Runs the round; requests not finished in it (prefills with slices left,
   // or waiting for memory) are left in `unfinished`, in round order.
   void RunRound(std::vector<Request>& round, std::vector<Request>& unfinished);
-  // Gives a prefill its working copy and this round's slice; false if it
-  // must wait a round for memory. Sets *result when it fails.
+  // Gives a prefill its working copy and this round's slice (at most
+  // `share` tokens); false if it must wait a round for memory. Sets *result
+  // when it fails.
   bool StartPrefill(Request& r, uint64_t share, absl::Status* result);
 
   const SchedulerOptions options_;

@@ -114,12 +114,15 @@ class WorkerHold {
     auto s = engine.CreateSession("", "").value();
     std::promise<void> holding;
     std::future<void> held = holding.get_future();
+    // The callback keeps its own handle on the release: the hold may be
+    // destroyed (released) before the worker wakes up.
     engine.Generate(s.session_id, {65}, SamplingParams{.max_tokens = 1},
-                    [this, holding = std::make_shared<std::promise<void>>(
-                               std::move(holding))](const GenerateEvent& e) {
+                    [released = released_,
+                     holding = std::make_shared<std::promise<void>>(
+                         std::move(holding))](const GenerateEvent& e) {
                       if (!e.finished) return;
                       holding->set_value();
-                      released_.wait();
+                      released.wait();
                     });
     held.wait();  // the worker is inside the callback now
   }

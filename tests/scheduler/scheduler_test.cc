@@ -410,5 +410,42 @@ TEST(Scheduler, PrefillWorkingCopiesComeFromTheMemoryBudget) {
   EXPECT_EQ(budget->in_use(), 2 * state + gate);
 }
 
+// Many short prefills at once cannot grow the chunkwise workspace past its
+// cap: those beyond it wait a round, and every one still completes exactly.
+TEST(Scheduler, PrefillsBeyondTheWorkspaceCapWaitARound) {
+  const AttentionSpec spec{.num_heads = 4, .key_dim = 32, .value_dim = 32};
+  ChunkwiseRunner probe;
+  const uint64_t per_session = 4 * probe.WorkspaceBytesPerJob(32, 32);
+  Scheduler scheduler({.prefill_workspace_bytes = 4 * per_session});
+  auto manager = *SessionManager::Create({});
+  constexpr int kSessions = 32;
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<testing::Tokens> data;
+  std::vector<testing::Outputs> outs;
+  for (int i = 0; i < kSessions; ++i) {
+    sessions.push_back(*manager->CreateSession(spec, std::nullopt, ""));
+    data.push_back(testing::RandomTokens(spec, 10, 100 + i));
+    outs.emplace_back(spec, 10);
+  }
+  std::vector<std::promise<absl::Status>> done(kSessions);
+  {
+    WorkerHold hold(*manager, scheduler);
+    for (int i = 0; i < kSessions; ++i) {
+      scheduler.Prefill(sessions[i], data[i].input(), outs[i].view(),
+                        [&done, i](absl::Status s) { done[i].set_value(s); });
+    }
+  }
+  for (int i = 0; i < kSessions; ++i) {
+    ASSERT_TRUE(done[i].get_future().get().ok()) << i;
+    const ReferenceResult ref =
+        ReferenceAttention(sessions[i]->attention(), data[i].input());
+    testing::ExpectMatchesReference(sessions[i]->attention(), ref, outs[i],
+                                    "capped prefill");
+  }
+  const SchedulerStats stats = scheduler.stats();
+  EXPECT_LE(stats.prefill_workspace_bytes, 4 * per_session);
+  EXPECT_GE(stats.prefill_batches, kSessions / 4u);
+}
+
 }  // namespace
 }  // namespace linattn
