@@ -37,7 +37,7 @@ struct ServerOptions {
   // Transport bounds (docs/design.md, "Bounded memory"): streams one
   // connection may hold open at once, and the memory gRPC's transport may
   // use for all connections together (its resource quota).
-  uint32_t max_streams_per_connection = 256;
+  uint32_t max_streams_per_connection = 1024;
   uint64_t transport_memory_bytes = uint64_t{1} << 30;
   // Model directories for GenerationService (none: it serves no models).
   std::vector<std::string> models;
