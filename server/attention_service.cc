@@ -243,11 +243,14 @@ class AttentionServiceImpl::StepStreamReactor
   // completion calls StepDone. An error ends the stream with it.
   virtual absl::Status StartStep() = 0;
 
-  // From the step's completion: the response (when `status` is OK) goes out,
-  // or the stream ends with the error or the abort.
+  // From the step's completion: a step that failed ends the stream with its
+  // error (or the abort); a step that was applied always has its response
+  // written, even when the stream is being aborted (OnWriteDone then
+  // finishes it), so a client learns of every step that changed its
+  // session.
   void StepDone(const absl::Status& status) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!status.ok() || abort_) {
+    if (!status.ok()) {
       busy_ = false;
       finished_ = true;
       const grpc::Status out = abort_ ? *abort_ : ToGrpcStatus(status);

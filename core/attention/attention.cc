@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
@@ -82,14 +83,26 @@ absl::Status Attention::ValidateInput(const AttentionState& state,
         "state: its shape does not match this attention spec");
   }
   const uint64_t rows = in.tokens * spec_.num_heads;
+  float q_max = 0.0f, k_max = 0.0f, v_max = 0.0f;
   LINATTN_RETURN_IF_ERROR(
-      CheckFinite("q", in.q, rows * spec_.key_dim, check_values, nullptr));
+      CheckFinite("q", in.q, rows * spec_.key_dim, check_values, &q_max));
   LINATTN_RETURN_IF_ERROR(
-      CheckFinite("k", in.k, rows * spec_.key_dim, check_values,
-                  magnitude != nullptr ? &magnitude->k : nullptr));
+      CheckFinite("k", in.k, rows * spec_.key_dim, check_values, &k_max));
   LINATTN_RETURN_IF_ERROR(
-      CheckFinite("v", in.v, rows * spec_.value_dim, check_values,
-                  magnitude != nullptr ? &magnitude->v : nullptr));
+      CheckFinite("v", in.v, rows * spec_.value_dim, check_values, &v_max));
+  if (magnitude != nullptr) *magnitude = {k_max, v_max};
+  if (spec_.feature_map == FeatureMapKind::kFavor) {
+    // FAVOR+'s exponents ωᵀx̂ − ‖x̂‖²/2 are computed in fp32: past 2^50 the
+    // square would leave its range and the features turn NaN.
+    for (auto [field, most] :
+         {std::pair<const char*, float>{"q", q_max}, {"k", k_max}}) {
+      if (most > kMaxFavorInput) {
+        return absl::OutOfRangeError(absl::StrCat(
+            field, ": favor takes values up to 2^50 (", kMaxFavorInput,
+            ") in magnitude, whose exponents stay inside fp32; got ", most));
+      }
+    }
+  }
   if (in.tokens > kMaxPosition - std::min(state.position(), kMaxPosition)) {
     return absl::OutOfRangeError(
         absl::StrCat("tokens: the session is at position ", state.position(),

@@ -57,6 +57,9 @@ struct InputMagnitude {
 // and if the exact magnitude still leaves no room, the step is tried on a
 // copy first.
 inline constexpr double kStateMagnitudeLimit = 0x1p120;
+// FAVOR+ inputs are at most this in magnitude: its exponent ‖x̂‖²/2 is
+// computed in fp32 and stays finite (√d_k·2^100 ≤ 2^105 at d_k ≤ 1024).
+inline constexpr float kMaxFavorInput = 0x1p50f;
 
 // The bound after `tokens` tokens of magnitude `m` on a state bounded by
 // `bound`. Every feature is at most max|k| + 1 (FAVOR+'s at most 1), so a

@@ -170,7 +170,7 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
   // cannot fail once the input is valid, unless the model's own
   // activations overflow (reported as INTERNAL).
   std::vector<ModelState> backup;
-  if (prefill) {
+  if (prefill && options_.backup) {
     backup.reserve(items.size());
     for (const ForwardItem& item : items) backup.push_back(item.state->Copy());
   }

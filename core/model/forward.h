@@ -43,6 +43,11 @@ struct ForwardItem {
 struct ForwardOptions {
   uint32_t max_rows = 512;  // rows (tokens) per pass
   ChunkwiseOptions chunkwise;
+  // Run keeps copies of the states of a batch with a prefill, to put back
+  // if a pass fails. A caller that keeps its own (the generation engine,
+  // whose copies come from the memory budget) turns them off; its states
+  // are then unspecified after a failed Run.
+  bool backup = true;
 };
 
 class ForwardRunner {
@@ -51,7 +56,8 @@ class ForwardRunner {
                          ForwardOptions options = {});
 
   // Runs every item; each state may appear once. INVALID_ARGUMENT naming
-  // the item and field for bad input (nothing changed).
+  // the item and field for bad input (nothing changed); a failure later
+  // puts the states back (unless ForwardOptions::backup is off).
   absl::Status Run(std::span<const ForwardItem> items);
   // One item.
   absl::Status Run(ModelState& state, std::span<const int32_t> tokens,

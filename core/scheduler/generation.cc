@@ -160,8 +160,12 @@ GenerationEngine::GenerationEngine(
       budget_(options.budget != nullptr ? options.budget
                                         : std::make_shared<MemoryBudget>(
                                               options.memory_budget_bytes)) {
+  // A failed iteration puts each request's session back from the request's
+  // own backup (Finish), so the runner keeps none of its own.
+  ForwardOptions forward = options_.forward;
+  forward.backup = false;
   for (const auto& m : models_) {
-    runners_[m.get()] = std::make_unique<ForwardRunner>(m, options_.forward);
+    runners_[m.get()] = std::make_unique<ForwardRunner>(m, forward);
   }
   worker_ = std::thread([this] { WorkerLoop(); });
 }
@@ -187,6 +191,9 @@ GenerationEngine::~GenerationEngine() {
       }
     }
   }
+  // Jobs give their working copies back to the budget, which may be the
+  // engine's own and is destroyed before sessions_ would be.
+  sessions_.clear();
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::FindModel(
@@ -648,14 +655,19 @@ void GenerationEngine::WorkerLoop() {
     Batch batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] {
-        if (stopping_) return true;
-        for (const auto& [id, s] : sessions_) {
-          if (Runnable(*s)) return true;
-        }
-        return false;
-      });
+      // Nothing signals a caller that goes away (a deadline passing, a
+      // unary call cancelled) while its request waits: look again every
+      // 100 ms, so that such a request is answered.
+      const bool runnable =
+          wake_.wait_for(lock, std::chrono::milliseconds(100), [&] {
+            if (stopping_) return true;
+            for (const auto& [id, s] : sessions_) {
+              if (Runnable(*s)) return true;
+            }
+            return false;
+          });
       if (stopping_) return;
+      if (!runnable) continue;
       Plan(batch, callbacks);
     }
     for (auto& cb : callbacks) cb();

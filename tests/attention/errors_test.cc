@@ -253,5 +253,39 @@ TEST_F(Overflow, AStateWrittenDirectlyIsMeasuredBeforeItIsTrusted) {
   EXPECT_EQ(state.s(0)[0], 3e38f);
 }
 
+// FAVOR+ computes its exponents in fp32: inputs past 2^50 would turn the
+// features into NaN, so they are refused before any state changes.
+TEST(OverflowFavor, InputsPastItsRangeAreRefused) {
+  const AttentionSpec spec{.num_heads = 1,
+                           .key_dim = 64,
+                           .value_dim = 1,
+                           .feature_map = FeatureMapKind::kFavor,
+                           .epsilon = 1e-6f};
+  const Attention attention = *Attention::Create(spec);
+  AttentionState state = attention.NewState();
+  const AttentionState before = state.Copy();
+  std::vector<float> q(64, 0.5f), k(64, 1e19f), v(1, 1.0f);
+  testing::Outputs out(spec, 1);
+  absl::Status s =
+      Step(attention, state, {q.data(), k.data(), v.data(), 1}, out.view());
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("k: favor"));
+  ExpectSame(state, before);
+  EXPECT_TRUE(std::isinf(state.key_shift(0)));
+  // Through the chunkwise order the result is measured before it commits.
+  ChunkwiseRunner runner;
+  EXPECT_FALSE(
+      runner
+          .Run(attention, state, {q.data(), k.data(), v.data(), 1}, out.view())
+          .ok());
+  ExpectSame(state, before);
+  // At the bound, the features and the state stay finite.
+  std::fill(k.begin(), k.end(), kMaxFavorInput);
+  ASSERT_TRUE(
+      Step(attention, state, {q.data(), k.data(), v.data(), 1}, out.view())
+          .ok());
+  EXPECT_TRUE(std::isfinite(state.MeasureMagnitude()));
+}
+
 }  // namespace
 }  // namespace linattn

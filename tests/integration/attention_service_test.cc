@@ -771,5 +771,51 @@ TEST(AttentionServiceDrain, SigtermEndsIdleStreamsAndExitsAtOnce) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// SIGTERM while a Decode step waits behind a long prefill of its session:
+// the step is applied, so its response is written before the stream ends
+// (UNAVAILABLE), and the client learns of every step that changed its
+// session.
+TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
+  auto server = ServerProcess::Start(
+      {"--model", "none", "--prefill-tokens-per-round", "1"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::AttentionService::NewStub(server->Channel());
+  const v1::Session a = Create(*stub, ProtoSpec(1, 2, 2));
+  constexpr int kTokens = 60000;  // 60,000 rounds of one token
+  v1::PrefillRequest pre;
+  pre.set_session_id(a.session_id());
+  pre.set_tokens(kTokens);
+  for (int i = 0; i < kTokens * 2; ++i) {
+    pre.add_q(0.5f), pre.add_k(0.25f), pre.add_v(1.0f);
+  }
+  grpc::Status prefilled;
+  std::thread prefill([&] {
+    grpc::ClientContext ctx;
+    v1::PrefillResponse resp;
+    prefilled = stub->Prefill(&ctx, pre, &resp);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  grpc::ClientContext ctx;
+  auto stream = stub->Decode(&ctx);
+  v1::DecodeRequest step;
+  step.set_session_id(a.session_id());
+  for (int i = 0; i < 2; ++i)
+    step.add_q(1.0f), step.add_k(1.0f), step.add_v(2.0f);
+  ASSERT_TRUE(stream->Write(step));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  v1::DecodeResponse resp;
+  ASSERT_TRUE(stream->Read(&resp)) << "the applied step was not answered";
+  EXPECT_EQ(resp.position(), kTokens + 1u);
+  EXPECT_FALSE(stream->Read(&resp));
+  const grpc::Status ended = stream->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE);
+  prefill.join();
+  EXPECT_TRUE(prefilled.ok()) << prefilled.error_message();
+  const int status = server->Wait(std::chrono::seconds(20));
+  ASSERT_NE(status, -1);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 }  // namespace
 }  // namespace linattn
