@@ -82,7 +82,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSession(
 grpc::ServerUnaryReactor* AttentionServiceImpl::GetSession(
     grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* request,
     v1::Session* response) {
-  auto session = sessions_->Find(request->session_id());
+  auto session = sessions_->FindAttention(request->session_id());
   if (!session.ok()) return Finish(ctx, session.status());
   ToProto(DescribeSession(**session), response);
   return Finish(ctx, absl::OkStatus());
@@ -91,8 +91,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetSession(
 grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
     grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest*,
     v1::ListSessionsResponse* response) {
-  for (const auto& session : sessions_->List()) {
-    ToProto(DescribeSession(*session), response->add_sessions());
+  for (const auto& session : sessions_->List(SessionKind::kAttention)) {
+    ToProto(DescribeSession(static_cast<const AttentionSession&>(*session)),
+            response->add_sessions());
   }
   return Finish(ctx, absl::OkStatus());
 }
@@ -100,15 +101,16 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
 grpc::ServerUnaryReactor* AttentionServiceImpl::DeleteSession(
     grpc::CallbackServerContext* ctx, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse*) {
-  return Finish(ctx, sessions_->Delete(request->session_id()));
+  return Finish(
+      ctx, sessions_->Delete(request->session_id(), SessionKind::kAttention));
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
     grpc::CallbackServerContext* ctx, const v1::PrefillRequest* request,
     v1::PrefillResponse* response) {
-  auto found = sessions_->Find(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id());
   if (!found.ok()) return Finish(ctx, found.status());
-  std::shared_ptr<Session> session = *std::move(found);
+  std::shared_ptr<AttentionSession> session = *std::move(found);
   const AttentionSpec& spec = session->spec();
   const uint64_t T = request->tokens();
   if (T == 0)
@@ -130,7 +132,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
                            response->mutable_denominator()->mutable_data(),
                            available.data()};
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  Session* raw = session.get();
+  AttentionSession* raw = session.get();
   scheduler_->Prefill(
       std::move(session), in, out,
       [reactor, response, raw,
@@ -297,8 +299,8 @@ class AttentionServiceImpl::DecodeReactor final
 
  private:
   absl::Status StartStep() override {
-    LINATTN_ASSIGN_OR_RETURN(session_,
-                             service_->sessions_->Find(request_.session_id()));
+    LINATTN_ASSIGN_OR_RETURN(
+        session_, service_->sessions_->FindAttention(request_.session_id()));
     const AttentionSpec& spec = session_->spec();
     LINATTN_RETURN_IF_ERROR(CheckSizes(spec, 1, request_.q_size(),
                                        request_.k_size(), request_.v_size()));
@@ -327,7 +329,7 @@ class AttentionServiceImpl::DecodeReactor final
   }
 
   std::vector<uint8_t> available_;
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<AttentionSession> session_;
 };
 
 grpc::ServerBidiReactor<Checked<v1::DecodeRequest>, v1::DecodeResponse>*
@@ -382,7 +384,8 @@ class AttentionServiceImpl::DecodeBatchReactor final
     group.reserve(n);
     response_.Clear();
     available_.resize(n);
-    std::unordered_map<const Session*, int> seen;  // session → its step
+    std::unordered_map<const AttentionSession*, int>
+        seen;  // session → its step
     seen.reserve(n);
     for (int i = 0; i < n; ++i) {
       const v1::DecodeRequest& step = request_.steps(i);
@@ -390,7 +393,7 @@ class AttentionServiceImpl::DecodeBatchReactor final
         return absl::Status(s.code(),
                             absl::StrCat("steps[", i, "].", s.message()));
       };
-      auto found = service_->sessions_->Find(step.session_id());
+      auto found = service_->sessions_->FindAttention(step.session_id());
       if (!found.ok()) return prefix(found.status());
       if (auto [it, fresh] = seen.emplace(found->get(), i); !fresh) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -419,7 +422,7 @@ class AttentionServiceImpl::DecodeBatchReactor final
   }
 
   std::vector<std::vector<uint8_t>> available_;
-  std::vector<std::shared_ptr<Session>> sessions_;
+  std::vector<std::shared_ptr<AttentionSession>> sessions_;
 };
 
 grpc::ServerBidiReactor<Checked<v1::DecodeBatchRequest>,
@@ -441,12 +444,12 @@ void AttentionServiceImpl::AbortStreams(const absl::Status& status) {
 grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
     grpc::CallbackServerContext* ctx, const v1::InspectRequest* request,
     v1::InspectResponse* response) {
-  auto found = sessions_->Find(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id());
   if (!found.ok()) return Finish(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   scheduler_->Run(
       *std::move(found),
-      [response](Session& session) {
+      [response](AttentionSession& session) {
         const AttentionState& state = session.state();
         const uint64_t s_floats =
             uint64_t{state.feature_dim()} * state.value_dim();
@@ -471,12 +474,12 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
 grpc::ServerUnaryReactor* AttentionServiceImpl::Snapshot(
     grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* request,
     v1::SnapshotResponse* response) {
-  auto found = sessions_->Find(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id());
   if (!found.ok()) return Finish(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   scheduler_->Run(
       *std::move(found),
-      [response](Session& session) {
+      [response](AttentionSession& session) {
         response->set_state(SerializeSnapshot(session.spec(), session.state()));
         return absl::OkStatus();
       },
@@ -500,14 +503,14 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Restore(
 grpc::ServerUnaryReactor* AttentionServiceImpl::Fork(
     grpc::CallbackServerContext* ctx, const v1::ForkRequest* request,
     v1::Session* response) {
-  auto found = sessions_->Find(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id());
   if (!found.ok()) return Finish(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   SessionManager* sessions = sessions_;
   scheduler_->Run(
       *std::move(found),
       [sessions, response,
-       new_id = request->new_session_id()](Session& parent) {
+       new_id = request->new_session_id()](AttentionSession& parent) {
         // O(state): one copy of the block, then the two evolve independently.
         auto child = sessions->ForkSession(parent, new_id);
         if (!child.ok()) return child.status();

@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
       ->envname("LINATTN_WORKERS")
       ->check(linattn::NumberAtLeast(0, 4096));
   app.add_option("--max-sessions", options.sessions.max_sessions,
-                 "most sessions held at once")
+                 "most sessions held at once (attention and model sessions "
+                 "together)")
       ->envname("LINATTN_MAX_SESSIONS")
       ->capture_default_str();
   app.add_option("--max-state-memory", max_memory,
@@ -221,7 +222,8 @@ int main(int argc, char** argv) {
                  transport_memory.c_str());
     return 2;
   }
-  if (workers > 0) omp_set_num_threads(workers);
+  if (workers > 0) omp_set_num_threads(workers);  // model loading's threads
+  options.compute_threads = workers;
   options.weights = *linattn::ParseWeightType(weights);
   if (models.empty()) {
     if (std::filesystem::exists(builtin + "/config.json")) {
@@ -236,7 +238,6 @@ int main(int argc, char** argv) {
   for (const std::string& dir : models) {
     if (dir != "none" && !dir.empty()) options.models.push_back(dir);
   }
-  options.generation.max_sessions = options.sessions.max_sessions;
   options.idle_ttl =
       std::chrono::milliseconds(static_cast<int64_t>(idle_ttl_s * 1000));
 

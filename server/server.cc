@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 #include "grpc_health/v1/health.pb.h"
 #include "server/listen_address.h"
@@ -18,17 +19,18 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                            ParseListenAddress(options.listen, "--listen"));
   LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
   std::unique_ptr<LinattnServer> server(new LinattnServer());
-  // One memory budget for both services (--max-state-memory).
-  auto budget =
-      std::make_shared<MemoryBudget>(options.sessions.max_state_bytes);
+  // One session table (--max-sessions, --max-state-memory) and one compute
+  // worker for both services.
   SessionManagerOptions session_options = options.sessions;
-  session_options.budget = budget;
   session_options.max_message_bytes =
       static_cast<uint64_t>(options.max_message_bytes);
   LINATTN_ASSIGN_OR_RETURN(server->sessions_,
                            SessionManager::Create(session_options));
+  server->executor_ =
+      std::make_shared<ComputeExecutor>(options.compute_threads);
   SchedulerOptions scheduler_options = options.scheduler;
-  scheduler_options.budget = budget;
+  scheduler_options.budget = server->sessions_->shared_budget();
+  scheduler_options.executor = server->executor_;
   server->scheduler_ = std::make_unique<Scheduler>(scheduler_options);
   server->service_ = std::make_unique<AttentionServiceImpl>(
       server->sessions_.get(), server->scheduler_.get(), &server->gate_);
@@ -41,7 +43,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     }
     // A session's snapshot is one message: a model whose sessions could not
     // be snapshotted is refused now, not at the first Snapshot.
-    const uint64_t snapshot = GenerationEngine::SnapshotBytes(**model) + 64;
+    const uint64_t snapshot = ModelSnapshotBytes(**model) + 64;
     if (snapshot > static_cast<uint64_t>(options.max_message_bytes)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--max-message-bytes: ", options.max_message_bytes,
@@ -69,7 +71,8 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     models.push_back(std::move(*model));
   }
   GenerationOptions generation_options = options.generation;
-  generation_options.budget = budget;
+  generation_options.sessions = server->sessions_.get();
+  generation_options.executor = server->executor_;
   server->generation_ =
       std::make_unique<GenerationEngine>(std::move(models), generation_options);
   server->generation_service_ = std::make_unique<GenerationServiceImpl>(
@@ -134,13 +137,12 @@ void LinattnServer::EvictionLoop(std::chrono::milliseconds ttl) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
-    if (size_t n = sessions_->EvictIdle(ttl); n != 0) {
-      spdlog::info("evicted {} idle session(s) (idle ttl {} ms)", n,
-                   ttl.count());
-    }
-    if (size_t n = generation_->EvictIdle(ttl); n != 0) {
-      spdlog::info("evicted {} idle model session(s) (idle ttl {} ms)", n,
-                   ttl.count());
+    const SessionManager::Evicted n = sessions_->EvictIdle(ttl);
+    if (n.attention + n.model != 0) {
+      spdlog::info(
+          "evicted {} idle attention and {} idle model session(s) (idle ttl "
+          "{} ms)",
+          n.attention, n.model, ttl.count());
     }
     lock.lock();
   }

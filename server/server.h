@@ -42,6 +42,8 @@ struct ServerOptions {
   // Model directories for GenerationService (none: it serves no models).
   std::vector<std::string> models;
   WeightType weights = WeightType::kF32;  // how their projections are packed
+  // OpenMP threads of the compute worker's team (0 = OpenMP's default).
+  int compute_threads = 0;
   GenerationOptions generation;
 };
 
@@ -72,6 +74,8 @@ class LinattnServer {
   void EvictionLoop(std::chrono::milliseconds ttl);
 
   CallGate gate_;  // admission, drain and in-flight count of every call
+  // The one compute worker both services run on, and the one session table.
+  std::shared_ptr<ComputeExecutor> executor_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<AttentionServiceImpl> service_;

@@ -34,19 +34,25 @@ Scheduler::Scheduler(SchedulerOptions options)
       budget_(options.budget != nullptr ? options.budget
                                         : std::make_shared<MemoryBudget>(0)),
       runner_(options.chunkwise),
-      worker_([this] { WorkerLoop(); }) {}
+      executor_(options.executor != nullptr
+                    ? options.executor
+                    : std::make_shared<ComputeExecutor>()) {
+  executor_->Add(this);
+}
 
 Scheduler::~Scheduler() {
   Shutdown();
-  if (worker_.joinable()) worker_.join();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    drained_cv_.wait(lock,
+                     [this] { return queue_.empty() && unfinished_.empty(); });
+  }
+  executor_->Remove(this);
 }
 
 void Scheduler::Shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  work_cv_.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -54,8 +60,9 @@ SchedulerStats Scheduler::stats() const {
   return stats_;
 }
 
-void Scheduler::Step(std::shared_ptr<Session> session, SequenceInput in,
-                     SequenceOutput out, Done done, CallLiveness caller) {
+void Scheduler::Step(std::shared_ptr<AttentionSession> session,
+                     SequenceInput in, SequenceOutput out, Done done,
+                     CallLiveness caller) {
   Request r{Kind::kStep,     std::move(session), in, out, nullptr,
             std::move(done), std::move(caller)};
   Enqueue(std::move(r));
@@ -70,7 +77,7 @@ void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done,
         absl::InvalidArgumentError("steps: at least one step is needed"));
     return;
   }
-  std::unordered_map<const Session*, size_t> seen;
+  std::unordered_map<const AttentionSession*, size_t> seen;
   for (size_t i = 0; i < steps.size(); ++i) {
     if (steps[i].session == nullptr) {
       std::move(done)(absl::InvalidArgumentError(
@@ -89,8 +96,8 @@ void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done,
   Enqueue(std::move(r));
 }
 
-void Scheduler::ForEachSession(const Request& r,
-                               const absl::FunctionRef<void(Session&)>& f) {
+void Scheduler::ForEachSession(
+    const Request& r, const absl::FunctionRef<void(AttentionSession&)>& f) {
   if (r.kind != Kind::kStepGroup) {
     f(*r.session);
     return;
@@ -98,15 +105,16 @@ void Scheduler::ForEachSession(const Request& r,
   for (const GroupStep& step : r.group) f(*step.session);
 }
 
-void Scheduler::Prefill(std::shared_ptr<Session> session, SequenceInput in,
-                        SequenceOutput out, Done done, CallLiveness caller) {
+void Scheduler::Prefill(std::shared_ptr<AttentionSession> session,
+                        SequenceInput in, SequenceOutput out, Done done,
+                        CallLiveness caller) {
   Request r{Kind::kPrefill,  std::move(session), in, out, nullptr,
             std::move(done), std::move(caller)};
   Enqueue(std::move(r));
 }
 
-void Scheduler::Run(std::shared_ptr<Session> session, StateWork work, Done done,
-                    CallLiveness caller) {
+void Scheduler::Run(std::shared_ptr<AttentionSession> session, StateWork work,
+                    Done done, CallLiveness caller) {
   Request r{Kind::kWork,     std::move(session), {}, {}, std::move(work),
             std::move(done), std::move(caller)};
   Enqueue(std::move(r));
@@ -117,59 +125,67 @@ void Scheduler::Enqueue(Request request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
-      ForEachSession(request, [](Session& s) { s.pending().fetch_add(1); });
+      ForEachSession(request,
+                     [](AttentionSession& s) { s.pending().fetch_add(1); });
       queue_.push_back(std::move(request));
       accepted = true;
     }
   }
   if (accepted) {
-    work_cv_.notify_one();
+    executor_->Wake();
     return;
   }
   std::move(request.done)(
       absl::UnavailableError("the server is shutting down"));
 }
 
-void Scheduler::WorkerLoop() {
-  std::vector<Request> round;
-  std::vector<Request> deferred;
+bool Scheduler::RunOnce() {
+  round_.clear();
   std::vector<Request> unfinished;
-  while (true) {
-    round.clear();
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // Requests a round left unfinished go first: they are the oldest of
-      // their sessions.
-      for (auto it = unfinished.rbegin(); it != unfinished.rend(); ++it) {
-        queue_.push_front(std::move(*it));
-      }
-      unfinished.clear();
-      work_cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) return;  // stopping, and everything has run
-      // One request per session, in arrival order; later requests of a
-      // session already in the round wait for the next one. A deferred
-      // request claims its sessions too, so nothing queued behind it on any
-      // of them can overtake it.
-      std::unordered_set<const Session*> in_round;
-      deferred.clear();
-      while (!queue_.empty() && round.size() < options_.max_round) {
-        Request r = std::move(queue_.front());
-        queue_.pop_front();
-        bool free = true;
-        ForEachSession(r, [&](Session& s) { free &= !in_round.contains(&s); });
-        ForEachSession(r, [&](Session& s) { in_round.insert(&s); });
-        if (free) {
-          round.push_back(std::move(r));
-        } else {
-          deferred.push_back(std::move(r));
-        }
-      }
-      for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
-        queue_.push_front(std::move(*it));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Requests a round left unfinished go first: they are the oldest of
+    // their sessions.
+    for (auto it = unfinished_.rbegin(); it != unfinished_.rend(); ++it) {
+      queue_.push_front(std::move(*it));
+    }
+    unfinished_.clear();
+    if (queue_.empty()) {
+      drained_cv_.notify_all();
+      return false;
+    }
+    // One request per session, in arrival order; later requests of a
+    // session already in the round wait for the next one. A deferred
+    // request claims its sessions too, so nothing queued behind it on any
+    // of them can overtake it.
+    std::unordered_set<const AttentionSession*> in_round;
+    std::vector<Request> deferred;
+    while (!queue_.empty() && round_.size() < options_.max_round) {
+      Request r = std::move(queue_.front());
+      queue_.pop_front();
+      bool free = true;
+      ForEachSession(
+          r, [&](AttentionSession& s) { free &= !in_round.contains(&s); });
+      ForEachSession(r, [&](AttentionSession& s) { in_round.insert(&s); });
+      if (free) {
+        round_.push_back(std::move(r));
+      } else {
+        deferred.push_back(std::move(r));
       }
     }
-    RunRound(round, unfinished);
+    for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
+      queue_.push_front(std::move(*it));
+    }
   }
+  RunRound(round_, unfinished);
+  bool drained;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unfinished_ = std::move(unfinished);
+    drained = queue_.empty() && unfinished_.empty();
+  }
+  if (drained) drained_cv_.notify_all();
+  return true;
 }
 
 namespace {
@@ -201,7 +217,7 @@ absl::Status CheckSliceFinite(const AttentionSpec& spec,
 }  // namespace
 
 bool Scheduler::StartPrefill(Request& r, uint64_t share, absl::Status* result) {
-  Session& s = *r.session;
+  AttentionSession& s = *r.session;
   if (!r.copy.has_value()) {
     // First slice: the whole request is checked (but for its values, which
     // each slice checks as it goes), then the session's state is copied.
@@ -282,7 +298,7 @@ void Scheduler::RunRound(std::vector<Request>& round,
       }
       continue;
     }
-    Session& s = *r.session;
+    AttentionSession& s = *r.session;
     results[i] =
         s.attention().ValidateInput(s.state(), r.in, /*check_values=*/false);
     if (!results[i].ok()) continue;
@@ -431,8 +447,13 @@ void Scheduler::RunRound(std::vector<Request>& round,
       unfinished.push_back(std::move(round[i]));
       continue;
     }
-    ForEachSession(round[i], [](Session& s) {
-      s.Publish();
+    // A step or prefill that succeeded changed its sessions (a prefill of
+    // no tokens aside); other work only read them.
+    const bool stepped =
+        results[i].ok() && round[i].kind != Kind::kWork &&
+        !(round[i].kind == Kind::kPrefill && round[i].in.tokens == 0);
+    ForEachSession(round[i], [stepped](AttentionSession& s) {
+      s.Publish(stepped);
       s.pending().fetch_sub(1);
     });
     std::move(round[i].done)(std::move(results[i]));

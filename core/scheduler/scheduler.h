@@ -1,6 +1,6 @@
-// Scheduler: the one place session state is computed on. Requests of many
-// sessions queue here; a worker thread takes them in rounds and runs each
-// round as batches:
+// Scheduler: attention sessions' requests, in rounds. Requests of many
+// sessions queue here; the compute worker (ComputeExecutor, shared with the
+// generation engine) takes them in rounds and runs each round as batches:
 //   - decode steps of all sessions in the round (single steps and step
 //     groups alike) → one StepBatch call;
 //   - prefills of all sessions in the round → one chunkwise Run (every
@@ -9,7 +9,8 @@
 // A round holds at most one request per session, taken in arrival order, so
 // a session's requests run strictly in order and one at a time, while
 // different sessions run together. Parallelism inside a round comes from the
-// kernels' OpenMP threads (one pool: no oversubscription with oneDNN).
+// kernels' OpenMP threads: the executor's one team, shared with oneDNN and
+// the generation engine, so nothing is oversubscribed.
 //
 // Prefills share a per-round token budget: a long prefill runs a slice per
 // round on a working copy of its session's state (taken from the memory
@@ -18,7 +19,7 @@
 //
 // Every request is validated on its own before it joins a batch, so one bad
 // request fails alone and changes nothing; `done` is called exactly once, on
-// the worker thread (or the caller's, if the scheduler has stopped). A
+// the compute worker (or the caller's, if the scheduler has stopped). A
 // request whose caller has gone (CallLiveness) before it commits is dropped
 // and changes nothing; one that committed reports OK.
 //
@@ -40,6 +41,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "core/attention/chunkwise.h"
+#include "core/scheduler/compute_executor.h"
 #include "core/session/session_manager.h"
 #include "core/util/call_liveness.h"
 #include "core/util/memory_budget.h"
@@ -59,6 +61,9 @@ struct SchedulerOptions {
   // Where prefills' working copies are taken from (the session table's
   // budget); null = an unlimited one of the scheduler's own.
   std::shared_ptr<MemoryBudget> budget;
+  // The compute worker (shared with the generation engine); null = one of
+  // the scheduler's own.
+  std::shared_ptr<ComputeExecutor> executor;
 };
 
 struct SchedulerStats {
@@ -72,23 +77,23 @@ struct SchedulerStats {
   uint64_t prefill_workspace_bytes = 0;  // the chunkwise workspace held now
 };
 
-class Scheduler {
+class Scheduler : private ComputeExecutor::Source {
  public:
   using Done = absl::AnyInvocable<void(absl::Status) &&>;
-  using StateWork = absl::AnyInvocable<absl::Status(Session&) &&>;
+  using StateWork = absl::AnyInvocable<absl::Status(AttentionSession&) &&>;
   // One token of one session, as part of a step group.
   struct GroupStep {
-    std::shared_ptr<Session> session;
+    std::shared_ptr<AttentionSession> session;
     SequenceInput in;
     SequenceOutput out;
   };
 
   explicit Scheduler(SchedulerOptions options = {});
-  // Stops the worker after the queued requests have run.
-  ~Scheduler();
+  // Returns once the queued requests have run.
+  ~Scheduler() override;
 
   // One decode token (in.tokens == 1).
-  void Step(std::shared_ptr<Session> session, SequenceInput in,
+  void Step(std::shared_ptr<AttentionSession> session, SequenceInput in,
             SequenceOutput out, Done done, CallLiveness caller = {});
   // One decode token for each of several distinct sessions, all or none:
   // if any step is invalid (its status names steps[i]) no session changes.
@@ -98,10 +103,10 @@ class Scheduler {
                  CallLiveness caller = {});
   // `in.tokens` tokens through the chunkwise path, in slices of the round
   // budget; all of them or (on error, or a caller gone) none.
-  void Prefill(std::shared_ptr<Session> session, SequenceInput in,
+  void Prefill(std::shared_ptr<AttentionSession> session, SequenceInput in,
                SequenceOutput out, Done done, CallLiveness caller = {});
   // Any other work on the session's state, ordered with its steps.
-  void Run(std::shared_ptr<Session> session, StateWork work, Done done,
+  void Run(std::shared_ptr<AttentionSession> session, StateWork work, Done done,
            CallLiveness caller = {});
 
   // Runs what is queued, then refuses new requests with UNAVAILABLE.
@@ -112,7 +117,7 @@ class Scheduler {
   enum class Kind { kStep, kPrefill, kWork, kStepGroup };
   struct Request {
     Kind kind;
-    std::shared_ptr<Session> session;  // unset for kStepGroup
+    std::shared_ptr<AttentionSession> session;  // unset for kStepGroup
     SequenceInput in;
     SequenceOutput out;
     StateWork work;
@@ -127,10 +132,11 @@ class Scheduler {
     uint64_t slice = 0;  // tokens this round
   };
   // The sessions a request touches.
-  static void ForEachSession(const Request& r,
-                             const absl::FunctionRef<void(Session&)>& f);
+  static void ForEachSession(
+      const Request& r, const absl::FunctionRef<void(AttentionSession&)>& f);
   void Enqueue(Request request);
-  void WorkerLoop();
+  // One round, if any request is queued (ComputeExecutor::Source).
+  bool RunOnce() override;
   // Runs the round; requests not finished in it (prefills with slices left,
   // or waiting for memory) are left in `unfinished`, in round order.
   void RunRound(std::vector<Request>& round, std::vector<Request>& unfinished);
@@ -143,14 +149,18 @@ class Scheduler {
   // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
   // ThreadSanitizer, which then could not see these locks.
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // queue_ gained work, or stopping_
+  std::condition_variable drained_cv_;  // queue_ and unfinished_ emptied
   std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
+  // Requests a round left unfinished (prefills with slices left, or waiting
+  // for memory), in round order: the next round takes them first.
+  std::vector<Request> unfinished_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
   const std::shared_ptr<MemoryBudget> budget_;
-  ChunkwiseRunner runner_;           // worker thread only
-  uint64_t prefills_under_way_ = 0;  // worker thread only: with a copy
-  std::thread worker_;
+  ChunkwiseRunner runner_;           // worker only
+  uint64_t prefills_under_way_ = 0;  // worker only: with a copy
+  std::vector<Request> round_;       // worker only
+  const std::shared_ptr<ComputeExecutor> executor_;
 };
 
 }  // namespace linattn

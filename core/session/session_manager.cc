@@ -42,22 +42,49 @@ uint64_t SessionChargeBytes(const AttentionSpec& spec) {
   return StateBytes(spec) + FeatureMapBytes(spec);
 }
 
-Session::Session(std::string id, std::shared_ptr<const Attention> attention,
-                 AttentionState state)
+absl::string_view SessionKindName(SessionKind kind) {
+  return kind == SessionKind::kAttention ? "attention" : "model";
+}
+
+Session::Session(std::string id, SessionKind kind, std::string owner,
+                 uint64_t state_bytes, uint64_t charged_bytes)
     : id_(std::move(id)),
+      kind_(kind),
+      owner_(std::move(owner)),
+      state_bytes_(state_bytes),
+      charged_bytes_(charged_bytes) {
+  Touch();
+}
+
+void Session::Publish(uint64_t position, bool stepped) {
+  position_.store(position, std::memory_order_release);
+  Touch();
+  if (stepped && observer_ != nullptr) observer_->OnStepped(*this);
+}
+
+AttentionSession::AttentionSession(std::string id, std::string owner,
+                                   std::shared_ptr<const Attention> attention,
+                                   AttentionState state)
+    : Session(std::move(id), SessionKind::kAttention, std::move(owner),
+              state.bytes(),
+              state.bytes() + FeatureMapBytes(attention->spec())),
       attention_(std::move(attention)),
-      state_bytes_(state.bytes()),
-      charged_bytes_(state_bytes_ + FeatureMapBytes(attention_->spec())),
       state_(std::move(state)) {
   Publish();
 }
 
-void Session::Publish() {
-  position_.store(state_.position(), std::memory_order_release);
-  Touch();
+ModelSession::ModelSession(std::string id, std::string owner,
+                           std::shared_ptr<const Model> model, ModelState state,
+                           std::optional<int32_t> pending)
+    : Session(std::move(id), SessionKind::kModel, std::move(owner),
+              state.bytes(), state.bytes()),
+      model_(std::move(model)),
+      state_(std::move(state)),
+      pending_token_(pending) {
+  Publish();
 }
 
-SessionInfo DescribeSession(const Session& session) {
+SessionInfo DescribeSession(const AttentionSession& session) {
   const auto idle = Clock::now() - session.last_used();
   return {session.id(),
           session.spec(),
@@ -126,7 +153,9 @@ absl::StatusOr<std::string> SessionManager::ChooseId(
 
 SessionReservation::SessionReservation(SessionReservation&& other) noexcept
     : manager_(std::exchange(other.manager_, nullptr)),
+      kind_(other.kind_),
       attention_(std::move(other.attention_)),
+      model_(std::move(other.model_)),
       bytes_(other.bytes_) {}
 
 SessionReservation::~SessionReservation() {
@@ -152,6 +181,25 @@ std::shared_ptr<const Attention> SessionManager::CachedAttention(
   return nullptr;
 }
 
+absl::Status SessionManager::Admit(uint64_t charge, uint64_t setup,
+                                   absl::string_view requested_id,
+                                   absl::string_view id_field,
+                                   const std::function<std::string()>& what) {
+  // A requested id is checked now, so that a taken one costs no setup work
+  // (and again when the session is added).
+  if (!requested_id.empty()) {
+    LINATTN_RETURN_IF_ERROR(ChooseId(requested_id, id_field).status());
+  }
+  if (sessions_.size() + reserved_sessions_ >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sessions: the server holds its maximum of ", options_.max_sessions,
+        " (attention and model sessions together)"));
+  }
+  LINATTN_RETURN_IF_ERROR(budget_->Take(charge + setup, what()));
+  ++reserved_sessions_;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SessionReservation> SessionManager::Reserve(
     const AttentionSpec& spec, absl::string_view requested_id,
     absl::string_view id_field) {
@@ -171,31 +219,23 @@ absl::StatusOr<SessionReservation> SessionManager::Reserve(
   uint64_t setup = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // A requested id is checked now, so that a taken one costs no setup
-    // work (and again at Commit).
-    if (!requested_id.empty()) {
-      LINATTN_RETURN_IF_ERROR(ChooseId(requested_id, id_field).status());
-    }
-    if (sessions_.size() + reserved_sessions_ >= options_.max_sessions) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "sessions: the server holds its maximum of ", options_.max_sessions));
-    }
     attention = CachedAttention(spec);
     if (attention == nullptr) setup = FeatureMapSetupBytes(spec);
-    LINATTN_RETURN_IF_ERROR(budget_->Take(
-        charge + setup,
-        absl::StrCat(
-            "spec: a session needs ", StateBytes(spec), " bytes of state",
-            FeatureMapBytes(spec) != 0
-                ? absl::StrCat(" and ", FeatureMapBytes(spec),
-                               " of feature map")
-                : "",
-            setup != 0 ? absl::StrCat(", and ", setup, " more to set it up")
-                       : "")));
-    ++reserved_sessions_;
+    LINATTN_RETURN_IF_ERROR(Admit(charge, setup, requested_id, id_field, [&] {
+      return absl::StrCat(
+          "spec: a session needs ", StateBytes(spec), " bytes of state",
+          FeatureMapBytes(spec) != 0
+              ? absl::StrCat(" and ", FeatureMapBytes(spec), " of feature map")
+              : "",
+          setup != 0 ? absl::StrCat(", and ", setup, " more to set it up")
+                     : "");
+    }));
   }
-  SessionReservation reservation(this, attention, charge);
-  if (attention != nullptr) return reservation;
+  SessionReservation reservation(this, SessionKind::kAttention, charge);
+  if (attention != nullptr) {
+    reservation.attention_ = std::move(attention);
+    return reservation;
+  }
   // The feature map is prepared without the table lock: FAVOR+'s projection
   // takes up to about a second at the largest accepted dimensions.
   absl::StatusOr<Attention> created = absl::UnknownError("");
@@ -219,27 +259,97 @@ absl::StatusOr<SessionReservation> SessionManager::Reserve(
   return reservation;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::Commit(
-    SessionReservation reservation, AttentionState state,
-    absl::string_view requested_id, absl::string_view id_field) {
-  if (reservation.manager_ != this) {
-    return absl::InvalidArgumentError("reservation: not held in this table");
+absl::StatusOr<SessionReservation> SessionManager::Reserve(
+    std::shared_ptr<const Model> model, absl::string_view requested_id,
+    absl::string_view id_field) {
+  const uint64_t charge = model->state_bytes();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LINATTN_RETURN_IF_ERROR(Admit(charge, 0, requested_id, id_field, [&] {
+      return absl::StrCat("memory: a session of '", model->name(), "' needs ",
+                          charge, " bytes of state");
+    }));
   }
-  if (!state.Matches(reservation.spec())) {
-    return absl::InvalidArgumentError("state: does not match its spec");
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  LINATTN_ASSIGN_OR_RETURN(std::string id, ChooseId(requested_id, id_field));
-  auto session = std::make_shared<Session>(
-      id, std::move(reservation.attention_), std::move(state));
-  reservation.manager_ = nullptr;  // its bytes stay taken, as the session's
-  --reserved_sessions_;
-  bytes_in_use_ += session->charged_bytes();
-  sessions_.emplace(std::move(id), session);
-  return session;
+  SessionReservation reservation(this, SessionKind::kModel, charge);
+  reservation.model_ = std::move(model);
+  return reservation;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::CreateSession(
+absl::Status SessionManager::Add(SessionReservation& reservation,
+                                 std::shared_ptr<Session> session,
+                                 absl::string_view requested_id,
+                                 absl::string_view id_field) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LINATTN_ASSIGN_OR_RETURN(std::string id, ChooseId(requested_id, id_field));
+    if (id != session->id()) {
+      return absl::InternalError("session: its id changed while it was built");
+    }
+    session->observer_ = options_.observer;
+    reservation.manager_ = nullptr;  // its bytes stay taken, as the session's
+    --reserved_sessions_;
+    bytes_in_use_ += session->charged_bytes();
+    sessions_.emplace(std::move(id), session);
+  }
+  if (options_.observer != nullptr) options_.observer->OnCreated(*session);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The id a committed session gets: the requested one, or a random one not
+// yet taken (checked again, under the lock, when it is added).
+std::string IdFor(absl::string_view requested) {
+  return requested.empty() ? RandomSessionId() : std::string(requested);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::Commit(
+    SessionReservation reservation, AttentionState state,
+    absl::string_view requested_id, absl::string_view id_field) {
+  if (reservation.manager_ != this ||
+      reservation.kind_ != SessionKind::kAttention) {
+    return absl::InvalidArgumentError(
+        "reservation: not an attention session's in this table");
+  }
+  if (!state.Matches(reservation.attention_->spec())) {
+    return absl::InvalidArgumentError("state: does not match its spec");
+  }
+  for (;;) {
+    auto session = std::make_shared<AttentionSession>(
+        IdFor(requested_id), "", reservation.attention_, std::move(state));
+    absl::Status added = Add(reservation, session, session->id(), id_field);
+    if (added.ok()) return session;
+    // A random id taken meanwhile (2^-128): draw another.
+    if (!requested_id.empty() || !absl::IsAlreadyExists(added)) return added;
+    state = std::move(session->state());
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::Commit(
+    SessionReservation reservation, ModelState state,
+    std::optional<int32_t> pending, absl::string_view requested_id,
+    absl::string_view id_field) {
+  if (reservation.manager_ != this ||
+      reservation.kind_ != SessionKind::kModel) {
+    return absl::InvalidArgumentError(
+        "reservation: not a model session's in this table");
+  }
+  if (!reservation.model_->Matches(state)) {
+    return absl::InvalidArgumentError("state: does not match its model");
+  }
+  for (;;) {
+    auto session = std::make_shared<ModelSession>(
+        IdFor(requested_id), "", reservation.model_, std::move(state), pending);
+    absl::Status added = Add(reservation, session, session->id(), id_field);
+    if (added.ok()) return session;
+    if (!requested_id.empty() || !absl::IsAlreadyExists(added)) return added;
+    state = std::move(session->state());
+  }
+}
+
+absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::CreateSession(
     AttentionSpec spec, std::optional<float> epsilon,
     absl::string_view requested_id) {
   spec.epsilon = epsilon.value_or(options_.default_epsilon);
@@ -259,7 +369,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::CreateSession(
   return Commit(std::move(reservation), *std::move(state), requested_id);
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::AdoptSession(
+absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::AdoptSession(
     const AttentionSpec& spec, AttentionState state,
     absl::string_view requested_id, absl::string_view id_field) {
   if (!state.Matches(spec)) {
@@ -271,8 +381,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::AdoptSession(
                 id_field);
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::ForkSession(
-    const Session& parent, absl::string_view requested_id,
+absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::ForkSession(
+    const AttentionSession& parent, absl::string_view requested_id,
     absl::string_view id_field) {
   LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
                            Reserve(parent.spec(), requested_id, id_field));
@@ -288,49 +398,136 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::ForkSession(
                 id_field);
 }
 
+absl::StatusOr<std::shared_ptr<ModelSession>>
+SessionManager::CreateModelSession(std::shared_ptr<const Model> model,
+                                   absl::string_view requested_id) {
+  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
+                           Reserve(model, requested_id));
+  ModelState state;
+  try {
+    state = model->NewState();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory: allocating ", model->state_bytes(), " bytes of state failed"));
+  }
+  return Commit(std::move(reservation), std::move(state), std::nullopt,
+                requested_id);
+}
+
+absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AdoptModelSession(
+    std::shared_ptr<const Model> model, ModelState state,
+    std::optional<int32_t> pending, absl::string_view requested_id,
+    absl::string_view id_field) {
+  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
+                           Reserve(std::move(model), requested_id, id_field));
+  return Commit(std::move(reservation), std::move(state), pending, requested_id,
+                id_field);
+}
+
+absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
+    const ModelSession& parent, absl::string_view requested_id,
+    absl::string_view id_field) {
+  LINATTN_ASSIGN_OR_RETURN(
+      SessionReservation reservation,
+      Reserve(parent.shared_model(), requested_id, id_field));
+  ModelState copy;
+  try {
+    copy = parent.state().Copy();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory: allocating ", parent.state_bytes(),
+                     " bytes for the forked state failed"));
+  }
+  return Commit(std::move(reservation), std::move(copy), parent.pending_token(),
+                requested_id, id_field);
+}
+
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
-    absl::string_view id) const {
+    absl::string_view id, SessionKind kind) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return NoSuchSession(id);
+  if (it == sessions_.end()) return NoSuchSession(id);
+  if (it->second->kind() != kind) {
+    return absl::NotFoundError(absl::StrCat(
+        "session_id: '", id, "' is a ", SessionKindName(it->second->kind()),
+        " session (",
+        it->second->kind() == SessionKind::kModel ? "GenerationService"
+                                                  : "AttentionService",
+        "), not ", kind == SessionKind::kModel ? "a model" : "an attention",
+        " session"));
   }
+  // Marked used under the lock: eviction, which looks under it too, cannot
+  // take a session between its lookup and its request being queued.
+  it->second->Touch();
   return it->second;
 }
 
-absl::Status SessionManager::Delete(absl::string_view id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return NoSuchSession(id);
+absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::FindAttention(
+    absl::string_view id) const {
+  LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
+                           Find(id, SessionKind::kAttention));
+  return std::static_pointer_cast<AttentionSession>(std::move(s));
+}
+
+absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::FindModel(
+    absl::string_view id) const {
+  LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
+                           Find(id, SessionKind::kModel));
+  return std::static_pointer_cast<ModelSession>(std::move(s));
+}
+
+absl::Status SessionManager::Delete(absl::string_view id, SessionKind kind) {
+  LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> removed, Find(id, kind));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    // Another Delete may have taken it since.
+    if (it == sessions_.end() || it->second != removed) {
+      return NoSuchSession(id);
+    }
+    bytes_in_use_ -= removed->charged_bytes();
+    budget_->Give(removed->charged_bytes());
+    sessions_.erase(it);
   }
-  bytes_in_use_ -= it->second->charged_bytes();
-  budget_->Give(it->second->charged_bytes());
-  sessions_.erase(it);
+  if (options_.observer != nullptr) {
+    options_.observer->OnRemoved(*removed, SessionObserver::Removal::kDeleted);
+  }
   return absl::OkStatus();
 }
 
-std::vector<std::shared_ptr<Session>> SessionManager::List() const {
+std::vector<std::shared_ptr<Session>> SessionManager::List(
+    SessionKind kind) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Session>> out;
-  out.reserve(sessions_.size());
-  for (const auto& [id, session] : sessions_) out.push_back(session);
+  for (const auto& [id, session] : sessions_) {
+    if (session->kind() == kind) out.push_back(session);
+  }
   return out;
 }
 
-size_t SessionManager::EvictIdle(Clock::duration ttl) {
+SessionManager::Evicted SessionManager::EvictIdle(Clock::duration ttl) {
   const Clock::time_point cutoff = Clock::now() - ttl;
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t evicted = 0;
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    const Session& s = *it->second;
-    if (s.pending_count() == 0 && s.last_used() < cutoff) {
-      bytes_in_use_ -= s.charged_bytes();
-      budget_->Give(s.charged_bytes());
-      it = sessions_.erase(it);
-      ++evicted;
-    } else {
-      ++it;
+  std::vector<std::shared_ptr<Session>> removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      const Session& s = *it->second;
+      if (s.pending_count() == 0 && s.last_used() < cutoff) {
+        bytes_in_use_ -= s.charged_bytes();
+        budget_->Give(s.charged_bytes());
+        removed.push_back(std::move(it->second));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  Evicted evicted;
+  for (const auto& s : removed) {
+    ++(s->kind() == SessionKind::kAttention ? evicted.attention
+                                            : evicted.model);
+    if (options_.observer != nullptr) {
+      options_.observer->OnRemoved(*s, SessionObserver::Removal::kEvicted);
     }
   }
   return evicted;

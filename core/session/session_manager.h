@@ -1,15 +1,18 @@
-// SessionManager: the table of attention sessions — ids, specs, state,
-// admission control against exact state sizes, idle eviction, and the
-// snapshot/restore/fork entry points.
+// SessionManager: the one session table of a server, for both kinds of
+// session — attention sessions (a spec and its S/z state) and model
+// sessions (a model's per-layer state and pending token). It owns ids (one
+// id space), the owner field, admission against one session limit and one
+// memory budget with exact state sizes, idle eviction, and the observer
+// callbacks a durable store listens to (docs/design.md §2).
 //
 // Threading: the table is guarded by one mutex and safe to call from any
-// thread. A session's *state* is not: it is read and written only by the
-// Scheduler's worker (core/scheduler), one operation at a time, which is
-// what keeps each session's steps in order. Everything a handler may read
+// thread. A session's *state* is not: it is read and written only on the
+// compute worker (core/scheduler), one operation at a time, which is what
+// keeps each session's steps in order. Everything a handler may read
 // without the worker (position, last use) is mirrored in atomics.
 //
 //   auto manager = SessionManager::Create({.max_sessions = 1000});
-//   auto session = manager->CreateSession(spec, /*requested_id=*/"");
+//   auto session = manager->CreateSession(spec, std::nullopt, "");
 #ifndef LINATTN_CORE_SESSION_SESSION_MANAGER_H_
 #define LINATTN_CORE_SESSION_SESSION_MANAGER_H_
 
@@ -28,33 +31,37 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/attention/attention.h"
+#include "core/model/model.h"
 #include "core/util/memory_budget.h"
 
 namespace linattn {
 
 using Clock = std::chrono::steady_clock;
 
+enum class SessionKind : uint8_t { kAttention, kModel };
+absl::string_view SessionKindName(SessionKind kind);  // "attention", "model"
+
+class SessionObserver;
+
+// What both kinds of session share: the table's view of a session.
 class Session {
  public:
-  Session(std::string id, std::shared_ptr<const Attention> attention,
-          AttentionState state);
+  virtual ~Session() = default;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   const std::string& id() const { return id_; }
-  const Attention& attention() const { return *attention_; }
-  const AttentionSpec& spec() const { return attention_->spec(); }
+  SessionKind kind() const { return kind_; }
+  // The tenant the session belongs to; empty until credentials name one.
+  const std::string& owner() const { return owner_; }
   uint64_t state_bytes() const { return state_bytes_; }
-  // What the session is charged against the memory budget: its state plus
-  // its feature map's parameters (FAVOR+'s projection), counted per session
-  // even where sessions of one spec share them.
+  // What the session is charged against the memory budget: its state plus,
+  // for attention sessions, its feature map's parameters (FAVOR+'s
+  // projection), counted per session even where sessions of one spec share
+  // them.
   uint64_t charged_bytes() const { return charged_bytes_; }
 
-  // Worker-only (see the file comment).
-  AttentionState& state() { return state_; }
-  const AttentionState& state() const { return state_; }
-  // Publishes the state's position for readers on other threads and marks
-  // the session used. Called by the worker after every operation.
-  void Publish();
-
+  // Tokens in the session's context, readable from any thread.
   uint64_t position() const {
     return position_.load(std::memory_order_acquire);
   }
@@ -73,15 +80,96 @@ class Session {
     return pending_.load(std::memory_order_acquire);
   }
 
+ protected:
+  Session(std::string id, SessionKind kind, std::string owner,
+          uint64_t state_bytes, uint64_t charged_bytes);
+  // Publishes `position` for readers on other threads and marks the
+  // session used; with `stepped`, tells the table's observer that a
+  // committed request changed the session's context.
+  void Publish(uint64_t position, bool stepped);
+
  private:
+  friend class SessionManager;
   const std::string id_;
-  const std::shared_ptr<const Attention> attention_;
+  const SessionKind kind_;
+  const std::string owner_;
   const uint64_t state_bytes_;
   const uint64_t charged_bytes_;
-  AttentionState state_;
+  SessionObserver* observer_ = nullptr;  // set by the table when added
   std::atomic<uint64_t> position_{0};
   std::atomic<int64_t> last_used_{0};
   std::atomic<int32_t> pending_{0};
+};
+
+// An attention session: a spec's Attention and its state.
+class AttentionSession final : public Session {
+ public:
+  AttentionSession(std::string id, std::string owner,
+                   std::shared_ptr<const Attention> attention,
+                   AttentionState state);
+
+  const Attention& attention() const { return *attention_; }
+  const AttentionSpec& spec() const { return attention_->spec(); }
+
+  // Worker-only (see the file comment).
+  AttentionState& state() { return state_; }
+  const AttentionState& state() const { return state_; }
+  // Called by the worker after every operation: publishes the position;
+  // `stepped` when the operation changed the state.
+  void Publish(bool stepped = false) {
+    Session::Publish(state_.position(), stepped);
+  }
+
+ private:
+  const std::shared_ptr<const Attention> attention_;
+  AttentionState state_;
+};
+
+// A model session: a model's state (S and z per layer) and at most one
+// pending token, the last token of the context, which is in the context but
+// not yet fed (feeding it produces the logits of the next token).
+class ModelSession final : public Session {
+ public:
+  ModelSession(std::string id, std::string owner,
+               std::shared_ptr<const Model> model, ModelState state,
+               std::optional<int32_t> pending);
+
+  const Model& model() const { return *model_; }
+  const std::shared_ptr<const Model>& shared_model() const { return model_; }
+
+  // Worker-only (the generation engine's iterations).
+  ModelState& state() { return state_; }
+  const ModelState& state() const { return state_; }
+  std::optional<int32_t>& pending_token() { return pending_token_; }
+  std::optional<int32_t> pending_token() const { return pending_token_; }
+  // Tokens in the context: the state's position and the pending token.
+  uint64_t context_position() const {
+    return state_.position() + (pending_token_.has_value() ? 1 : 0);
+  }
+  void Publish(bool stepped = false) {
+    Session::Publish(context_position(), stepped);
+  }
+
+ private:
+  const std::shared_ptr<const Model> model_;
+  ModelState state_;
+  std::optional<int32_t> pending_token_;
+};
+
+// What a durable store (or a metrics exporter) hears from the table. Calls
+// come from the thread that made the change, never under the table's lock,
+// and must not block: OnCreated after a session was added (created,
+// restored or forked); OnStepped after a committed request changed a
+// session's context (on the compute worker, before the request's caller
+// hears of it); OnRemoved after a session left the table, deleted or
+// evicted.
+class SessionObserver {
+ public:
+  enum class Removal { kDeleted, kEvicted };
+  virtual ~SessionObserver() = default;
+  virtual void OnCreated(const Session& session) = 0;
+  virtual void OnStepped(const Session& session) = 0;
+  virtual void OnRemoved(const Session& session, Removal why) = 0;
 };
 
 struct SessionInfo {
@@ -92,47 +180,53 @@ struct SessionInfo {
   uint32_t feature_dim = 0;
   uint64_t idle_ms = 0;
 };
-SessionInfo DescribeSession(const Session& session);
+SessionInfo DescribeSession(const AttentionSession& session);
 
 struct SessionManagerOptions {
+  // Sessions of both kinds together.
   uint64_t max_sessions = 10'000;
   // The memory limit (see MemoryBudget): `budget` when set (a server shares
-  // one between both services), else a budget of max_state_bytes of the
-  // table's own.
+  // one between the table and the work done on it), else a budget of
+  // max_state_bytes of the table's own.
   uint64_t max_state_bytes = uint64_t{4} << 30;
   std::shared_ptr<MemoryBudget> budget;
-  // The largest message the server sends (0 = no limit): a session whose
-  // state could not be sent whole (SessionMessageBytes) is refused at
-  // creation rather than accepted and never snapshotted.
+  // The largest message the server sends (0 = no limit): an attention
+  // session whose state could not be sent whole (SessionMessageBytes) is
+  // refused at creation rather than accepted and never snapshotted.
   uint64_t max_message_bytes = 0;
   // ε for specs that leave it unset (docs/design.md §1: servers default to
   // 1e-6).
   float default_epsilon = 1e-6f;
+  // Told of every session added, stepped and removed; must outlive the
+  // table.
+  SessionObserver* observer = nullptr;
 };
 
 class SessionManager;
 
 // Room in the table held for a session being set up: a slot and its memory
 // count against the limits from SessionManager::Reserve() until Commit(),
-// or until the reservation is dropped. Holds the session's prepared
-// Attention (FAVOR+'s projection is drawn in Reserve, outside any lock).
+// or until the reservation is dropped. An attention reservation holds the
+// session's prepared Attention (FAVOR+'s projection is drawn in Reserve,
+// outside any lock).
 class SessionReservation {
  public:
   SessionReservation(SessionReservation&& other) noexcept;
   SessionReservation& operator=(SessionReservation&&) = delete;
   ~SessionReservation();
 
-  const AttentionSpec& spec() const { return attention_->spec(); }
+  SessionKind kind() const { return kind_; }
   uint64_t bytes() const { return bytes_; }
 
  private:
   friend class SessionManager;
-  SessionReservation(SessionManager* manager,
-                     std::shared_ptr<const Attention> attention, uint64_t bytes)
-      : manager_(manager), attention_(std::move(attention)), bytes_(bytes) {}
+  SessionReservation(SessionManager* manager, SessionKind kind, uint64_t bytes)
+      : manager_(manager), kind_(kind), bytes_(bytes) {}
 
   SessionManager* manager_;  // null once committed or moved from
-  std::shared_ptr<const Attention> attention_;
+  SessionKind kind_;
+  std::shared_ptr<const Attention> attention_;  // attention sessions
+  std::shared_ptr<const Model> model_;          // model sessions
   uint64_t bytes_;
 };
 
@@ -143,29 +237,47 @@ uint64_t SessionChargeBytes(const AttentionSpec& spec);
 // framing; at most SnapshotBytes(spec) + 1024.
 uint64_t SessionMessageBytes(const AttentionSpec& spec);
 
+// The session table: both kinds of session, one id space, one session
+// limit and one memory budget.
 class SessionManager {
  public:
   static absl::StatusOr<std::unique_ptr<SessionManager>> Create(
       const SessionManagerOptions& options);
 
+  // --- Attention sessions ---
   // A new zero session. `requested_id` empty = an unguessable generated id;
-  // otherwise 1–128 of [A-Za-z0-9._-], ALREADY_EXISTS if taken. `epsilon`
-  // unset in the request is passed as nullopt and resolved here.
-  absl::StatusOr<std::shared_ptr<Session>> CreateSession(
+  // otherwise 1–128 of [A-Za-z0-9._-], ALREADY_EXISTS if taken (by a
+  // session of either kind). `epsilon` unset in the request is passed as
+  // nullopt and resolved here.
+  absl::StatusOr<std::shared_ptr<AttentionSession>> CreateSession(
       AttentionSpec spec, std::optional<float> epsilon,
       absl::string_view requested_id);
   // A session holding `state` (from a snapshot): same admission checks; the
   // state's spec must be complete (epsilon resolved). `id_field` names the
   // request field the id came from in errors.
-  absl::StatusOr<std::shared_ptr<Session>> AdoptSession(
+  absl::StatusOr<std::shared_ptr<AttentionSession>> AdoptSession(
       const AttentionSpec& spec, AttentionState state,
       absl::string_view requested_id,
       absl::string_view id_field = "session_id");
   // A copy of `parent` (its state is read: call where the state may be,
-  // i.e. on the scheduler's worker). Room is reserved before the copy is
+  // i.e. on the compute worker). Room is reserved before the copy is
   // allocated.
-  absl::StatusOr<std::shared_ptr<Session>> ForkSession(
-      const Session& parent, absl::string_view requested_id,
+  absl::StatusOr<std::shared_ptr<AttentionSession>> ForkSession(
+      const AttentionSession& parent, absl::string_view requested_id,
+      absl::string_view id_field = "new_session_id");
+
+  // --- Model sessions ---
+  // A session of `model` with an empty context.
+  absl::StatusOr<std::shared_ptr<ModelSession>> CreateModelSession(
+      std::shared_ptr<const Model> model, absl::string_view requested_id);
+  // A session holding a restored context (`state` of `model`'s shape).
+  absl::StatusOr<std::shared_ptr<ModelSession>> AdoptModelSession(
+      std::shared_ptr<const Model> model, ModelState state,
+      std::optional<int32_t> pending, absl::string_view requested_id,
+      absl::string_view id_field = "session_id");
+  // A copy of `parent`'s context (worker-only, as ForkSession).
+  absl::StatusOr<std::shared_ptr<ModelSession>> ForkModelSession(
+      const ModelSession& parent, absl::string_view requested_id,
       absl::string_view id_field = "new_session_id");
 
   // The two halves of the above, for callers that allocate the state
@@ -174,22 +286,42 @@ class SessionManager {
   // prepared, the feature map's setup memory), then prepares the Attention
   // without holding the table lock. RESOURCE_EXHAUSTED names the limit;
   // an allocation that fails is RESOURCE_EXHAUSTED too, never a crash.
-  // Commit adds the session with `state` (which must match the spec).
+  // Commit adds the session with `state` (which must match).
   absl::StatusOr<SessionReservation> Reserve(
       const AttentionSpec& spec, absl::string_view requested_id,
       absl::string_view id_field = "session_id");
-  absl::StatusOr<std::shared_ptr<Session>> Commit(
+  absl::StatusOr<SessionReservation> Reserve(
+      std::shared_ptr<const Model> model, absl::string_view requested_id,
+      absl::string_view id_field = "session_id");
+  absl::StatusOr<std::shared_ptr<AttentionSession>> Commit(
       SessionReservation reservation, AttentionState state,
       absl::string_view requested_id,
       absl::string_view id_field = "session_id");
+  absl::StatusOr<std::shared_ptr<ModelSession>> Commit(
+      SessionReservation reservation, ModelState state,
+      std::optional<int32_t> pending, absl::string_view requested_id,
+      absl::string_view id_field = "session_id");
 
-  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view id) const;
-  absl::Status Delete(absl::string_view id);
-  std::vector<std::shared_ptr<Session>> List() const;
+  // --- Both kinds ---
+  // The session `id` of `kind` (marked used, so that a session found is not
+  // evicted before its request is queued). A session of the other kind is
+  // NOT_FOUND too, with a message naming the service it belongs to.
+  absl::StatusOr<std::shared_ptr<AttentionSession>> FindAttention(
+      absl::string_view id) const;
+  absl::StatusOr<std::shared_ptr<ModelSession>> FindModel(
+      absl::string_view id) const;
+  // Removes the session `id` of `kind` (as FindAttention/FindModel refuse
+  // the other kind).
+  absl::Status Delete(absl::string_view id, SessionKind kind);
+  std::vector<std::shared_ptr<Session>> List(SessionKind kind) const;
 
-  // Removes sessions unused for longer than `ttl` with no work pending;
-  // returns how many.
-  size_t EvictIdle(Clock::duration ttl);
+  // Removes sessions of both kinds unused for longer than `ttl` with no
+  // work pending; returns how many of each.
+  struct Evicted {
+    size_t attention = 0;
+    size_t model = 0;
+  };
+  Evicted EvictIdle(Clock::duration ttl);
 
   uint64_t session_count() const;
   // Bytes charged by the sessions in the table (see Session::charged_bytes),
@@ -197,6 +329,7 @@ class SessionManager {
   uint64_t state_bytes_in_use() const;
   const SessionManagerOptions& options() const { return options_; }
   MemoryBudget& budget() const { return *budget_; }
+  const std::shared_ptr<MemoryBudget>& shared_budget() const { return budget_; }
 
  private:
   explicit SessionManager(const SessionManagerOptions& options)
@@ -209,6 +342,17 @@ class SessionManager {
                                        absl::string_view field) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   friend class SessionReservation;
+  // Under mu_: the slot and `charge` + `setup` bytes for a new session.
+  absl::Status Admit(uint64_t charge, uint64_t setup,
+                     absl::string_view requested_id, absl::string_view id_field,
+                     const std::function<std::string()>& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a built session in place of its reservation.
+  absl::Status Add(SessionReservation& reservation,
+                   std::shared_ptr<Session> session,
+                   absl::string_view requested_id, absl::string_view id_field);
+  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view id,
+                                                SessionKind kind) const;
   // The shared Attention of `spec` if one is alive (FAVOR+'s projection is
   // drawn once per distinct spec).
   std::shared_ptr<const Attention> CachedAttention(const AttentionSpec& spec)

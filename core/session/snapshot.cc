@@ -14,6 +14,15 @@ namespace linattn {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'N', 'A', 'T', 'S', 'N', 'A', 'P'};
+// Version 1's model-session magic, recognised only to name it.
+constexpr char kModelMagicV1[8] = {'L', 'N', 'A', 'T', 'M', 'S', 'N', 'P'};
+constexpr uint64_t kHeaderBytes = 24;
+constexpr uint64_t kTableEntryBytes = 24;
+constexpr uint32_t kMaxSections = 16;
+constexpr uint32_t kRequired = 1;
+constexpr uint32_t kSpecTag = SnapshotTag("SPEC");
+constexpr uint32_t kModelTag = SnapshotTag("MODL");
+constexpr uint32_t kStateTag = SnapshotTag("STAT");
 
 std::array<uint32_t, 256> MakeCrcTable() {
   std::array<uint32_t, 256> table{};
@@ -25,8 +34,48 @@ std::array<uint32_t, 256> MakeCrcTable() {
   return table;
 }
 
-class Writer {
+std::string TagName(uint32_t tag) {
+  std::string name;
+  for (int i = 0; i < 4; ++i) {
+    const char c = static_cast<char>((tag >> (8 * i)) & 0xff);
+    name += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  return name;
+}
+
+absl::Status Malformed(absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("state: snapshot ", why));
+}
+
+// Writes a container whose section sizes are known up front: the header and
+// table first, then each section's fields in order, the checksum last.
+// Finish() checks that every section got exactly its declared size.
+class SnapshotWriter {
  public:
+  struct Section {
+    uint32_t tag;
+    uint64_t size;
+  };
+  SnapshotWriter(SnapshotKind kind, std::span<const Section> sections)
+      : sections_(sections.begin(), sections.end()) {
+    uint64_t total = kHeaderBytes + kTableEntryBytes * sections.size() + 4;
+    for (const Section& s : sections) total += s.size;
+    out_.reserve(total);
+    out_.append(kMagic, sizeof(kMagic));
+    Put<uint32_t>(kSnapshotVersion);
+    Put<uint32_t>(static_cast<uint32_t>(kind));
+    Put<uint32_t>(static_cast<uint32_t>(sections.size()));
+    Put<uint32_t>(0);
+    uint64_t offset = kHeaderBytes + kTableEntryBytes * sections.size();
+    for (const Section& s : sections) {
+      Put<uint32_t>(s.tag);
+      Put<uint32_t>(kRequired);
+      Put<uint64_t>(offset);
+      Put<uint64_t>(s.size);
+      offset += s.size;
+    }
+    end_ = offset + 4;
+  }
   template <typename T>
   void Put(T value) {
     char bytes[sizeof(T)];
@@ -36,38 +85,139 @@ class Writer {
   void PutBytes(const void* data, size_t n) {
     out_.append(static_cast<const char*>(data), n);
   }
-  std::string& out() { return out_; }
+  void PutState(const AttentionState& state) {
+    Put<uint64_t>(state.position());
+    Put<uint64_t>(state.size());
+    PutBytes(state.data(), state.size() * sizeof(float));
+  }
+  std::string Finish() {
+    Put<uint32_t>(Crc32(out_));
+    if (out_.size() != end_) {
+      // A size function and its writer disagree: a defect, not input.
+      std::abort();
+    }
+    return std::move(out_);
+  }
 
  private:
+  std::vector<Section> sections_;
   std::string out_;
+  uint64_t end_ = 0;
 };
 
-class Reader {
+// Reads one section's fields; running past its end is a malformed blob (the
+// checksum matched, so the bytes are as written: the table lies).
+class SectionReader {
  public:
-  explicit Reader(absl::string_view data) : data_(data) {}
+  SectionReader(absl::string_view data, absl::string_view name)
+      : data_(data), name_(name) {}
   template <typename T>
   absl::Status Get(T* value, absl::string_view field) {
-    if (data_.size() - pos_ < sizeof(T)) return Truncated(field);
+    if (data_.size() - pos_ < sizeof(T)) return Short(field);
     std::memcpy(value, data_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return absl::OkStatus();
   }
-  absl::Status GetBytes(void* out, uint64_t n, absl::string_view field) {
-    if (data_.size() - pos_ < n) return Truncated(field);
-    std::memcpy(out, data_.data() + pos_, n);
+  absl::StatusOr<absl::string_view> Bytes(uint64_t n, absl::string_view field) {
+    if (data_.size() - pos_ < n) return Short(field);
+    absl::string_view out = data_.substr(pos_, n);
     pos_ += n;
-    return absl::OkStatus();
+    return out;
   }
-  size_t remaining() const { return data_.size() - pos_; }
+  uint64_t remaining() const { return data_.size() - pos_; }
+  absl::Status Done() const {
+    if (remaining() == 0) return absl::OkStatus();
+    return Malformed(absl::StrCat("section ", name_, " has ", remaining(),
+                                  " bytes after its last field"));
+  }
 
  private:
-  static absl::Status Truncated(absl::string_view field) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state: snapshot is truncated (at ", field, ")"));
+  absl::Status Short(absl::string_view field) const {
+    return Malformed(
+        absl::StrCat("section ", name_, " ends before its field ", field));
   }
   absl::string_view data_;
-  size_t pos_ = 0;
+  absl::string_view name_;
+  uint64_t pos_ = 0;
 };
+
+uint64_t StateSectionBytes(uint64_t states, uint64_t state_bytes) {
+  return 4 + 16 * states + state_bytes;
+}
+
+// Reads the STAT section into `states`, whose shapes are already set (from
+// the spec or the model).
+absl::Status ReadStates(absl::string_view section,
+                        std::span<AttentionState> states) {
+  SectionReader r(section, "STAT");
+  uint32_t count = 0;
+  LINATTN_RETURN_IF_ERROR(r.Get(&count, "state count"));
+  if (count != states.size()) {
+    return Malformed(
+        absl::StrCat("holds ", count, " states; ", states.size(), " expected"));
+  }
+  for (size_t i = 0; i < states.size(); ++i) {
+    AttentionState& state = states[i];
+    uint64_t position = 0, floats = 0;
+    LINATTN_RETURN_IF_ERROR(r.Get(&position, "position"));
+    LINATTN_RETURN_IF_ERROR(r.Get(&floats, "float count"));
+    if (floats != state.size()) {
+      return Malformed(absl::StrCat("state ", i, " holds ", floats,
+                                    " floats; its shape needs ", state.size()));
+    }
+    LINATTN_ASSIGN_OR_RETURN(absl::string_view bytes,
+                             r.Bytes(floats * sizeof(float), "floats"));
+    std::memcpy(state.data(), bytes.data(), bytes.size());
+    state.set_position(position);
+  }
+  return r.Done();
+}
+
+// The sections `wanted` of an opened container, in that order; a required
+// section this reader does not know refuses the blob.
+absl::StatusOr<std::vector<absl::string_view>> FindSections(
+    const std::vector<SnapshotSection>& sections,
+    std::initializer_list<uint32_t> wanted) {
+  std::vector<absl::string_view> found(wanted.size());
+  std::vector<bool> seen(wanted.size(), false);
+  for (const SnapshotSection& s : sections) {
+    size_t i = 0;
+    for (uint32_t tag : wanted) {
+      if (tag == s.tag) break;
+      ++i;
+    }
+    if (i == wanted.size()) {
+      if (s.flags & kRequired) {
+        return Malformed(absl::StrCat("needs section ", TagName(s.tag),
+                                      ", which this server does not read"));
+      }
+      continue;
+    }
+    if (seen[i]) {
+      return Malformed(
+          absl::StrCat("holds section ", TagName(s.tag), " twice"));
+    }
+    seen[i] = true;
+    found[i] = s.bytes;
+  }
+  size_t i = 0;
+  for (uint32_t tag : wanted) {
+    if (!seen[i++]) {
+      return Malformed(absl::StrCat("has no section ", TagName(tag)));
+    }
+  }
+  return found;
+}
+
+absl::string_view KindName(uint32_t kind) {
+  switch (kind) {
+    case static_cast<uint32_t>(SnapshotKind::kAttentionSession):
+      return "an attention session (AttentionService.Restore)";
+    case static_cast<uint32_t>(SnapshotKind::kModelSession):
+      return "a model session (GenerationService.Restore)";
+  }
+  return "an unknown kind of session";
+}
 
 }  // namespace
 
@@ -78,59 +228,96 @@ uint32_t Crc32(absl::string_view data) {
   return c ^ 0xffffffffu;
 }
 
-uint64_t SnapshotBytes(const AttentionSpec& spec) {
-  // magic, version, 3 dims, map, unnormalized, ε, decay count and values,
-  // feature_dim, seed, horizon, position, float count, floats, CRC.
-  return 8 + 4 + 3 * 4 + 1 + 1 + 4 + 4 + 4 * uint64_t{spec.decay.size()} + 4 +
-         8 + 4 + 8 + 8 + StateBytes(spec) + 4;
-}
-
-std::string SerializeSnapshot(const AttentionSpec& spec,
-                              const AttentionState& state) {
-  Writer w;
-  w.PutBytes(kMagic, sizeof(kMagic));
-  w.Put<uint32_t>(kSnapshotVersion);
-  w.Put<uint32_t>(spec.num_heads);
-  w.Put<uint32_t>(spec.key_dim);
-  w.Put<uint32_t>(spec.value_dim);
-  w.Put<uint8_t>(static_cast<uint8_t>(spec.feature_map));
-  w.Put<uint8_t>(spec.unnormalized ? 1 : 0);
-  w.Put<float>(spec.epsilon);
-  w.Put<uint32_t>(static_cast<uint32_t>(spec.decay.size()));
-  for (float g : spec.decay) w.Put<float>(g);
-  w.Put<uint32_t>(spec.feature_dim);
-  w.Put<uint64_t>(spec.seed);
-  w.Put<uint32_t>(spec.horizon);
-  w.Put<uint64_t>(state.position());
-  w.Put<uint64_t>(state.size());
-  w.PutBytes(state.data(), state.size() * sizeof(float));
-  w.Put<uint32_t>(Crc32(w.out()));
-  return std::move(w.out());
-}
-
-absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
-  if (blob.size() < sizeof(kMagic) + 8 ||
-      std::memcmp(blob.data(), kMagic, sizeof(kMagic)) != 0) {
+absl::StatusOr<std::vector<SnapshotSection>> OpenSnapshot(
+    absl::string_view blob, SnapshotKind kind) {
+  if (blob.size() >= 8 &&
+      std::memcmp(blob.data(), kModelMagicV1, sizeof(kModelMagicV1)) == 0) {
     return absl::InvalidArgumentError(
-        "state: not a linattn attention snapshot (bad magic)");
+        "state: a version 1 model-session snapshot, which this server does not "
+        "read (it reads version 2); restore the session by sending its "
+        "context again");
   }
-  uint32_t stored_crc = 0;
-  std::memcpy(&stored_crc, blob.data() + blob.size() - 4, 4);
-  const absl::string_view body = blob.substr(0, blob.size() - 4);
-  Reader r(body);
-  char magic[8];
-  LINATTN_RETURN_IF_ERROR(r.GetBytes(magic, 8, "magic"));
-  uint32_t version = 0;
-  LINATTN_RETURN_IF_ERROR(r.Get(&version, "version"));
+  if (blob.size() < 8 || std::memcmp(blob.data(), kMagic, sizeof(kMagic))) {
+    return absl::InvalidArgumentError(
+        "state: not a linattn snapshot (bad magic)");
+  }
+  if (blob.size() < kHeaderBytes + 4) {
+    return absl::DataLossError(
+        absl::StrCat("state: snapshot is truncated (", blob.size(), " bytes)"));
+  }
+  auto u32 = [&](uint64_t at) {
+    uint32_t v;
+    std::memcpy(&v, blob.data() + at, 4);
+    return v;
+  };
+  auto u64 = [&](uint64_t at) {
+    uint64_t v;
+    std::memcpy(&v, blob.data() + at, 8);
+    return v;
+  };
+  const uint32_t version = u32(8);
   if (version != kSnapshotVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         "state: snapshot format version ", version,
-        " is not supported (this server reads ", kSnapshotVersion, ")"));
+        " is not supported (this server reads version ", kSnapshotVersion,
+        version == 1 ? "; restore the session by sending its context again)"
+                     : ")"));
   }
-  if (Crc32(body) != stored_crc) {
+  const absl::string_view body = blob.substr(0, blob.size() - 4);
+  if (Crc32(body) != u32(blob.size() - 4)) {
     return absl::DataLossError(
         "state: snapshot checksum mismatch (truncated or altered)");
   }
+  if (u32(12) != static_cast<uint32_t>(kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state: this is a snapshot of ", KindName(u32(12)),
+                     ", not of ", KindName(static_cast<uint32_t>(kind))));
+  }
+  const uint32_t count = u32(16);
+  if (count == 0 || count > kMaxSections || u32(20) != 0 ||
+      kHeaderBytes + kTableEntryBytes * count > body.size()) {
+    return Malformed(
+        "header is inconsistent (section count or reserved "
+        "field)");
+  }
+  std::vector<SnapshotSection> sections(count);
+  uint64_t next = kHeaderBytes + kTableEntryBytes * count;
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint64_t entry = kHeaderBytes + kTableEntryBytes * i;
+    SnapshotSection& s = sections[i];
+    s.tag = u32(entry);
+    s.flags = u32(entry + 4);
+    s.offset = u64(entry + 8);
+    const uint64_t size = u64(entry + 16);
+    if (s.offset != next || size > body.size() - next) {
+      return Malformed(absl::StrCat("layout table entry ", i, " (",
+                                    TagName(s.tag),
+                                    ") does not follow the one before it"));
+    }
+    s.bytes = body.substr(s.offset, size);
+    next += size;
+  }
+  if (next != body.size()) {
+    return Malformed(absl::StrCat("has ", body.size() - next,
+                                  " bytes after its last section"));
+  }
+  return sections;
+}
+
+namespace {
+
+uint64_t SpecSectionBytes(const AttentionSpec& spec) {
+  // 3 dims, map, unnormalized, ε, decay count and values, feature_dim,
+  // seed, horizon.
+  return 3 * 4 + 1 + 1 + 4 + 4 + 4 * uint64_t{spec.decay.size()} + 4 + 8 + 4;
+}
+
+uint64_t ContainerBytes(uint64_t sections, uint64_t payload) {
+  return kHeaderBytes + kTableEntryBytes * sections + payload + 4;
+}
+
+absl::StatusOr<AttentionSpec> ReadSpec(absl::string_view section) {
+  SectionReader r(section, "SPEC");
   AttentionSpec spec;
   uint8_t map = 0, unnormalized = 0;
   uint32_t decay_count = 0;
@@ -142,8 +329,8 @@ absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
   LINATTN_RETURN_IF_ERROR(r.Get(&spec.epsilon, "epsilon"));
   LINATTN_RETURN_IF_ERROR(r.Get(&decay_count, "decay"));
   if (map > static_cast<uint8_t>(FeatureMapKind::kCosine) || unnormalized > 1 ||
-      decay_count > kMaxDim || uint64_t(decay_count) * 4 > r.remaining()) {
-    return absl::InvalidArgumentError("state: snapshot spec is malformed");
+      decay_count > kMaxDim || uint64_t{decay_count} * 4 > r.remaining()) {
+    return Malformed("spec is malformed");
   }
   spec.feature_map = static_cast<FeatureMapKind>(map);
   spec.unnormalized = unnormalized == 1;
@@ -152,20 +339,55 @@ absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
   LINATTN_RETURN_IF_ERROR(r.Get(&spec.feature_dim, "feature_dim"));
   LINATTN_RETURN_IF_ERROR(r.Get(&spec.seed, "seed"));
   LINATTN_RETURN_IF_ERROR(r.Get(&spec.horizon, "horizon"));
+  LINATTN_RETURN_IF_ERROR(r.Done());
   if (absl::Status s = ValidateSpec(spec); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state: snapshot spec is invalid: ", s.message()));
+    return Malformed(absl::StrCat("spec is invalid: ", s.message()));
   }
-  uint64_t position = 0, floats = 0;
-  LINATTN_RETURN_IF_ERROR(r.Get(&position, "position"));
-  LINATTN_RETURN_IF_ERROR(r.Get(&floats, "state size"));
-  if (floats * sizeof(float) != StateBytes(spec) ||
-      r.remaining() != floats * sizeof(float)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state: snapshot holds ", r.remaining(),
-                     " bytes of state, its spec needs ", StateBytes(spec)));
+  return spec;
+}
+
+}  // namespace
+
+uint64_t SnapshotBytes(const AttentionSpec& spec) {
+  return ContainerBytes(
+      2, SpecSectionBytes(spec) + StateSectionBytes(1, StateBytes(spec)));
+}
+
+std::string SerializeSnapshot(const AttentionSpec& spec,
+                              const AttentionState& state) {
+  const SnapshotWriter::Section sections[] = {
+      {kSpecTag, SpecSectionBytes(spec)},
+      {kStateTag, StateSectionBytes(1, state.bytes())}};
+  SnapshotWriter w(SnapshotKind::kAttentionSession, sections);
+  w.Put<uint32_t>(spec.num_heads);
+  w.Put<uint32_t>(spec.key_dim);
+  w.Put<uint32_t>(spec.value_dim);
+  w.Put<uint8_t>(static_cast<uint8_t>(spec.feature_map));
+  w.Put<uint8_t>(spec.unnormalized ? 1 : 0);
+  w.Put<float>(spec.epsilon);
+  w.Put<uint32_t>(static_cast<uint32_t>(spec.decay.size()));
+  for (float g : spec.decay) w.Put<float>(g);
+  w.Put<uint32_t>(spec.feature_dim);
+  w.Put<uint64_t>(spec.seed);
+  w.Put<uint32_t>(spec.horizon);
+  w.Put<uint32_t>(1);
+  w.PutState(state);
+  return w.Finish();
+}
+
+absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
+  LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotSection> sections,
+                           OpenSnapshot(blob, SnapshotKind::kAttentionSession));
+  LINATTN_ASSIGN_OR_RETURN(std::vector<absl::string_view> found,
+                           FindSections(sections, {kSpecTag, kStateTag}));
+  LINATTN_ASSIGN_OR_RETURN(AttentionSpec spec, ReadSpec(found[0]));
+  // The state is allocated only once the blob has shown it holds every
+  // float of it: no blob makes us allocate more than its own size.
+  if (found[1].size() != StateSectionBytes(1, StateBytes(spec))) {
+    return Malformed(absl::StrCat("holds ", found[1].size(),
+                                  " bytes of state; its spec needs ",
+                                  StateSectionBytes(1, StateBytes(spec))));
   }
-  // The state is no larger than the blob already received.
   std::optional<ParsedSnapshot> parsed;
   try {
     parsed.emplace(ParsedSnapshot{spec, AttentionState(spec)});
@@ -173,16 +395,111 @@ absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory: allocating ", StateBytes(spec), " bytes of state failed"));
   }
-  ParsedSnapshot& out = *parsed;
   LINATTN_RETURN_IF_ERROR(
-      r.GetBytes(out.state.data(), floats * sizeof(float), "state"));
-  out.state.set_position(position);
+      ReadStates(found[1], std::span<AttentionState>(&parsed->state, 1)));
   // φ is non-negative for every map but identity, whatever the input.
   LINATTN_RETURN_IF_ERROR(CheckRestoredState(
-      out.state, spec.feature_map != FeatureMapKind::kIdentity,
+      parsed->state, spec.feature_map != FeatureMapKind::kIdentity,
       spec.feature_map == FeatureMapKind::kCosine ? spec.horizon : 0,
       "snapshot"));
   return *std::move(parsed);
+}
+
+namespace {
+
+uint64_t ModelSectionBytes(const Model& model) {
+  return 8 + 4 + model.name().size() + 4;
+}
+
+}  // namespace
+
+uint64_t ModelSnapshotBytes(const Model& model) {
+  return ContainerBytes(2,
+                        ModelSectionBytes(model) +
+                            StateSectionBytes(model.config().num_hidden_layers,
+                                              model.state_bytes()));
+}
+
+std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
+                                   std::optional<int32_t> pending) {
+  const SnapshotWriter::Section sections[] = {
+      {kModelTag, ModelSectionBytes(model)},
+      {kStateTag, StateSectionBytes(state.layers().size(), state.bytes())}};
+  SnapshotWriter w(SnapshotKind::kModelSession, sections);
+  w.Put<uint64_t>(model.fingerprint());
+  w.Put<uint32_t>(static_cast<uint32_t>(model.name().size()));
+  w.PutBytes(model.name().data(), model.name().size());
+  w.Put<int32_t>(pending.value_or(-1));
+  w.Put<uint32_t>(static_cast<uint32_t>(state.layers().size()));
+  for (const AttentionState& layer : state.layers()) w.PutState(layer);
+  return w.Finish();
+}
+
+absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
+    absl::string_view blob,
+    std::span<const std::shared_ptr<const Model>> models) {
+  LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotSection> sections,
+                           OpenSnapshot(blob, SnapshotKind::kModelSession));
+  LINATTN_ASSIGN_OR_RETURN(std::vector<absl::string_view> found,
+                           FindSections(sections, {kModelTag, kStateTag}));
+  SectionReader r(found[0], "MODL");
+  uint64_t fingerprint = 0;
+  uint32_t name_len = 0;
+  int32_t pending = -1;
+  LINATTN_RETURN_IF_ERROR(r.Get(&fingerprint, "fingerprint"));
+  LINATTN_RETURN_IF_ERROR(r.Get(&name_len, "name length"));
+  LINATTN_ASSIGN_OR_RETURN(absl::string_view name, r.Bytes(name_len, "name"));
+  LINATTN_RETURN_IF_ERROR(r.Get(&pending, "pending token"));
+  LINATTN_RETURN_IF_ERROR(r.Done());
+  std::shared_ptr<const Model> model;
+  for (const auto& m : models) {
+    if (m->name() == name) model = m;
+  }
+  if (model == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state: the snapshot is of model '", name, "', which is not loaded"));
+  }
+  if (model->fingerprint() != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state: the snapshot was taken with a different '", name,
+        "' (fingerprint ", absl::Hex(fingerprint, absl::kZeroPad16),
+        ", loaded ", model->fingerprint_hex(), ")"));
+  }
+  if (found[1].size() != StateSectionBytes(model->config().num_hidden_layers,
+                                           model->state_bytes())) {
+    return Malformed(absl::StrCat(
+        "holds ", found[1].size(), " bytes of state; model '", name, "' needs ",
+        StateSectionBytes(model->config().num_hidden_layers,
+                          model->state_bytes())));
+  }
+  ParsedModelSnapshot parsed;
+  parsed.model = model;
+  try {
+    parsed.state = model->NewState();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory: allocating ", model->state_bytes(), " bytes of state failed"));
+  }
+  LINATTN_RETURN_IF_ERROR(ReadStates(found[1], parsed.state.layers()));
+  // A checksum is not a seal: the contents must be a session's too.
+  for (const AttentionState& layer : parsed.state.layers()) {
+    if (layer.position() != parsed.state.position()) {
+      return Malformed("holds layers at different positions");
+    }
+    LINATTN_RETURN_IF_ERROR(CheckRestoredState(
+        layer, model->config().features_nonnegative(), 0, "snapshot"));
+  }
+  if (pending < -1 || (pending >= 0 && static_cast<uint32_t>(pending) >=
+                                           model->config().vocab_size)) {
+    return Malformed(absl::StrCat("holds pending token ", pending,
+                                  ", outside the vocabulary"));
+  }
+  if (pending == -1 && parsed.state.position() > 0) {
+    // Every context that has tokens ends with one not yet fed.
+    return Malformed("has tokens in its state but no pending token");
+  }
+  if (pending >= 0) parsed.pending = pending;
+  return parsed;
 }
 
 absl::Status CheckRestoredState(const AttentionState& state,

@@ -38,16 +38,25 @@ def attention_snapshot(heads, dk, dv, fmap="elu1", unnorm=0, eps=1e-6, decay=(),
                        fdim=0, seed=0, horizon=0, position=0, fill=0.0):
     dphi = {"favor": fdim or 2 * dk, "cosine": 2 * dk}.get(fmap, dk)
     floats = heads * (dphi * dv + dphi) + (heads if fmap == "favor" else 0)
-    body = b"LNATSNAP" + struct.pack("<I", 1)
-    body += struct.pack("<IIIBBfI", heads, dk, dv, MAPS[fmap], unnorm, eps, len(decay))
-    body += b"".join(struct.pack("<f", g) for g in decay)
-    body += struct.pack("<IQI", fdim, seed, horizon)
+    spec = struct.pack("<IIIBBfI", heads, dk, dv, MAPS[fmap], unnorm, eps, len(decay))
+    spec += b"".join(struct.pack("<f", g) for g in decay)
+    spec += struct.pack("<IQI", fdim, seed, horizon)
     state = [fill] * floats
     if fmap == "favor":
         for h in range(heads):
             state[floats - heads + h] = 0.0 if position else float("-inf")
-    body += struct.pack("<QQ", position, floats)
-    body += struct.pack(f"<{floats}f", *state)
+    stat = struct.pack("<IQQ", 1, position, floats) + struct.pack(f"<{floats}f", *state)
+    return container(1, [(b"SPEC", spec), (b"STAT", stat)])
+
+
+def container(kind, sections):
+    """The snapshot container of core/session/snapshot.h, version 2."""
+    body = b"LNATSNAP" + struct.pack("<IIII", 2, kind, len(sections), 0)
+    offset = 24 + 24 * len(sections)
+    for tag, data in sections:
+        body += tag + struct.pack("<IQQ", 1, offset, len(data))
+        offset += len(data)
+    body += b"".join(data for _, data in sections)
     return body + struct.pack("<I", zlib.crc32(body))
 
 
@@ -152,6 +161,10 @@ def main():
         ("Snapshot", g.SnapshotModelSessionRequest(session_id="m")),
         ("DeleteSession", g.DeleteModelSessionRequest(session_id="n1")),
         ("ListModels", g.ListModelsRequest()),
+        # A model container whose fingerprint no model has.
+        ("Restore", g.RestoreModelSessionRequest(state=container(2, [
+            (b"MODL", struct.pack("<QI", 0, 4) + b"tiny" + struct.pack("<i", -1)),
+            (b"STAT", struct.pack("<I", 0))]), session_id="r2")),
         ("Generate", g.GenerateRequest(session_id="m", prompt=" Let there be",
                                        sampling=g.SamplingParams(
                                            max_tokens=3, temperature=0.8, top_p=0.9, seed=5,

@@ -251,7 +251,8 @@ TEST_F(GenerationServiceTest, BadRequestsGetClearErrorsAndChangeNothing) {
   {
     grpc::ClientContext ctx;
     v1::RestoreModelSessionRequest req;
-    req.set_state("LNATMSNP not really");  // the magic, then no checksum
+    // The magic and version, then no checksum.
+    req.set_state(std::string("LNATSNAP\x02\0\0\0", 12) + std::string(40, 'x'));
     v1::ModelSession resp;
     EXPECT_EQ(stub_->Restore(&ctx, req, &resp).error_code(),
               grpc::StatusCode::DATA_LOSS);

@@ -90,7 +90,9 @@ TEST_F(RobustnessTest, FavorSetupIsBoundedAndDoesNotStallTheServer) {
                             .feature_dim = 8};
   std::string blob = SerializeSnapshot(small, AttentionState(small));
   const uint32_t huge = 65536;
-  std::memcpy(blob.data() + 16, &huge, 4);  // key_dim
+  const uint64_t spec_at =
+      OpenSnapshot(blob, SnapshotKind::kAttentionSession).value()[0].offset;
+  std::memcpy(blob.data() + spec_at + 4, &huge, 4);  // SPEC's key_dim
   const uint32_t crc =
       Crc32(absl::string_view(blob).substr(0, blob.size() - 4));
   std::memcpy(blob.data() + blob.size() - 4, &crc, 4);

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -352,6 +353,80 @@ TEST(InstallTest, AnInstalledTreeServesItsBuiltInModel) {
   const std::string out = tmp.Path("out");
   EXPECT_EQ(RunCommand(moved + "/bin/linattn explain", out), 0);
   EXPECT_THAT(ReadFile(out), HasSubstr("output"));
+}
+
+// Both services busy at once on one server: a Generate stream and a
+// Decode stream share the one compute worker, and each keeps making
+// progress while the other runs.
+TEST(SharedWorkerTest, AGenerateStreamAndADecodeStreamBothProgress) {
+  auto server = ServerProcess::Start({"--model", LINATTN_BUILTIN_MODEL_DIR});
+  ASSERT_NE(server, nullptr);
+  auto gen = v1::GenerationService::NewStub(server->Channel());
+  auto attention = v1::AttentionService::NewStub(server->Channel());
+  grpc::ClientContext create_ctx;
+  v1::ModelSession model_session;
+  ASSERT_TRUE(gen->CreateSession(&create_ctx, {}, &model_session).ok());
+  grpc::ClientContext acreate_ctx;
+  v1::CreateSessionRequest create;
+  create.mutable_spec()->set_num_heads(2);
+  create.mutable_spec()->set_key_dim(8);
+  create.mutable_spec()->set_value_dim(8);
+  v1::Session session;
+  ASSERT_TRUE(attention->CreateSession(&acreate_ctx, create, &session).ok());
+
+  constexpr int kTokens = 1000;
+  std::atomic<int> steps{0};
+  std::atomic<int> steps_at_first{-1}, steps_at_last{-1};
+  std::atomic<int> tokens{0};
+  std::thread generator([&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(60));
+    v1::GenerateRequest req;
+    req.set_session_id(model_session.session_id());
+    req.set_prompt("And");
+    req.mutable_sampling()->set_max_tokens(kTokens);
+    auto reader = gen->Generate(&ctx, req);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+      if (!r.text().empty() || r.token_id() >= 0) {
+        if (tokens++ == 0) steps_at_first = steps.load();
+      }
+    }
+    steps_at_last = steps.load();
+    EXPECT_TRUE(reader->Finish().ok());
+  });
+  grpc::ClientContext decode_ctx;
+  auto decode = attention->Decode(&decode_ctx);
+  v1::DecodeRequest step;
+  step.set_session_id(session.session_id());
+  for (int i = 0; i < 16; ++i) {
+    step.add_q(0.5f);
+    step.add_k(0.25f);
+    step.add_v(1.0f);
+  }
+  // The decoder starts once the generator is streaming.
+  while (tokens.load() == 0 && steps_at_last.load() < 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  int tokens_at_step20 = -1;
+  v1::DecodeResponse stepped;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (steps_at_last.load() < 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(decode->Write(step) && decode->Read(&stepped));
+    if (++steps == 20) tokens_at_step20 = tokens.load();
+  }
+  decode->WritesDone();
+  EXPECT_TRUE(decode->Finish().ok());
+  generator.join();
+  EXPECT_GE(tokens.load(), kTokens);
+  // The decoder stepped all through the generation, and tokens kept coming
+  // while it stepped.
+  EXPECT_GE(steps_at_last - steps_at_first, 20);
+  EXPECT_GT(tokens_at_step20, 0);
+  EXPECT_LT(tokens_at_step20, kTokens);
 }
 
 }  // namespace

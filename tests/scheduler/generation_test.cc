@@ -403,12 +403,14 @@ TEST(GenerationTest, ForgedModelSnapshotsAreRefusedDespiteAValidChecksum) {
   auto s = engine.CreateSession("", "").value();
   ASSERT_TRUE(Append(engine, s.session_id, Bytes("Amen")).ok());
   const std::string good = Snapshot(engine, s.session_id).value();
-  // Layout: magic 8, version 4, fingerprint 8, name length 4, name,
-  // pending i32, layer count u32, then per layer position u64, float count
-  // u64 and the floats; CRC-32 last.
-  const size_t name_len = Builtin()->name().size();
-  const size_t pending_at = 8 + 4 + 8 + 4 + name_len;
-  const size_t first_float = pending_at + 4 + 4 + 8 + 8;
+  // Where the fields are, from the layout table: MODL holds fingerprint
+  // u64, name length u32, the name, the pending token i32; STAT the state
+  // count u32, then per layer position u64, float count u64, floats.
+  const auto sections = OpenSnapshot(good, SnapshotKind::kModelSession).value();
+  ASSERT_EQ(sections.size(), 2u);
+  const size_t pending_at =
+      sections[0].offset + 8 + 4 + Builtin()->name().size();
+  const size_t first_float = sections[1].offset + 4 + 8 + 8;
   auto reseal = [](std::string blob) {
     const uint32_t crc =
         Crc32(absl::string_view(blob).substr(0, blob.size() - 4));
@@ -623,16 +625,19 @@ TEST(GenerationTest, IdleSessionsAreEvictedBusyAndRecentOnesKept) {
   // eviction, "used" was used well under 1 s before it.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   ASSERT_TRUE(Append(engine, "used", Bytes("Amen")).ok());  // use renews
-  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(1000)), 1u);
+  EXPECT_EQ(engine.sessions().EvictIdle(std::chrono::milliseconds(1000)).model,
+            1u);
   EXPECT_EQ(engine.GetSession("idle").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(engine.GetSession("used").ok());
   // A session with a request in flight is never evicted, however old.
   Collector c;
   engine.Generate("used", {}, SamplingParams{.max_tokens = 2000}, c.Callback());
-  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(0)), 0u);
+  EXPECT_EQ(engine.sessions().EvictIdle(std::chrono::milliseconds(0)).model,
+            0u);
   EXPECT_TRUE(c.Wait().status.ok());
-  EXPECT_EQ(engine.EvictIdle(std::chrono::milliseconds(0)), 1u);
+  EXPECT_EQ(engine.sessions().EvictIdle(std::chrono::milliseconds(0)).model,
+            1u);
   EXPECT_TRUE(engine.ListSessions().empty());
 }
 

@@ -26,7 +26,7 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
   const AttentionSpec spec{
       .num_heads = 4, .key_dim = 8, .value_dim = 8, .epsilon = 0.0f};
   constexpr int kSessions = 16, kTokens = 40;
-  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<AttentionSession>> sessions;
   std::vector<testing::Tokens> data;
   for (int s = 0; s < kSessions; ++s) {
     sessions.push_back(*manager->CreateSession(spec, 0.0f, ""));
@@ -163,7 +163,7 @@ TEST(Scheduler, MalformedStepGroupsAreRefusedAlone) {
   const float in[2] = {0.5f, 0.25f};
   float y[2][2], d[2];
   uint8_t av[2];
-  auto step = [&](std::shared_ptr<Session> s, int i) {
+  auto step = [&](std::shared_ptr<AttentionSession> s, int i) {
     return Scheduler::GroupStep{
         std::move(s), {in, in, in, 1}, {y[i], &d[i], &av[i]}};
   };
@@ -350,7 +350,7 @@ TEST(Scheduler, WorkWhoseCallerHasGoneIsNotApplied) {
   std::promise<absl::Status> inspected;
   scheduler.Run(
       a,
-      [](Session& s) {
+      [](AttentionSession& s) {
         for (uint64_t i = 0; i < s.state().size(); ++i) {
           if (s.state().data()[i] != 0.0f) {
             return absl::InternalError("the state changed");
@@ -419,7 +419,7 @@ TEST(Scheduler, PrefillsBeyondTheWorkspaceCapWaitARound) {
   Scheduler scheduler({.prefill_workspace_bytes = 4 * per_session});
   auto manager = *SessionManager::Create({});
   constexpr int kSessions = 32;
-  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<AttentionSession>> sessions;
   std::vector<testing::Tokens> data;
   std::vector<testing::Outputs> outs;
   for (int i = 0; i < kSessions; ++i) {

@@ -23,7 +23,7 @@ TEST(SessionManager, AdmissionByCountAndExactStateBytes) {
   EXPECT_EQ(manager->state_bytes_in_use(), 2 * bytes);
   auto third = manager->CreateSession(spec, std::nullopt, "");
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
-  ASSERT_TRUE(manager->Delete("b").ok());
+  ASSERT_TRUE(manager->Delete("b", SessionKind::kAttention).ok());
   EXPECT_EQ(manager->state_bytes_in_use(), bytes);
   EXPECT_TRUE(manager->CreateSession(spec, std::nullopt, "").ok());
 }
@@ -45,7 +45,7 @@ TEST(SessionManager, IdsAndDefaults) {
             absl::StatusCode::kAlreadyExists);
   auto bad = manager->CreateSession({.num_heads = 0}, std::nullopt, "");
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("spec.num_heads"));
-  EXPECT_EQ(manager->Find("missing").status().code(),
+  EXPECT_EQ(manager->FindAttention("missing").status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -68,9 +68,9 @@ TEST(SessionManager, EvictsOnlyIdleSessionsWithoutPendingWork) {
   auto busy = *manager->CreateSession({}, std::nullopt, "busy");
   busy->pending().fetch_add(1);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(manager->EvictIdle(std::chrono::milliseconds(10)), 1u);
-  EXPECT_FALSE(manager->Find("idle").ok());
-  EXPECT_TRUE(manager->Find("busy").ok());
+  EXPECT_EQ(manager->EvictIdle(std::chrono::milliseconds(10)).attention, 1u);
+  EXPECT_FALSE(manager->FindAttention("idle").ok());
+  EXPECT_TRUE(manager->FindAttention("busy").ok());
   EXPECT_EQ(manager->state_bytes_in_use(), busy->state_bytes());
 }
 
@@ -99,15 +99,15 @@ TEST(SessionManager, FavorSetupDoesNotHoldTheTable) {
   }
   // Every call on the table completes while the setup (four 512×512 blocks,
   // a few tenths of a second) is still running.
-  EXPECT_TRUE(manager->Find("small").ok());
-  EXPECT_EQ(manager->List().size(), 1u);
+  EXPECT_TRUE(manager->FindAttention("small").ok());
+  EXPECT_EQ(manager->List(SessionKind::kAttention).size(), 1u);
   EXPECT_TRUE(manager->CreateSession({}, std::nullopt, "other").ok());
-  EXPECT_TRUE(manager->Delete("other").ok());
+  EXPECT_TRUE(manager->Delete("other", SessionKind::kAttention).ok());
   EXPECT_FALSE(created) << "the table waited for the FAVOR+ setup";
   creator.join();
-  EXPECT_TRUE(manager->Find("big").ok());
+  EXPECT_TRUE(manager->FindAttention("big").ok());
   // The session is charged its state and its projection.
-  EXPECT_EQ((*manager->Find("big"))->charged_bytes(),
+  EXPECT_EQ((*manager->FindAttention("big"))->charged_bytes(),
             StateBytes(big) + uint64_t{2048} * 512 * 4);
   EXPECT_EQ(manager->budget().in_use(), manager->state_bytes_in_use());
 }
@@ -140,7 +140,7 @@ TEST(SessionManager, FeatureMapParametersCountAgainstTheBudget) {
   EXPECT_EQ(manager->budget().in_use(), 2 * (state + projection));
   EXPECT_EQ(manager->CreateSession(favor, std::nullopt, "c").status().code(),
             absl::StatusCode::kResourceExhausted);
-  ASSERT_TRUE(manager->Delete("a").ok());
+  ASSERT_TRUE(manager->Delete("a", SessionKind::kAttention).ok());
   EXPECT_EQ(manager->budget().in_use(), state + projection);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 #include "core/attention/recurrent.h"
 #include "tests/attention/test_util.h"
@@ -128,6 +129,142 @@ TEST(Snapshot, AStateAtTheLastPositionTakesNoMoreTokens) {
   const absl::Status s = StepSequence(attention, state, data.input(), o.view());
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(state.position(), kMaxPosition);
+}
+
+}  // namespace
+}  // namespace linattn
+
+namespace linattn {
+namespace {
+
+// A container packed by hand from the layout snapshot.h documents, with
+// sections (tag, flags, bytes) and an optional lie about one offset.
+std::string Pack(
+    uint32_t kind,
+    const std::vector<std::tuple<std::string, uint32_t, std::string>>& sections,
+    int64_t offset_skew = 0) {
+  auto put = [](std::string& out, auto v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  std::string out = "LNATSNAP";
+  put(out, uint32_t{2});
+  put(out, kind);
+  put(out, static_cast<uint32_t>(sections.size()));
+  put(out, uint32_t{0});
+  uint64_t offset = 24 + 24 * sections.size();
+  for (const auto& [tag, flags, bytes] : sections) {
+    out += tag;
+    put(out, flags);
+    put(out, offset + offset_skew);
+    put(out, static_cast<uint64_t>(bytes.size()));
+    offset += bytes.size();
+  }
+  for (const auto& [tag, flags, bytes] : sections) out += bytes;
+  put(out, Crc32(out));
+  return out;
+}
+
+TEST(SnapshotContainer, OneStatusPerFailure) {
+  const std::string blob =
+      WarmSnapshot({.num_heads = 1, .key_dim = 2, .value_dim = 2});
+  for (size_t n = 0; n < blob.size(); ++n) {
+    const absl::StatusCode code =
+        ParseSnapshot(blob.substr(0, n)).status().code();
+    // Too short for the magic: not a snapshot; past it: damaged.
+    EXPECT_EQ(code, n < 8 ? absl::StatusCode::kInvalidArgument
+                          : absl::StatusCode::kDataLoss)
+        << "truncated to " << n;
+  }
+  for (size_t i = 0; i < blob.size(); ++i) {
+    std::string altered = blob;
+    altered[i] ^= 0x01;
+    const absl::Status s = ParseSnapshot(altered).status();
+    if (i < 8) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << i;
+      EXPECT_THAT(std::string(s.message()), HasSubstr("not a linattn"));
+    } else if (i < 12) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << i;
+      EXPECT_THAT(std::string(s.message()), HasSubstr("version"));
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << i;
+    }
+  }
+}
+
+TEST(SnapshotContainer, VersionOneBlobsAreRefusedNamingTheVersion) {
+  std::string v1 = WarmSnapshot({.num_heads = 1, .key_dim = 2, .value_dim = 2});
+  v1[8] = 1;
+  const absl::Status a = ParseSnapshot(v1).status();
+  EXPECT_EQ(a.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(a.message()), HasSubstr("version 1"));
+  // Version 1's model-session layout had a magic of its own.
+  const absl::Status m =
+      OpenSnapshot(std::string("LNATMSNP\x01\0\0\0", 12) + std::string(64, 0),
+                   SnapshotKind::kModelSession)
+          .status();
+  EXPECT_EQ(m.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(m.message()), HasSubstr("version 1"));
+}
+
+TEST(SnapshotContainer, TheLayoutTableNamesSectionsReadersMaySkip) {
+  const AttentionSpec spec{.num_heads = 2, .key_dim = 3, .value_dim = 2};
+  AttentionState state(spec);
+  const std::string blob = WarmSnapshot(spec, &state);
+  auto sections = OpenSnapshot(blob, SnapshotKind::kAttentionSession);
+  ASSERT_TRUE(sections.ok()) << sections.status();
+  ASSERT_EQ(sections->size(), 2u);
+  EXPECT_EQ((*sections)[0].tag, SnapshotTag("SPEC"));
+  EXPECT_EQ((*sections)[1].tag, SnapshotTag("STAT"));
+  EXPECT_EQ((*sections)[0].offset, 24u + 2 * 24);
+  const std::string spec_bytes((*sections)[0].bytes);
+  const std::string state_bytes((*sections)[1].bytes);
+  // The packer agrees with the writer byte for byte.
+  EXPECT_EQ(Pack(1, {{"SPEC", 1, spec_bytes}, {"STAT", 1, state_bytes}}), blob);
+
+  // An optional section this reader does not know is skipped, wherever it
+  // is; a required one refuses the blob, naming it.
+  auto with_note = ParseSnapshot(Pack(1, {{"NOTE", 0, "later"},
+                                          {"SPEC", 1, spec_bytes},
+                                          {"STAT", 1, state_bytes}}));
+  ASSERT_TRUE(with_note.ok()) << with_note.status();
+  EXPECT_EQ(0,
+            std::memcmp(with_note->state.data(), state.data(), state.bytes()));
+  const absl::Status required = ParseSnapshot(Pack(1, {{"SPEC", 1, spec_bytes},
+                                                       {"STAT", 1, state_bytes},
+                                                       {"NOTE", 1, "x"}}))
+                                    .status();
+  EXPECT_EQ(required.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(required.message()), HasSubstr("NOTE"));
+
+  // Intact (the checksum matches) but inconsistent: INVALID_ARGUMENT.
+  struct Case {
+    const char* name;
+    std::string blob;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"a missing section", Pack(1, {{"SPEC", 1, spec_bytes}}), "STAT"},
+      {"a section twice",
+       Pack(1, {{"SPEC", 1, spec_bytes},
+                {"SPEC", 1, spec_bytes},
+                {"STAT", 1, state_bytes}}),
+       "twice"},
+      {"an offset that leaves a gap",
+       Pack(1, {{"SPEC", 1, spec_bytes}, {"STAT", 1, state_bytes}}, 4),
+       "layout table"},
+      {"a short state",
+       Pack(1, {{"SPEC", 1, spec_bytes},
+                {"STAT", 1, state_bytes.substr(0, state_bytes.size() - 4)}}),
+       "bytes of state"},
+      {"a model session's blob", Pack(2, {{"SPEC", 1, spec_bytes}}),
+       "model session"},
+      {"no sections", Pack(1, {}), "section count"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s = ParseSnapshot(c.blob).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.expect)) << c.name;
+  }
 }
 
 }  // namespace
