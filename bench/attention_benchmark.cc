@@ -210,6 +210,26 @@ BENCHMARK(BM_ChunkwisePrefill)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// (b′) The pass over a prefill's input the server no longer makes: until the
+// chunkwise gather became the one finiteness check, the scheduler read every
+// slice's q, k and v for finiteness before the gather read them again.
+// Arguments d, T, as BM_ChunkwisePrefill's; bench/compare sets the two side
+// by side.
+void BM_SeparateFinitenessPass(benchmark::State& st) {
+  PrefillData data(st.range(0), st.range(1));
+  const uint64_t n = data.T * kHeads * st.range(0);
+  for (auto _ : st) {
+    bool finite = AllFinite(data.q.data(), n) && AllFinite(data.k.data(), n) &&
+                  AllFinite(data.v.data(), n);
+    benchmark::DoNotOptimize(finite);
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * data.T);
+}
+BENCHMARK(BM_SeparateFinitenessPass)
+    ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // (c) The same prefill token by token through the recurrent step.
 void BM_RecurrentPrefill(benchmark::State& st) {
   PrefillData data(st.range(0), st.range(1));

@@ -375,18 +375,14 @@ class AttentionServiceImpl::DecodeBatchReactor final
 
   // The step group of request_, with response_ sized to receive it.
   absl::StatusOr<std::vector<Scheduler::GroupStep>> Prepare() {
+    // An empty group and a session twice are refused by the scheduler
+    // (Scheduler::StepGroup), where every step group enters core.
     const int n = request_.steps_size();
-    if (n == 0) {
-      return absl::InvalidArgumentError("steps: at least one step is needed");
-    }
     sessions_.clear();
     std::vector<Scheduler::GroupStep> group;
     group.reserve(n);
     response_.Clear();
     available_.resize(n);
-    std::unordered_map<const AttentionSession*, int>
-        seen;  // session → its step
-    seen.reserve(n);
     for (int i = 0; i < n; ++i) {
       const v1::DecodeRequest& step = request_.steps(i);
       auto prefix = [i](const absl::Status& s) {
@@ -395,11 +391,6 @@ class AttentionServiceImpl::DecodeBatchReactor final
       };
       auto found = service_->sessions_->FindAttention(step.session_id());
       if (!found.ok()) return prefix(found.status());
-      if (auto [it, fresh] = seen.emplace(found->get(), i); !fresh) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "steps[", i, "].session_id: '", step.session_id(),
-            "' already has a step in this message (steps[", it->second, "])"));
-      }
       const AttentionSpec& spec = (*found)->spec();
       if (absl::Status s =
               CheckSizes(spec, 1, step.q_size(), step.k_size(), step.v_size());

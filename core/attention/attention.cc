@@ -21,7 +21,7 @@ namespace {
 // max|x| over long prefill inputs is split over the OpenMP threads. (Not
 // for per-row use: even a disabled parallel region costs a runtime call.)
 uint32_t MaxAbsBitsParallel(const float* x, uint64_t n) {
-  const StepKernels& kernels = ActiveKernels();
+  const VectorKernels& kernels = ActiveKernels();
   constexpr uint64_t kBlock = uint64_t{1} << 16;
   if (n < 16 * kBlock) return kernels.max_abs_bits(n, x);
   const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
+#include "core/util/row_view.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -135,28 +136,42 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
     groups[{items[i].attention->feature_dim(), items[i].attention->value_dim()}]
         .push_back(i);
   }
+  // In place with `refused`, an item with a value that is not finite is
+  // refused alone: its rows only ever meet its own rows in the batched
+  // products, so the others complete.
+  const bool refuse_alone =
+      mode == PrefillCommit::kInPlace && refused.size() == items.size();
+  std::vector<uint8_t> non_finite(items.size(), 0);
   try {
     for (const auto& [dims, members] : groups) {
-      LINATTN_RETURN_IF_ERROR(RunGroup(items, work, members));
+      LINATTN_RETURN_IF_ERROR(RunGroup(items, work, members, non_finite));
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory in chunkwise prefill");
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!non_finite[i]) continue;
+    // Named from the input (the slow path runs only for a bad item).
+    absl::Status s =
+        items[i].attention->ValidateInput(*items[i].state, items[i].in);
+    if (s.ok()) s = absl::InternalError("a non-finite value went unnamed");
+    s = absl::Status(s.code(), absl::StrCat("items[", i, "].", s.message()));
+    if (!refuse_alone) return s;
+    refused[i] = std::move(s);
   }
   // A state that left fp32's range is refused, and nothing commits (in
   // place with `refused`: that item is reported there and the others go
   // on); the measurement is also the state's new magnitude bound
   // (kStateMagnitudeLimit).
   for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].in.tokens == 0) continue;
+    if (items[i].in.tokens == 0 || non_finite[i]) continue;
     if (!std::isfinite(work[i]->MeasureMagnitude())) {
       absl::Status overflow = absl::OutOfRangeError(absl::StrCat(
           "items[", i,
           "].k, v: these values would overflow the session's state (an entry "
           "of S or z would pass fp32's largest value, 3.4e38); nothing "
           "changed"));
-      if (mode != PrefillCommit::kInPlace || refused.size() != items.size()) {
-        return overflow;
-      }
+      if (!refuse_alone) return overflow;
       refused[i] = std::move(overflow);
     }
   }
@@ -169,45 +184,82 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
   return absl::OkStatus();
 }
 
-// One chunk's keys, left as (C, d_φ) rows (the matmuls read them
-// transposed through strides): Δz = Σ_j γ^{L−1−j} φ(k_j) and, with decay,
-// the decayed keys for ΔS. The block stays in L1 throughout.
-void ChunkwiseRunner::FinishKeys(const Job& job, const Stream& st, int64_t j,
-                                 int64_t d_phi, bool any_decay) {
-  const uint32_t C = options_.chunk_size;
-  const float* k = k_.data() + uint64_t(j) * C * d_phi;  // (C, d_φ)
-  float* dz = z_.data() + j * d_phi;
-  std::fill(dz, dz + d_phi, 0.0f);
-  if (any_decay) {
-    float* kd = kd_.data() + uint64_t(j) * C * d_phi;
-    for (uint32_t t = 0; t < C; ++t) {
-      const float w = t < job.len ? st.pow[job.len - 1 - t] : 0.0f;
-      const float* __restrict row = k + uint64_t(t) * d_phi;
-      float* __restrict kd_row = kd + uint64_t(t) * d_phi;
-      for (int64_t c = 0; c < d_phi; ++c) {
-        kd_row[c] = w * row[c];
-        dz[c] += kd_row[c];
-      }
-    }
-  } else {
-    for (uint32_t t = 0; t < job.len; ++t) {
-      const float* __restrict row = k + uint64_t(t) * d_phi;
-      for (int64_t c = 0; c < d_phi; ++c) dz[c] += row[c];
-    }
-  }
+// The working set of one round of one group (items of equal d_φ, d_v).
+struct ChunkwiseRunner::Round {
+  std::span<const PrefillItem> items;
+  std::span<AttentionState* const> work;  // the states the round advances
+  int64_t d_phi = 0;
+  int64_t d_v = 0;
+  bool any_decay = false;
+  bool any_favor = false;
+  std::vector<Stream> streams;  // every (item, head), item by item
+  std::vector<Job> jobs;        // this round's chunks
+  // Gather and read-out go token-major, all heads of a token together, so
+  // the caller's (token, head, d) rows are read and written contiguously:
+  // one unit = (an item's first stream, chunk index within the round).
+  std::vector<std::pair<uint32_t, uint32_t>> units;
+  // The round's workspaces, one block per job (FinishKeys, the products).
+  BlockView<float> q;   // (C, d_φ)   φ(Q)
+  BlockView<float> k;   // (C, d_φ)   φ(K)
+  BlockView<float> kd;  // (C, d_φ)   diag(γ^{L−1−j})·φ(K), with decay
+  BlockView<float> v;   // (C, d_v)
+  BlockView<float> a;   // (C, C)     masked Q·Kᵀ
+  BlockView<float> o;   // (C, d_v)   numerators
+  BlockView<float> s;   // (d_φ, d_v) ΔS, then S before the chunk
+  RowView<float> z;     // (jobs, d_φ) Δz, then z before the chunk
+  RowView<float> den;   // (jobs, C)   denominators
+  RowView<float> qlog;  // (jobs, C)   FAVOR+ query log-scales
+
+  int64_t n_jobs() const { return static_cast<int64_t>(jobs.size()); }
+  const PrefillItem& item_of(const Stream& st) const { return items[st.item]; }
+};
+
+namespace {
+
+// A caller's (token, head, width) rows as one view.
+template <typename T>
+RowView<T> TokenRows(T* data, uint64_t tokens, uint32_t heads, int64_t width) {
+  return RowView<T>(data, tokens * heads, static_cast<uint64_t>(width));
 }
+
+}  // namespace
 
 absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
                                        std::span<AttentionState* const> work,
-                                       const std::vector<uint32_t>& members) {
-  const uint32_t C = options_.chunk_size;
-  const int64_t d_phi = items[members[0]].attention->feature_dim();
-  const int64_t d_v = items[members[0]].attention->value_dim();
-  const StepKernels& kernels = ActiveKernels();
+                                       const std::vector<uint32_t>& members,
+                                       std::span<uint8_t> non_finite) {
+  Round r;
+  r.items = items;
+  r.work = work;
+  r.d_phi = items[members[0]].attention->feature_dim();
+  r.d_v = items[members[0]].attention->value_dim();
+  PlanStreams(r, members);
+  while (PlanChunks(r, non_finite)) {
+    MapWorkspaces(r);
+    GatherAndMap(r, non_finite);
+    if (r.any_favor) ShiftFavorKeys(r);
+    LINATTN_RETURN_IF_ERROR(IntraChunkProducts(r));
+    Scan(r);
+    LINATTN_RETURN_IF_ERROR(InterChunk(r));
+    LINATTN_RETURN_IF_ERROR(AddIntraChunkValues(r));
+    ReadOut(r);
+    for (Stream& st : r.streams) {
+      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
+        st.done += r.jobs[j].len;
+      }
+      st.rescale = 1.0f;
+    }
+  }
+  return absl::OkStatus();
+}
 
-  std::vector<Stream> streams;
+// Every (item, head) of the group, with its decay's powers (from double).
+void ChunkwiseRunner::PlanStreams(Round& r,
+                                  const std::vector<uint32_t>& members) const {
+  const uint32_t C = options_.chunk_size;
   for (uint32_t i : members) {
-    const AttentionSpec& spec = items[i].attention->spec();
+    const AttentionSpec& spec = r.items[i].attention->spec();
+    r.any_favor |= r.items[i].attention->feature_map().is_favor();
     for (uint32_t h = 0; h < spec.num_heads; ++h) {
       Stream st;
       st.item = i;
@@ -220,241 +272,300 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
       }
       st.mask_w.resize(C);
       for (uint32_t k = 0; k < C; ++k) st.mask_w[k] = st.pow[C - 1 - k];
-      streams.push_back(std::move(st));
+      r.any_decay |= st.decays;
+      r.streams.push_back(std::move(st));
     }
   }
-  bool any_decay = false;
-  for (const Stream& st : streams) any_decay |= st.decays;
+}
 
-  std::vector<Job> jobs;
-  std::vector<std::pair<uint32_t, uint32_t>> units;
-  while (true) {
-    // Plan the round: up to round_chunks chunks of every unfinished stream.
-    jobs.clear();
-    for (uint32_t si = 0; si < streams.size(); ++si) {
-      Stream& st = streams[si];
-      const uint64_t total = items[st.item].in.tokens;
-      st.first_job = static_cast<uint32_t>(jobs.size());
-      st.jobs = 0;
-      for (uint64_t t = st.done; t < total && st.jobs < options_.round_chunks;
-           t += C) {
-        jobs.push_back(
-            {si, t, static_cast<uint32_t>(std::min<uint64_t>(C, total - t))});
-        ++st.jobs;
-      }
+// Up to round_chunks chunks of every unfinished stream (none of an item
+// found non-finite); false when every stream is done.
+bool ChunkwiseRunner::PlanChunks(Round& r,
+                                 std::span<const uint8_t> non_finite) const {
+  const uint32_t C = options_.chunk_size;
+  r.jobs.clear();
+  for (uint32_t si = 0; si < r.streams.size(); ++si) {
+    Stream& st = r.streams[si];
+    const uint64_t total = r.item_of(st).in.tokens;
+    st.first_job = static_cast<uint32_t>(r.jobs.size());
+    st.jobs = 0;
+    if (non_finite[st.item]) continue;  // refused: no more rounds
+    for (uint64_t t = st.done; t < total && st.jobs < options_.round_chunks;
+         t += C) {
+      r.jobs.push_back(
+          {si, t, static_cast<uint32_t>(std::min<uint64_t>(C, total - t))});
+      ++st.jobs;
     }
-    if (jobs.empty()) break;
-    const int64_t n_jobs = static_cast<int64_t>(jobs.size());
-    // Gather and scatter go token-major, all heads of a token together, so
-    // the caller's (token, head, d) rows are read and written contiguously:
-    // one unit = (an item's first stream, chunk index within the round).
-    units.clear();
-    for (uint32_t si = 0; si < streams.size();
-         si += items[streams[si].item].attention->num_heads()) {
-      for (uint32_t c = 0; c < streams[si].jobs; ++c) units.emplace_back(si, c);
-    }
-    const int64_t n_units = static_cast<int64_t>(units.size());
-    const uint64_t rows = uint64_t(n_jobs) * C;
-    q_.EnsureSize(rows * d_phi);
-    k_.EnsureSize(rows * d_phi);
-    if (any_decay) kd_.EnsureSize(rows * d_phi);
-    v_.EnsureSize(rows * d_v);
-    a_.EnsureSize(rows * C);
-    o_.EnsureSize(rows * d_v);
-    s_.EnsureSize(uint64_t(n_jobs) * d_phi * d_v);
-    z_.EnsureSize(uint64_t(n_jobs) * d_phi);
-    den_.EnsureSize(rows);
-    qlog_.EnsureSize(rows);
+  }
+  if (r.jobs.empty()) return false;
+  r.units.clear();
+  for (uint32_t si = 0; si < r.streams.size();
+       si += r.item_of(r.streams[si]).attention->num_heads()) {
+    for (uint32_t c = 0; c < r.streams[si].jobs; ++c)
+      r.units.emplace_back(si, c);
+  }
+  return true;
+}
 
-    // Pass 1: gather rows, check them, and apply φ (FAVOR+ keys: exponents
-    // only, since their shift depends on the whole round). Padding rows are
-    // zero.
-    uint32_t non_finite = 0;
-#pragma omp parallel for schedule(static) reduction(| : non_finite)
-    for (int64_t u = 0; u < n_units; ++u) {
-      const auto [first_stream, chunk] = units[u];
-      const PrefillItem& item = items[streams[first_stream].item];
-      const FeatureMap& fm = item.attention->feature_map();
-      const uint32_t H = item.attention->num_heads();
-      const uint32_t d_k = item.attention->key_dim();
-      const uint64_t position0 = work[streams[first_stream].item]->position();
+void ChunkwiseRunner::MapWorkspaces(Round& r) {
+  const uint64_t C = options_.chunk_size;
+  const uint64_t jobs = static_cast<uint64_t>(r.n_jobs());
+  const uint64_t d_phi = r.d_phi, d_v = r.d_v;
+  q_.EnsureSize(jobs * C * d_phi);
+  k_.EnsureSize(jobs * C * d_phi);
+  if (r.any_decay) kd_.EnsureSize(jobs * C * d_phi);
+  v_.EnsureSize(jobs * C * d_v);
+  a_.EnsureSize(jobs * C * C);
+  o_.EnsureSize(jobs * C * d_v);
+  s_.EnsureSize(jobs * d_phi * d_v);
+  z_.EnsureSize(jobs * d_phi);
+  den_.EnsureSize(jobs * C);
+  qlog_.EnsureSize(jobs * C);
+  r.q = BlockView<float>(q_.data(), jobs, C, d_phi);
+  r.k = BlockView<float>(k_.data(), jobs, C, d_phi);
+  r.kd = r.any_decay ? BlockView<float>(kd_.data(), jobs, C, d_phi)
+                     : BlockView<float>();
+  r.v = BlockView<float>(v_.data(), jobs, C, d_v);
+  r.a = BlockView<float>(a_.data(), jobs, C, C);
+  r.o = BlockView<float>(o_.data(), jobs, C, d_v);
+  r.s = BlockView<float>(s_.data(), jobs, d_phi, d_v);
+  r.z = RowView<float>(z_.data(), jobs, d_phi);
+  r.den = RowView<float>(den_.data(), jobs, C);
+  r.qlog = RowView<float>(qlog_.data(), jobs, C);
+}
+
+// Gather and map: every row of the round read once from the caller's
+// input, checked for finiteness, and put through φ (FAVOR+ keys: exponents
+// only, since their shift depends on the whole round); padding rows are
+// zero. This is the one finiteness check a prefill's input gets: an item
+// with a bad value is marked in `non_finite` (Run names the value).
+void ChunkwiseRunner::GatherAndMap(Round& r, std::span<uint8_t> non_finite) {
+  const uint32_t C = options_.chunk_size;
+  const int64_t d_phi = r.d_phi, d_v = r.d_v;
+  const int64_t n_units = static_cast<int64_t>(r.units.size());
+  unit_bad_.assign(r.units.size(), 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t u = 0; u < n_units; ++u) {
+    const auto [first_stream, chunk] = r.units[u];
+    const PrefillItem& item = r.item_of(r.streams[first_stream]);
+    const FeatureMap& fm = item.attention->feature_map();
+    const uint32_t H = item.attention->num_heads();
+    const uint32_t d_k = item.attention->key_dim();
+    const uint64_t position0 = r.work[r.streams[first_stream].item]->position();
+    const RowView<const float> q = TokenRows(item.in.q, item.in.tokens, H, d_k);
+    const RowView<const float> k = TokenRows(item.in.k, item.in.tokens, H, d_k);
+    const RowView<const float> v = TokenRows(item.in.v, item.in.tokens, H, d_v);
+    {
       // The unit's tokens are one contiguous block of each input.
-      {
-        const Job& job = jobs[streams[first_stream].first_job + chunk];
-        const uint64_t qk = uint64_t(H) * d_k, vv = uint64_t(H) * d_v;
-        non_finite |= !AllFinite(item.in.q + job.start * qk, job.len * qk) ||
-                      !AllFinite(item.in.k + job.start * qk, job.len * qk) ||
-                      !AllFinite(item.in.v + job.start * vv, job.len * vv);
-      }
-      for (uint32_t t = 0; t < C; ++t) {
-        for (uint32_t h = 0; h < H; ++h) {
-          const uint32_t j = streams[first_stream + h].first_job + chunk;
-          Job& job = jobs[j];
-          float* qrow = q_.data() + (uint64_t(j) * C + t) * d_phi;
-          float* krow = k_.data() + (uint64_t(j) * C + t) * d_phi;
-          float* vrow = v_.data() + (uint64_t(j) * C + t) * d_v;
-          if (t >= job.len) {
-            std::memset(qrow, 0, d_phi * sizeof(float));
-            std::memset(krow, 0, d_phi * sizeof(float));
-            std::memset(vrow, 0, d_v * sizeof(float));
-            qlog_.data()[uint64_t(j) * C + t] = 0.0f;
-            continue;
-          }
-          const uint64_t token = job.start + t;
-          const uint64_t row = token * H + h;
-          const float* q = item.in.q + row * d_k;
-          const float* k = item.in.k + row * d_k;
-          const float* v = item.in.v + row * d_v;
-          qlog_.data()[uint64_t(j) * C + t] =
-              fm.Apply(q, position0 + token, qrow);
-          if (fm.is_favor()) {
-            job.key_max = std::max(job.key_max, fm.Exponents(k, krow));
-          } else {
-            fm.Apply(k, position0 + token, krow);
-          }
-          std::memcpy(vrow, v, d_v * sizeof(float));
+      const Job& job = r.jobs[r.streams[first_stream].first_job + chunk];
+      const uint64_t rows = uint64_t{job.len} * H;
+      unit_bad_[u] =
+          !AllFinite(q.rows(job.start * H, rows).data(), rows * d_k) ||
+          !AllFinite(k.rows(job.start * H, rows).data(), rows * d_k) ||
+          !AllFinite(v.rows(job.start * H, rows).data(), rows * d_v);
+    }
+    for (uint32_t t = 0; t < C; ++t) {
+      for (uint32_t h = 0; h < H; ++h) {
+        const uint32_t j = r.streams[first_stream + h].first_job + chunk;
+        Job& job = r.jobs[j];
+        float* qrow = r.q.row(j, t);
+        float* krow = r.k.row(j, t);
+        float* vrow = r.v.row(j, t);
+        if (t >= job.len) {
+          std::memset(qrow, 0, d_phi * sizeof(float));
+          std::memset(krow, 0, d_phi * sizeof(float));
+          std::memset(vrow, 0, d_v * sizeof(float));
+          r.qlog(j, t) = 0.0f;
+          continue;
         }
-      }
-      // This unit's key blocks are still in cache: finish them now
-      // (FAVOR+ keys wait for the round's shift, in pass 2).
-      if (!fm.is_favor()) {
-        for (uint32_t h = 0; h < H; ++h) {
-          const Stream& st = streams[first_stream + h];
-          FinishKeys(jobs[st.first_job + chunk], st, st.first_job + chunk,
-                     d_phi, any_decay);
+        const uint64_t token = job.start + t;
+        const uint64_t row = token * H + h;
+        r.qlog(j, t) = fm.Apply(q.row(row), position0 + token, qrow);
+        if (fm.is_favor()) {
+          job.key_max = std::max(job.key_max, fm.Exponents(k.row(row), krow));
+        } else {
+          fm.Apply(k.row(row), position0 + token, krow);
         }
+        std::memcpy(vrow, v.row(row), d_v * sizeof(float));
       }
     }
-    if (non_finite != 0) {
-      // Name the first bad value; the working copies are dropped.
-      for (uint32_t i : members) {
-        if (absl::Status s =
-                items[i].attention->ValidateInput(*items[i].state, items[i].in);
-            !s.ok()) {
-          return absl::Status(s.code(),
-                              absl::StrCat("items[", i, "].", s.message()));
-        }
+    // This unit's key blocks are still in cache: finish them now (FAVOR+
+    // keys wait for the round's shift, ShiftFavorKeys).
+    if (!fm.is_favor()) {
+      for (uint32_t h = 0; h < H; ++h) {
+        const Stream& st = r.streams[first_stream + h];
+        FinishKeys(r, st.first_job + chunk);
       }
     }
-    // FAVOR+: one key shift per stream and round (the running max).
-    for (Stream& st : streams) {
-      if (st.jobs == 0 || !items[st.item].attention->feature_map().is_favor()) {
-        continue;
+  }
+  for (size_t u = 0; u < r.units.size(); ++u) {
+    if (unit_bad_[u]) non_finite[r.streams[r.units[u].first].item] = 1;
+  }
+}
+
+// One chunk's keys, left as (C, d_φ) rows (the matmuls read them
+// transposed through strides): Δz = Σ_j γ^{L−1−j} φ(k_j) and, with decay,
+// the decayed keys for ΔS. The block stays in L1 throughout.
+void ChunkwiseRunner::FinishKeys(const Round& r, uint32_t j) const {
+  const uint32_t C = options_.chunk_size;
+  const Job& job = r.jobs[j];
+  const Stream& st = r.streams[job.stream];
+  const RowView<const float> k = r.k.block(j);
+  float* dz = r.z.row(j);
+  std::fill(dz, dz + r.d_phi, 0.0f);
+  if (r.any_decay) {
+    const RowView<float> kd = r.kd.block(j);
+    for (uint32_t t = 0; t < C; ++t) {
+      const float w = t < job.len ? st.pow[job.len - 1 - t] : 0.0f;
+      const float* __restrict row = k.row(t);
+      float* __restrict kd_row = kd.row(t);
+      for (int64_t c = 0; c < r.d_phi; ++c) {
+        kd_row[c] = w * row[c];
+        dz[c] += kd_row[c];
       }
-      const float old_shift = work[st.item]->key_shift(st.head);
-      float shift = old_shift;
-      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
-        shift = std::max(shift, jobs[j].key_max);
-      }
-      st.shift = shift;
-      st.rescale = shift > old_shift ? std::exp(old_shift - shift) : 1.0f;
-      work[st.item]->key_shift(st.head) = shift;
     }
-    // Pass 2 (FAVOR+ keys only; the others had it at the end of pass 1).
-    bool any_favor = false;
-    for (uint32_t i : members)
-      any_favor |= items[i].attention->feature_map().is_favor();
-    if (any_favor) {
+  } else {
+    for (uint32_t t = 0; t < job.len; ++t) {
+      const float* __restrict row = k.row(t);
+      for (int64_t c = 0; c < r.d_phi; ++c) dz[c] += row[c];
+    }
+  }
+}
+
+// FAVOR+ keys: one shift per stream and round (the running max of the
+// exponents), then their features and FinishKeys.
+void ChunkwiseRunner::ShiftFavorKeys(Round& r) {
+  for (Stream& st : r.streams) {
+    if (st.jobs == 0 || !r.item_of(st).attention->feature_map().is_favor()) {
+      continue;
+    }
+    const float old_shift = r.work[st.item]->key_shift(st.head);
+    float shift = old_shift;
+    for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
+      shift = std::max(shift, r.jobs[j].key_max);
+    }
+    st.shift = shift;
+    st.rescale = shift > old_shift ? std::exp(old_shift - shift) : 1.0f;
+    r.work[st.item]->key_shift(st.head) = shift;
+  }
+  const int64_t n_jobs = r.n_jobs();
 #pragma omp parallel for schedule(static)
-      for (int64_t j = 0; j < n_jobs; ++j) {
-        const Stream& st = streams[jobs[j].stream];
-        const FeatureMap& fm = items[st.item].attention->feature_map();
-        if (!fm.is_favor()) continue;
-        fm.FavorExp(k_.data() + uint64_t(j) * C * d_phi, jobs[j].len * d_phi,
-                    st.shift);
-        FinishKeys(jobs[j], st, j, d_phi, any_decay);
-      }
-    }
-    // A = Q·Kᵀ and ΔS = (decayed K)ᵀ·V, all chunks at once.
-    LINATTN_RETURN_IF_ERROR(
-        Gemm({.m = C, .k = d_phi, .n = C, .transpose_b = true}, n_jobs,
-             q_.data(), k_.data(), a_.data()));
-    LINATTN_RETURN_IF_ERROR(
-        Gemm({.m = d_phi, .k = C, .n = d_v, .transpose_a = true}, n_jobs,
-             any_decay ? kd_.data() : k_.data(), v_.data(), s_.data()));
-    // Pass 3: causal mask with decay, D_ij = γ^{i−j}[i ≥ j]; the intra-chunk
-    // denominator is the row sum (the ones column of V⁺).
+  for (int64_t j = 0; j < n_jobs; ++j) {
+    const Stream& st = r.streams[r.jobs[j].stream];
+    const FeatureMap& fm = r.item_of(st).attention->feature_map();
+    if (!fm.is_favor()) continue;
+    fm.FavorExp(r.k.block(j).data(), r.jobs[j].len * r.d_phi, st.shift);
+    FinishKeys(r, static_cast<uint32_t>(j));
+  }
+}
+
+// Intra-chunk products, all chunks at once: A = Q·Kᵀ and ΔS = (decayed
+// K)ᵀ·V; then the causal mask with decay, D_ij = γ^{i−j}[i ≥ j], whose row
+// sums are the intra-chunk denominators (the ones column of V⁺).
+absl::Status ChunkwiseRunner::IntraChunkProducts(Round& r) {
+  const int64_t C = options_.chunk_size;
+  const int64_t n_jobs = r.n_jobs();
+  LINATTN_RETURN_IF_ERROR(
+      Gemm({.m = C, .k = r.d_phi, .n = C, .transpose_b = true}, n_jobs,
+           r.q.data(), r.k.data(), r.a.data()));
+  LINATTN_RETURN_IF_ERROR(
+      Gemm({.m = r.d_phi, .k = C, .n = r.d_v, .transpose_a = true}, n_jobs,
+           r.any_decay ? r.kd.data() : r.k.data(), r.v.data(), r.s.data()));
+  const VectorKernels& kernels = ActiveKernels();
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n_jobs; ++j) {
-      kernels.mask_rows(C, streams[jobs[j].stream].mask_w.data(),
-                        a_.data() + uint64_t(j) * C * C,
-                        den_.data() + uint64_t(j) * C);
-    }
-    // Scan: turn each chunk's (ΔS, Δz) into the state before it, carrying
-    // S ← γ^L·S + ΔS along the stream. Streams are independent.
+  for (int64_t j = 0; j < n_jobs; ++j) {
+    kernels.mask_rows(static_cast<uint32_t>(C),
+                      r.streams[r.jobs[j].stream].mask_w.data(),
+                      r.a.block(j).data(), r.den.row(j));
+  }
+  return absl::OkStatus();
+}
+
+// Scan: each chunk's (ΔS, Δz) becomes the state before it, carrying
+// S ← γ^L·S + ΔS along its stream (FAVOR+ states first rescaled to the
+// round's shift). Streams are independent.
+void ChunkwiseRunner::Scan(Round& r) {
+  const VectorKernels& kernels = ActiveKernels();
+  const uint64_t s_floats = uint64_t(r.d_phi) * r.d_v;
 #pragma omp parallel for schedule(dynamic)
-    for (int64_t si = 0; si < static_cast<int64_t>(streams.size()); ++si) {
-      const Stream& st = streams[si];
-      if (st.jobs == 0) continue;
-      AttentionState& state = *work[st.item];
-      float* s = state.s(st.head);
-      float* z = state.z(st.head);
-      if (st.rescale != 1.0f) {
-        kernels.scale(uint64_t(d_phi) * d_v, st.rescale, s);
-        kernels.scale(d_phi, st.rescale, z);
-      }
-      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
-        const float g = st.pow[jobs[j].len];
-        kernels.scan_step(uint64_t(d_phi) * d_v, g, s,
-                          s_.data() + uint64_t(j) * d_phi * d_v);
-        kernels.scan_step(d_phi, g, z, z_.data() + uint64_t(j) * d_phi);
-      }
+  for (int64_t si = 0; si < static_cast<int64_t>(r.streams.size()); ++si) {
+    const Stream& st = r.streams[si];
+    if (st.jobs == 0) continue;
+    AttentionState& state = *r.work[st.item];
+    float* s = state.s(st.head);
+    float* z = state.z(st.head);
+    if (st.rescale != 1.0f) {
+      kernels.scale(s_floats, st.rescale, s);
+      kernels.scale(r.d_phi, st.rescale, z);
     }
-    // O = Q·S_prev (inter-chunk numerators).
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = d_phi, .n = d_v}, n_jobs,
-                                 q_.data(), s_.data(), o_.data()));
-    // Pass 4: inter-chunk denominators Q·z_prev, and diag(γ^{i+1}) on the
-    // inter-chunk terms before the intra-chunk products are added.
+    for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
+      const float g = st.pow[r.jobs[j].len];
+      kernels.scan_step(s_floats, g, s, r.s.block(j).data());
+      kernels.scan_step(r.d_phi, g, z, r.z.row(j));
+    }
+  }
+}
+
+// Inter-chunk terms: numerators O = Q·S_prev, denominators Q·z_prev added to
+// the intra-chunk ones, both times γ^{i+1} on row i.
+absl::Status ChunkwiseRunner::InterChunk(Round& r) {
+  const int64_t C = options_.chunk_size;
+  const int64_t n_jobs = r.n_jobs();
+  LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = r.d_phi, .n = r.d_v}, n_jobs,
+                               r.q.data(), r.s.data(), r.o.data()));
+  const VectorKernels& kernels = ActiveKernels();
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n_jobs; ++j) {
-      const Stream& st = streams[jobs[j].stream];
-      const float* zp = z_.data() + j * d_phi;
-      for (uint32_t i = 0; i < jobs[j].len; ++i) {
-        const float* qrow = q_.data() + (uint64_t(j) * C + i) * d_phi;
-        float d = kernels.dot(static_cast<uint32_t>(d_phi), qrow, zp);
-        if (st.decays) {
-          const float g = st.pow[i + 1];
-          d *= g;
-          kernels.scale(d_v, g, o_.data() + (uint64_t(j) * C + i) * d_v);
-        }
-        den_.data()[j * C + i] += d;
+  for (int64_t j = 0; j < n_jobs; ++j) {
+    const Stream& st = r.streams[r.jobs[j].stream];
+    const float* z_prev = r.z.row(j);
+    for (uint32_t i = 0; i < r.jobs[j].len; ++i) {
+      float d =
+          kernels.dot(static_cast<uint32_t>(r.d_phi), r.q.row(j, i), z_prev);
+      if (st.decays) {
+        const float g = st.pow[i + 1];
+        d *= g;
+        kernels.scale(r.d_v, g, r.o.row(j, i));
       }
-    }
-    // O += (Q·Kᵀ ⊙ D)·V.
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = C, .n = d_v, .accumulate = true},
-                                 n_jobs, a_.data(), v_.data(), o_.data()));
-    // Pass 5: read-out into the caller's (token, head) layout.
-#pragma omp parallel for schedule(static)
-    for (int64_t u = 0; u < n_units; ++u) {
-      const auto [first_stream, chunk] = units[u];
-      const PrefillItem& item = items[streams[first_stream].item];
-      const AttentionSpec& spec = item.attention->spec();
-      const bool favor = item.attention->feature_map().is_favor();
-      const uint32_t H = spec.num_heads;
-      for (uint32_t i = 0; i < C; ++i) {
-        for (uint32_t h = 0; h < H; ++h) {
-          const Stream& st = streams[first_stream + h];
-          const uint32_t j = st.first_job + chunk;
-          if (i >= jobs[j].len) break;
-          const uint64_t row = (jobs[j].start + i) * H + h;
-          float* y = item.out.output + row * d_v;
-          std::memcpy(y, o_.data() + (uint64_t(j) * C + i) * d_v,
-                      d_v * sizeof(float));
-          ReadOut(spec,
-                  qlog_.data()[uint64_t(j) * C + i] + (favor ? st.shift : 0.0f),
-                  den_.data()[uint64_t(j) * C + i], static_cast<uint32_t>(d_v),
-                  y, item.out.denominator + row, item.out.available + row);
-        }
-      }
-    }
-    for (Stream& st : streams) {
-      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
-        st.done += jobs[j].len;
-      }
-      st.rescale = 1.0f;
+      r.den(j, i) += d;
     }
   }
   return absl::OkStatus();
+}
+
+// O += (Q·Kᵀ ⊙ D)·V: the intra-chunk numerators onto the inter-chunk ones.
+absl::Status ChunkwiseRunner::AddIntraChunkValues(Round& r) {
+  const int64_t C = options_.chunk_size;
+  return Gemm({.m = C, .k = C, .n = r.d_v, .accumulate = true}, r.n_jobs(),
+              r.a.data(), r.v.data(), r.o.data());
+}
+
+// Read-out into the caller's (token, head) layout: y = O/den (or O, when
+// unnormalised) with FAVOR+'s query and key scales, availability per head.
+void ChunkwiseRunner::ReadOut(const Round& r) {
+  const uint32_t C = options_.chunk_size;
+  const int64_t n_units = static_cast<int64_t>(r.units.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t u = 0; u < n_units; ++u) {
+    const auto [first_stream, chunk] = r.units[u];
+    const PrefillItem& item = r.item_of(r.streams[first_stream]);
+    const AttentionSpec& spec = item.attention->spec();
+    const bool favor = item.attention->feature_map().is_favor();
+    const uint32_t H = spec.num_heads;
+    const RowView<float> y =
+        TokenRows(item.out.output, item.in.tokens, H, r.d_v);
+    for (uint32_t i = 0; i < C; ++i) {
+      for (uint32_t h = 0; h < H; ++h) {
+        const Stream& st = r.streams[first_stream + h];
+        const uint32_t j = st.first_job + chunk;
+        if (i >= r.jobs[j].len) break;
+        const uint64_t row = (r.jobs[j].start + i) * H + h;
+        std::memcpy(y.row(row), r.o.row(j, i), r.d_v * sizeof(float));
+        linattn::ReadOut(spec, r.qlog(j, i) + (favor ? st.shift : 0.0f),
+                         r.den(j, i), static_cast<uint32_t>(r.d_v), y.row(row),
+                         item.out.denominator + row, item.out.available + row);
+      }
+    }
+  }
 }
 
 }  // namespace linattn

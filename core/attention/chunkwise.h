@@ -9,7 +9,10 @@
 // Every (session, head, chunk) of a round is one batch element, so the four
 // products Q·Kᵀ, Kᵀ·V, Q·S_prev and A·V each run as one batched primitive
 // over all sessions and heads. Only the state scan between chunks is
-// sequential (O(d_φ·d_v) per chunk).
+// sequential (O(d_φ·d_v) per chunk). A round runs as named passes: gather
+// and map (the input read once: rows, finiteness, φ), intra-chunk products
+// (A masked, ΔS), scan, inter-chunk terms (Q·S_prev, Q·z_prev), the
+// intra-chunk values (A·V) and the read-out.
 //
 // A ChunkwiseRunner owns reusable workspaces: use one per thread.
 #ifndef LINATTN_CORE_ATTENTION_CHUNKWISE_H_
@@ -49,12 +52,15 @@ class ChunkwiseRunner {
   explicit ChunkwiseRunner(ChunkwiseOptions options = {});
 
   // Prefills every item and advances its position. Items may differ in spec
-  // and length; those with equal (d_φ, d_v) share batched matmuls. All input
-  // is validated before any state changes, and (kAllOrNothing) states are
-  // replaced only after every product succeeded: on error nothing has
-  // changed. A state that would leave fp32's range is refused (OUT_OF_RANGE
-  // naming items[i]) as an error; in place, `refused` (one status per
-  // item) instead receives it and the other items complete.
+  // and length; those with equal (d_φ, d_v) share batched matmuls. Shapes
+  // are validated before any state changes, values as the gather reads them
+  // (the one pass over the input), and (kAllOrNothing) states are replaced
+  // only after every product succeeded: on error nothing has changed. An
+  // item whose input is not finite (INVALID_ARGUMENT naming items[i] and
+  // the value) or whose state would leave fp32's range (OUT_OF_RANGE) fails
+  // the Run; in place, `refused` (one status per item) instead receives its
+  // status, its working state is garbage for the caller to drop, and the
+  // other items complete.
   absl::Status Run(std::span<const PrefillItem> items,
                    PrefillCommit mode = PrefillCommit::kAllOrNothing,
                    std::span<absl::Status> refused = {});
@@ -83,11 +89,26 @@ class ChunkwiseRunner {
  private:
   struct Stream;
   struct Job;
-  void FinishKeys(const Job& job, const Stream& stream, int64_t j,
-                  int64_t d_phi, bool any_decay);
+  struct Round;
+  // One group (items of equal d_φ, d_v) in rounds of at most round_chunks
+  // chunks per head. Sets non_finite[i] for an item whose input holds NaN
+  // or Inf (it runs no further rounds; its state is garbage).
   absl::Status RunGroup(std::span<const PrefillItem> items,
                         std::span<AttentionState* const> work,
-                        const std::vector<uint32_t>& members);
+                        const std::vector<uint32_t>& members,
+                        std::span<uint8_t> non_finite);
+  // A round's passes, in order (the formulas are in the file comment).
+  void PlanStreams(Round& r, const std::vector<uint32_t>& members) const;
+  bool PlanChunks(Round& r, std::span<const uint8_t> non_finite) const;
+  void MapWorkspaces(Round& r);
+  void GatherAndMap(Round& r, std::span<uint8_t> non_finite);
+  void FinishKeys(const Round& r, uint32_t job) const;
+  void ShiftFavorKeys(Round& r);
+  absl::Status IntraChunkProducts(Round& r);
+  void Scan(Round& r);
+  absl::Status InterChunk(Round& r);
+  absl::Status AddIntraChunkValues(Round& r);
+  void ReadOut(const Round& r);
   // `batch` products of `shape` (its batch field ignored) on packed
   // buffers, run as primitives of power-of-two batch so that the number of
   // cached shapes stays small.
@@ -107,6 +128,7 @@ class ChunkwiseRunner {
   AlignedBuffer z_;     // (jobs, d_φ)      Δz, then z before the chunk
   AlignedBuffer den_;   // (jobs, C)       denominators
   AlignedBuffer qlog_;  // (jobs, C)       FAVOR+ query log-scales
+  std::vector<uint8_t> unit_bad_;  // per gather unit: a non-finite input
 };
 
 }  // namespace linattn

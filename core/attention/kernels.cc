@@ -7,13 +7,13 @@
 namespace linattn {
 
 namespace generic {
-extern const StepKernels kKernels;
+extern const VectorKernels kKernels;
 }
 namespace avx2 {
-extern const StepKernels kKernels;
+extern const VectorKernels kKernels;
 }
 namespace avx512 {
-extern const StepKernels kKernels;
+extern const VectorKernels kKernels;
 }
 
 namespace {
@@ -34,7 +34,7 @@ bool CpuSupports(Isa isa) {
   return false;
 }
 
-const StepKernels* Detect() {
+const VectorKernels* Detect() {
   const char* env = std::getenv("LINATTN_ISA");
   std::string_view want = env != nullptr ? env : "";
   if (want == "generic") return &generic::kKernels;
@@ -46,11 +46,11 @@ const StepKernels* Detect() {
   return &generic::kKernels;
 }
 
-std::atomic<const StepKernels*> g_override{nullptr};
+std::atomic<const VectorKernels*> g_override{nullptr};
 
 }  // namespace
 
-const StepKernels* KernelsFor(Isa isa) {
+const VectorKernels* KernelsFor(Isa isa) {
   if (!CpuSupports(isa)) return nullptr;
   switch (isa) {
     case Isa::kGeneric:
@@ -63,23 +63,23 @@ const StepKernels* KernelsFor(Isa isa) {
   return nullptr;
 }
 
-const StepKernels& ActiveKernels() {
-  if (const StepKernels* k = g_override.load(std::memory_order_acquire)) {
+const VectorKernels& ActiveKernels() {
+  if (const VectorKernels* k = g_override.load(std::memory_order_acquire)) {
     return *k;
   }
-  static const StepKernels* const detected = Detect();
+  static const VectorKernels* const detected = Detect();
   return *detected;
 }
 
-std::vector<const StepKernels*> SupportedKernels() {
-  std::vector<const StepKernels*> out;
+std::vector<const VectorKernels*> SupportedKernels() {
+  std::vector<const VectorKernels*> out;
   for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
-    if (const StepKernels* k = KernelsFor(isa)) out.push_back(k);
+    if (const VectorKernels* k = KernelsFor(isa)) out.push_back(k);
   }
   return out;
 }
 
-ScopedKernelsOverride::ScopedKernelsOverride(const StepKernels* kernels)
+ScopedKernelsOverride::ScopedKernelsOverride(const VectorKernels* kernels)
     : previous_(g_override.exchange(kernels, std::memory_order_acq_rel)) {}
 
 ScopedKernelsOverride::~ScopedKernelsOverride() {

@@ -1,5 +1,7 @@
-// Vector kernels of the recurrent step and the chunkwise scan, compiled once
-// per instruction set and chosen at run time.
+// VectorKernels: the table of vector operations every hot loop uses — the
+// fused recurrent step, the chunkwise scan and mask, feature-map
+// exponentials, the models' SwiGLU, dot products, finiteness and magnitude
+// checks — compiled once per instruction set and chosen at run time.
 //
 // kernels_impl.inc holds the one source; kernels_{generic,avx2,avx512}.cc
 // compile it with different target flags into separate namespaces, and
@@ -17,7 +19,7 @@ namespace linattn {
 
 enum class Isa { kGeneric, kAvx2, kAvx512 };
 
-struct StepKernels {
+struct VectorKernels {
   Isa isa;
   const char* name;
   // Fused recurrent update and read-out of one head; S is read and written
@@ -55,22 +57,22 @@ struct StepKernels {
 };
 
 // The kernels for `isa`, or nullptr when this CPU cannot run them.
-const StepKernels* KernelsFor(Isa isa);
+const VectorKernels* KernelsFor(Isa isa);
 // The widest supported set (honouring LINATTN_ISA). Thread-safe.
-const StepKernels& ActiveKernels();
+const VectorKernels& ActiveKernels();
 // Every set this CPU can run, narrowest first (for tests and benchmarks).
-std::vector<const StepKernels*> SupportedKernels();
+std::vector<const VectorKernels*> SupportedKernels();
 
 // Overrides ActiveKernels() while alive; for tests and benchmarks only.
 class ScopedKernelsOverride {
  public:
-  explicit ScopedKernelsOverride(const StepKernels* kernels);
+  explicit ScopedKernelsOverride(const VectorKernels* kernels);
   ~ScopedKernelsOverride();
   ScopedKernelsOverride(const ScopedKernelsOverride&) = delete;
   ScopedKernelsOverride& operator=(const ScopedKernelsOverride&) = delete;
 
  private:
-  const StepKernels* previous_;
+  const VectorKernels* previous_;
 };
 
 }  // namespace linattn

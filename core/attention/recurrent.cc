@@ -25,7 +25,7 @@ float* FeatureScratch(uint32_t d_phi) {
 }
 
 // Token `t`, head `h` of `in`: features, fused state update and read-out.
-void StepHead(const StepKernels& kernels, const Attention& attention,
+void StepHead(const VectorKernels& kernels, const Attention& attention,
               AttentionState& state, const SequenceInput& in,
               const SequenceOutput& out, uint64_t t, uint32_t h) {
   const AttentionSpec& spec = attention.spec();
@@ -64,8 +64,9 @@ void StepHead(const StepKernels& kernels, const Attention& attention,
 // kStateMagnitudeLimit); *grown receives the state's bound afterwards.
 // OUT_OF_RANGE when it would not; nothing of the state changes but its
 // bound, which may tighten.
-absl::Status CheckGrowth(const StepKernels& kernels, const Attention& attention,
-                         AttentionState& state, const SequenceInput& in,
+absl::Status CheckGrowth(const VectorKernels& kernels,
+                         const Attention& attention, AttentionState& state,
+                         const SequenceInput& in,
                          const InputMagnitude& magnitude, double* grown) {
   *grown = GrownMagnitudeBound(state.magnitude_bound(), in.tokens, magnitude);
   if (*grown < kStateMagnitudeLimit) return absl::OkStatus();
@@ -134,7 +135,7 @@ absl::Status StepBatch(std::span<const StepItem> items) {
   states.clear();
   work.clear();
   grown.assign(items.size(), 0.0);
-  const StepKernels& kernels = ActiveKernels();
+  const VectorKernels& kernels = ActiveKernels();
   uint64_t state_floats = 0;
   uint64_t total_heads = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -199,7 +200,7 @@ absl::Status StepSequence(const Attention& attention, AttentionState& state,
   InputMagnitude magnitude;
   LINATTN_RETURN_IF_ERROR(attention.ValidateInput(state, in, true, &magnitude));
   LINATTN_RETURN_IF_ERROR(CheckOutput(out, in.tokens));
-  const StepKernels& kernels = ActiveKernels();
+  const VectorKernels& kernels = ActiveKernels();
   double grown = 0.0;
   LINATTN_RETURN_IF_ERROR(
       CheckGrowth(kernels, attention, state, in, magnitude, &grown));

@@ -9,6 +9,7 @@
 #include "core/attention/kernels.h"
 #include "core/attention/recurrent.h"
 #include "core/onednn/gemm.h"
+#include "core/util/row_view.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -140,7 +141,6 @@ absl::Status ForwardRunner::Run(ModelState& state,
 absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
   const ModelConfig& c = model_->config();
   std::set<const ModelState*> seen;
-  bool prefill = false;
   for (size_t i = 0; i < items.size(); ++i) {
     const ForwardItem& item = items[i];
     if (item.state == nullptr || !model_->Matches(*item.state)) {
@@ -163,16 +163,6 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
                          " is outside the vocabulary [0, ", c.vocab_size, ")"));
       }
     }
-    prefill |= item.tokens.size() > 1;
-  }
-  // Prefill runs chunkwise, whose first use of a shape creates oneDNN
-  // primitives and can fail: keep the states to put back. Decode steps
-  // cannot fail once the input is valid, unless the model's own
-  // activations overflow (reported as INTERNAL).
-  std::vector<ModelState> backup;
-  if (prefill && options_.backup) {
-    backup.reserve(items.size());
-    for (const ForwardItem& item : items) backup.push_back(item.state->Copy());
   }
   std::vector<uint64_t> done(items.size(), 0);
   std::vector<Piece> pieces;
@@ -189,12 +179,7 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
       done[i] += take;
     }
     if (pieces.empty()) break;
-    if (absl::Status s = Pass(items, pieces, rows); !s.ok()) {
-      for (size_t i = 0; i < backup.size(); ++i) {
-        *items[i].state = std::move(backup[i]);
-      }
-      return s;
-    }
+    LINATTN_RETURN_IF_ERROR(Pass(items, pieces, rows));
   }
   return absl::OkStatus();
 }
@@ -205,35 +190,43 @@ absl::Status ForwardRunner::FeatureMaps(const Model::Layer& layer,
   const uint32_t nh = c.num_heads, nkv = c.num_kv_heads, g = c.kv_groups();
   const uint32_t dk = c.head_k_dim(), dv = c.head_v_dim(),
                  dphi = c.feature_dim();
-  const uint64_t stride = c.key_dim() + uint64_t{nkv} * (dk + dv);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dphi));
   const bool learned = c.feature_map_has_weights();
   const uint32_t lin_dim =
       c.feature_map == ModelFeatureMap::kElementwiseProduct ? 2 * dk : dk;
+  // A row of qkv_ is [q heads | k heads | v heads], each head d_k (d_v)
+  // wide; each part is viewed as rows of its heads, `stride` apart.
+  const uint64_t stride = c.key_dim() + uint64_t{nkv} * (dk + dv);
+  const uint64_t k_col = c.key_dim(), v_col = k_col + uint64_t{nkv} * dk;
 
   // which = 0: q (nh heads at column 0), 1: k (nkv heads after q).
   for (int which = 0; which < 2; ++which) {
     const uint32_t src_heads = which == 0 ? nh : nkv;
     const uint32_t expand = which == 0 ? 1 : g;
-    const uint64_t col = which == 0 ? 0 : c.key_dim();
+    const uint64_t col = which == 0 ? 0 : k_col;
     const bool normalize = which == 0 ? c.norm_q : c.norm_k;
-    float* dst = which == 0 ? fq_.data() : fk_.data();
+    // Source heads: row r's head h at qkv_ row r, column col + h·d_k.
+    const RowView<const float> src(qkv_.data() + col, rows,
+                                   uint64_t{src_heads} * dk, stride);
+    const RowView<float> dst(which == 0 ? fq_.data() : fk_.data(),
+                             uint64_t{rows} * nh, dphi);  // (row, head)
+    const RowView<float> heads(heads_.data(), uint64_t{rows} * src_heads, dk);
+    const RowView<float> mapped(mapped_.data(), uint64_t{rows} * src_heads,
+                                lin_dim);
     if (learned) {
       // (rows·heads × d_k) · Wᵀ as one GEMM, then bias.
       for (uint32_t r = 0; r < rows; ++r) {
-        std::memcpy(heads_.data() + uint64_t{r} * src_heads * dk,
-                    qkv_.data() + r * stride + col,
+        std::memcpy(heads.row(uint64_t{r} * src_heads), src.row(r),
                     uint64_t{src_heads} * dk * sizeof(float));
       }
       const AlignedBuffer& w = which == 0 ? layer.fq_w : layer.fk_w;
       const std::vector<float>& b = which == 0 ? layer.fq_b : layer.fk_b;
       LINATTN_RETURN_IF_ERROR(
-          LinearGemm(heads_.data(), int64_t{rows} * src_heads, dk, w.data(),
-                     lin_dim, mapped_.data(), false));
+          LinearGemm(heads.data(), int64_t{rows} * src_heads, dk, w.data(),
+                     lin_dim, mapped.data(), false));
       if (!b.empty()) {
-        const uint64_t n = uint64_t{rows} * src_heads;
-        for (uint64_t i = 0; i < n; ++i) {
-          float* y = mapped_.data() + i * lin_dim;
+        for (uint64_t i = 0; i < mapped.rows(); ++i) {
+          float* y = mapped.row(i);
           for (uint32_t j = 0; j < lin_dim; ++j) y[j] += b[j];
         }
       }
@@ -242,10 +235,9 @@ absl::Status ForwardRunner::FeatureMaps(const Model::Layer& layer,
     schedule(static)
     for (uint32_t r = 0; r < rows; ++r) {
       for (uint32_t sh = 0; sh < src_heads; ++sh) {
-        const float* x = qkv_.data() + r * stride + col + uint64_t{sh} * dk;
-        const float* lin =
-            mapped_.data() + (uint64_t{r} * src_heads + sh) * lin_dim;
-        float* out = dst + (uint64_t{r} * nh + uint64_t{sh} * expand) * dphi;
+        const float* x = src.row(r) + uint64_t{sh} * dk;
+        const float* lin = mapped.row(uint64_t{r} * src_heads + sh);
+        float* out = dst.row(uint64_t{r} * nh + uint64_t{sh} * expand);
         ApplyFeatureMap(c.feature_map, x, lin, dk, out);
         if (normalize) {
           float sum = 0;
@@ -257,17 +249,19 @@ absl::Status ForwardRunner::FeatureMaps(const Model::Layer& layer,
           for (uint32_t i = 0; i < dphi; ++i) out[i] *= scale;
         }
         for (uint32_t e = 1; e < expand; ++e) {
-          std::memcpy(out + uint64_t{e} * dphi, out, dphi * sizeof(float));
+          std::memcpy(dst.row(uint64_t{r} * nh + uint64_t{sh} * expand + e),
+                      out, dphi * sizeof(float));
         }
       }
     }
   }
   // v: query head h reads key/value head h / g.
-  const uint64_t vcol = c.key_dim() + uint64_t{nkv} * dk;
+  const RowView<const float> v_src(qkv_.data() + v_col, rows,
+                                   uint64_t{nkv} * dv, stride);
+  const BlockView<float> v(v_.data(), rows, nh, dv);
   for (uint32_t r = 0; r < rows; ++r) {
     for (uint32_t h = 0; h < nh; ++h) {
-      std::memcpy(v_.data() + (uint64_t{r} * nh + h) * dv,
-                  qkv_.data() + r * stride + vcol + uint64_t{h / g} * dv,
+      std::memcpy(v.row(r, h), v_src.row(r) + uint64_t{h / g} * dv,
                   dv * sizeof(float));
     }
   }
@@ -276,91 +270,123 @@ absl::Status ForwardRunner::FeatureMaps(const Model::Layer& layer,
 
 absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
                                  std::span<const Piece> pieces, uint32_t rows) {
-  const Model& m = *model_;
-  const ModelConfig& c = m.config();
-  const uint32_t H = c.hidden_size, nh = c.num_heads, dv = c.head_v_dim(),
-                 dphi = c.feature_dim(), I = c.intermediate_size,
-                 V = c.vocab_size;
   EnsureWorkspace(rows);
-  const StepKernels& kernels = ActiveKernels();
+  Embed(items, pieces);
+  for (size_t l = 0; l < model_->layers().size(); ++l) {
+    LINATTN_RETURN_IF_ERROR(AttentionBlock(items, pieces, rows, l));
+    LINATTN_RETURN_IF_ERROR(MlpBlock(model_->layers()[l], rows));
+  }
+  return Logits(items, pieces);
+}
 
+// The residual stream starts as each row's token embedding.
+void ForwardRunner::Embed(std::span<const ForwardItem> items,
+                          std::span<const Piece> pieces) {
+  const uint32_t H = model_->config().hidden_size;
+  const RowView<const float> table(model_->embeddings().data(),
+                                   model_->config().vocab_size, H);
+  const RowView<float> x(x_.data(), capacity_, H);
   for (const Piece& p : pieces) {
     for (uint32_t j = 0; j < p.rows; ++j) {
       const int32_t t = items[p.item].tokens[p.first + j];
-      std::memcpy(x_.data() + uint64_t{p.row0 + j} * H,
-                  m.embeddings().data() + uint64_t(t) * H, H * sizeof(float));
+      std::memcpy(x.row(p.row0 + j), table.row(static_cast<uint64_t>(t)),
+                  H * sizeof(float));
     }
   }
+}
+
+// x += o_proj(headnorm(attention(φ(q), φ(k), v))) with (q|k|v) from
+// rmsnorm(x): one-token rows through one StepBatch, longer pieces through
+// one chunkwise prefill, each on its session's layer-l state.
+absl::Status ForwardRunner::AttentionBlock(std::span<const ForwardItem> items,
+                                           std::span<const Piece> pieces,
+                                           uint32_t rows, size_t l) {
+  const Model& m = *model_;
+  const ModelConfig& c = m.config();
+  const Model::Layer& L = m.layers()[l];
+  const uint32_t H = c.hidden_size, nh = c.num_heads, dv = c.head_v_dim(),
+                 dphi = c.feature_dim();
+  RmsNorm(x_.data(), rows, H, L.attn_norm.data(), c.norm_eps, xn_.data());
+  LINATTN_RETURN_IF_ERROR(L.qkv->Apply(xn_.data(), rows, qkv_.data()));
+  LINATTN_RETURN_IF_ERROR(FeatureMaps(L, rows));
+  // Per row: nh heads of φ(q), φ(k) (d_φ), v and o (d_v), den and
+  // availability (one each).
+  const BlockView<const float> fq(fq_.data(), rows, nh, dphi);
+  const BlockView<const float> fk(fk_.data(), rows, nh, dphi);
+  const BlockView<const float> v(v_.data(), rows, nh, dv);
+  const BlockView<float> o(o_.data(), rows, nh, dv);
+  const RowView<float> den(den_.data(), rows, nh);
+  const RowView<uint8_t> available(available_.data(), rows, nh);
   std::vector<StepItem> steps;
   std::vector<PrefillItem> prefills;
-  for (size_t l = 0; l < m.layers().size(); ++l) {
-    const Model::Layer& L = m.layers()[l];
-    RmsNorm(x_.data(), rows, H, L.attn_norm.data(), c.norm_eps, xn_.data());
-    LINATTN_RETURN_IF_ERROR(L.qkv->Apply(xn_.data(), rows, qkv_.data()));
-    LINATTN_RETURN_IF_ERROR(FeatureMaps(L, rows));
-    steps.clear();
-    prefills.clear();
-    for (const Piece& p : pieces) {
-      SequenceInput in{.q = fq_.data() + uint64_t{p.row0} * nh * dphi,
-                       .k = fk_.data() + uint64_t{p.row0} * nh * dphi,
-                       .v = v_.data() + uint64_t{p.row0} * nh * dv,
-                       .tokens = p.rows};
-      SequenceOutput out{
-          .output = o_.data() + uint64_t{p.row0} * nh * dv,
-          .denominator = den_.data() + uint64_t{p.row0} * nh,
-          .available = available_.data() + uint64_t{p.row0} * nh};
-      AttentionState* state = &items[p.item].state->layers()[l];
-      if (p.rows == 1) {
-        steps.push_back(StepItem{&m.attention(), state, in, out});
-      } else {
-        prefills.push_back(PrefillItem{&m.attention(), state, in, out});
-      }
+  for (const Piece& p : pieces) {
+    SequenceInput in{.q = fq.row(p.row0, 0),
+                     .k = fk.row(p.row0, 0),
+                     .v = v.row(p.row0, 0),
+                     .tokens = p.rows};
+    SequenceOutput out{.output = o.row(p.row0, 0),
+                       .denominator = den.row(p.row0),
+                       .available = available.row(p.row0)};
+    AttentionState* state = &items[p.item].state->layers()[l];
+    if (p.rows == 1) {
+      steps.push_back(StepItem{&m.attention(), state, in, out});
+    } else {
+      prefills.push_back(PrefillItem{&m.attention(), state, in, out});
     }
-    if (!steps.empty()) {
-      if (absl::Status s = StepBatch(steps); !s.ok()) {
-        return absl::InternalError(
-            absl::StrCat("layer ", l,
-                         ": the model's activations are not "
-                         "finite (",
-                         s.message(), ")"));
-      }
+  }
+  auto not_finite = [l](const absl::Status& s) {
+    return absl::InternalError(
+        absl::StrCat("layer ", l, ": the model's activations are not finite (",
+                     s.message(), ")"));
+  };
+  if (!steps.empty()) {
+    if (absl::Status s = StepBatch(steps); !s.ok()) return not_finite(s);
+  }
+  if (!prefills.empty()) {
+    // In place: the caller's backup is the one rollback (file comment).
+    if (absl::Status s = chunkwise_.Run(prefills, PrefillCommit::kInPlace);
+        !s.ok()) {
+      return s.code() == absl::StatusCode::kInvalidArgument ? not_finite(s) : s;
     }
-    if (!prefills.empty()) {
-      if (absl::Status s = chunkwise_.Run(prefills); !s.ok()) {
-        if (s.code() == absl::StatusCode::kInvalidArgument) {
-          return absl::InternalError(
-              absl::StrCat("layer ", l,
-                           ": the model's activations are not "
-                           "finite (",
-                           s.message(), ")"));
-        }
-        return s;
-      }
-    }
-    RmsNorm(o_.data(), uint64_t{rows} * nh, dv,
-            L.head_norm.empty() ? nullptr : L.head_norm.data(), c.norm_eps,
-            o_.data());
-    LINATTN_RETURN_IF_ERROR(L.o->Apply(o_.data(), rows, x_.data()));
-    RmsNorm(x_.data(), rows, H, L.mlp_norm.data(), c.norm_eps, xn_.data());
-    LINATTN_RETURN_IF_ERROR(L.gate_up->Apply(xn_.data(), rows, gu_.data()));
+  }
+  RmsNorm(o_.data(), uint64_t{rows} * nh, dv,
+          L.head_norm.empty() ? nullptr : L.head_norm.data(), c.norm_eps,
+          o_.data());
+  return L.o->Apply(o_.data(), rows, x_.data());
+}
+
+// x += down(SiLU(gate)·up) with (gate|up) from rmsnorm(x).
+absl::Status ForwardRunner::MlpBlock(const Model::Layer& L, uint32_t rows) {
+  const ModelConfig& c = model_->config();
+  const uint32_t H = c.hidden_size, I = c.intermediate_size;
+  RmsNorm(x_.data(), rows, H, L.mlp_norm.data(), c.norm_eps, xn_.data());
+  LINATTN_RETURN_IF_ERROR(L.gate_up->Apply(xn_.data(), rows, gu_.data()));
+  const RowView<const float> gate_up(gu_.data(), rows, 2 * uint64_t{I});
+  const RowView<float> act(act_.data(), rows, I);
+  const VectorKernels& kernels = ActiveKernels();
 #pragma omp parallel for if (uint64_t{rows} * I >= kParallelFloats) \
     schedule(static)
-    for (uint32_t r = 0; r < rows; ++r) {
-      const float* gate = gu_.data() + uint64_t{r} * 2 * I;
-      const float* up = gate + I;
-      kernels.silu_mul(I, gate, up, act_.data() + uint64_t{r} * I);
-    }
-    LINATTN_RETURN_IF_ERROR(L.down->Apply(act_.data(), rows, x_.data()));
+  for (uint32_t r = 0; r < rows; ++r) {
+    const float* gate = gate_up.row(r);
+    kernels.silu_mul(I, gate, gate + I, act.row(r));
   }
+  return L.down->Apply(act_.data(), rows, x_.data());
+}
 
-  // Logits only where they are wanted.
+// lm_head(rmsnorm(x)) for the rows whose logits are wanted: an item's last
+// row, or every row with all_logits.
+absl::Status ForwardRunner::Logits(std::span<const ForwardItem> items,
+                                   std::span<const Piece> pieces) {
+  const Model& m = *model_;
+  const ModelConfig& c = m.config();
+  const uint32_t H = c.hidden_size, V = c.vocab_size;
   std::vector<std::pair<uint32_t, float*>> wanted;  // (row, destination)
   for (const Piece& p : pieces) {
     const ForwardItem& item = items[p.item];
     if (item.all_logits != nullptr) {
+      const RowView<float> all(item.all_logits, item.tokens.size(), V);
       for (uint32_t j = 0; j < p.rows; ++j) {
-        wanted.emplace_back(p.row0 + j,
-                            item.all_logits + (p.first + j) * uint64_t{V});
+        wanted.emplace_back(p.row0 + j, all.row(p.first + j));
       }
     }
     if (item.logits != nullptr && item.all_logits == nullptr &&
@@ -369,25 +395,26 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
     }
   }
   if (wanted.empty()) return absl::OkStatus();
+  const RowView<const float> x(x_.data(), capacity_, H);
+  const RowView<float> gathered(xn_.data(), wanted.size(), H);
+  const RowView<const float> logits(logits_out_.data(), wanted.size(), V);
   for (size_t i = 0; i < wanted.size(); ++i) {
-    std::memcpy(xn_.data() + i * H, x_.data() + uint64_t{wanted[i].first} * H,
-                H * sizeof(float));
+    std::memcpy(gathered.row(i), x.row(wanted[i].first), H * sizeof(float));
   }
-  RmsNorm(xn_.data(), wanted.size(), H, m.final_norm().data(), c.norm_eps,
+  RmsNorm(gathered.data(), wanted.size(), H, m.final_norm().data(), c.norm_eps,
           logits_rows_.data());
   LINATTN_RETURN_IF_ERROR(m.lm_head().Apply(logits_rows_.data(),
                                             static_cast<int64_t>(wanted.size()),
                                             logits_out_.data()));
   for (size_t i = 0; i < wanted.size(); ++i) {
-    std::memcpy(wanted[i].second, logits_out_.data() + i * V,
-                V * sizeof(float));
+    std::memcpy(wanted[i].second, logits.row(i), V * sizeof(float));
   }
   for (const Piece& p : pieces) {
     const ForwardItem& item = items[p.item];
     if (item.logits != nullptr && item.all_logits != nullptr &&
         p.first + p.rows == item.tokens.size()) {
-      std::memcpy(item.logits,
-                  item.all_logits + (item.tokens.size() - 1) * uint64_t{V},
+      const RowView<const float> all(item.all_logits, item.tokens.size(), V);
+      std::memcpy(item.logits, all.row(item.tokens.size() - 1),
                   V * sizeof(float));
     }
   }

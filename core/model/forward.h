@@ -13,9 +13,12 @@
 // Long prompts go through in passes of at most `max_rows` rows, so the
 // workspaces are bounded whatever the prompt length.
 //
-// All input is validated before any state changes, and a Run that fails
-// leaves every state as it was. Not thread-safe: one runner per thread (the
-// model itself is shared).
+// All input is validated before any state changes. A Run that fails later
+// (a oneDNN primitive that cannot be created, activations that are not
+// finite) leaves the states unspecified: atomicity is the caller's, who
+// keeps the one backup it needs (the generation engine's jobs do,
+// core/scheduler/generation_job.h); nothing here copies a state. Not
+// thread-safe: one runner per thread (the model itself is shared).
 #ifndef LINATTN_CORE_MODEL_FORWARD_H_
 #define LINATTN_CORE_MODEL_FORWARD_H_
 
@@ -43,11 +46,6 @@ struct ForwardItem {
 struct ForwardOptions {
   uint32_t max_rows = 512;  // rows (tokens) per pass
   ChunkwiseOptions chunkwise;
-  // Run keeps copies of the states of a batch with a prefill, to put back
-  // if a pass fails. A caller that keeps its own (the generation engine,
-  // whose copies come from the memory budget) turns them off; its states
-  // are then unspecified after a failed Run.
-  bool backup = true;
 };
 
 class ForwardRunner {
@@ -56,8 +54,8 @@ class ForwardRunner {
                          ForwardOptions options = {});
 
   // Runs every item; each state may appear once. INVALID_ARGUMENT naming
-  // the item and field for bad input (nothing changed); a failure later
-  // puts the states back (unless ForwardOptions::backup is off).
+  // the item and field for bad input (nothing changed); after a failure
+  // later the states are unspecified (see the file comment).
   absl::Status Run(std::span<const ForwardItem> items);
   // One item.
   absl::Status Run(ModelState& state, std::span<const int32_t> tokens,
@@ -72,8 +70,16 @@ class ForwardRunner {
     uint32_t rows;
     uint32_t row0;  // first row in the pass
   };
+  // One pass: the rows of `pieces` through every layer, as named blocks.
   absl::Status Pass(std::span<const ForwardItem> items,
                     std::span<const Piece> pieces, uint32_t rows);
+  void Embed(std::span<const ForwardItem> items, std::span<const Piece> pieces);
+  absl::Status AttentionBlock(std::span<const ForwardItem> items,
+                              std::span<const Piece> pieces, uint32_t rows,
+                              size_t layer);
+  absl::Status MlpBlock(const Model::Layer& layer, uint32_t rows);
+  absl::Status Logits(std::span<const ForwardItem> items,
+                      std::span<const Piece> pieces);
   // φ(q)·d_φ^−½ and φ(k) into fq_, fk_ and the values into v_, every
   // key/value head repeated over its group.
   absl::Status FeatureMaps(const Model::Layer& layer, uint32_t rows);

@@ -62,12 +62,9 @@ GenerationEngine::GenerationEngine(
       executor_(options.executor != nullptr
                     ? options.executor
                     : std::make_shared<ComputeExecutor>()) {
-  // Atomicity lives in the job (its backup), so the runner keeps no copies
-  // of its own.
-  ForwardOptions forward = options_.forward;
-  forward.backup = false;
+  // Atomicity lives in the job (its backup); the runner keeps no copies.
   for (const auto& m : models_) {
-    runners_[m.get()] = std::make_unique<ForwardRunner>(m, forward);
+    runners_[m.get()] = std::make_unique<ForwardRunner>(m, options_.forward);
   }
   executor_->Add(this);
 }

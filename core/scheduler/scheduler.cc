@@ -86,7 +86,8 @@ void Scheduler::StepGroup(std::vector<GroupStep> steps, Done done,
     }
     if (auto [it, fresh] = seen.emplace(steps[i].session.get(), i); !fresh) {
       std::move(done)(absl::InvalidArgumentError(absl::StrCat(
-          "steps[", i, "]: the same session as steps[", it->second, "]")));
+          "steps[", i, "].session_id: '", steps[i].session->id(),
+          "' already has a step in this group (steps[", it->second, "])")));
       return;
     }
   }
@@ -191,7 +192,8 @@ bool Scheduler::RunOnce() {
 namespace {
 
 // The finiteness of tokens [from, from + tokens) of `in`, with errors naming
-// the element's index in the whole request.
+// the element's index in the whole request. Only for naming a value the
+// chunkwise gather found bad: the happy path reads the input once, there.
 absl::Status CheckSliceFinite(const AttentionSpec& spec,
                               const SequenceInput& in, uint64_t from,
                               uint64_t tokens) {
@@ -251,8 +253,9 @@ bool Scheduler::StartPrefill(Request& r, uint64_t share, absl::Status* result) {
     r.copy_lease = *std::move(lease);
     ++prefills_under_way_;
   }
+  // The slice's values are checked by the chunkwise gather, as it reads
+  // them.
   r.slice = std::max<uint64_t>(1, std::min(share, r.in.tokens - r.prefilled));
-  *result = CheckSliceFinite(s.spec(), r.in, r.prefilled, r.slice);
   return true;
 }
 
@@ -392,6 +395,13 @@ void Scheduler::RunRound(std::vector<Request>& round,
       const size_t i = prefill_index[p];
       Request& r = round[i];
       results[i] = AsRequest(s.ok() ? refused[p] : s, false);
+      if (results[i].code() == absl::StatusCode::kInvalidArgument) {
+        // A value that is not finite, named by its index in the slice: name
+        // it in the whole request.
+        const absl::Status named =
+            CheckSliceFinite(r.session->spec(), r.in, r.prefilled, r.slice);
+        if (!named.ok()) results[i] = named;
+      }
       if (!results[i].ok()) continue;
       r.prefilled += r.slice;
       prefill_tokens += r.slice;

@@ -289,3 +289,44 @@ TEST(OverflowFavor, InputsPastItsRangeAreRefused) {
 
 }  // namespace
 }  // namespace linattn
+
+namespace linattn {
+namespace {
+
+// In place with a status per item, a prefill item whose input is not finite
+// is refused alone (named, with its index in that item's input), and the
+// items beside it in the same batched products complete exactly.
+TEST(ErrorsChunkwise, InPlaceANonFiniteItemIsRefusedAlone) {
+  const AttentionSpec spec{.num_heads = 2, .key_dim = 4, .value_dim = 3};
+  Attention attention = *Attention::Create(spec);
+  const testing::Tokens good = testing::RandomTokens(spec, 150, 1);
+  testing::Tokens bad = testing::RandomTokens(spec, 150, 2);
+  bad.v[140 * 2 * 3 + 4] = INFINITY;  // token 140, the third chunk
+  AttentionState s_good = attention.NewState(), s_bad = attention.NewState();
+  testing::Outputs o_good(spec, 150), o_bad(spec, 150);
+  const PrefillItem items[] = {
+      {&attention, &s_good, good.input(), o_good.view()},
+      {&attention, &s_bad, bad.input(), o_bad.view()}};
+  ChunkwiseRunner runner({.chunk_size = 64, .round_chunks = 1});
+  std::vector<absl::Status> refused(2);
+  ASSERT_TRUE(runner.Run(items, PrefillCommit::kInPlace, refused).ok());
+  EXPECT_TRUE(refused[0].ok()) << refused[0];
+  EXPECT_EQ(refused[1].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused[1].message()),
+              ::testing::StartsWith("items[1].v[844]"));
+  EXPECT_EQ(s_good.position(), 150u);
+  testing::ExpectMatchesReference(attention,
+                                  ReferenceAttention(attention, good.input()),
+                                  o_good, "beside a refused item");
+  // All or nothing, the same batch fails whole, naming the item.
+  AttentionState a = attention.NewState(), b = attention.NewState();
+  const PrefillItem again[] = {{&attention, &a, good.input(), o_good.view()},
+                               {&attention, &b, bad.input(), o_bad.view()}};
+  const absl::Status all = runner.Run(again);
+  EXPECT_THAT(std::string(all.message()), ::testing::StartsWith("items[1].v"));
+  EXPECT_EQ(a.position(), 0u);
+  EXPECT_EQ(0.0f, *std::max_element(a.data(), a.data() + a.size()));
+}
+
+}  // namespace
+}  // namespace linattn

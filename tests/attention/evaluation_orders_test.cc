@@ -125,7 +125,7 @@ TEST_P(EvaluationOrders, AgreeWithReference) {
   ExpectMatchesReference(*attention, ref, quad, "quadratic");
 
   // Recurrent order, with every kernel set this CPU has.
-  for (const StepKernels* kernels : SupportedKernels()) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
     ScopedKernelsOverride use(kernels);
     Outputs out(spec, T);
     AttentionState state = attention->NewState();

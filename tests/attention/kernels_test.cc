@@ -16,7 +16,7 @@ constexpr double kU = 0x1.0p-24;
 TEST(Kernels, GenericIsAlwaysAvailableAndActiveIsSupported) {
   ASSERT_NE(KernelsFor(Isa::kGeneric), nullptr);
   bool found = false;
-  for (const StepKernels* k : SupportedKernels())
+  for (const VectorKernels* k : SupportedKernels())
     found |= k == &ActiveKernels();
   EXPECT_TRUE(found);
   ScopedKernelsOverride use(KernelsFor(Isa::kGeneric));
@@ -29,7 +29,7 @@ TEST(Kernels, StepHeadMatchesPlainLoops) {
   const std::pair<uint32_t, uint32_t> shapes[] = {
       {1, 1},   {3, 5},     {4, 16},  {17, 33}, {9, 32},
       {64, 64}, {128, 128}, {130, 7}, {5, 257}};
-  for (const StepKernels* kernels : SupportedKernels()) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
     for (auto [d_phi, d_v] : shapes) {
       for (float g : {1.0f, 0.75f, 0.0f}) {
         std::vector<float> s(d_phi * d_v), z(d_phi), q(d_phi), k(d_phi), v(d_v),
@@ -87,7 +87,7 @@ TEST(Kernels, ExpIsAccurateEverywhere) {
   for (float v = -104.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
   for (float v : {-103.9f, -87.4f, -87.3f, -1e-6f, 0.0f, 1e-30f, 0.5f, 88.7f})
     x.push_back(v);
-  for (const StepKernels* kernels : SupportedKernels()) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
     std::vector<float> a = x;
     kernels->exp_shifted(static_cast<uint32_t>(a.size()), 0.0f, 1.0f, a.data());
     std::vector<float> elu(x.size());
@@ -123,7 +123,7 @@ TEST(Kernels, SiluMulMatchesDoublePrecision) {
     g.push_back(v);
     u.push_back(-1.25f);
   }
-  for (const StepKernels* kernels : SupportedKernels()) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
     std::vector<float> out(g.size());
     kernels->silu_mul(static_cast<uint32_t>(g.size()), g.data(), u.data(),
                       out.data());
@@ -141,7 +141,7 @@ TEST(Kernels, SiluMulMatchesDoublePrecision) {
 // the largest finite values and subnormals are not flagged.
 TEST(Kernels, AllFiniteFindsEveryNonFiniteValue) {
   const float specials[] = {NAN, -NAN, INFINITY, -INFINITY};
-  for (const StepKernels* kernels : SupportedKernels()) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
     for (uint64_t n : {1u, 7u, 16u, 37u, 100u}) {
       std::vector<float> x(n, 1.5f);
       x[0] = FLT_MAX;
@@ -167,7 +167,7 @@ TEST(Kernels, AllFiniteFindsEveryNonFiniteValue) {
 TEST(Kernels, MaskRowsAndDotMatchPlainLoops) {
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (const StepKernels* kernels : SupportedKernels()) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
     for (uint32_t C : {1u, 7u, 16u, 33u, 64u}) {
       for (double g : {1.0, 0.9, 0.0}) {
         std::vector<float> w(C), a(C * C), sums(C);
@@ -207,7 +207,7 @@ TEST(Kernels, MaskRowsAndDotMatchPlainLoops) {
 }
 
 TEST(Kernels, ScanStepAndScale) {
-  for (const StepKernels* kernels : SupportedKernels()) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
     std::vector<float> carry = {1,  2,  3,  4,  5,  6,  7,  8, 9,
                                 10, 11, 12, 13, 14, 15, 16, 17};
     std::vector<float> delta(carry.size());

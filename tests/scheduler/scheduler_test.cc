@@ -173,7 +173,8 @@ TEST(Scheduler, MalformedStepGroupsAreRefusedAlone) {
   };
   std::vector<Case> cases;
   cases.push_back({{}, "steps: at least one step"});
-  cases.push_back({{step(a, 0), step(a, 1)}, "steps[1]: the same session"});
+  cases.push_back({{step(a, 0), step(a, 1)},
+                   "steps[1].session_id: 'a' already has a step"});
   cases.push_back({{step(a, 0), step(nullptr, 1)}, "steps[1]: no session"});
   for (Case& c : cases) {
     absl::Status result;
@@ -288,6 +289,40 @@ TEST(Scheduler, LongPrefillsRunInSlicesWithOtherSessionsBetween) {
   testing::ExpectMatchesReference(a->attention(), ref, out, "sliced prefill");
   EXPECT_EQ(manager->budget().in_use(), manager->state_bytes_in_use())
       << "the working copy was given back";
+}
+
+// A prefill's values are checked once, by the chunkwise gather: a NaN in a
+// later slice fails that prefill alone, named by its index in the whole
+// request, while a good prefill sharing its rounds completes exactly.
+TEST(Scheduler, ANonFiniteValueInALaterSliceFailsThatPrefillAlone) {
+  auto manager = *SessionManager::Create({});
+  Scheduler scheduler({.prefill_tokens_per_round = 32});
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 4, .value_dim = 4};
+  auto good = *manager->CreateSession(spec, std::nullopt, "good");
+  auto bad = *manager->CreateSession(spec, std::nullopt, "bad");
+  const testing::Tokens data = testing::RandomTokens(spec, 100, 5);
+  testing::Tokens poisoned = testing::RandomTokens(spec, 100, 6);
+  poisoned.k[70 * 4 + 1] = NAN;  // token 70: the third slice of 16
+  testing::Outputs out_good(spec, 100), out_bad(spec, 100);
+  std::promise<absl::Status> good_done, bad_done;
+  {
+    WorkerHold hold(*manager, scheduler);
+    scheduler.Prefill(bad, poisoned.input(), out_bad.view(),
+                      [&](absl::Status s) { bad_done.set_value(s); });
+    scheduler.Prefill(good, data.input(), out_good.view(),
+                      [&](absl::Status s) { good_done.set_value(s); });
+  }
+  const absl::Status refused = bad_done.get_future().get();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), ::testing::StartsWith("k[281]"));
+  EXPECT_EQ(bad->position(), 0u);
+  ASSERT_TRUE(good_done.get_future().get().ok());
+  EXPECT_EQ(good->position(), 100u);
+  const ReferenceResult ref =
+      ReferenceAttention(good->attention(), data.input());
+  testing::ExpectMatchesReference(good->attention(), ref, out_good,
+                                  "prefill beside a refused one");
+  EXPECT_EQ(manager->budget().in_use(), manager->state_bytes_in_use());
 }
 
 // A request whose caller has gone before it commits is dropped: an expired
