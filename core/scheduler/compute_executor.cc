@@ -70,12 +70,9 @@ void ComputeExecutor::Loop() {
   while (!stopping_) {
     const uint64_t seen = wakes_;
     bool worked = false;
-    // One pass: each source once, starting one further each time, so the
-    // sources take turns whatever their order.
+    // One pass: each source once, in the order they were added, so with
+    // every source busy they strictly alternate.
     pass = sources_;
-    if (!pass.empty())
-      std::rotate(pass.begin(), pass.begin() + next_++ % pass.size(),
-                  pass.end());
     for (Source* source : pass) {
       if (stopping_) break;
       // Removed during the pass: not run again.

@@ -73,7 +73,6 @@ class ComputeExecutor {
   Source* running_ = nullptr;
   uint64_t wakes_ = 0;
   uint64_t units_ = 0;
-  size_t next_ = 0;  // where the next pass over the sources starts
   bool stopping_ = false;
   int max_threads_ = 1;
   std::thread::id worker_id_;

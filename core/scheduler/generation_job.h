@@ -5,19 +5,20 @@
 // of their session's queue, in one step. Compute requests (Append,
 // Generate) move through explicit states:
 //
-//   kQueued ──start──▶ kFeeding ──last token sampled──▶ kFinalHeld
-//      │                  │  ▲                              │
-//      │                  │  └─ one sampled token fed       ▼ its turn
-//      │                  └──────── (unpaced) ─────────▶ kFinalSent
-//      └─ ends without starting (cancel, caller gone, no memory)
-//
-// kQueued: waiting for its turn, or for memory for its working copies.
-// kFeeding: working copies held; the request's tokens (prompt, then each
-// sampled token) go through iterations. kFinalHeld: a paced Generate's
-// last message waits while the previous one is still being delivered.
-// kFinalSent: the last message has gone out; a paced Generate stays at the
-// head of its session until it is delivered (a cancel meanwhile still
-// takes back what was not).
+//   kQueued → answered      cancelled, caller gone or no memory, before it
+//                           started (nothing to take back)
+//   kQueued → kFeeding      it starts: working copies leased, backup taken;
+//                           its tokens (prompt, then each sampled token) go
+//                           through iterations
+//   kFeeding → answered     an Append's last token is in; or a failure
+//                           (the backup goes back)
+//   kFeeding → kFinalSent   a Generate's last token sampled and its final
+//                           message sent
+//   kFeeding → kFinalHeld   the same, paced, while the previous message is
+//                           still on its way: the final one waits its turn
+//   kFinalHeld → kFinalSent its turn came
+//   kFinalSent → answered   unpaced at once; paced once delivered (a cancel
+//                           meanwhile still takes back what was not)
 //
 // Atomicity lives here: a job that started keeps a backup of its
 // session's context (state and pending token) and puts it back if it
