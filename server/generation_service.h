@@ -1,7 +1,8 @@
 // GenerationService (proto/linattn/v1/generation.proto) on gRPC's callback
-// API. Handlers only parse, tokenize and convert: sessions, batching and
-// sampling live in core/scheduler/generation.h, whose worker thread calls
-// back when a request's work is done. Generate is a write reactor that
+// API. Handlers only parse, tokenize and convert: sessions live in the
+// session table (core/session), batching and sampling in
+// core/scheduler/generation.h, which calls back from the compute worker
+// when a request's work is done. Generate is a write reactor that
 // sends each token as the engine produces it; cancelling the call stops
 // the generation at the next iteration.
 #ifndef LINATTN_SERVER_GENERATION_SERVICE_H_

@@ -144,7 +144,13 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
   std::vector<uint8_t> non_finite(items.size(), 0);
   try {
     for (const auto& [dims, members] : groups) {
-      LINATTN_RETURN_IF_ERROR(RunGroup(items, work, members, non_finite));
+      LINATTN_RETURN_IF_ERROR(
+          RunGroup(items, work, members, non_finite, !refuse_alone));
+      // Failing as a whole, the Run stops at the first bad value.
+      if (!refuse_alone && std::find(non_finite.begin(), non_finite.end(), 1) !=
+                               non_finite.end()) {
+        break;
+      }
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory in chunkwise prefill");
@@ -227,7 +233,8 @@ RowView<T> TokenRows(T* data, uint64_t tokens, uint32_t heads, int64_t width) {
 absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
                                        std::span<AttentionState* const> work,
                                        const std::vector<uint32_t>& members,
-                                       std::span<uint8_t> non_finite) {
+                                       std::span<uint8_t> non_finite,
+                                       bool stop_at_non_finite) {
   Round r;
   r.items = items;
   r.work = work;
@@ -237,6 +244,11 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
   while (PlanChunks(r, non_finite)) {
     MapWorkspaces(r);
     GatherAndMap(r, non_finite);
+    if (stop_at_non_finite) {
+      for (uint32_t i : members) {
+        if (non_finite[i]) return absl::OkStatus();  // Run names it
+      }
+    }
     if (r.any_favor) ShiftFavorKeys(r);
     LINATTN_RETURN_IF_ERROR(IntraChunkProducts(r));
     Scan(r);

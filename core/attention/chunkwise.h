@@ -92,11 +92,12 @@ class ChunkwiseRunner {
   struct Round;
   // One group (items of equal d_φ, d_v) in rounds of at most round_chunks
   // chunks per head. Sets non_finite[i] for an item whose input holds NaN
-  // or Inf (it runs no further rounds; its state is garbage).
+  // or Inf (it runs no further rounds; its state is garbage), and with
+  // `stop_at_non_finite` returns at once.
   absl::Status RunGroup(std::span<const PrefillItem> items,
                         std::span<AttentionState* const> work,
                         const std::vector<uint32_t>& members,
-                        std::span<uint8_t> non_finite);
+                        std::span<uint8_t> non_finite, bool stop_at_non_finite);
   // A round's passes, in order (the formulas are in the file comment).
   void PlanStreams(Round& r, const std::vector<uint32_t>& members) const;
   bool PlanChunks(Round& r, std::span<const uint8_t> non_finite) const;

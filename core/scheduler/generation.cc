@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cassert>
 
 #include "absl/strings/str_cat.h"
 #include "core/scheduler/iteration_planner.h"
@@ -75,15 +76,33 @@ GenerationEngine::~GenerationEngine() {
     stopping_ = true;
   }
   executor_->Remove(this);
-  const absl::Status gone = absl::UnavailableError("the server is stopping");
+  // What is still queued ends with UNAVAILABLE; a request under way first
+  // puts its session back (a Generate keeps what was delivered, as on a
+  // cancel), since the table may outlive the engine.
   Callbacks callbacks;
-  for (auto& [id, q] : queues_) {
-    for (auto& job : q.jobs) job->Fail(gone, callbacks);
-    while (!q.jobs.empty()) Pop(q);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort_ = absl::UnavailableError("the server is stopping");
+    for (auto& [id, q] : queues_) {
+      if (!q.jobs.empty() && q.jobs.front()->started()) {
+        Job& head = *q.jobs.front();
+        if (head.kind == Job::Kind::kGenerate) {
+          EndCancelled(q, head, callbacks);
+        } else {
+          RestoreBackup(*q.session, head);
+          head.Fail(abort_, callbacks);
+          Pop(q);
+        }
+      }
+      while (!q.jobs.empty()) {
+        q.jobs.front()->Fail(abort_, callbacks);
+        Pop(q);
+      }
+    }
+    // Jobs gave their working copies back to the table's budget above,
+    // before an own table goes.
+    queues_.clear();
   }
-  // Jobs gave their working copies back to the table's budget above, before
-  // an own table goes.
-  queues_.clear();
   for (auto& cb : callbacks) cb();
 }
 
@@ -148,23 +167,23 @@ void GenerationEngine::Enqueue(const std::string& id,
                                std::unique_ptr<Job> job) {
   absl::Status error;
   {
-    // Found (and so marked used) before it is queued: idle eviction cannot
-    // take it in between, and once queued it has work pending.
-    auto session = sessions_->FindModel(id);
+    // Looked up under mu_, which a Delete running on the worker holds while
+    // it removes the session: a request never joins a deleted session.
+    // Acquired (pending raised under the table's lock), so idle eviction
+    // cannot take it either.
     std::lock_guard<std::mutex> lock(mu_);
-    if (!session.ok()) {
-      error = session.status();
-    } else if (stopping_) {
+    if (stopping_) {
       error = absl::UnavailableError("the server is stopping");
+    } else if (auto session = sessions_->AcquireModel(id); !session.ok()) {
+      error = session.status();
     } else {
       Queue& q = queues_[id];
-      if (q.session != *session) {
-        // A queue outlives its session only with requests that will find
-        // it deleted; a new session of the same id starts a fresh queue.
-        q.session = *session;
-      }
+      if (q.jobs.empty()) q.session = *session;
+      // A queue with requests belongs to the session in the table: only its
+      // Delete (which empties the queue) removes it, and eviction spares a
+      // session with requests.
+      assert(q.session == *session);
       job->seq = next_seq_++;
-      q.session->pending().fetch_add(1);
       q.jobs.push_back(std::move(job));
     }
   }
@@ -358,6 +377,8 @@ void GenerationEngine::EndCancelled(Queue& q, Job& job, Callbacks& callbacks) {
   } else if (!job.finished_sampling()) {
     // Every sampled token went out; the last is in the context, not fed.
     s.pending_token() = job.feed.back();
+  } else {
+    changed = false;  // it ended before the cancel, and was published then
   }
   s.Publish(changed);
   if (job.state != Job::State::kFinalSent) {  // else it has said so

@@ -44,8 +44,9 @@ Scheduler::~Scheduler() {
   Shutdown();
   {
     std::unique_lock<std::mutex> lock(mu_);
-    drained_cv_.wait(lock,
-                     [this] { return queue_.empty() && unfinished_.empty(); });
+    drained_cv_.wait(lock, [this] {
+      return queue_.empty() && unfinished_.empty() && !round_running_;
+    });
   }
   executor_->Remove(this);
 }
@@ -177,12 +178,14 @@ bool Scheduler::RunOnce() {
     for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) {
       queue_.push_front(std::move(*it));
     }
+    round_running_ = true;
   }
   RunRound(round_, unfinished);
   bool drained;
   {
     std::lock_guard<std::mutex> lock(mu_);
     unfinished_ = std::move(unfinished);
+    round_running_ = false;
     drained = queue_.empty() && unfinished_.empty();
   }
   if (drained) drained_cv_.notify_all();

@@ -149,11 +149,14 @@ class Scheduler : private ComputeExecutor::Source {
   // std::mutex rather than absl::Mutex: Debian's Abseil is not built for
   // ThreadSanitizer, which then could not see these locks.
   mutable std::mutex mu_;
-  std::condition_variable drained_cv_;  // queue_ and unfinished_ emptied
+  // queue_ and unfinished_ emptied with no round running.
+  std::condition_variable drained_cv_;
   std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
   // Requests a round left unfinished (prefills with slices left, or waiting
   // for memory), in round order: the next round takes them first.
   std::vector<Request> unfinished_ ABSL_GUARDED_BY(mu_);
+  // A round is running: its requests are in neither queue_ nor unfinished_.
+  bool round_running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
   const std::shared_ptr<MemoryBudget> budget_;

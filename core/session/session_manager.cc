@@ -59,7 +59,10 @@ Session::Session(std::string id, SessionKind kind, std::string owner,
 void Session::Publish(uint64_t position, bool stepped) {
   position_.store(position, std::memory_order_release);
   Touch();
-  if (stepped && observer_ != nullptr) observer_->OnStepped(*this);
+  if (stepped && observer_ != nullptr) {
+    std::lock_guard<std::mutex> lock(notify_mu_);
+    if (!removed_) observer_->OnStepped(*this);
+  }
 }
 
 AttentionSession::AttentionSession(std::string id, std::string owner,
@@ -277,22 +280,31 @@ absl::StatusOr<SessionReservation> SessionManager::Reserve(
 
 absl::Status SessionManager::Add(SessionReservation& reservation,
                                  std::shared_ptr<Session> session,
-                                 absl::string_view requested_id,
                                  absl::string_view id_field) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    LINATTN_ASSIGN_OR_RETURN(std::string id, ChooseId(requested_id, id_field));
-    if (id != session->id()) {
-      return absl::InternalError("session: its id changed while it was built");
-    }
-    session->observer_ = options_.observer;
-    reservation.manager_ = nullptr;  // its bytes stay taken, as the session's
-    --reserved_sessions_;
-    bytes_in_use_ += session->charged_bytes();
-    sessions_.emplace(std::move(id), session);
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  LINATTN_RETURN_IF_ERROR(ChooseId(session->id(), id_field).status());
+  session->observer_ = options_.observer;
+  reservation.manager_ = nullptr;  // its bytes stay taken, as the session's
+  --reserved_sessions_;
+  bytes_in_use_ += session->charged_bytes();
+  sessions_.emplace(session->id(), session);
+  // Under the lock: nothing can find the session before the observer hears
+  // of it.
   if (options_.observer != nullptr) options_.observer->OnCreated(*session);
   return absl::OkStatus();
+}
+
+void SessionManager::Remove(
+    std::map<std::string, std::shared_ptr<Session>, std::less<>>::iterator it,
+    SessionObserver::Removal why) {
+  const std::shared_ptr<Session> session = std::move(it->second);
+  sessions_.erase(it);
+  bytes_in_use_ -= session->charged_bytes();
+  budget_->Give(session->charged_bytes());
+  if (options_.observer == nullptr) return;
+  std::lock_guard<std::mutex> notify(session->notify_mu_);
+  session->removed_ = true;
+  options_.observer->OnRemoved(*session, why);
 }
 
 namespace {
@@ -319,7 +331,7 @@ absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::Commit(
   for (;;) {
     auto session = std::make_shared<AttentionSession>(
         IdFor(requested_id), "", reservation.attention_, std::move(state));
-    absl::Status added = Add(reservation, session, session->id(), id_field);
+    absl::Status added = Add(reservation, session, id_field);
     if (added.ok()) return session;
     // A random id taken meanwhile (2^-128): draw another.
     if (!requested_id.empty() || !absl::IsAlreadyExists(added)) return added;
@@ -342,7 +354,7 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::Commit(
   for (;;) {
     auto session = std::make_shared<ModelSession>(
         IdFor(requested_id), "", reservation.model_, std::move(state), pending);
-    absl::Status added = Add(reservation, session, session->id(), id_field);
+    absl::Status added = Add(reservation, session, id_field);
     if (added.ok()) return session;
     if (!requested_id.empty() || !absl::IsAlreadyExists(added)) return added;
     state = std::move(session->state());
@@ -444,7 +456,6 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
     absl::string_view id, SessionKind kind) const {
-  std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return NoSuchSession(id);
   if (it->second->kind() != kind) {
@@ -456,14 +467,12 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
         "), not ", kind == SessionKind::kModel ? "a model" : "an attention",
         " session"));
   }
-  // Marked used under the lock: eviction, which looks under it too, cannot
-  // take a session between its lookup and its request being queued.
-  it->second->Touch();
   return it->second;
 }
 
 absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::FindAttention(
     absl::string_view id) const {
+  std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
                            Find(id, SessionKind::kAttention));
   return std::static_pointer_cast<AttentionSession>(std::move(s));
@@ -471,27 +480,26 @@ absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::FindAttention(
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::FindModel(
     absl::string_view id) const {
+  std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
                            Find(id, SessionKind::kModel));
   return std::static_pointer_cast<ModelSession>(std::move(s));
 }
 
+absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AcquireModel(
+    absl::string_view id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
+                           Find(id, SessionKind::kModel));
+  s->pending().fetch_add(1);
+  s->Touch();
+  return std::static_pointer_cast<ModelSession>(std::move(s));
+}
+
 absl::Status SessionManager::Delete(absl::string_view id, SessionKind kind) {
-  LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> removed, Find(id, kind));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sessions_.find(id);
-    // Another Delete may have taken it since.
-    if (it == sessions_.end() || it->second != removed) {
-      return NoSuchSession(id);
-    }
-    bytes_in_use_ -= removed->charged_bytes();
-    budget_->Give(removed->charged_bytes());
-    sessions_.erase(it);
-  }
-  if (options_.observer != nullptr) {
-    options_.observer->OnRemoved(*removed, SessionObserver::Removal::kDeleted);
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  LINATTN_RETURN_IF_ERROR(Find(id, kind).status());
+  Remove(sessions_.find(id), SessionObserver::Removal::kDeleted);
   return absl::OkStatus();
 }
 
@@ -507,27 +515,16 @@ std::vector<std::shared_ptr<Session>> SessionManager::List(
 
 SessionManager::Evicted SessionManager::EvictIdle(Clock::duration ttl) {
   const Clock::time_point cutoff = Clock::now() - ttl;
-  std::vector<std::shared_ptr<Session>> removed;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = sessions_.begin(); it != sessions_.end();) {
-      const Session& s = *it->second;
-      if (s.pending_count() == 0 && s.last_used() < cutoff) {
-        bytes_in_use_ -= s.charged_bytes();
-        budget_->Give(s.charged_bytes());
-        removed.push_back(std::move(it->second));
-        it = sessions_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
   Evicted evicted;
-  for (const auto& s : removed) {
-    ++(s->kind() == SessionKind::kAttention ? evicted.attention
-                                            : evicted.model);
-    if (options_.observer != nullptr) {
-      options_.observer->OnRemoved(*s, SessionObserver::Removal::kEvicted);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    const Session& s = *it->second;
+    if (s.pending_count() == 0 && s.last_used() < cutoff) {
+      ++(s.kind() == SessionKind::kAttention ? evicted.attention
+                                             : evicted.model);
+      Remove(it++, SessionObserver::Removal::kEvicted);
+    } else {
+      ++it;
     }
   }
   return evicted;

@@ -95,7 +95,11 @@ class Session {
   const std::string owner_;
   const uint64_t state_bytes_;
   const uint64_t charged_bytes_;
-  SessionObserver* observer_ = nullptr;  // set by the table when added
+  // Set by the table when the session is added. Notifications of one
+  // session are ordered by notify_mu_: none follows OnRemoved.
+  SessionObserver* observer_ = nullptr;
+  std::mutex notify_mu_;
+  bool removed_ = false;  // guarded by notify_mu_
   std::atomic<uint64_t> position_{0};
   std::atomic<int64_t> last_used_{0};
   std::atomic<int32_t> pending_{0};
@@ -156,13 +160,16 @@ class ModelSession final : public Session {
   std::optional<int32_t> pending_token_;
 };
 
-// What a durable store (or a metrics exporter) hears from the table. Calls
-// come from the thread that made the change, never under the table's lock,
-// and must not block: OnCreated after a session was added (created,
-// restored or forked); OnStepped after a committed request changed a
-// session's context (on the compute worker, before the request's caller
-// hears of it); OnRemoved after a session left the table, deleted or
-// evicted.
+// What a durable store (or a metrics exporter) hears from the table, in
+// order for each session: OnCreated once it is in the table (created,
+// restored or forked; no other call about it comes first), OnStepped after
+// each committed request that changed its context (on the compute worker,
+// before the request's caller hears of it), OnRemoved once it left the
+// table (deleted or evicted; nothing about it follows). Calls come from the
+// thread that made the change, OnCreated and OnRemoved with the table's
+// lock held and OnStepped possibly with the generation engine's: an
+// observer must not block and must not call back into the table or the
+// services.
 class SessionObserver {
  public:
   enum class Removal { kDeleted, kEvicted };
@@ -303,13 +310,19 @@ class SessionManager {
       absl::string_view id_field = "session_id");
 
   // --- Both kinds ---
-  // The session `id` of `kind` (marked used, so that a session found is not
-  // evicted before its request is queued). A session of the other kind is
-  // NOT_FOUND too, with a message naming the service it belongs to.
+  // The session `id` of `kind`; reading it does not count as using it. A
+  // session of the other kind is NOT_FOUND too, with a message naming the
+  // service it belongs to.
   absl::StatusOr<std::shared_ptr<AttentionSession>> FindAttention(
       absl::string_view id) const;
   absl::StatusOr<std::shared_ptr<ModelSession>> FindModel(
       absl::string_view id) const;
+  // FindModel for work about to be queued: under the table's lock the
+  // session is marked used and its pending() count raised, so idle eviction
+  // cannot take it in between. The caller lowers pending() when the work
+  // is done.
+  absl::StatusOr<std::shared_ptr<ModelSession>> AcquireModel(
+      absl::string_view id);
   // Removes the session `id` of `kind` (as FindAttention/FindModel refuse
   // the other kind).
   absl::Status Delete(absl::string_view id, SessionKind kind);
@@ -347,12 +360,18 @@ class SessionManager {
                      absl::string_view requested_id, absl::string_view id_field,
                      const std::function<std::string()>& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds a built session in place of its reservation.
+  // Adds a built session (under its own id) in place of its reservation.
   absl::Status Add(SessionReservation& reservation,
                    std::shared_ptr<Session> session,
-                   absl::string_view requested_id, absl::string_view id_field);
+                   absl::string_view id_field);
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view id,
-                                                SessionKind kind) const;
+                                                SessionKind kind) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_: takes `it` out of the table, gives its memory back and tells
+  // the observer.
+  void Remove(
+      std::map<std::string, std::shared_ptr<Session>, std::less<>>::iterator it,
+      SessionObserver::Removal why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The shared Attention of `spec` if one is alive (FAVOR+'s projection is
   // drawn once per distinct spec).
   std::shared_ptr<const Attention> CachedAttention(const AttentionSpec& spec)

@@ -325,6 +325,28 @@ TEST(Scheduler, ANonFiniteValueInALaterSliceFailsThatPrefillAlone) {
   EXPECT_EQ(manager->budget().in_use(), manager->state_bytes_in_use());
 }
 
+// A scheduler destroyed with a long prefill between its slices finishes it
+// first: every request queued is answered.
+TEST(Scheduler, DestructionRunsAPrefillBetweenItsSlicesToTheEnd) {
+  auto manager = *SessionManager::Create({});
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 4, .value_dim = 4};
+  auto a = *manager->CreateSession(spec, std::nullopt, "a");
+  const testing::Tokens data = testing::RandomTokens(spec, 1000, 8);
+  testing::Outputs out(spec, 1000);
+  std::promise<absl::Status> done;
+  {
+    Scheduler scheduler({.prefill_tokens_per_round = 16});
+    scheduler.Prefill(a, data.input(), out.view(),
+                      [&](absl::Status s) { done.set_value(s); });
+  }
+  auto answered = done.get_future();
+  ASSERT_EQ(answered.wait_for(std::chrono::seconds(0)),
+            std::future_status::ready);
+  EXPECT_TRUE(answered.get().ok());
+  EXPECT_EQ(a->position(), 1000u);
+  EXPECT_EQ(a->pending_count(), 0);
+}
+
 // A request whose caller has gone before it commits is dropped: an expired
 // deadline fails steps, prefills and state work before they run, and a
 // prefill cancelled between its slices leaves its session as it was.

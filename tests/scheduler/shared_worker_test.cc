@@ -293,3 +293,72 @@ TEST(SharedTable, SnapshotsOfBothKindsFailAlike) {
 
 }  // namespace
 }  // namespace linattn
+
+namespace linattn {
+namespace {
+
+// The observer hears nothing of a session after its removal: steps queued
+// before an attention session is deleted still run, but are not reported.
+TEST(SharedTable, NothingIsHeardOfASessionAfterItsRemoval) {
+  Recorder recorder;
+  auto table = *SessionManager::Create({.observer = &recorder});
+  auto executor = std::make_shared<ComputeExecutor>();
+  Scheduler scheduler({.executor = executor});
+  auto a = *table->CreateSession(kSpec, std::nullopt, "a");
+  auto gate = *table->CreateSession(kSpec, std::nullopt, "gate");
+  std::promise<void> release, holding;
+  std::shared_future<void> released = release.get_future().share();
+  scheduler.Run(
+      gate,
+      [&](AttentionSession&) {
+        holding.set_value();
+        released.wait();
+        return absl::OkStatus();
+      },
+      [](absl::Status) {});
+  holding.get_future().wait();
+  // Queued behind the hold, then the session is deleted.
+  std::vector<float> qk(8, 0.5f), v(8, 1.0f), out(8), den(2);
+  std::vector<uint8_t> avail(2);
+  std::promise<void> stepped;
+  scheduler.Step(a, {qk.data(), qk.data(), v.data(), 1},
+                 {out.data(), den.data(), avail.data()},
+                 [&](absl::Status) { stepped.set_value(); });
+  ASSERT_TRUE(table->Delete("a", SessionKind::kAttention).ok());
+  release.set_value();
+  stepped.get_future().wait();
+  EXPECT_THAT(recorder.Take(),
+              ElementsAre("created a attention", "created gate attention",
+                          "removed a deleted"));
+}
+
+// An engine destroyed while a request is under way puts the session back
+// first: the table outlives it, and the session is as it was.
+TEST(SharedTable, AnEngineGoingAwayPutsItsSessionsBack) {
+  auto table = *SessionManager::Create({});
+  ASSERT_TRUE(table->CreateModelSession(Builtin(), "m").ok());
+  std::promise<Outcome> answered;
+  {
+    GenerationEngine engine({Builtin()},
+                            {.token_budget = 8, .sessions = table.get()});
+    ASSERT_EQ(AppendTokens(engine, "m", {72, 105}).code, absl::StatusCode::kOk);
+    std::vector<int32_t> prompt(4000, 97);
+    engine.Append("m", prompt, [&](absl::StatusOr<ModelSessionInfo> r) {
+      answered.set_value(
+          {r.status().code(), std::string(r.status().message())});
+    });
+    // Under way: some of the prompt is in the state.
+    while ((*table->FindModel("m"))->position() <= 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  EXPECT_EQ(answered.get_future().get().code, absl::StatusCode::kUnavailable);
+  auto m = *table->FindModel("m");
+  EXPECT_EQ(m->position(), 2u);
+  EXPECT_EQ(m->state().position(), 1u);
+  EXPECT_EQ(m->pending_token(), 105);
+  EXPECT_EQ(m->pending_count(), 0);
+}
+
+}  // namespace
+}  // namespace linattn

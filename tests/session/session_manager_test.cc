@@ -223,5 +223,16 @@ TEST(MemoryBudget, TakesGivesAndNamesTheLimit) {
   EXPECT_TRUE(unlimited.Take(uint64_t{1} << 62, "x").ok());
 }
 
+// Reading a session (GetSession, Inspect) is not using it: its idle time
+// keeps counting and idle eviction still takes it.
+TEST(SessionManager, FindingASessionDoesNotMakeItBusy) {
+  auto manager = *SessionManager::Create({});
+  ASSERT_TRUE(manager->CreateSession({}, std::nullopt, "s").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  auto s = *manager->FindAttention("s");
+  EXPECT_GE(DescribeSession(*s).idle_ms, 25u);
+  EXPECT_EQ(manager->EvictIdle(std::chrono::milliseconds(20)).attention, 1u);
+}
+
 }  // namespace
 }  // namespace linattn
