@@ -48,9 +48,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Sessions created by the inputs are removed again, so that the table
   // does not fill up and hide later inputs behind RESOURCE_EXHAUSTED.
-  for (const auto& session : server.sessions().List()) {
+  for (const auto& session :
+       server.sessions().List(linattn::SessionKind::kAttention)) {
     if (session->id() != "s1" && session->id() != "s2") {
-      server.sessions().Delete(session->id()).IgnoreError();
+      server.sessions()
+          .Delete(session->id(), linattn::SessionKind::kAttention)
+          .IgnoreError();
     }
   }
   return 0;
