@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/session/snapshot.h"
+#include "core/util/file_io.h"
+#include "core/util/little_endian.h"
 
 namespace linattn {
 namespace {
@@ -24,20 +26,6 @@ constexpr uint64_t kHeaderBytes = 20;
 constexpr uint64_t kRecordHeaderBytes = 12;
 // seq, type, id length.
 constexpr uint64_t kBodyFixedBytes = 8 + 1 + 2;
-
-template <typename T>
-void Put(std::string& out, T value) {
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &value, sizeof(T));  // little-endian hosts
-  out.append(bytes, sizeof(T));
-}
-
-template <typename T>
-T Get(const char* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
 
 std::string SegmentName(uint64_t first_seq) {
   return absl::StrFormat("journal-%020u.log", first_seq);
@@ -58,37 +46,11 @@ uint64_t SegmentFirstSeq(const std::string& name) {
   return seq;
 }
 
+constexpr absl::string_view kWho = "journal";
+
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path,
                          int err) {
-  const std::string message =
-      absl::StrCat("journal: ", what, " ", path, ": ", std::strerror(err));
-  if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-    return absl::ResourceExhaustedError(message);
-  }
-  return absl::InternalError(message);
-}
-
-absl::Status SyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("opening directory", dir, errno);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return ErrnoStatus("syncing directory", dir, err);
-  return absl::OkStatus();
-}
-
-// Writes all of `data` at the end of `fd`.
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("writing", path, errno);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
+  return linattn::ErrnoStatus(kWho, what, path, err);
 }
 
 // The segments of `dir`, by first sequence number.
@@ -137,16 +99,17 @@ std::string EncodeJournalRecord(const JournalRecord& record) {
   std::string body;
   body.reserve(kBodyFixedBytes + record.session_id.size() +
                record.payload.size());
-  Put<uint64_t>(body, record.seq);
-  Put<uint8_t>(body, record.type);
-  Put<uint16_t>(body, static_cast<uint16_t>(record.session_id.size()));
+  PutLittleEndian<uint64_t>(body, record.seq);
+  PutLittleEndian<uint8_t>(body, record.type);
+  PutLittleEndian<uint16_t>(body,
+                            static_cast<uint16_t>(record.session_id.size()));
   body += record.session_id;
   body += record.payload;
   std::string out;
   out.reserve(kRecordHeaderBytes + body.size());
-  Put<uint32_t>(out, static_cast<uint32_t>(body.size()));
-  Put<uint32_t>(out, Crc32(out));  // of the length
-  Put<uint32_t>(out, Crc32(body));
+  PutLittleEndian<uint32_t>(out, static_cast<uint32_t>(body.size()));
+  PutLittleEndian<uint32_t>(out, Crc32(out));  // of the length
+  PutLittleEndian<uint32_t>(out, Crc32(body));
   out += body;
   return out;
 }
@@ -179,15 +142,15 @@ absl::Status JournalWriter::OpenSegment() {
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("creating", path, errno);
   std::string header(kMagic, sizeof(kMagic));
-  Put<uint32_t>(header, kVersion);
-  Put<uint64_t>(header, next_seq_);
-  absl::Status s = WriteAll(fd, header, path);
+  PutLittleEndian<uint32_t>(header, kVersion);
+  PutLittleEndian<uint64_t>(header, next_seq_);
+  absl::Status s = WriteAll(kWho, fd, header, path);
   if (s.ok() && options_.durability != Durability::kOff &&
       ::fdatasync(fd) != 0) {
     s = ErrnoStatus("syncing", path, errno);
   }
   if (s.ok() && options_.durability != Durability::kOff) {
-    s = SyncDirectory(dir_);
+    s = SyncDirectory(kWho, dir_);
   }
   if (!s.ok()) {
     ::close(fd);
@@ -242,7 +205,7 @@ absl::Status JournalWriter::Commit() {
     }
     return absl::OkStatus();
   }
-  absl::Status s = WriteAll(fd_, group_, segment_path_);
+  absl::Status s = WriteAll(kWho, fd_, group_, segment_path_);
   bool sync = false;
   if (s.ok()) {
     switch (options_.durability) {
@@ -337,7 +300,8 @@ absl::Status RepairJournal(const JournalScan& scan) {
     ::close(fd);
     if (rc != 0) return ErrnoStatus("cutting the torn tail of", path, err);
   }
-  return SyncDirectory(std::filesystem::path(path).parent_path().string());
+  return SyncDirectory(kWho,
+                       std::filesystem::path(path).parent_path().string());
 }
 
 absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
@@ -349,12 +313,9 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
     const uint64_t first_seq = (*segments)[si].first;
     const std::string& path = (*segments)[si].second;
     const bool last_segment = si + 1 == segments->size();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      return absl::InternalError(absl::StrCat("journal: cannot read ", path));
-    }
-    const std::string data((std::istreambuf_iterator<char>(in)),
-                           std::istreambuf_iterator<char>());
+    auto read = ReadWholeFile(kWho, path);
+    if (!read.ok()) return read.status();
+    const std::string& data = *read;
     auto damaged = [&](uint64_t offset, absl::string_view what) {
       return absl::DataLossError(absl::StrCat(
           "journal: ", path, " at byte ", offset, ": ", what,
@@ -376,13 +337,13 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
     if (std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
       return damaged(0, "not a journal segment (bad magic)");
     }
-    if (Get<uint32_t>(data.data() + 8) != kVersion) {
+    if (GetLittleEndian<uint32_t>(data.data() + 8) != kVersion) {
       return damaged(8, absl::StrCat("journal format version ",
-                                     Get<uint32_t>(data.data() + 8),
+                                     GetLittleEndian<uint32_t>(data.data() + 8),
                                      " is not supported (this server reads ",
                                      kVersion, ")"));
     }
-    if (Get<uint64_t>(data.data() + 12) != first_seq) {
+    if (GetLittleEndian<uint64_t>(data.data() + 12) != first_seq) {
       return damaged(12,
                      "the header's first sequence number is not the "
                      "file name's");
@@ -421,9 +382,9 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
       }
       // The length has a checksum of its own: a damaged length is told
       // from a record cut short by the end of the file.
-      const uint32_t length = Get<uint32_t>(data.data() + pos);
+      const uint32_t length = GetLittleEndian<uint32_t>(data.data() + pos);
       if (Crc32(absl::string_view(data).substr(pos, 4)) !=
-          Get<uint32_t>(data.data() + pos + 4)) {
+          GetLittleEndian<uint32_t>(data.data() + pos + 4)) {
         if (absl::Status s =
                 torn_or_damaged(pos + kRecordHeaderBytes,
                                 "a record's length fails its checksum");
@@ -432,7 +393,7 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
         }
         break;
       }
-      const uint32_t crc = Get<uint32_t>(data.data() + pos + 8);
+      const uint32_t crc = GetLittleEndian<uint32_t>(data.data() + pos + 8);
       const uint64_t end = pos + kRecordHeaderBytes + length;
       if (length < kBodyFixedBytes || length > kMaxJournalRecordBytes) {
         return damaged(pos,
@@ -455,9 +416,9 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
         break;
       }
       JournalRecord record;
-      record.seq = Get<uint64_t>(body.data());
-      record.type = Get<uint8_t>(body.data() + 8);
-      const uint16_t id_length = Get<uint16_t>(body.data() + 9);
+      record.seq = GetLittleEndian<uint64_t>(body.data());
+      record.type = GetLittleEndian<uint8_t>(body.data() + 8);
+      const uint16_t id_length = GetLittleEndian<uint16_t>(body.data() + 9);
       if (kBodyFixedBytes + id_length > length) {
         return damaged(pos, "a record's session id runs past its end");
       }

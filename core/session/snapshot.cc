@@ -221,12 +221,14 @@ absl::string_view KindName(uint32_t kind) {
 
 }  // namespace
 
-uint32_t Crc32(absl::string_view data) {
+uint32_t Crc32Extend(uint32_t crc, absl::string_view more) {
   static const std::array<uint32_t, 256> table = MakeCrcTable();
-  uint32_t c = 0xffffffffu;
-  for (unsigned char b : data) c = table[(c ^ b) & 0xff] ^ (c >> 8);
+  uint32_t c = crc ^ 0xffffffffu;
+  for (unsigned char b : more) c = table[(c ^ b) & 0xff] ^ (c >> 8);
   return c ^ 0xffffffffu;
 }
+
+uint32_t Crc32(absl::string_view data) { return Crc32Extend(0, data); }
 
 absl::StatusOr<std::vector<SnapshotSection>> OpenSnapshot(
     absl::string_view blob, SnapshotKind kind) {

@@ -102,8 +102,10 @@ absl::Status CheckRestoredState(const AttentionState& state,
                                 bool nonnegative_features, uint32_t horizon,
                                 absl::string_view what);
 
-// CRC-32 (IEEE 802.3, reflected, as zlib computes it).
+// CRC-32 (IEEE 802.3, reflected, as zlib computes it), and the same over
+// data that comes in pieces: Crc32Extend(Crc32(a), b) == Crc32(a + b).
 uint32_t Crc32(absl::string_view data);
+uint32_t Crc32Extend(uint32_t crc, absl::string_view more);
 
 // A section of an opened container (for tests and tools that read the
 // layout table).

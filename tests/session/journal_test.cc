@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/util/files.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -17,15 +18,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
-}
+using testing::ReadFile;
+using testing::WriteFile;
 
 std::vector<std::string> SegmentFiles(const std::string& dir) {
   std::vector<std::string> out;

@@ -1,0 +1,117 @@
+#include "core/session/snapshot_files.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/session/snapshot.h"
+#include "tests/util/files.h"
+#include "tests/util/temp_dir.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+using testing::ReadFile;
+using testing::WriteFile;
+
+TEST(SnapshotFiles, WriteReplaceReadAndRemove) {
+  testing::TempDir tmp;
+  const SnapshotFiles files(tmp.Path("snapshots"), /*sync=*/true);
+  ASSERT_TRUE(files.Open().ok());
+  ASSERT_TRUE(files.Write("a", 7, "first blob").ok());
+  ASSERT_TRUE(files.Write("..", 9, std::string(5000, 'z')).ok());
+  ASSERT_TRUE(files.Write("a", 12, "second blob").ok());  // replaces
+  EXPECT_TRUE(std::filesystem::exists(tmp.Path("snapshots/session-...snap")));
+  auto all = files.ReadAll();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].id, "..");
+  EXPECT_EQ((*all)[0].seq, 9u);
+  EXPECT_EQ((*all)[0].blob, std::string(5000, 'z'));
+  EXPECT_EQ((*all)[1].id, "a");
+  EXPECT_EQ((*all)[1].seq, 12u);
+  EXPECT_EQ((*all)[1].blob, "second blob");
+  EXPECT_EQ(files.disk_bytes(), ReadFile(files.PathOf("a")).size() +
+                                    ReadFile(files.PathOf("..")).size());
+  ASSERT_TRUE(files.Remove("..").ok());
+  ASSERT_TRUE(files.Remove("never-written").ok());
+  EXPECT_EQ(files.ReadAll().value().size(), 1u);
+  // Not an id: nothing is written outside the directory.
+  EXPECT_EQ(files.Write("../x", 1, "blob").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SnapshotFiles, AnUnfinishedReplacementLeavesTheOldFile) {
+  testing::TempDir tmp;
+  const SnapshotFiles files(tmp.Path("s"), true);
+  ASSERT_TRUE(files.Open().ok());
+  ASSERT_TRUE(files.Write("a", 3, "old").ok());
+  WriteFile(tmp.Path("s/session-a.snap.tmp"), "half of a new fi");
+  auto all = files.ReadAll().value();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].blob, "old");
+  EXPECT_FALSE(std::filesystem::exists(tmp.Path("s/session-a.snap.tmp")));
+}
+
+TEST(SnapshotFiles, ADamagedOrMisnamedFileIsRefusedByName) {
+  testing::TempDir tmp;
+  const SnapshotFiles files(tmp.Path("s"), false);
+  ASSERT_TRUE(files.Open().ok());
+  ASSERT_TRUE(files.Write("a", 3, "the blob").ok());
+  const std::string path = files.PathOf("a");
+  const std::string good = ReadFile(path);
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string altered = good;
+    altered[i] ^= 0x04;
+    WriteFile(path, altered);
+    const absl::Status s = files.ReadAll().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << i;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(path)) << i;
+  }
+  WriteFile(path, good.substr(0, good.size() - 1));
+  EXPECT_EQ(files.ReadAll().status().code(), absl::StatusCode::kDataLoss);
+  // Intact, but under another session's name.
+  WriteFile(path, good);
+  std::filesystem::rename(path, files.PathOf("b"));
+  const absl::Status misnamed = files.ReadAll().status();
+  EXPECT_EQ(misnamed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(misnamed.message()), HasSubstr("another session"));
+}
+
+// A full disk fails the write with RESOURCE_EXHAUSTED and leaves the old
+// file whole (in a child process, whose file size limit is its own).
+TEST(SnapshotFiles, AFullDiskKeepsTheOldFile) {
+  testing::TempDir tmp;
+  const SnapshotFiles files(tmp.Path("s"), true);
+  ASSERT_TRUE(files.Open().ok());
+  ASSERT_TRUE(files.Write("a", 3, "old and small").ok());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    const absl::Status s = files.Write("a", 4, std::string(100000, 'n'));
+    _exit(s.code() == absl::StatusCode::kResourceExhausted ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  auto all = files.ReadAll().value();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].seq, 3u);
+  EXPECT_EQ(all[0].blob, "old and small");
+  EXPECT_EQ(Crc32Extend(Crc32("1234"), "56789"), Crc32("123456789"));
+}
+
+}  // namespace
+}  // namespace linattn
