@@ -216,12 +216,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
     if (!(ratio > 0) || !std::isfinite(ratio)) {
       return FieldError("hidden_ratio", "must be > 0");
     }
-    int64_t i = static_cast<int64_t>(c.hidden_size * ratio * 2 / 3);
-    c.intermediate_size = static_cast<uint32_t>(256 * ((i + 255) / 256));
-    if (c.intermediate_size == 0 || c.intermediate_size > kMaxModelDim) {
+    // As fla: int(hidden·ratio·2/3), rounded up to a multiple of 256; in
+    // double and range-checked before any conversion, so that a huge ratio
+    // is refused rather than converted past int64's range.
+    const double wanted = std::floor(c.hidden_size * ratio * 2 / 3);
+    const double rounded = 256 * std::ceil(wanted / 256);
+    if (!(rounded >= 1) || rounded > kMaxModelDim) {
       return FieldError("hidden_ratio",
                         "gives an intermediate size out of range");
     }
+    c.intermediate_size = static_cast<uint32_t>(rounded);
   }
   for (auto [field, out] : {std::pair<const char*, std::optional<int64_t>*>{
                                 "bos_token_id", &c.bos_token_id},

@@ -241,8 +241,9 @@ absl::Status JournalWriter::Commit() {
     unsynced_ = true;
   }
   if (segment_length_ >= options_.segment_bytes) {
-    // A full segment is closed after the commit; a failure to open the
-    // next one shows at the next Commit instead.
+    // A full segment is closed after the commit. If the next one cannot be
+    // opened, this one stays in use and the rotation is tried again after
+    // the next commit.
     absl::Status rotated = OpenSegment();
     (void)rotated;
   }

@@ -56,8 +56,9 @@ namespace linattn {
 enum class Durability {
   kAlways,  // fdatasync in every Commit: an acknowledged step survives a
             // crash of the machine
-  kBatch,   // fdatasync at most every `sync_interval`: a machine crash may
-            // lose that window; a process crash loses nothing
+  kBatch,   // fdatasync by the first Commit after `sync_interval` (an
+            // idle writer's owner calls Commit on a timer): a machine crash
+            // may lose that window; a process crash loses nothing
   kOff,     // never: the page cache decides
 };
 absl::StatusOr<Durability> ParseDurability(absl::string_view name);
