@@ -75,9 +75,11 @@ TEST_F(ModelLoadTest, BadConfigsNameTheField) {
       {"eos", {{"eos_token_id", 999}}, "eos_token_id"},
       {"eps", {{"norm_eps", -1}}, "norm_eps"},
       // An intermediate size past int64's range (found by config_fuzz).
-      {"ratio", {{"intermediate_size", nullptr}, {"hidden_ratio", 4.2e19}},
+      {"ratio",
+       {{"intermediate_size", nullptr}, {"hidden_ratio", 4.2e19}},
        "hidden_ratio"},
-      {"tiny_ratio", {{"intermediate_size", nullptr}, {"hidden_ratio", 1e-9}},
+      {"tiny_ratio",
+       {{"intermediate_size", nullptr}, {"hidden_ratio", 1e-9}},
        "hidden_ratio"},
   };
   for (const Case& c : cases) {
