@@ -49,10 +49,12 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
 
 AttentionServiceImpl::AttentionServiceImpl(SessionManager* sessions,
                                            Scheduler* scheduler,
-                                           const CallGate* gate)
+                                           const CallGate* gate,
+                                           DurableStore* store)
     : EntryPoints("linattn.v1.AttentionService", gate),
       sessions_(sessions),
-      scheduler_(scheduler) {
+      scheduler_(scheduler),
+      store_(store) {
   using Self = AttentionServiceImpl;
   Unary("CreateSession", &Self::CreateSession);
   Unary("GetSession", &Self::GetSession);
@@ -75,6 +77,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSession(
   auto session = sessions_->CreateSession(spec->spec, spec->epsilon,
                                           request->session_id());
   if (!session.ok()) return Finish(ctx, session.status());
+  if (store_ != nullptr) {
+    if (absl::Status s = store_->AwaitCreate(*sessions_, **session); !s.ok()) {
+      return Finish(ctx, s);
+    }
+  }
   ToProto(DescribeSession(**session), response);
   return Finish(ctx, absl::OkStatus());
 }
@@ -101,8 +108,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
 grpc::ServerUnaryReactor* AttentionServiceImpl::DeleteSession(
     grpc::CallbackServerContext* ctx, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse*) {
-  return Finish(
-      ctx, sessions_->Delete(request->session_id(), SessionKind::kAttention));
+  return Finish(ctx, store_ != nullptr
+                         ? store_->Delete(*sessions_, request->session_id(),
+                                          SessionKind::kAttention)
+                         : sessions_->Delete(request->session_id(),
+                                             SessionKind::kAttention));
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
@@ -487,6 +497,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Restore(
   auto session = sessions_->AdoptSession(parsed->spec, std::move(parsed->state),
                                          request->session_id());
   if (!session.ok()) return Finish(ctx, session.status());
+  if (store_ != nullptr) {
+    if (absl::Status s = store_->AwaitCreate(*sessions_, **session); !s.ok()) {
+      return Finish(ctx, s);
+    }
+  }
   ToProto(DescribeSession(**session), response);
   return Finish(ctx, absl::OkStatus());
 }
@@ -500,11 +515,14 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Fork(
   SessionManager* sessions = sessions_;
   scheduler_->Run(
       *std::move(found),
-      [sessions, response,
+      [sessions, store = store_, response,
        new_id = request->new_session_id()](AttentionSession& parent) {
         // O(state): one copy of the block, then the two evolve independently.
         auto child = sessions->ForkSession(parent, new_id);
         if (!child.ok()) return child.status();
+        if (store != nullptr) {
+          LINATTN_RETURN_IF_ERROR(store->AwaitCreate(*sessions, **child));
+        }
         ToProto(DescribeSession(**child), response);
         return absl::OkStatus();
       },

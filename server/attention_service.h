@@ -20,10 +20,11 @@ namespace linattn {
 class AttentionServiceImpl final
     : public EntryPoints<v1::AttentionService::CallbackService> {
  public:
-  // All three outlive the service. Every method enters through `gate`
-  // (server/rpc_entry.h).
+  // All of them outlive the service. Every method enters through `gate`
+  // (server/rpc_entry.h). With a durable `store` (may be null), a request
+  // that creates or deletes a session answers once that is recorded.
   AttentionServiceImpl(SessionManager* sessions, Scheduler* scheduler,
-                       const CallGate* gate);
+                       const CallGate* gate, DurableStore* store = nullptr);
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* request,
@@ -71,6 +72,7 @@ class AttentionServiceImpl final
 
   SessionManager* const sessions_;
   Scheduler* const scheduler_;
+  DurableStore* const store_;
   std::recursive_mutex streams_mu_;
   std::set<OpenStream*> streams_;  // guarded by streams_mu_
 };

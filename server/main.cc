@@ -5,7 +5,8 @@
 // is how the container is configured. SIGTERM or SIGINT drains: health turns
 // NOT_SERVING, new calls are refused, in-flight calls get --grace-period to
 // finish, and the process exits 0. A second signal during the drain exits at
-// once (status 1).
+// once (status 1). With --state-dir, the drain ends by writing every
+// session's snapshot file, so the next start reads files, not the journal.
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -200,6 +201,30 @@ int main(int argc, char** argv) {
       ->envname("LINATTN_MAX_GENERATING")
       ->check(linattn::NumberAtLeast(1, 1 << 16))
       ->capture_default_str();
+  app.add_option("--state-dir", options.durable.dir,
+                 "keep sessions durable in this directory: every change is "
+                 "recorded there before it is acknowledged, and at start every "
+                 "session is recovered from it before the server serves "
+                 "(docs/design.md, \"Durable sessions\"); default: sessions "
+                 "live in memory only")
+      ->envname("LINATTN_STATE_DIR");
+  std::string durability = "always";
+  app.add_option("--durability", durability,
+                 "with --state-dir: always = fsync each scheduler round and "
+                 "generation iteration before answering (nothing acknowledged "
+                 "is lost, even by a power cut); batch = fsync every "
+                 "--sync-interval-ms (a crash of the process loses nothing, "
+                 "one of the machine up to that window); off = never fsync "
+                 "(the page cache decides)")
+      ->envname("LINATTN_DURABILITY")
+      ->check(CLI::IsMember({"always", "batch", "off"}))
+      ->capture_default_str();
+  int64_t sync_interval_ms = 100;
+  app.add_option("--sync-interval-ms", sync_interval_ms,
+                 "with --durability batch: the longest time between fsyncs")
+      ->envname("LINATTN_SYNC_INTERVAL_MS")
+      ->check(linattn::NumberAtLeast(1, 3'600'000))
+      ->capture_default_str();
   app.add_option("--port-file", port_file,
                  "write the bound port here once serving")
       ->envname("LINATTN_PORT_FILE");
@@ -240,6 +265,8 @@ int main(int argc, char** argv) {
   }
   options.idle_ttl =
       std::chrono::milliseconds(static_cast<int64_t>(idle_ttl_s * 1000));
+  options.durable.durability = *linattn::ParseDurability(durability);
+  options.durable.sync_interval = std::chrono::milliseconds(sync_interval_ms);
 
   // Signals are taken by sigwait below, so every thread starts with them
   // blocked. SIGUSR1 is the drain thread telling the main thread it is done.

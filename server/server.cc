@@ -24,6 +24,11 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   SessionManagerOptions session_options = options.sessions;
   session_options.max_message_bytes =
       static_cast<uint64_t>(options.max_message_bytes);
+  if (!options.durable.dir.empty()) {
+    LINATTN_ASSIGN_OR_RETURN(server->store_,
+                             DurableStore::Open(options.durable));
+    session_options.observer = server->store_.get();
+  }
   LINATTN_ASSIGN_OR_RETURN(server->sessions_,
                            SessionManager::Create(session_options));
   server->executor_ =
@@ -31,9 +36,11 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   SchedulerOptions scheduler_options = options.scheduler;
   scheduler_options.budget = server->sessions_->shared_budget();
   scheduler_options.executor = server->executor_;
+  scheduler_options.store = server->store_.get();
   server->scheduler_ = std::make_unique<Scheduler>(scheduler_options);
   server->service_ = std::make_unique<AttentionServiceImpl>(
-      server->sessions_.get(), server->scheduler_.get(), &server->gate_);
+      server->sessions_.get(), server->scheduler_.get(), &server->gate_,
+      server->store_.get());
   std::vector<std::shared_ptr<const Model>> models;
   for (const std::string& dir : options.models) {
     auto model = Model::Load(dir, "", options.weights);
@@ -70,8 +77,30 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
         (*model)->fingerprint_hex());
     models.push_back(std::move(*model));
   }
+  if (server->store_ != nullptr) {
+    // Every recorded session is back before anything is served.
+    LINATTN_ASSIGN_OR_RETURN(
+        server->recovery_, server->store_->Recover(*server->sessions_, models));
+    const RecoveryReport& r = server->recovery_;
+    spdlog::info(
+        "state dir {} ({} durability): recovered {} attention and {} model "
+        "session(s) from {} snapshot file(s) and {} journal record(s) ({} "
+        "replayed) in {:.3f} s",
+        options.durable.dir,
+        std::string(DurabilityName(options.durable.durability)),
+        r.attention_sessions, r.model_sessions, r.snapshot_files, r.records,
+        r.replayed, r.seconds);
+    if (r.dropped_tail_bytes > 0) {
+      spdlog::warn(
+          "state dir: dropped a torn write of {} byte(s) at the end of the "
+          "journal ({} at byte {}): a crash cut it short before it was "
+          "acknowledged",
+          r.dropped_tail_bytes, r.dropped_tail_file, r.dropped_tail_offset);
+    }
+  }
   GenerationOptions generation_options = options.generation;
   generation_options.sessions = server->sessions_.get();
+  generation_options.store = server->store_.get();
   generation_options.executor = server->executor_;
   server->generation_ =
       std::make_unique<GenerationEngine>(std::move(models), generation_options);
@@ -128,7 +157,116 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     server->evictor_ = std::thread(
         [s = server.get(), ttl = options.idle_ttl] { s->EvictionLoop(ttl); });
   }
+  if (server->store_ != nullptr) {
+    std::chrono::milliseconds period = options.maintenance_period;
+    if (options.durable.durability == Durability::kBatch) {
+      period = std::min(period, options.durable.sync_interval);
+    }
+    server->maintainer_ =
+        std::thread([s = server.get(), period] { s->MaintenanceLoop(period); });
+  }
   return server;
+}
+
+size_t LinattnServer::SnapshotSessions(
+    const std::vector<DurableStore::Due>& sessions) {
+  // Each blob is taken on the compute worker, in its session's order with
+  // its other requests, together with the journal position it covers.
+  struct Taken {
+    DurableStore::Due due;
+    absl::Status status;
+    uint64_t seq = 0;
+    std::string blob;
+  };
+  struct Results {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Taken> taken;
+    size_t outstanding = 0;
+  };
+  auto results = std::make_shared<Results>();
+  DurableStore* store = store_.get();
+  auto deliver = [results](Taken t) {
+    std::lock_guard<std::mutex> lock(results->mu);
+    results->taken.push_back(std::move(t));
+    --results->outstanding;
+    results->cv.notify_all();
+  };
+  for (const DurableStore::Due& due : sessions) {
+    {
+      std::lock_guard<std::mutex> lock(results->mu);
+      ++results->outstanding;
+    }
+    if (due.kind == SessionKind::kAttention) {
+      auto found = sessions_->FindAttention(due.id);
+      if (!found.ok() || (*found)->incarnation() != due.incarnation) {
+        deliver({due, absl::NotFoundError("gone")});
+        continue;
+      }
+      auto taken = std::make_shared<Taken>(Taken{due});
+      scheduler_->Run(
+          *std::move(found),
+          [store, taken](AttentionSession& s) {
+            taken->blob = SerializeSnapshot(s.spec(), s.state());
+            taken->seq = store->committed_seq();
+            return absl::OkStatus();
+          },
+          [taken, deliver](absl::Status status) {
+            taken->status = status;
+            deliver(std::move(*taken));
+          });
+    } else {
+      generation_->Snapshot(
+          due.id, [store, due, deliver](absl::StatusOr<std::string> blob) {
+            Taken t{due};
+            t.status = blob.status();
+            if (blob.ok()) {
+              t.blob = *std::move(blob);
+              t.seq = store->committed_seq();
+            }
+            deliver(std::move(t));
+          });
+    }
+  }
+  std::vector<Taken> taken;
+  {
+    std::unique_lock<std::mutex> lock(results->mu);
+    results->cv.wait(lock, [&] { return results->outstanding == 0; });
+    taken.swap(results->taken);
+  }
+  size_t written = 0;
+  for (const Taken& t : taken) {
+    if (!t.status.ok()) {
+      store->SnapshotAbandoned(t.due);
+      continue;
+    }
+    if (absl::Status s = store->WriteSnapshot(t.due, t.seq, t.blob); !s.ok()) {
+      spdlog::warn("state dir: writing the snapshot of session '{}': {}",
+                   t.due.id, std::string(s.message()));
+      continue;
+    }
+    ++written;
+  }
+  return written;
+}
+
+void LinattnServer::MaintenanceLoop(std::chrono::milliseconds period) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool failing = false;
+  while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    // A batch sync that fell due, and deletions of evicted sessions.
+    absl::Status s = store_->Tick();
+    if (s.ok()) {
+      SnapshotSessions(store_->DueForSnapshot(256));
+      s = store_->Maintain();
+    }
+    if (!s.ok() && !failing) {
+      spdlog::warn("state dir: {}", std::string(s.message()));
+    }
+    failing = !s.ok();
+    lock.lock();
+  }
 }
 
 void LinattnServer::EvictionLoop(std::chrono::milliseconds ttl) {
@@ -189,8 +327,26 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
         std::chrono::system_clock::now() +
         (idle ? std::chrono::milliseconds(0) : std::chrono::milliseconds(500)));
   }
-  if (scheduler_ != nullptr) scheduler_->Shutdown();
   if (evictor_.joinable()) evictor_.join();
+  if (maintainer_.joinable()) maintainer_.join();
+  if (store_ != nullptr && scheduler_ != nullptr && generation_ != nullptr) {
+    // Every session into its snapshot file, so that the next start reads
+    // files instead of replaying the journal.
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = store_->Tick();
+    const std::vector<DurableStore::Due> all = store_->AllSessions();
+    const size_t written = s.ok() ? SnapshotSessions(all) : 0;
+    if (s.ok()) s = store_->Maintain();
+    if (!s.ok()) {
+      spdlog::warn("state dir: at shutdown: {}", std::string(s.message()));
+    }
+    spdlog::info(
+        "state dir: wrote the snapshots of {} of {} session(s) in {:.3f} s",
+        written, all.size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  if (scheduler_ != nullptr) scheduler_->Shutdown();
 }
 
 LinattnServer::~LinattnServer() {

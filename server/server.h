@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "core/scheduler/generation.h"
 #include "core/scheduler/scheduler.h"
+#include "core/session/durable_store.h"
 #include "core/session/session_manager.h"
 #include "server/attention_service.h"
 #include "server/generation_service.h"
@@ -45,6 +46,13 @@ struct ServerOptions {
   // OpenMP threads of the compute worker's team (0 = OpenMP's default).
   int compute_threads = 0;
   GenerationOptions generation;
+  // Durable sessions (docs/design.md §4): with a directory, every session
+  // is recovered from it before the server serves, and every change is
+  // recorded there before it is acknowledged. Empty = memory only.
+  DurableStoreOptions durable;
+  // How often the maintenance thread looks for sessions to snapshot (and,
+  // for Durability::kBatch, syncs: then every durable.sync_interval).
+  std::chrono::milliseconds maintenance_period{500};
 };
 
 class LinattnServer {
@@ -66,14 +74,24 @@ class LinattnServer {
   void Drain(std::chrono::milliseconds grace);
 
   SessionManager& sessions() { return *sessions_; }
+  // Null without ServerOptions::durable.
+  DurableStore* store() { return store_.get(); }
+  const RecoveryReport& recovery() const { return recovery_; }
   Scheduler& scheduler() { return *scheduler_; }
   GenerationEngine& generation() { return *generation_; }
 
  private:
   LinattnServer() = default;
   void EvictionLoop(std::chrono::milliseconds ttl);
+  void MaintenanceLoop(std::chrono::milliseconds period);
+  // Snapshots `sessions` (taken on the compute worker, after their queued
+  // requests) into the store's files; returns how many were written.
+  size_t SnapshotSessions(const std::vector<DurableStore::Due>& sessions);
 
   CallGate gate_;  // admission, drain and in-flight count of every call
+  // The durable store observes the table, so it outlives it.
+  std::unique_ptr<DurableStore> store_;
+  RecoveryReport recovery_;
   // The one compute worker both services run on, and the one session table.
   std::shared_ptr<ComputeExecutor> executor_;
   std::unique_ptr<SessionManager> sessions_;
@@ -85,6 +103,7 @@ class LinattnServer {
   std::string address_;
   int port_ = 0;
   std::thread evictor_;
+  std::thread maintainer_;
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

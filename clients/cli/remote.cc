@@ -121,6 +121,28 @@ absl::StatusOr<v1::InspectResponse> RemoteAttention::Inspect(
   return resp;
 }
 
+absl::StatusOr<v1::Session> RemoteAttention::GetSession(
+    const std::string& session_id) {
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest req;
+  req.set_session_id(session_id);
+  v1::Session resp;
+  if (grpc::Status st = stub_->GetSession(&ctx, req, &resp); !st.ok())
+    return FromGrpcStatus(st);
+  return resp;
+}
+
+absl::StatusOr<std::string> RemoteAttention::Snapshot(
+    const std::string& session_id) {
+  grpc::ClientContext ctx;
+  v1::SnapshotRequest req;
+  req.set_session_id(session_id);
+  v1::SnapshotResponse resp;
+  if (grpc::Status st = stub_->Snapshot(&ctx, req, &resp); !st.ok())
+    return FromGrpcStatus(st);
+  return std::move(*resp.mutable_state());
+}
+
 absl::Status RemoteAttention::Prefill(const std::string& session_id,
                                       const AttentionSpec& spec,
                                       const SequenceInput& in,

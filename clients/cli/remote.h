@@ -42,6 +42,9 @@ class RemoteAttention {
   // A new session with a copy of `session_id`'s state and position.
   absl::StatusOr<v1::Session> Fork(const std::string& session_id);
   absl::StatusOr<v1::InspectResponse> Inspect(const std::string& session_id);
+  absl::StatusOr<v1::Session> GetSession(const std::string& session_id);
+  // The session's snapshot blob (core/session/snapshot.h).
+  absl::StatusOr<std::string> Snapshot(const std::string& session_id);
 
   // All of `in` through Prefill, in requests of at most `max_tokens` tokens.
   absl::Status Prefill(const std::string& session_id, const AttentionSpec& spec,

@@ -9,16 +9,19 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/remote.h"
 #include "core/attention/chunkwise.h"
 #include "core/attention/recurrent.h"
+#include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -119,6 +122,7 @@ void FillStep(const InputPool& pool, uint32_t s, const std::string& id,
 
 struct SessionRecord {
   std::string id;
+  uint64_t start = 0;  // its position when the run began (resumed sessions)
   uint64_t steps_done = 0;
   bool prefilled = false;
   std::vector<float> outputs;  // steps_done × H × d_v (sampled sessions only)
@@ -331,8 +335,9 @@ class LoadRun {
     }
 
     void SendStep() {
-      const uint64_t token = run_->o_.prefill + t_;
       for (uint32_t i = 0; i < count_; ++i) {
+        const uint64_t token =
+            run_->o_.prefill + run_->records_[first_ + i].start + t_;
         v1::DecodeRequest* step;
         if constexpr (kBatched) {
           step = i < uint32_t(request_.steps_size())
@@ -491,6 +496,15 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   if (o.duration_s <= 0 || o.rate < 0) {
     return absl::InvalidArgumentError("--duration must be > 0 and --rate >= 0");
   }
+  if (!o.session_prefix.empty() && o.prefill != 0) {
+    return absl::InvalidArgumentError(
+        "--session-prefix: runs that continue sessions decode only (--prefill "
+        "0), so that every state can be checked bit for bit");
+  }
+  if (!o.ledger.empty() && o.session_prefix.empty()) {
+    return absl::InvalidArgumentError(
+        "--ledger: needs --session-prefix (sessions the run keeps)");
+  }
   AttentionSpec spec{
       .num_heads = o.heads, .key_dim = o.dim, .value_dim = o.dim};
   LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
@@ -516,22 +530,40 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
 
   std::vector<SessionRecord> records(o.sessions);
   // Every session this run creates is deleted when it ends, however it
-  // ends (a failure halfway through creating them included).
+  // ends (a failure halfway through creating them included), unless the
+  // run keeps them (--session-prefix).
   struct Cleanup {
     RemoteAttention& remote;
     std::vector<SessionRecord>& records;
+    bool keep;
     ~Cleanup() {
+      if (keep) return;
       for (const SessionRecord& rec : records) {
         if (!rec.id.empty()) (void)remote.DeleteSession(rec.id);
       }
     }
-  } cleanup{remote, records};
+  } cleanup{remote, records, !o.session_prefix.empty()};
   for (uint32_t s = 0; s < o.sessions; ++s) {
-    LINATTN_ASSIGN_OR_RETURN(v1::Session session,
-                             remote.CreateSession(spec, std::nullopt));
-    records[s].id = session.session_id();
+    const std::string id =
+        o.session_prefix.empty() ? "" : absl::StrCat(o.session_prefix, "-", s);
+    auto session = remote.CreateSession(spec, std::nullopt, id);
+    if (absl::IsAlreadyExists(session.status())) {
+      // Continued from where it is.
+      session = remote.GetSession(id);
+      if (session.ok() &&
+          (session->spec().num_heads() != o.heads ||
+           session->spec().key_dim() != o.dim ||
+           session->spec().feature_map() != FeatureMapName(spec.feature_map))) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--session-prefix: session '", id,
+                         "' exists with another spec than these options give"));
+      }
+      if (session.ok()) records[s].start = session->position();
+    }
+    if (!session.ok()) return session.status();
+    records[s].id = session->session_id();
     spec.epsilon =
-        session.spec().epsilon();  // the server's default, for the verifier
+        session->spec().epsilon();  // the server's default, for the verifier
   }
 
   const InputPool pool(o.seed, qk, vv);
@@ -593,14 +625,17 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
     const SessionRecord& rec = records[s];
     if (rec.steps_done == 0) continue;
     const uint64_t prefix = rec.prefilled ? o.prefill : 0;
-    const uint64_t total = prefix + rec.steps_done;
+    // A continued session's earlier steps are recomputed too (step by step,
+    // as the server ran them).
+    const uint64_t total = prefix + rec.start + rec.steps_done;
     std::vector<float> q(total * qk), k(total * qk), v(total * vv);
     for (uint64_t t = 0; t < total; ++t) {
       pool.Token(s, t, &q[t * qk], &k[t * qk], &v[t * vv]);
     }
     std::vector<float> y(total * vv);
     LINATTN_RETURN_IF_ERROR(run_local({q.data(), k.data(), v.data(), total},
-                                      prefix, rec.steps_done, y.data()));
+                                      prefix, rec.start + rec.steps_done,
+                                      y.data()));
     std::vector<float> magnitude;  // Σ|w||v| per output, unnormalised
     if (!exact && spec.unnormalized) {
       auto abs_of = [](std::vector<float> x) {
@@ -615,9 +650,9 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
       magnitude.resize(total * vv);
       LINATTN_RETURN_IF_ERROR(
           run_local({aq.data(), ak.data(), av.data(), total}, prefix,
-                    rec.steps_done, magnitude.data()));
+                    rec.start + rec.steps_done, magnitude.data()));
     }
-    const float* expected = y.data() + prefix * vv;
+    const float* expected = y.data() + (prefix + rec.start) * vv;
     bool match = true;
     if (exact) {
       match = std::memcmp(expected, rec.outputs.data(),
@@ -637,7 +672,131 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
     ++summary.verified_sessions;
     if (!match) ++summary.mismatched_sessions;
   }
+  if (!o.ledger.empty()) {
+    nlohmann::json ledger = nlohmann::json::object();
+    if (std::ifstream in(o.ledger); in) {
+      ledger = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (!ledger.is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--ledger: ", o.ledger, " is not a JSON object"));
+      }
+    }
+    for (const SessionRecord& rec : records) {
+      const uint64_t acknowledged = rec.start + rec.steps_done;
+      const uint64_t before = ledger.value(rec.id, uint64_t{0});
+      ledger[rec.id] = std::max(before, acknowledged);
+    }
+    std::ofstream out(o.ledger + ".tmp");
+    out << ledger.dump(1) << "\n";
+    out.close();
+    if (!out || std::rename((o.ledger + ".tmp").c_str(), o.ledger.c_str())) {
+      return absl::InternalError(
+          absl::StrCat("--ledger: cannot write ", o.ledger));
+    }
+  }
   return summary;
+}
+
+absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& o) {
+  if (o.ledger.empty()) {
+    return absl::InvalidArgumentError("--check: needs --ledger FILE");
+  }
+  std::ifstream in(o.ledger);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("--ledger: cannot read ", o.ledger));
+  }
+  const nlohmann::json ledger =
+      nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!ledger.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ledger: ", o.ledger, " is not a JSON object"));
+  }
+  RemoteAttention remote(o.server);
+  LINATTN_ASSIGN_OR_RETURN(bool serving,
+                           remote.Healthy("", std::chrono::seconds(30)));
+  if (!serving)
+    return absl::UnavailableError(absl::StrCat(o.server, " is not SERVING"));
+  const uint64_t qk = uint64_t(o.heads) * o.dim, vv = qk;
+  const InputPool pool(o.seed, qk, vv);
+  LedgerCheck check;
+  for (const auto& [id, value] : ledger.items()) {
+    if (!value.is_number_unsigned()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ledger: the position of '", id, "' is not a whole number"));
+    }
+    const uint64_t acknowledged = value.get<uint64_t>();
+    // Session i of the run is <prefix>-i: its inputs are row i's.
+    const size_t dash = id.rfind('-');
+    uint32_t index = 0;
+    if (dash == std::string::npos ||
+        !absl::SimpleAtoi(id.substr(dash + 1), &index)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ledger: '", id, "' is not a <prefix>-<index> session id"));
+    }
+    ++check.sessions;
+    check.acknowledged += acknowledged;
+    auto blob = remote.Snapshot(id);
+    if (!blob.ok()) {
+      ++check.missing;
+      check.problems.push_back(absl::StrCat(id, ": ", blob.status().ToString(),
+                                            " (acknowledged position ",
+                                            acknowledged, ")"));
+      continue;
+    }
+    auto parsed = ParseSnapshot(*blob);
+    if (!parsed.ok()) return parsed.status();
+    const uint64_t position = parsed->state.position();
+    check.recovered += position;
+    if (position < acknowledged) {
+      ++check.behind;
+      check.problems.push_back(absl::StrCat(id, ": at position ", position,
+                                            ", but steps up to ", acknowledged,
+                                            " were acknowledged"));
+      continue;
+    }
+    // The same steps, locally, one by one as the server decoded them.
+    LINATTN_ASSIGN_OR_RETURN(Attention attention,
+                             Attention::Create(parsed->spec));
+    AttentionState state = attention.NewState();
+    std::vector<float> q(qk), k(qk), v(vv), y(vv), den(o.heads);
+    std::vector<uint8_t> avail(o.heads);
+    if (parsed->spec.num_heads != o.heads || parsed->spec.key_dim != o.dim ||
+        parsed->spec.value_dim != o.dim) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--check: session '", id, "' has another shape than --heads/--dim"));
+    }
+    for (uint64_t t = 0; t < position; ++t) {
+      pool.Token(index, t, q.data(), k.data(), v.data());
+      LINATTN_RETURN_IF_ERROR(Step(attention, state,
+                                   {q.data(), k.data(), v.data(), 1},
+                                   {y.data(), den.data(), avail.data()}));
+    }
+    if (state.size() != parsed->state.size() ||
+        std::memcmp(state.data(), parsed->state.data(),
+                    state.size() * sizeof(float)) != 0) {
+      ++check.mismatched;
+      check.problems.push_back(
+          absl::StrCat(id, ": the state at position ", position,
+                       " differs from the local recomputation"));
+    }
+  }
+  return check;
+}
+
+std::string LedgerCheckText(const LedgerCheck& c) {
+  std::string out;
+  for (const std::string& p : c.problems) absl::StrAppend(&out, p, "\n");
+  absl::StrAppend(
+      &out,
+      absl::StrFormat("checked %u sessions: %u missing, %u behind their "
+                      "acknowledged position, %u with a state that differs; "
+                      "positions: %llu acknowledged, %llu recovered\n%s\n",
+                      c.sessions, c.missing, c.behind, c.mismatched,
+                      static_cast<unsigned long long>(c.acknowledged),
+                      static_cast<unsigned long long>(c.recovered),
+                      c.ok() ? "OK" : "FAILED"));
+  return out;
 }
 
 nlohmann::json SummaryJson(const LoadSummary& s, const LoadOptions& o) {

@@ -43,6 +43,16 @@ struct LoadOptions {
   uint32_t verify = 8;     // sessions recomputed locally
   uint64_t seed = 1;
   bool progress = true;  // a line per second on stderr
+  // Durable sessions (the crash check, tools/crash_check.sh): sessions are
+  // named <session_prefix>-0 … -(N−1); one that exists already is continued
+  // from its position (token t of session i is the same input whatever run
+  // sends it), and every session is kept when the run ends. Decode only
+  // (prefill 0), so that every state is exact.
+  std::string session_prefix;
+  // After the run, the acknowledged position of each session goes here (a
+  // JSON object id → position, keeping the larger of it and what the file
+  // held).
+  std::string ledger;
 };
 
 struct LoadSummary {
@@ -73,6 +83,21 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& options);
 nlohmann::json SummaryJson(const LoadSummary& summary,
                            const LoadOptions& options);
 std::string SummaryText(const LoadSummary& summary, const LoadOptions& options);
+
+// The check after a crash: every session of the ledger must exist, be at
+// least at its acknowledged position, and hold exactly (bit for bit) the
+// state of its inputs recomputed locally, step by step, up to its position.
+struct LedgerCheck {
+  uint32_t sessions = 0;
+  uint32_t missing = 0;     // not on the server
+  uint32_t behind = 0;      // an acknowledged step is lost
+  uint32_t mismatched = 0;  // the state differs from the recomputation
+  uint64_t acknowledged = 0, recovered = 0;  // positions summed
+  std::vector<std::string> problems;         // one line per session
+  bool ok() const { return missing + behind + mismatched == 0; }
+};
+absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& options);
+std::string LedgerCheckText(const LedgerCheck& check);
 
 // Streams a run keeps open at once: --concurrency, at most (and by default)
 // one per session, or per group of --batch sessions.

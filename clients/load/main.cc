@@ -61,12 +61,34 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "input seed")->capture_default_str();
   app.add_flag("--json", json, "print the summary as one JSON object");
   app.add_flag("!--no-progress", o.progress, "no progress lines on stderr");
+  app.add_option("--session-prefix", o.session_prefix,
+                 "name the sessions PREFIX-0 … PREFIX-(N-1), continue those "
+                 "that exist from their position, and keep them all when the "
+                 "run ends (the durable-session crash check; decode only)");
+  app.add_option("--ledger", o.ledger,
+                 "with --session-prefix: write each session's acknowledged "
+                 "position to this JSON file (the larger of it and what the "
+                 "file held); with --check: the file to check against");
+  bool check = false;
+  app.add_flag("--check", check,
+               "check the server against --ledger instead of running load: "
+               "every session there, at least at its acknowledged position, "
+               "its state equal bit for bit to the local recomputation");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help, --version: 0; usage: 2
   }
 
+  if (check) {
+    auto result = linattn::CheckLedger(o);
+    if (!result.ok()) {
+      std::cerr << "linattn-load: error: " << result.status().message() << "\n";
+      return 2;
+    }
+    std::cout << linattn::LedgerCheckText(*result);
+    return result->ok() ? 0 : 1;
+  }
   auto summary = linattn::RunLoad(o);
   if (!summary.ok()) {
     std::cerr << "linattn-load: error: " << summary.status().message() << "\n";

@@ -135,6 +135,9 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::CreateSession(
   LINATTN_ASSIGN_OR_RETURN(auto model, FindModel(model_name));
   LINATTN_ASSIGN_OR_RETURN(auto session,
                            sessions_->CreateModelSession(model, session_id));
+  if (options_.store != nullptr) {
+    LINATTN_RETURN_IF_ERROR(options_.store->AwaitCreate(*sessions_, *session));
+  }
   return Describe(*session);
 }
 
@@ -160,6 +163,9 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
       auto session,
       sessions_->AdoptModelSession(parsed.model, std::move(parsed.state),
                                    parsed.pending, session_id));
+  if (options_.store != nullptr) {
+    LINATTN_RETURN_IF_ERROR(options_.store->AwaitCreate(*sessions_, *session));
+  }
   return Describe(*session);
 }
 
@@ -321,6 +327,65 @@ void GenerationEngine::RestoreBackup(ModelSession& s, Job& job) {
   s.state() = std::move(job.backup);
   s.pending_token() = job.backup_pending;
   s.Publish();
+  // Generated tokens were recorded as they were sampled: the context goes
+  // back on disk too.
+  if (job.kind == Job::Kind::kGenerate && job.completion_tokens > 0) {
+    RecordContext(s);
+  }
+}
+
+void GenerationEngine::RecordContext(ModelSession& s) {
+  if (options_.store == nullptr) return;
+  records_.AddModelState(s);
+  rewound_.push_back(&s);
+}
+
+void GenerationEngine::Record(
+    Queue& q, Job& job, std::span<const int32_t> tokens,
+    std::function<void(Callbacks&)> on_commit,
+    std::function<void(const absl::Status&, Callbacks&)> on_failure,
+    Callbacks& callbacks) {
+  if (options_.store == nullptr) {
+    on_commit(callbacks);
+    return;
+  }
+  records_.AddTokens(*q.session, tokens);
+  job.awaiting_commit = true;
+  awaiting_.push_back(
+      Awaiting{&q, &job, std::move(on_commit), std::move(on_failure)});
+}
+
+void GenerationEngine::CommitRecords(Callbacks& callbacks) {
+  DurableStore* const store = options_.store;
+  if (store == nullptr) return;
+  DurableStore::Group group;
+  std::vector<Awaiting> awaiting;
+  std::vector<ModelSession*> rewound;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    group = std::move(records_);
+    records_ = DurableStore::Group();
+    awaiting.swap(awaiting_);
+    rewound.swap(rewound_);
+  }
+  // Creates staged by forks and restores go too, before any of their
+  // sessions is fed (a staged create is read when committed).
+  if (group.empty() && awaiting.empty() && !store->has_staged()) return;
+  const absl::Status s = store->Commit(std::move(group));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!s.ok()) {
+    // A context that went back could not be recorded: the session's
+    // snapshot file will be.
+    for (ModelSession* session : rewound) store->SnapshotSoon(*session);
+  }
+  for (Awaiting& a : awaiting) {
+    a.job->awaiting_commit = false;
+    if (s.ok()) {
+      a.on_commit(callbacks);
+    } else {
+      a.on_failure(s, callbacks);
+    }
+  }
 }
 
 bool GenerationEngine::Runnable(const Queue& q) const {
@@ -374,6 +439,7 @@ void GenerationEngine::EndCancelled(Queue& q, Job& job, Callbacks& callbacks) {
     Job::Rollback& r = job.rollback[delivered % 2];
     s.state() = std::move(r.state);
     s.pending_token() = r.token;
+    RecordContext(s);  // the undelivered tokens were recorded
   } else if (!job.finished_sampling()) {
     // Every sampled token went out; the last is in the context, not fed.
     s.pending_token() = job.feed.back();
@@ -442,9 +508,7 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
     job.feed.pop_back();
     if (job.feed.empty()) {
       s.pending_token() = job.final_pending;
-      s.Publish(/*stepped=*/true);
-      callbacks.push_back([cb = job.on_info, info = Describe(s)] { cb(info); });
-      Pop(q);
+      CommitAppend(q, job, callbacks);
       return StartResult::kEnded;
     }
     return StartResult::kStarted;
@@ -464,14 +528,36 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
       return StartResult::kEnded;
     }
     job.feed.push_back(static_cast<int32_t>(*bos));
+    job.joining.assign(1, static_cast<int32_t>(*bos));
+  } else {
+    job.joining = job.input;
   }
   return StartResult::kStarted;
+}
+
+void GenerationEngine::CommitAppend(Queue& q, Job& job, Callbacks& callbacks) {
+  Record(
+      q, job, job.input,
+      [this, &q, &job](Callbacks& cbs) {
+        ModelSession& s = *q.session;
+        s.Publish(/*stepped=*/true);
+        cbs.push_back([cb = job.on_info, info = Describe(s)] { cb(info); });
+        Pop(q);
+      },
+      [this, &q, &job](const absl::Status& status, Callbacks& cbs) {
+        RestoreBackup(*q.session, job);
+        job.Fail(status, cbs);
+        Pop(q);
+      },
+      callbacks);
 }
 
 bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
                                Callbacks& callbacks) {
   ModelSession& s = *q.session;
   Job& job = *q.jobs.front();
+  // Its change is on its way to disk: the session waits for it.
+  if (job.awaiting_commit) return false;
   if (absl::Status gone = job.caller.Check(); !gone.ok()) {
     // The caller has gone: what is not committed is dropped. (A Generate's
     // caller going is a cancel, through its control.)
@@ -487,7 +573,19 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       absl::StatusOr<ModelSessionInfo> result =
           forked.ok() ? absl::StatusOr<ModelSessionInfo>(Describe(**forked))
                       : forked.status();
-      callbacks.push_back([cb = job.on_info, result] { cb(result); });
+      // Callbacks run once this iteration's records are committed: the
+      // fork's create among them.
+      callbacks.push_back([cb = job.on_info, result, store = options_.store,
+                           sessions = sessions_,
+                           child = forked.ok() ? *forked : nullptr] {
+        if (store != nullptr && child != nullptr) {
+          if (absl::Status recorded = store->AwaitCreate(*sessions, *child);
+              !recorded.ok()) {
+            return cb(recorded);
+          }
+        }
+        cb(result);
+      });
       Pop(q);
       return true;
     }
@@ -500,9 +598,24 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       return true;
     }
     case Job::Kind::kDelete: {
+      DurableStore* const store = options_.store;
+      const uint64_t before = store != nullptr ? store->last_ticket() : 0;
       const absl::Status deleted =
           sessions_->Delete(s.id(), SessionKind::kModel);
-      callbacks.push_back([cb = job.on_delete, deleted] { cb(deleted); });
+      const uint64_t after = store != nullptr ? store->last_ticket() : 0;
+      callbacks.push_back([cb = job.on_delete, deleted, store, before, after] {
+        if (store != nullptr && deleted.ok()) {
+          if (absl::Status recorded = store->SyncThrough(before + 1, after);
+              !recorded.ok()) {
+            return cb(absl::Status(
+                recorded.code(),
+                absl::StrCat("state dir: the session is deleted, but "
+                             "recording its deletion failed (",
+                             recorded.message(), ")")));
+          }
+        }
+        cb(deleted);
+      });
       Pop(q);
       // Requests queued behind the delete find no session.
       const absl::Status gone = absl::NotFoundError(
@@ -535,7 +648,7 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       case StartResult::kWaitForMemory:
         return false;
       case StartResult::kEnded:
-        return true;
+        return !q.jobs.empty() && !q.jobs.front()->awaiting_commit;
       case StartResult::kStarted:
         break;
     }
@@ -598,6 +711,9 @@ bool GenerationEngine::RunOnce() {
     if (!runnable) return false;
     Plan(batch, callbacks);
   }
+  // What Plan changed is recorded (and staged creates with it) before any
+  // answer goes out and before this iteration feeds anything.
+  CommitRecords(callbacks);
   for (auto& cb : callbacks) cb();
   callbacks.clear();
   if (batch.total == 0) return true;
@@ -645,6 +761,7 @@ bool GenerationEngine::RunOnce() {
       Finish(one, results[model], callbacks);
     }
   }
+  CommitRecords(callbacks);
   for (auto& cb : callbacks) cb();
   return true;
 }
@@ -673,10 +790,7 @@ void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
           continue;
         }
         s.pending_token() = job.final_pending;
-        s.Publish(/*stepped=*/true);
-        callbacks.push_back(
-            [cb = job.on_info, info = Describe(s)] { cb(info); });
-        Pop(q);
+        CommitAppend(q, job, callbacks);
         continue;
       }
       auto token = job.sampler->Sample(job.logits);
@@ -714,23 +828,75 @@ void GenerationEngine::OnToken(Queue& q, Job& job, const SampledToken& token,
   e.text = std::move(piece.text);
   e.prompt_tokens = job.prompt_tokens;
   e.completion_tokens = job.completion_tokens;
+  // The token joins the context (the first with the prompt, which is fed
+  // by now) before its message goes out.
+  std::vector<int32_t> joined;
+  if (job.completion_tokens == 1) joined = job.joining;
+  joined.push_back(token.id);
   if (reason.empty()) {
     job.feed.assign(1, token.id);
     job.fed = 0;
     e.position = s.state().position() + 1;
-    Emit(
-        job, [cb = job.on_event, e] { cb(e); }, callbacks);
+    Record(
+        q, job, joined,
+        [this, &job, e](Callbacks& cbs) {
+          Emit(
+              job, [cb = job.on_event, e] { cb(e); }, cbs);
+        },
+        [this, &q, &job](const absl::Status& status, Callbacks& cbs) {
+          EndUnrecorded(q, job, status, cbs);
+        },
+        callbacks);
     return;
   }
   s.pending_token() = token.id;
-  s.Publish(/*stepped=*/true);
-  e.position = s.position();
   e.finished = true;
   e.finish_reason = reason;
+  Record(
+      q, job, joined,
+      [this, &q, &job, e](Callbacks& cbs) mutable {
+        ModelSession& session = *q.session;
+        session.Publish(/*stepped=*/true);
+        e.position = session.position();
+        Emit(
+            job, [cb = job.on_event, e] { cb(e); }, cbs);
+        job.state =
+            job.waiting ? Job::State::kFinalHeld : Job::State::kFinalSent;
+        // Paced, Plan ends it once the final message is delivered.
+        if (!job.control->paced()) Pop(q);
+      },
+      [this, &q, &job](const absl::Status& status, Callbacks& cbs) {
+        q.session->pending_token().reset();
+        EndUnrecorded(q, job, status, cbs);
+      },
+      callbacks);
+}
+
+void GenerationEngine::EndUnrecorded(Queue& q, Job& job,
+                                     const absl::Status& status,
+                                     Callbacks& callbacks) {
+  ModelSession& s = *q.session;
+  // The token just sampled is not in the context on disk, so it is not in
+  // the context at all; the ones before it (and the prompt) are, unless it
+  // was the first.
+  job.completion_tokens--;
+  if (job.completion_tokens == 0) {
+    RestoreBackup(s, job);
+    job.Fail(status, callbacks);
+    Pop(q);
+    return;
+  }
+  // The last recorded token is fed already: the context holds it.
+  s.Publish(/*stepped=*/true);
+  GenerateEvent e;
+  e.finished = true;
+  e.status = status;
+  e.prompt_tokens = job.prompt_tokens;
+  e.completion_tokens = job.completion_tokens;
+  e.position = s.position();
   Emit(
       job, [cb = job.on_event, e] { cb(e); }, callbacks);
   job.state = job.waiting ? Job::State::kFinalHeld : Job::State::kFinalSent;
-  // Paced, Plan ends it once the final message is delivered.
   if (!job.control->paced()) Pop(q);
 }
 

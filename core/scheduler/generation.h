@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "core/model/sampler.h"
 #include "core/scheduler/compute_executor.h"
 #include "core/scheduler/generation_job.h"
+#include "core/session/durable_store.h"
 #include "core/session/session_manager.h"
 #include "core/util/call_liveness.h"
 
@@ -71,6 +73,10 @@ struct GenerationOptions {
   // token (measured through the server: 1 thread ~2.4× the tokens/s of 2).
   uint32_t single_thread_rows = 2;
   ForwardOptions forward;
+  // Where every change of a session's context is recorded before it is
+  // acknowledged (an Append's tokens before its answer, each generated
+  // token before its message); null = memory only.
+  DurableStore* store = nullptr;
 };
 
 // Work done since the engine started (for the shutdown summary and tests).
@@ -208,8 +214,36 @@ class GenerationEngine : private ComputeExecutor::Source {
   void Emit(Job& job, std::function<void()> event, Callbacks& callbacks);
   // Under mu_: ends the cancelled (or aborted) Generate at the head of `q`.
   void EndCancelled(Queue& q, Job& job, Callbacks& callbacks);
-  // Puts the session back where `job` found it (and publishes that).
-  static void RestoreBackup(ModelSession& s, Job& job);
+  // Under mu_: puts the session back where `job` found it (and publishes
+  // that); recorded too if the job had recorded generated tokens.
+  void RestoreBackup(ModelSession& s, Job& job);
+
+  // --- Durable store (options_.store) ---
+  // A change waiting for its records to be committed: then one of the two
+  // runs, under mu_.
+  struct Awaiting {
+    Queue* queue;
+    Job* job;
+    std::function<void(Callbacks&)> on_commit;
+    std::function<void(const absl::Status&, Callbacks&)> on_failure;
+  };
+  // Under mu_: `tokens` joined the context of `q`'s session through `job`.
+  // Without a store on_commit runs at once; with one, after the commit.
+  void Record(Queue& q, Job& job, std::span<const int32_t> tokens,
+              std::function<void(Callbacks&)> on_commit,
+              std::function<void(const absl::Status&, Callbacks&)> on_failure,
+              Callbacks& callbacks);
+  // Under mu_: the session's context went back (a rollback): recorded whole.
+  void RecordContext(ModelSession& s);
+  // Under mu_: an Append's tokens are in; it answers once recorded.
+  void CommitAppend(Queue& q, Job& job, Callbacks& callbacks);
+  // Under mu_: the token just sampled could not be recorded: the Generate
+  // ends with `status`, its context keeping what was recorded before.
+  void EndUnrecorded(Queue& q, Job& job, const absl::Status& status,
+                     Callbacks& callbacks);
+  // Without mu_: commits what was recorded (and what the table staged),
+  // then settles what waited for it.
+  void CommitRecords(Callbacks& callbacks);
 
   const std::vector<std::shared_ptr<const Model>> models_;
   const GenerationOptions options_;
@@ -223,6 +257,9 @@ class GenerationEngine : private ComputeExecutor::Source {
   absl::Status abort_;  // set by AbortGenerations
   bool stopping_ = false;
   std::map<std::string, Queue, std::less<>> queues_;
+  DurableStore::Group records_;         // under mu_
+  std::vector<Awaiting> awaiting_;      // under mu_
+  std::vector<ModelSession*> rewound_;  // under mu_: RecordContext'ed
   // Jobs holding working copies, and how many have given theirs back (a job
   // waiting for memory is runnable again once this moves).
   std::atomic<uint64_t> leased_jobs_{0};

@@ -160,13 +160,19 @@ struct GenerationJob {
   uint64_t fed = 0;
   uint32_t take = 0;                     // rows in the current iteration
   std::optional<int32_t> final_pending;  // Append: its last token
-  std::vector<float> logits;             // Generate: of the last row fed
+  // Its change (an Append's tokens, a generated token) is being recorded
+  // by the durable store; the session's requests wait for that.
+  bool awaiting_commit = false;
+  std::vector<float> logits;  // Generate: of the last row fed
 
   // --- Sampling (Generate) ---
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
   uint64_t prompt_tokens = 0;
-  uint64_t completion_tokens = 0;  // tokens sampled
+  // What joins the context with the first generated token: the prompt (or
+  // the bos token it started from).
+  std::vector<int32_t> joining;
+  uint64_t completion_tokens = 0;  // tokens sampled (and recorded)
   // Paced (GenerateControl): of the tokens sampled, `emitted` have gone to
   // the event callback and the control says how many of those were
   // delivered. At most one emitted token waits for delivery; the next one

@@ -311,29 +311,6 @@ void Scheduler::RunRound(std::vector<Request>& round,
     steps.push_back({&s.attention(), &s.state(), r.in, r.out});
     step_index.push_back(i);
   }
-  // A batch that fails has changed nothing (StepBatch checks everything,
-  // overflow included, before it commits), so a failed batch of several
-  // requests is run again one request at a time: only the request at fault
-  // fails.
-  if (!steps.empty()) {
-    const absl::Status s = StepBatch(steps);
-    if (s.ok() || step_index.front() == step_index.back()) {
-      for (size_t i : step_index) {
-        results[i] = AsRequest(s, round[i].kind == Kind::kStepGroup);
-      }
-    } else {
-      for (size_t b = 0; b < steps.size();) {
-        size_t e = b;
-        while (e < steps.size() && step_index[e] == step_index[b]) ++e;
-        const size_t i = step_index[b];
-        results[i] = AsRequest(
-            StepBatch(std::span<const StepItem>(steps).subspan(b, e - b)),
-            round[i].kind == Kind::kStepGroup);
-        b = e;
-      }
-    }
-  }
-
   // Prefills: the round's token budget shared evenly, the shortest first so
   // that what they leave goes to the longer ones.
   std::sort(prefill_requests.begin(), prefill_requests.end(),
@@ -411,14 +388,72 @@ void Scheduler::RunRound(std::vector<Request>& round,
       if (r.prefilled < r.in.tokens) done[i] = false;
     }
   }
+  // Prefills that finished commit now, if their callers are still there.
+  std::vector<size_t> committing;
   for (size_t i : prefill_requests) {
     Request& r = round[i];
     if (!done[i] || !r.copy.has_value()) continue;
     if (results[i].ok()) results[i] = r.caller.Check();
-    if (results[i].ok()) {
-      r.session->state() = *std::move(r.copy);  // the commit
-      ++prefills_finished;
+    if (results[i].ok()) committing.push_back(i);
+  }
+  // With a durable store, the round's changes are recorded before any of
+  // them is made (docs/design.md §4, "Durable sessions"): the steps' inputs
+  // and the prefills' resulting states, as one group commit. A commit that
+  // fails fails them all, and nothing changed.
+  if (options_.store != nullptr && (!steps.empty() || !committing.empty())) {
+    DurableStore::Group group;
+    for (size_t b = 0; b < steps.size();) {
+      size_t e = b;
+      while (e < steps.size() && step_index[e] == step_index[b]) ++e;
+      const Request& r = round[step_index[b]];
+      for (size_t j = b; j < e; ++j) {
+        const AttentionSession& session =
+            r.kind == Kind::kStepGroup ? *r.group[j - b].session : *r.session;
+        group.AddStep(session, steps[j].token,
+                      j == b ? static_cast<uint32_t>(e - b) : 0);
+      }
+      b = e;
     }
+    for (size_t i : committing)
+      group.AddState(*round[i].session, *round[i].copy);
+    if (absl::Status s = options_.store->Commit(std::move(group)); !s.ok()) {
+      for (size_t i : step_index) results[i] = s;
+      for (size_t i : committing) results[i] = s;
+      steps.clear();
+      step_index.clear();
+      committing.clear();
+    }
+  }
+  // A batch that fails has changed nothing (StepBatch checks everything,
+  // overflow included, before it commits), so a failed batch of several
+  // requests is run again one request at a time: only the request at fault
+  // fails.
+  if (!steps.empty()) {
+    const absl::Status s = StepBatch(steps);
+    if (s.ok() || step_index.front() == step_index.back()) {
+      for (size_t i : step_index) {
+        results[i] = AsRequest(s, round[i].kind == Kind::kStepGroup);
+      }
+    } else {
+      for (size_t b = 0; b < steps.size();) {
+        size_t e = b;
+        while (e < steps.size() && step_index[e] == step_index[b]) ++e;
+        const size_t i = step_index[b];
+        results[i] = AsRequest(
+            StepBatch(std::span<const StepItem>(steps).subspan(b, e - b)),
+            round[i].kind == Kind::kStepGroup);
+        b = e;
+      }
+    }
+  }
+
+  for (size_t i : committing) {
+    round[i].session->state() = *std::move(round[i].copy);  // the commit
+    ++prefills_finished;
+  }
+  for (size_t i : prefill_requests) {
+    Request& r = round[i];
+    if (!done[i] || !r.copy.has_value()) continue;
     r.copy.reset();
     r.copy_lease.Release();
     --prefills_under_way_;

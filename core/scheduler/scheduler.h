@@ -42,6 +42,7 @@
 #include "absl/status/status.h"
 #include "core/attention/chunkwise.h"
 #include "core/scheduler/compute_executor.h"
+#include "core/session/durable_store.h"
 #include "core/session/session_manager.h"
 #include "core/util/call_liveness.h"
 #include "core/util/memory_budget.h"
@@ -64,6 +65,9 @@ struct SchedulerOptions {
   // The compute worker (shared with the generation engine); null = one of
   // the scheduler's own.
   std::shared_ptr<ComputeExecutor> executor;
+  // Where each round's changes are recorded before they are made (steps'
+  // inputs, prefills' results); null = sessions live in memory only.
+  DurableStore* store = nullptr;
 };
 
 struct SchedulerStats {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/session/snapshot.h"
+#include "core/util/crc.h"
 #include "core/util/file_io.h"
 #include "core/util/little_endian.h"
 
@@ -108,8 +109,8 @@ std::string EncodeJournalRecord(const JournalRecord& record) {
   std::string out;
   out.reserve(kRecordHeaderBytes + body.size());
   PutLittleEndian<uint32_t>(out, static_cast<uint32_t>(body.size()));
-  PutLittleEndian<uint32_t>(out, Crc32(out));  // of the length
-  PutLittleEndian<uint32_t>(out, Crc32(body));
+  PutLittleEndian<uint32_t>(out, Crc32c(out));  // of the length
+  PutLittleEndian<uint32_t>(out, Crc32c(body));
   out += body;
   return out;
 }
@@ -169,6 +170,7 @@ absl::Status JournalWriter::OpenSegment() {
   fd_ = fd;
   segment_path_ = path;
   segment_length_ = header.size();
+  segment_first_seq_ = next_seq_;
   unsynced_ = false;
   last_sync_ = std::chrono::steady_clock::now();
   return absl::OkStatus();
@@ -384,7 +386,7 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
       // The length has a checksum of its own: a damaged length is told
       // from a record cut short by the end of the file.
       const uint32_t length = GetLittleEndian<uint32_t>(data.data() + pos);
-      if (Crc32(absl::string_view(data).substr(pos, 4)) !=
+      if (Crc32c(absl::string_view(data).substr(pos, 4)) !=
           GetLittleEndian<uint32_t>(data.data() + pos + 4)) {
         if (absl::Status s =
                 torn_or_damaged(pos + kRecordHeaderBytes,
@@ -409,7 +411,7 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
       }
       const absl::string_view body(data.data() + pos + kRecordHeaderBytes,
                                    length);
-      if (Crc32(body) != crc) {
+      if (Crc32c(body) != crc) {
         if (absl::Status s = torn_or_damaged(end, "a record's checksum fails");
             !s.ok()) {
           return s;

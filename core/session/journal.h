@@ -12,8 +12,8 @@
 // and each record
 //
 //   0       4     body length n (at most kMaxJournalRecordBytes)
-//   4       4     CRC-32 (IEEE) of those 4 bytes
-//   8       4     CRC-32 of the body
+//   4       4     CRC-32C (core/util/crc.h) of those 4 bytes
+//   8       4     CRC-32C of the body
 //   12      n     body: seq u64, type u8, session id length u16 and bytes,
 //                 payload (the rest)
 //
@@ -105,6 +105,8 @@ class JournalWriter {
   absl::Status RemoveSegmentsBefore(uint64_t seq);
 
   uint64_t next_seq() const { return next_seq_; }
+  // The first sequence number of the segment being written.
+  uint64_t segment_first_seq() const { return segment_first_seq_; }
   uint64_t pending_bytes() const { return group_.size(); }
   const std::string& dir() const { return dir_; }
   // Bytes in the journal's segments.
@@ -123,6 +125,7 @@ class JournalWriter {
   int fd_ = -1;
   std::string segment_path_;
   uint64_t segment_length_ = 0;  // committed bytes
+  uint64_t segment_first_seq_ = 0;
   std::chrono::steady_clock::time_point last_sync_;
   bool unsynced_ = false;
 };

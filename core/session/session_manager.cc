@@ -290,7 +290,7 @@ absl::Status SessionManager::Add(SessionReservation& reservation,
   sessions_.emplace(session->id(), session);
   // Under the lock: nothing can find the session before the observer hears
   // of it.
-  if (options_.observer != nullptr) options_.observer->OnCreated(*session);
+  if (options_.observer != nullptr) options_.observer->OnCreated(session);
   return absl::OkStatus();
 }
 

@@ -79,6 +79,16 @@ class Session {
   int32_t pending_count() const {
     return pending_.load(std::memory_order_acquire);
   }
+  // A number a durable store gives the session when it joins the table,
+  // unique among every session the store has recorded (an id can be
+  // deleted and taken again; its records are told apart by this). 0 without
+  // a store.
+  uint64_t incarnation() const {
+    return incarnation_.load(std::memory_order_acquire);
+  }
+  void set_incarnation(uint64_t incarnation) {
+    incarnation_.store(incarnation, std::memory_order_release);
+  }
 
  protected:
   Session(std::string id, SessionKind kind, std::string owner,
@@ -103,6 +113,7 @@ class Session {
   std::atomic<uint64_t> position_{0};
   std::atomic<int64_t> last_used_{0};
   std::atomic<int32_t> pending_{0};
+  std::atomic<uint64_t> incarnation_{0};
 };
 
 // An attention session: a spec's Attention and its state.
@@ -174,7 +185,9 @@ class SessionObserver {
  public:
   enum class Removal { kDeleted, kEvicted };
   virtual ~SessionObserver() = default;
-  virtual void OnCreated(const Session& session) = 0;
+  // The session is shared so that an observer may keep it (a durable
+  // store reads its state later, off the table's lock).
+  virtual void OnCreated(const std::shared_ptr<Session>& session) = 0;
   virtual void OnStepped(const Session& session) = 0;
   virtual void OnRemoved(const Session& session, Removal why) = 0;
 };

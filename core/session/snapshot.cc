@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/attention.h"
+#include "core/util/crc.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -23,16 +24,6 @@ constexpr uint32_t kRequired = 1;
 constexpr uint32_t kSpecTag = SnapshotTag("SPEC");
 constexpr uint32_t kModelTag = SnapshotTag("MODL");
 constexpr uint32_t kStateTag = SnapshotTag("STAT");
-
-std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
 
 std::string TagName(uint32_t tag) {
   std::string name;
@@ -222,10 +213,7 @@ absl::string_view KindName(uint32_t kind) {
 }  // namespace
 
 uint32_t Crc32Extend(uint32_t crc, absl::string_view more) {
-  static const std::array<uint32_t, 256> table = MakeCrcTable();
-  uint32_t c = crc ^ 0xffffffffu;
-  for (unsigned char b : more) c = table[(c ^ b) & 0xff] ^ (c >> 8);
-  return c ^ 0xffffffffu;
+  return Crc32IeeeExtend(crc, more);
 }
 
 uint32_t Crc32(absl::string_view data) { return Crc32Extend(0, data); }
@@ -348,6 +336,20 @@ absl::StatusOr<AttentionSpec> ReadSpec(absl::string_view section) {
   return spec;
 }
 
+void PutSpec(SnapshotWriter& w, const AttentionSpec& spec) {
+  w.Put<uint32_t>(spec.num_heads);
+  w.Put<uint32_t>(spec.key_dim);
+  w.Put<uint32_t>(spec.value_dim);
+  w.Put<uint8_t>(static_cast<uint8_t>(spec.feature_map));
+  w.Put<uint8_t>(spec.unnormalized ? 1 : 0);
+  w.Put<float>(spec.epsilon);
+  w.Put<uint32_t>(static_cast<uint32_t>(spec.decay.size()));
+  for (float g : spec.decay) w.Put<float>(g);
+  w.Put<uint32_t>(spec.feature_dim);
+  w.Put<uint64_t>(spec.seed);
+  w.Put<uint32_t>(spec.horizon);
+}
+
 }  // namespace
 
 uint64_t SnapshotBytes(const AttentionSpec& spec) {
@@ -361,20 +363,26 @@ std::string SerializeSnapshot(const AttentionSpec& spec,
       {kSpecTag, SpecSectionBytes(spec)},
       {kStateTag, StateSectionBytes(1, state.bytes())}};
   SnapshotWriter w(SnapshotKind::kAttentionSession, sections);
-  w.Put<uint32_t>(spec.num_heads);
-  w.Put<uint32_t>(spec.key_dim);
-  w.Put<uint32_t>(spec.value_dim);
-  w.Put<uint8_t>(static_cast<uint8_t>(spec.feature_map));
-  w.Put<uint8_t>(spec.unnormalized ? 1 : 0);
-  w.Put<float>(spec.epsilon);
-  w.Put<uint32_t>(static_cast<uint32_t>(spec.decay.size()));
-  for (float g : spec.decay) w.Put<float>(g);
-  w.Put<uint32_t>(spec.feature_dim);
-  w.Put<uint64_t>(spec.seed);
-  w.Put<uint32_t>(spec.horizon);
+  PutSpec(w, spec);
   w.Put<uint32_t>(1);
   w.PutState(state);
   return w.Finish();
+}
+
+std::string SerializeSpec(const AttentionSpec& spec) {
+  const SnapshotWriter::Section sections[] = {
+      {kSpecTag, SpecSectionBytes(spec)}};
+  SnapshotWriter w(SnapshotKind::kAttentionSession, sections);
+  PutSpec(w, spec);
+  return w.Finish();
+}
+
+absl::StatusOr<AttentionSpec> ParseSpec(absl::string_view blob) {
+  LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotSection> sections,
+                           OpenSnapshot(blob, SnapshotKind::kAttentionSession));
+  LINATTN_ASSIGN_OR_RETURN(std::vector<absl::string_view> found,
+                           FindSections(sections, {kSpecTag}));
+  return ReadSpec(found[0]);
 }
 
 absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {

@@ -73,6 +73,12 @@ struct ParsedSnapshot {
 };
 absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob);
 
+// A container with the SPEC section alone: how a durable store records a
+// new session, whose state is zero, without the state's bytes. ParseSpec
+// refuses as ParseSnapshot does.
+std::string SerializeSpec(const AttentionSpec& spec);
+absl::StatusOr<AttentionSpec> ParseSpec(absl::string_view blob);
+
 // --- Model sessions ----------------------------------------------------
 
 // A model session's context: the state and the token not yet fed.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/session/session_manager.h"
 #include "core/session/snapshot.h"
+#include "core/util/crc.h"
 #include "core/util/file_io.h"
 #include "core/util/little_endian.h"
 
@@ -68,7 +69,7 @@ absl::Status SnapshotFiles::Write(absl::string_view id, uint64_t seq,
   head.append(id.data(), id.size());
   // The checksum runs over the head and the blob without joining them.
   std::string tail;
-  PutLittleEndian<uint32_t>(tail, Crc32Extend(Crc32(head), blob));
+  PutLittleEndian<uint32_t>(tail, Crc32cExtend(Crc32c(head), blob));
 
   const std::string path = PathOf(id);
   const std::string temporary = (std::filesystem::path(dir_) /
@@ -139,7 +140,7 @@ absl::StatusOr<std::vector<SnapshotFiles::Entry>> SnapshotFiles::ReadAll()
         std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
       return damaged("not a session snapshot file");
     }
-    if (Crc32(absl::string_view(data).substr(0, data.size() - 4)) !=
+    if (Crc32c(absl::string_view(data).substr(0, data.size() - 4)) !=
         GetLittleEndian<uint32_t>(data.data() + data.size() - 4)) {
       return damaged("checksum mismatch (truncated or altered)");
     }

@@ -10,7 +10,7 @@
 //   12      8     journal sequence number the snapshot includes
 //   20      2     session id length, then the id
 //   …       …     the snapshot blob
-//   end−4   4     CRC-32 (IEEE) of every byte before it
+//   end−4   4     CRC-32C (core/util/crc.h) of every byte before it
 //
 // A file is replaced atomically (written beside it, synced, renamed over
 // it, the directory synced), so a crash leaves the old file or the new

@@ -113,7 +113,8 @@ TEST(SharedTable, BothKindsShareIdsTheSessionLimitAndTheBudget) {
 // Records what a durable store would hear.
 class Recorder : public SessionObserver {
  public:
-  void OnCreated(const Session& s) override {
+  void OnCreated(const std::shared_ptr<Session>& session) override {
+    const Session& s = *session;
     Add("created " + s.id() + " " + std::string(SessionKindName(s.kind())));
   }
   void OnStepped(const Session& s) override {

@@ -46,6 +46,26 @@ TEST(Snapshot, RoundTripsSpecPositionAndStateExactly) {
   EXPECT_EQ(Crc32("123456789"), 0xcbf43926u);  // the CRC-32 check value
 }
 
+TEST(Snapshot, TheEightTableCrcMatchesTheBitwiseDefinition) {
+  auto bitwise = [](absl::string_view data) {
+    uint32_t c = 0xffffffffu;
+    for (unsigned char b : data) {
+      c ^= b;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    }
+    return c ^ 0xffffffffu;
+  };
+  std::string data(777, '\0');
+  uint32_t x = 1;
+  for (char& ch : data)
+    ch = static_cast<char>((x = x * 1664525u + 1013904223u) >> 24);
+  for (size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 100, 777}) {
+    EXPECT_EQ(Crc32(absl::string_view(data).substr(0, n)),
+              bitwise(absl::string_view(data).substr(0, n)))
+        << n;
+  }
+}
+
 TEST(Snapshot, EveryTruncationAndEveryFlippedByteIsRefused) {
   const std::string blob =
       WarmSnapshot({.num_heads = 1, .key_dim = 2, .value_dim = 2});

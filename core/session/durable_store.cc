@@ -1,0 +1,907 @@
+#include "core/session/durable_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention/recurrent.h"
+#include "core/model/forward.h"
+#include "core/session/snapshot.h"
+#include "core/util/little_endian.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+namespace {
+
+constexpr size_t kMaxFailedRanges = 256;
+// A record's bytes on disk beyond its body and session id: length, two
+// checksums, seq, type, id length.
+constexpr uint64_t kRecordOverhead = 4 + 4 + 4 + 8 + 1 + 2;
+
+absl::string_view RecordName(uint8_t type) {
+  switch (static_cast<DurableRecord>(type)) {
+    case DurableRecord::kCreate:
+      return "create";
+    case DurableRecord::kCreateWithState:
+      return "create with state";
+    case DurableRecord::kState:
+      return "state";
+    case DurableRecord::kDelete:
+      return "delete";
+    case DurableRecord::kStep:
+      return "step";
+    case DurableRecord::kModelCreate:
+      return "model create";
+    case DurableRecord::kModelCreateWithState:
+      return "model create with state";
+    case DurableRecord::kModelState:
+      return "model state";
+    case DurableRecord::kTokens:
+      return "tokens";
+  }
+  return "unknown";
+}
+
+std::string Incarnation(uint64_t incarnation) {
+  std::string out;
+  PutLittleEndian<uint64_t>(out, incarnation);
+  return out;
+}
+
+void AppendFloats(std::string& out, const float* data, uint64_t n) {
+  out.append(reinterpret_cast<const char*>(data), n * sizeof(float));
+}
+
+// A session as recovery rebuilds it.
+struct Rebuilt {
+  SessionKind kind = SessionKind::kAttention;
+  uint64_t incarnation = 0;
+  uint64_t covered = 0;  // the seq its snapshot file covers (0: none)
+  uint64_t first_needed = 0;
+  uint64_t tail_bytes = 0;
+  AttentionSpec spec;
+  std::shared_ptr<const Attention> attention;  // for replaying steps
+  std::optional<AttentionState> state;
+  std::shared_ptr<const Model> model;
+  std::optional<ModelState> model_state;
+  std::optional<int32_t> pending;
+  std::vector<int32_t> feed;  // tokens joined, not yet run
+};
+
+}  // namespace
+
+// --- Group ---------------------------------------------------------------
+
+void DurableStore::Group::Add(DurableRecord type, const Session& session,
+                              std::string body) {
+  records_.push_back(
+      Record{type, session.id(), session.incarnation(), std::move(body)});
+}
+
+void DurableStore::Group::AddStep(const AttentionSession& session,
+                                  const SequenceInput& in, uint32_t steps) {
+  const AttentionSpec& spec = session.spec();
+  const uint64_t qk = uint64_t{spec.num_heads} * spec.key_dim;
+  const uint64_t vv = uint64_t{spec.num_heads} * spec.value_dim;
+  std::string payload;
+  payload.reserve(8 + 4 + (2 * qk + vv) * sizeof(float));
+  PutLittleEndian<uint64_t>(payload, session.incarnation());
+  PutLittleEndian<uint32_t>(payload, steps);
+  AppendFloats(payload, in.q, qk);
+  AppendFloats(payload, in.k, qk);
+  AppendFloats(payload, in.v, vv);
+  Add(DurableRecord::kStep, session, std::move(payload));
+}
+
+void DurableStore::Group::AddState(const AttentionSession& session,
+                                   const AttentionState& state) {
+  Add(DurableRecord::kState, session,
+      Incarnation(session.incarnation()) +
+          SerializeSnapshot(session.spec(), state));
+}
+
+void DurableStore::Group::AddTokens(const ModelSession& session,
+                                    std::span<const int32_t> tokens) {
+  std::string payload = Incarnation(session.incarnation());
+  payload.reserve(8 + tokens.size() * 4);
+  for (int32_t t : tokens) PutLittleEndian<int32_t>(payload, t);
+  Add(DurableRecord::kTokens, session, std::move(payload));
+}
+
+void DurableStore::Group::AddModelState(const ModelSession& session) {
+  Add(DurableRecord::kModelState, session,
+      Incarnation(session.incarnation()) +
+          SerializeModelSnapshot(session.model(), session.state(),
+                                 session.pending_token()));
+}
+
+// --- Store ---------------------------------------------------------------
+
+DurableStore::DurableStore(DurableStoreOptions options)
+    : options_(std::move(options)),
+      journal_dir_((std::filesystem::path(options_.dir) / "journal").string()),
+      files_((std::filesystem::path(options_.dir) / "sessions").string(),
+             options_.durability != Durability::kOff) {}
+
+DurableStore::~DurableStore() = default;
+
+absl::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(
+    DurableStoreOptions options) {
+  if (options.dir.empty()) {
+    return absl::InvalidArgumentError("state dir: must not be empty");
+  }
+  std::unique_ptr<DurableStore> store(new DurableStore(std::move(options)));
+  LINATTN_RETURN_IF_ERROR(store->files_.Open());
+  std::error_code ec;
+  std::filesystem::create_directories(store->journal_dir_, ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat(
+        "state dir: creating ", store->journal_dir_, ": ", ec.message()));
+  }
+  return store;
+}
+
+std::pair<DurableRecord, std::string> DurableStore::CreatePayload(
+    const Session& session) {
+  if (session.kind() == SessionKind::kAttention) {
+    const auto& s = static_cast<const AttentionSession&>(session);
+    // A state at position 0 holds nothing (CheckRestoredState): the spec
+    // says it all.
+    if (s.state().position() == 0) {
+      return {DurableRecord::kCreate, SerializeSpec(s.spec())};
+    }
+    return {DurableRecord::kCreateWithState,
+            SerializeSnapshot(s.spec(), s.state())};
+  }
+  const auto& s = static_cast<const ModelSession&>(session);
+  if (s.context_position() == 0) {
+    std::string payload;
+    PutLittleEndian<uint64_t>(payload, s.model().fingerprint());
+    payload += s.model().name();
+    return {DurableRecord::kModelCreate, std::move(payload)};
+  }
+  return {DurableRecord::kModelCreateWithState,
+          SerializeModelSnapshot(s.model(), s.state(), s.pending_token())};
+}
+
+void DurableStore::OnCreated(const std::shared_ptr<Session>& session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (recovering_) {
+    auto it = recovered_incarnations_.find(session->id());
+    if (it != recovered_incarnations_.end()) {
+      session->set_incarnation(it->second);
+    }
+    return;
+  }
+  const uint64_t ticket = next_ticket_++;
+  session->set_incarnation(ticket);
+  Entry& e = entries_[session->id()];
+  e = Entry{};
+  e.incarnation = ticket;
+  e.kind = session->kind();
+  e.state_bytes = session->state_bytes();
+  staged_.push_back(
+      Staged{ticket, DurableRecord::kCreate, session->id(), ticket, session});
+}
+
+void DurableStore::OnRemoved(const Session& session, Removal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (recovering_) return;
+  auto it = entries_.find(session.id());
+  if (it != entries_.end() && it->second.incarnation == session.incarnation()) {
+    entries_.erase(it);
+  }
+  staged_.push_back(Staged{next_ticket_++, DurableRecord::kDelete, session.id(),
+                           session.incarnation(), nullptr});
+}
+
+uint64_t DurableStore::last_ticket() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_ticket_ - 1;
+}
+
+bool DurableStore::has_staged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !staged_.empty();
+}
+
+void DurableStore::SnapshotSoon(const Session& session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(session.id());
+  if (it != entries_.end() && it->second.incarnation == session.incarnation()) {
+    it->second.dirty = true;
+  }
+}
+
+uint64_t DurableStore::committed_seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return committed_seq_;
+}
+
+absl::Status DurableStore::Commit(Group group) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return CommitLocked(std::move(group));
+}
+
+absl::Status DurableStore::CommitLocked(Group group) {
+  if (writer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "state dir: the store has not recovered yet");
+  }
+  std::vector<Staged> staged;
+  uint64_t first_ticket = 0, last_ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    staged.swap(staged_);
+    first_ticket = committed_ticket_ + 1;
+    last_ticket = next_ticket_ - 1;
+  }
+  struct Written {
+    DurableRecord type;
+    std::string id;
+    uint64_t incarnation;
+    uint64_t seq;
+    uint64_t bytes;
+  };
+  std::vector<Written> written;
+  written.reserve(staged.size() + group.records_.size());
+  // `body`: the incarnation, then the payload.
+  auto add = [&](DurableRecord type, const std::string& id,
+                 uint64_t incarnation, absl::string_view body) {
+    const uint64_t seq = writer_->Add(static_cast<uint8_t>(type), id, body);
+    written.push_back({type, id, incarnation, seq,
+                       body.size() + id.size() + kRecordOverhead});
+  };
+  for (const Staged& s : staged) {
+    if (s.type == DurableRecord::kDelete) {
+      add(DurableRecord::kDelete, s.id, s.incarnation,
+          Incarnation(s.incarnation));
+      continue;
+    }
+    auto [type, payload] = CreatePayload(*s.session);
+    add(type, s.id, s.incarnation, Incarnation(s.incarnation) + payload);
+  }
+  for (const Group::Record& r : group.records_) {
+    add(r.type, r.id, r.incarnation, r.body);
+  }
+  const absl::Status status = writer_->Commit();
+  std::lock_guard<std::mutex> lock(mu_);
+  committed_ticket_ = std::max(committed_ticket_, last_ticket);
+  if (!status.ok()) {
+    if (first_ticket <= last_ticket) {
+      failed_.push_back({first_ticket, last_ticket, status});
+      if (failed_.size() > kMaxFailedRanges) failed_.pop_front();
+    }
+    ++stats_.failed_commits;
+    // Deletes already happened in memory: they go with the next commit,
+    // ahead of anything staged since.
+    std::vector<Staged> again;
+    for (Staged& s : staged) {
+      if (s.type == DurableRecord::kDelete) {
+        s.ticket = next_ticket_++;
+        again.push_back(std::move(s));
+      }
+    }
+    staged_.insert(staged_.begin(), std::make_move_iterator(again.begin()),
+                   std::make_move_iterator(again.end()));
+    return status;
+  }
+  committed_seq_ = writer_->next_seq() - 1;
+  if (segment_starts_.empty() ||
+      segment_starts_.back() != writer_->segment_first_seq()) {
+    segment_starts_.push_back(writer_->segment_first_seq());
+    if (segment_starts_.size() > 2) segment_starts_.pop_front();
+  }
+  ++stats_.commits;
+  for (const Written& w : written) {
+    ++stats_.records;
+    stats_.bytes += w.bytes;
+    if (w.type == DurableRecord::kDelete) {
+      removals_.push_back({w.id, w.incarnation, w.seq});
+      continue;
+    }
+    auto it = entries_.find(w.id);
+    if (it == entries_.end() || it->second.incarnation != w.incarnation) {
+      continue;
+    }
+    Entry& e = it->second;
+    e.first_needed = std::min(e.first_needed, w.seq);
+    e.tail_bytes += w.bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DurableStore::SyncThrough(uint64_t first, uint64_t last) {
+  auto resolved = [&]() -> std::optional<absl::Status> {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (committed_ticket_ < last) return std::nullopt;
+    for (const FailedRange& f : failed_) {
+      if (f.first <= last && first <= f.last) return f.status;
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = resolved()) return *s;
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!resolved().has_value()) (void)CommitLocked(Group());
+  }
+  if (auto s = resolved()) return *s;
+  return absl::InternalError("state dir: a record was not committed");
+}
+
+absl::Status DurableStore::AwaitCreate(SessionManager& table,
+                                       const Session& session) {
+  const absl::Status s =
+      SyncThrough(session.incarnation(), session.incarnation());
+  if (s.ok()) return s;
+  std::shared_ptr<Session> found;
+  if (session.kind() == SessionKind::kAttention) {
+    auto a = table.FindAttention(session.id());
+    if (a.ok()) found = *a;
+  } else {
+    auto m = table.FindModel(session.id());
+    if (m.ok()) found = *m;
+  }
+  if (found != nullptr && found->incarnation() == session.incarnation()) {
+    (void)table.Delete(session.id(), session.kind());
+  }
+  return absl::Status(s.code(), absl::StrCat("state dir: recording the new "
+                                             "session failed: ",
+                                             s.message()));
+}
+
+absl::Status DurableStore::Delete(SessionManager& table, absl::string_view id,
+                                  SessionKind kind) {
+  const uint64_t before = last_ticket();
+  LINATTN_RETURN_IF_ERROR(table.Delete(id, kind));
+  const absl::Status s = SyncThrough(before + 1, last_ticket());
+  if (s.ok()) return s;
+  return absl::Status(
+      s.code(), absl::StrCat("state dir: the session is deleted, but recording "
+                             "its deletion failed (",
+                             s.message(),
+                             "); it is recorded with the next write that "
+                             "succeeds"));
+}
+
+absl::Status DurableStore::Tick() {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return CommitLocked(Group());
+}
+
+std::vector<DurableStore::Due> DurableStore::DueForSnapshot(size_t max) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A session whose oldest needed record lies before the previous segment
+  // keeps three or more segments on disk.
+  const uint64_t pin_limit =
+      segment_starts_.size() == 2 ? segment_starts_.front() : 0;
+  struct Candidate {
+    bool pins;
+    uint64_t excess;
+    Due due;
+  };
+  std::vector<Candidate> candidates;
+  for (auto& [id, e] : entries_) {
+    if (e.snapshot_requested || e.first_needed == UINT64_MAX) continue;
+    const uint64_t limit =
+        std::max(e.state_bytes * options_.snapshot_tail_factor,
+                 options_.min_snapshot_tail_bytes);
+    const bool pins = e.first_needed < pin_limit || e.dirty;
+    if (!pins && e.tail_bytes <= limit) continue;
+    candidates.push_back({pins, e.tail_bytes > limit ? e.tail_bytes - limit : 0,
+                          Due{id, e.incarnation, e.kind}});
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) {
+              if (a.pins != b.pins) return a.pins;
+              return a.excess > b.excess;
+            });
+  std::vector<Due> out;
+  for (size_t i = 0; i < candidates.size() && out.size() < max; ++i) {
+    Entry& e = entries_[candidates[i].due.id];
+    e.snapshot_requested = true;
+    e.tail_at_request = e.tail_bytes;
+    out.push_back(candidates[i].due);
+  }
+  return out;
+}
+
+std::vector<DurableStore::Due> DurableStore::AllSessions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Due> out;
+  out.reserve(entries_.size());
+  for (auto& [id, e] : entries_) {
+    if (e.first_needed == UINT64_MAX) continue;  // not recorded yet
+    e.snapshot_requested = true;
+    e.tail_at_request = e.tail_bytes;
+    out.push_back(Due{id, e.incarnation, e.kind});
+  }
+  return out;
+}
+
+void DurableStore::SnapshotAbandoned(const Due& due) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(due.id);
+  if (it != entries_.end() && it->second.incarnation == due.incarnation) {
+    it->second.snapshot_requested = false;
+  }
+}
+
+absl::Status DurableStore::WriteSnapshot(const Due& due, uint64_t seq,
+                                         absl::string_view blob) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(due.id);
+    if (it == entries_.end() || it->second.incarnation != due.incarnation) {
+      return absl::OkStatus();  // gone meanwhile: nothing to keep
+    }
+  }
+  std::string data = Incarnation(due.incarnation);
+  data.append(blob.data(), blob.size());
+  const absl::Status written = files_.Write(due.id, seq, data);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(due.id);
+  const bool live =
+      it != entries_.end() && it->second.incarnation == due.incarnation;
+  if (!written.ok()) {
+    if (live) it->second.snapshot_requested = false;
+    return written;
+  }
+  // Written even if the session went since the check: its deletion's
+  // removal (Maintain, this thread) comes after and finds it on disk.
+  on_disk_[due.id] = due.incarnation;
+  ++stats_.snapshots_written;
+  if (!live) return absl::OkStatus();
+  Entry& e = it->second;
+  e.first_needed =
+      std::max(e.first_needed == UINT64_MAX ? 0 : e.first_needed, seq + 1);
+  e.tail_bytes -= std::min(e.tail_bytes, e.tail_at_request);
+  e.snapshot_requested = false;
+  e.dirty = false;
+  return absl::OkStatus();
+}
+
+absl::Status DurableStore::Maintain() {
+  std::vector<PendingRemoval> removals;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    removals.swap(removals_);
+  }
+  absl::Status status;
+  for (size_t i = 0; i < removals.size(); ++i) {
+    const PendingRemoval& r = removals[i];
+    auto it = on_disk_.find(r.id);
+    if (it == on_disk_.end() || it->second != r.incarnation) continue;
+    if (absl::Status s = files_.Remove(r.id); !s.ok()) {
+      // Tried again next time; its journal records stay until then.
+      std::lock_guard<std::mutex> lock(mu_);
+      removals_.insert(removals_.end(), removals.begin() + i, removals.end());
+      return s;
+    }
+    on_disk_.erase(it);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.files_removed;
+  }
+  uint64_t needed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    needed = committed_seq_ + 1;
+    for (const auto& [id, e] : entries_) {
+      needed = std::min(needed, e.first_needed);
+    }
+    for (const PendingRemoval& r : removals_) {
+      needed = std::min(needed, r.seq);
+    }
+  }
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (writer_ == nullptr) return status;
+  const uint64_t before = writer_->disk_bytes();
+  LINATTN_RETURN_IF_ERROR(writer_->RemoveSegmentsBefore(needed));
+  if (writer_->disk_bytes() < before) {
+    std::lock_guard<std::mutex> stats_lock(mu_);
+    ++stats_.segments_removed;
+  }
+  return status;
+}
+
+uint64_t DurableStore::journal_disk_bytes() const {
+  std::error_code ec;
+  uint64_t total = 0;
+  for (const auto& dirent :
+       std::filesystem::directory_iterator(journal_dir_, ec)) {
+    const uint64_t size = std::filesystem::file_size(dirent.path(), ec);
+    if (!ec) total += size;
+  }
+  return total;
+}
+
+uint64_t DurableStore::snapshot_disk_bytes() const {
+  return files_.disk_bytes();
+}
+
+DurableStore::Stats DurableStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+// --- Recovery --------------------------------------------------------------
+
+absl::StatusOr<RecoveryReport> DurableStore::Recover(
+    SessionManager& table,
+    std::span<const std::shared_ptr<const Model>> models) {
+  const auto start = std::chrono::steady_clock::now();
+  RecoveryReport report;
+  std::map<std::string, Rebuilt, std::less<>> live;
+  uint64_t max_incarnation = 0;
+  uint64_t max_file_seq = 0;
+
+  // Snapshot files first: each is where its session's replay starts.
+  LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotFiles::Entry> files,
+                           files_.ReadAll());
+  for (SnapshotFiles::Entry& f : files) {
+    auto refuse = [&](const absl::Status& why) {
+      return absl::Status(
+          why.code() == absl::StatusCode::kFailedPrecondition
+              ? why.code()
+              : absl::StatusCode::kDataLoss,
+          absl::StrCat("snapshot files: ", f.path, ": ", why.message(),
+                       "; refusing to start from it (move it away to start "
+                       "without the session)"));
+    };
+    if (f.blob.size() < 8 + 16) {
+      return refuse(absl::DataLossError("too short"));
+    }
+    Rebuilt r;
+    r.incarnation = GetLittleEndian<uint64_t>(f.blob.data());
+    const absl::string_view blob = absl::string_view(f.blob).substr(8);
+    const uint32_t kind = GetLittleEndian<uint32_t>(blob.data() + 12);
+    if (kind == static_cast<uint32_t>(SnapshotKind::kModelSession)) {
+      auto parsed = ParseModelSnapshot(blob, models);
+      if (!parsed.ok()) return refuse(parsed.status());
+      r.kind = SessionKind::kModel;
+      r.model = parsed->model;
+      r.model_state = std::move(parsed->state);
+      r.pending = parsed->pending;
+    } else {
+      auto parsed = ParseSnapshot(blob);
+      if (!parsed.ok()) return refuse(parsed.status());
+      r.kind = SessionKind::kAttention;
+      r.spec = parsed->spec;
+      r.state = std::move(parsed->state);
+    }
+    r.covered = f.seq;
+    r.first_needed = f.seq + 1;
+    max_incarnation = std::max(max_incarnation, r.incarnation);
+    max_file_seq = std::max(max_file_seq, f.seq);
+    on_disk_[f.id] = r.incarnation;
+    live.emplace(f.id, std::move(r));
+    ++report.snapshot_files;
+  }
+
+  LINATTN_ASSIGN_OR_RETURN(JournalScan scan, ReadJournal(journal_dir_));
+  report.records = scan.records.size();
+  report.dropped_tail_bytes = scan.dropped_tail_bytes;
+  report.dropped_tail_file = scan.dropped_tail_file;
+  report.dropped_tail_offset = scan.dropped_tail_offset;
+
+  std::map<const Model*, std::unique_ptr<ForwardRunner>> runners;
+  // Runs the tokens that joined a model session's context since its last
+  // other record.
+  auto flush = [&](Rebuilt& r) -> absl::Status {
+    if (r.feed.empty()) return absl::OkStatus();
+    std::vector<int32_t> feed;
+    if (r.pending) feed.push_back(*r.pending);
+    feed.insert(feed.end(), r.feed.begin(), r.feed.end() - 1);
+    r.pending = r.feed.back();
+    r.feed.clear();
+    if (feed.empty()) return absl::OkStatus();
+    auto& runner = runners[r.model.get()];
+    if (runner == nullptr) runner = std::make_unique<ForwardRunner>(r.model);
+    return runner->Run(*r.model_state, feed, nullptr);
+  };
+  auto find_model = [&](absl::string_view name,
+                        uint64_t fingerprint) -> std::shared_ptr<const Model> {
+    for (const auto& m : models) {
+      if (m->name() == name && m->fingerprint() == fingerprint) return m;
+    }
+    return nullptr;
+  };
+
+  // Attentions by spec (FAVOR+'s projection is drawn once per spec).
+  std::vector<std::shared_ptr<const Attention>> attentions;
+  auto attention_of = [&](const AttentionSpec& spec)
+      -> absl::StatusOr<std::shared_ptr<const Attention>> {
+    for (const auto& a : attentions) {
+      if (a->spec() == spec) return a;
+    }
+    LINATTN_ASSIGN_OR_RETURN(Attention made, Attention::Create(spec));
+    attentions.push_back(std::make_shared<const Attention>(std::move(made)));
+    return attentions.back();
+  };
+  std::vector<float> scratch_out;
+  std::vector<uint8_t> scratch_available;
+
+  const std::vector<JournalRecord>& records = scan.records;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const JournalRecord& rec = records[i];
+    auto bad = [&](absl::string_view why) {
+      return absl::DataLossError(
+          absl::StrCat("journal: record ", rec.seq, " (", RecordName(rec.type),
+                       ", session '", rec.session_id, "') in ", journal_dir_,
+                       ": ", why, "; refusing to start from it"));
+    };
+    if (rec.payload.size() < 8) return bad("too short");
+    const uint64_t incarnation = GetLittleEndian<uint64_t>(rec.payload.data());
+    const absl::string_view body = absl::string_view(rec.payload).substr(8);
+    max_incarnation = std::max(max_incarnation, incarnation);
+    auto it = live.find(rec.session_id);
+    // The session's snapshot file already holds this record. (A step opens
+    // a request whose members are looked at one by one.)
+    if (it != live.end() && rec.seq <= it->second.covered &&
+        rec.type != static_cast<uint8_t>(DurableRecord::kStep)) {
+      continue;
+    }
+    const bool mine = it != live.end() && it->second.incarnation == incarnation;
+    const uint64_t bytes =
+        rec.payload.size() + rec.session_id.size() + kRecordOverhead;
+    switch (static_cast<DurableRecord>(rec.type)) {
+      case DurableRecord::kCreate:
+      case DurableRecord::kCreateWithState:
+      case DurableRecord::kModelCreate:
+      case DurableRecord::kModelCreateWithState: {
+        if (it != live.end()) return bad("creates a session that exists");
+        Rebuilt r;
+        r.incarnation = incarnation;
+        r.first_needed = rec.seq;
+        const auto type = static_cast<DurableRecord>(rec.type);
+        if (type == DurableRecord::kCreate) {
+          auto spec = ParseSpec(body);
+          if (!spec.ok()) return bad(spec.status().message());
+          r.spec = *spec;
+          r.state.emplace(r.spec);
+        } else if (type == DurableRecord::kCreateWithState) {
+          auto parsed = ParseSnapshot(body);
+          if (!parsed.ok()) return bad(parsed.status().message());
+          r.spec = parsed->spec;
+          r.state = std::move(parsed->state);
+        } else if (type == DurableRecord::kModelCreate) {
+          if (body.size() < 8) return bad("too short");
+          r.kind = SessionKind::kModel;
+          r.model = find_model(body.substr(8),
+                               GetLittleEndian<uint64_t>(body.data()));
+          if (r.model == nullptr) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("journal: session '", rec.session_id,
+                             "' runs model '", body.substr(8),
+                             "', which is not loaded (with the same "
+                             "weights); load it to recover the session"));
+          }
+          r.model_state = r.model->NewState();
+        } else {
+          auto parsed = ParseModelSnapshot(body, models);
+          if (absl::IsFailedPrecondition(parsed.status())) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("journal: session '", rec.session_id,
+                             "': ", parsed.status().message()));
+          }
+          if (!parsed.ok()) return bad(parsed.status().message());
+          r.kind = SessionKind::kModel;
+          r.model = parsed->model;
+          r.model_state = std::move(parsed->state);
+          r.pending = parsed->pending;
+        }
+        r.tail_bytes = bytes;
+        live.emplace(rec.session_id, std::move(r));
+        ++report.replayed;
+        break;
+      }
+      case DurableRecord::kState: {
+        if (!mine || it->second.kind != SessionKind::kAttention) break;
+        auto parsed = ParseSnapshot(body);
+        if (!parsed.ok()) return bad(parsed.status().message());
+        if (!(parsed->spec == it->second.spec)) {
+          return bad("holds a state of another spec than its session's");
+        }
+        it->second.state = std::move(parsed->state);
+        it->second.tail_bytes += bytes;
+        ++report.replayed;
+        break;
+      }
+      case DurableRecord::kModelState: {
+        if (!mine || it->second.kind != SessionKind::kModel) break;
+        auto parsed = ParseModelSnapshot(body, models);
+        if (!parsed.ok()) return bad(parsed.status().message());
+        if (parsed->model != it->second.model) {
+          return bad("holds a context of another model than its session's");
+        }
+        it->second.feed.clear();  // replaced whole
+        it->second.model_state = std::move(parsed->state);
+        it->second.pending = parsed->pending;
+        it->second.tail_bytes += bytes;
+        ++report.replayed;
+        break;
+      }
+      case DurableRecord::kDelete: {
+        if (!mine) break;
+        live.erase(it);
+        ++report.replayed;
+        break;
+      }
+      case DurableRecord::kTokens: {
+        if (body.size() % 4 != 0 || body.empty()) {
+          return bad("does not hold whole tokens");
+        }
+        if (!mine || it->second.kind != SessionKind::kModel) break;
+        const int64_t vocab = it->second.model->config().vocab_size;
+        for (size_t t = 0; t < body.size(); t += 4) {
+          const int32_t token = GetLittleEndian<int32_t>(body.data() + t);
+          if (token < 0 || token >= vocab) {
+            return bad(absl::StrCat("token ", token,
+                                    " is outside the model's vocabulary"));
+          }
+          it->second.feed.push_back(token);
+        }
+        it->second.tail_bytes += bytes;
+        ++report.replayed;
+        break;
+      }
+      case DurableRecord::kStep: {
+        // One request's steps: all of them or none (a DecodeBatch).
+        if (body.size() < 4) return bad("too short");
+        const uint32_t count = GetLittleEndian<uint32_t>(body.data());
+        if (count == 0 || count > records.size() - i) {
+          return bad(absl::StrCat("opens a request of ", count,
+                                  " steps the journal does not hold"));
+        }
+        std::vector<StepItem> items;
+        bool refused = false;
+        uint64_t out_floats = 0, out_heads = 0;
+        for (uint32_t j = 0; j < count; ++j) {
+          const JournalRecord& m = records[i + j];
+          if (m.type != static_cast<uint8_t>(DurableRecord::kStep) ||
+              m.payload.size() < 12 ||
+              (j > 0 && GetLittleEndian<uint32_t>(m.payload.data() + 8) != 0)) {
+            return bad(absl::StrCat("step ", j, " of the request is missing"));
+          }
+          const uint64_t inc = GetLittleEndian<uint64_t>(m.payload.data());
+          const absl::string_view floats =
+              absl::string_view(m.payload).substr(12);
+          auto mit = live.find(m.session_id);
+          const bool member_live = mit != live.end() &&
+                                   mit->second.incarnation == inc &&
+                                   mit->second.kind == SessionKind::kAttention;
+          if (!member_live || m.seq <= mit->second.covered) {
+            // A session deleted meanwhile (or already in its file): its
+            // input still decides whether the request was refused.
+            for (size_t f = 0; f + 4 <= floats.size(); f += 4) {
+              refused |=
+                  !std::isfinite(GetLittleEndian<float>(floats.data() + f));
+            }
+            continue;
+          }
+          Rebuilt& r = mit->second;
+          const uint64_t qk = uint64_t{r.spec.num_heads} * r.spec.key_dim;
+          const uint64_t vv = uint64_t{r.spec.num_heads} * r.spec.value_dim;
+          if (floats.size() != (2 * qk + vv) * sizeof(float)) {
+            return absl::DataLossError(absl::StrCat(
+                "journal: record ", m.seq, " (step, session '", m.session_id,
+                "') in ", journal_dir_,
+                ": holds a token of another shape than its session's; "
+                "refusing to start from it"));
+          }
+          if (r.attention == nullptr) {
+            LINATTN_ASSIGN_OR_RETURN(r.attention, attention_of(r.spec));
+          }
+          const float* q = reinterpret_cast<const float*>(floats.data());
+          items.push_back(StepItem{r.attention.get(),
+                                   &*r.state,
+                                   SequenceInput{q, q + qk, q + 2 * qk, 1},
+                                   {}});
+          out_floats += vv;
+          out_heads += r.spec.num_heads;
+          r.tail_bytes +=
+              m.payload.size() + m.session_id.size() + kRecordOverhead;
+        }
+        i += count - 1;
+        if (refused || items.empty()) break;
+        // The outputs are not needed; the kernels write them.
+        scratch_out.resize(out_floats + out_heads);
+        scratch_available.resize(out_heads);
+        float* o = scratch_out.data();
+        uint8_t* a = scratch_available.data();
+        for (StepItem& item : items) {
+          const uint32_t heads = item.state->num_heads();
+          const uint64_t vv = uint64_t{heads} * item.state->value_dim();
+          item.out = SequenceOutput{o, o + vv, a};
+          o += vv + heads;
+          a += heads;
+        }
+        // A refused step changed nothing when it ran, and changes nothing
+        // now.
+        (void)StepBatch(items);
+        report.replayed += items.size();
+        break;
+      }
+      default:
+        return bad("is of a type this server does not know");
+    }
+  }
+
+  // Every session joins the table under its own id and incarnation.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recovering_ = true;
+    for (const auto& [id, r] : live)
+      recovered_incarnations_[id] = r.incarnation;
+  }
+  absl::Status adopted;
+  for (auto& [id, r] : live) {
+    if (r.kind == SessionKind::kModel) {
+      if (absl::Status s = flush(r); !s.ok()) {
+        adopted = absl::Status(
+            s.code(), absl::StrCat("recovery: session '", id,
+                                   "': replaying its tokens: ", s.message()));
+        break;
+      }
+      auto session = table.AdoptModelSession(r.model, *std::move(r.model_state),
+                                             r.pending, id);
+      if (!session.ok()) {
+        adopted = absl::Status(session.status().code(),
+                               absl::StrCat("recovery: session '", id,
+                                            "': ", session.status().message()));
+        break;
+      }
+      ++report.model_sessions;
+    } else {
+      auto session = table.AdoptSession(r.spec, *std::move(r.state), id);
+      if (!session.ok()) {
+        adopted = absl::Status(session.status().code(),
+                               absl::StrCat("recovery: session '", id,
+                                            "': ", session.status().message()));
+        break;
+      }
+      ++report.attention_sessions;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recovering_ = false;
+    recovered_incarnations_.clear();
+  }
+  LINATTN_RETURN_IF_ERROR(adopted);
+  LINATTN_RETURN_IF_ERROR(RepairJournal(scan));
+  // Records continue after the last one read, and after every file's.
+  const uint64_t next_seq = std::max(scan.next_seq, max_file_seq + 1);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  LINATTN_ASSIGN_OR_RETURN(
+      writer_, JournalWriter::Open(journal_dir_, next_seq,
+                                   JournalOptions{
+                                       .durability = options_.durability,
+                                       .sync_interval = options_.sync_interval,
+                                       .segment_bytes = options_.segment_bytes,
+                                   }));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, r] : live) {
+    Entry e;
+    e.incarnation = r.incarnation;
+    e.kind = r.kind;
+    e.state_bytes = r.kind == SessionKind::kModel ? ModelSnapshotBytes(*r.model)
+                                                  : SnapshotBytes(r.spec);
+    e.first_needed = r.first_needed;
+    e.tail_bytes = r.tail_bytes;
+    entries_.emplace(id, e);
+  }
+  next_ticket_ = max_incarnation + 1;
+  committed_ticket_ = max_incarnation;
+  committed_seq_ = next_seq - 1;
+  segment_starts_.assign(1, writer_->segment_first_seq());
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return report;
+}
+
+}  // namespace linattn
