@@ -71,6 +71,10 @@ std::string BuiltinModelDir() {
 
 int main(int argc, char** argv) {
   UseShortOpenMpSpin(argv);
+  // A file size limit (RLIMIT_FSIZE) reached by the state dir's files is a
+  // full disk to report (EFBIG → RESOURCE_EXHAUSTED), not a signal that
+  // ends the server.
+  signal(SIGXFSZ, SIG_IGN);
   CLI::App app{
       "linattn-server: linear-attention sessions over gRPC (linattn.v1)"};
   app.set_version_flag("--version", "linattn-server " LINATTN_VERSION);

@@ -170,84 +170,90 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
 
 size_t LinattnServer::SnapshotSessions(
     const std::vector<DurableStore::Due>& sessions) {
+  // In pieces of at most kSnapshotPieceBytes of blobs, so that snapshotting
+  // every session at once (the drain) holds one piece in memory, not a
+  // second copy of every state; each piece is written with one sync.
+  constexpr uint64_t kSnapshotPieceBytes = uint64_t{64} << 20;
+  size_t written = 0;
+  for (size_t first = 0; first < sessions.size();) {
+    size_t last = first;
+    uint64_t bytes = 0;
+    while (last < sessions.size() &&
+           (last == first ||
+            bytes + sessions[last].state_bytes <= kSnapshotPieceBytes)) {
+      bytes += sessions[last++].state_bytes;
+    }
+    written +=
+        SnapshotPiece(std::span<const DurableStore::Due>(sessions).subspan(
+            first, last - first));
+    first = last;
+  }
+  return written;
+}
+
+size_t LinattnServer::SnapshotPiece(std::span<const DurableStore::Due> piece) {
   // Each blob is taken on the compute worker, in its session's order with
   // its other requests, together with the journal position it covers.
-  struct Taken {
-    DurableStore::Due due;
-    absl::Status status;
-    uint64_t seq = 0;
-    std::string blob;
-  };
   struct Results {
     std::mutex mu;
     std::condition_variable cv;
-    std::vector<Taken> taken;
+    std::vector<DurableStore::Taken> taken;
     size_t outstanding = 0;
   };
   auto results = std::make_shared<Results>();
   DurableStore* store = store_.get();
-  auto deliver = [results](Taken t) {
+  auto deliver = [results, store](const DurableStore::Due& due,
+                                  absl::StatusOr<std::string> blob,
+                                  uint64_t seq) {
+    if (!blob.ok()) store->SnapshotAbandoned(due);
     std::lock_guard<std::mutex> lock(results->mu);
-    results->taken.push_back(std::move(t));
+    if (blob.ok()) results->taken.push_back({due, seq, *std::move(blob)});
     --results->outstanding;
     results->cv.notify_all();
   };
-  for (const DurableStore::Due& due : sessions) {
-    {
-      std::lock_guard<std::mutex> lock(results->mu);
-      ++results->outstanding;
-    }
-    if (due.kind == SessionKind::kAttention) {
-      auto found = sessions_->FindAttention(due.id);
-      if (!found.ok() || (*found)->incarnation() != due.incarnation) {
-        deliver({due, absl::NotFoundError("gone")});
-        continue;
-      }
-      auto taken = std::make_shared<Taken>(Taken{due});
-      scheduler_->Run(
-          *std::move(found),
-          [store, taken](AttentionSession& s) {
-            taken->blob = SerializeSnapshot(s.spec(), s.state());
-            taken->seq = store->committed_seq();
-            return absl::OkStatus();
-          },
-          [taken, deliver](absl::Status status) {
-            taken->status = status;
-            deliver(std::move(*taken));
-          });
-    } else {
-      generation_->Snapshot(
-          due.id, [store, due, deliver](absl::StatusOr<std::string> blob) {
-            Taken t{due};
-            t.status = blob.status();
-            if (blob.ok()) {
-              t.blob = *std::move(blob);
-              t.seq = store->committed_seq();
-            }
-            deliver(std::move(t));
-          });
-    }
+  {
+    std::lock_guard<std::mutex> lock(results->mu);
+    results->outstanding = piece.size();
   }
-  std::vector<Taken> taken;
+  for (const DurableStore::Due& due : piece) {
+    if (due.kind == SessionKind::kModel) {
+      generation_->SnapshotForStore(
+          due.id,
+          [due, deliver](absl::StatusOr<std::string> blob, uint64_t seq) {
+            deliver(due, std::move(blob), seq);
+          });
+      continue;
+    }
+    auto found = sessions_->FindAttention(due.id);
+    if (!found.ok() || (*found)->incarnation() != due.incarnation) {
+      deliver(due, absl::NotFoundError("gone"), 0);
+      continue;
+    }
+    auto taken = std::make_shared<std::pair<std::string, uint64_t>>();
+    scheduler_->Run(
+        *std::move(found),
+        [store, taken](AttentionSession& s) {
+          taken->first = SerializeSnapshot(s.spec(), s.state());
+          taken->second = store->committed_seq();
+          return absl::OkStatus();
+        },
+        [due, taken, deliver](absl::Status status) {
+          if (!status.ok()) return deliver(due, status, 0);
+          deliver(due, std::move(taken->first), taken->second);
+        });
+  }
+  std::vector<DurableStore::Taken> taken;
   {
     std::unique_lock<std::mutex> lock(results->mu);
     results->cv.wait(lock, [&] { return results->outstanding == 0; });
     taken.swap(results->taken);
   }
-  size_t written = 0;
-  for (const Taken& t : taken) {
-    if (!t.status.ok()) {
-      store->SnapshotAbandoned(t.due);
-      continue;
-    }
-    if (absl::Status s = store->WriteSnapshot(t.due, t.seq, t.blob); !s.ok()) {
-      spdlog::warn("state dir: writing the snapshot of session '{}': {}",
-                   t.due.id, std::string(s.message()));
-      continue;
-    }
-    ++written;
+  if (absl::Status s = store->WriteSnapshots(taken); !s.ok()) {
+    spdlog::warn("state dir: writing {} snapshot file(s): {}", taken.size(),
+                 std::string(s.message()));
+    return 0;
   }
-  return written;
+  return taken.size();
 }
 
 void LinattnServer::MaintenanceLoop(std::chrono::milliseconds period) {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +88,7 @@ class LinattnServer {
   // Snapshots `sessions` (taken on the compute worker, after their queued
   // requests) into the store's files; returns how many were written.
   size_t SnapshotSessions(const std::vector<DurableStore::Due>& sessions);
+  size_t SnapshotPiece(std::span<const DurableStore::Due> piece);
 
   CallGate gate_;  // admission, drain and in-flight count of every call
   // The durable store observes the table, so it outlives it.

@@ -274,6 +274,19 @@ void GenerationEngine::Snapshot(
   Enqueue(id, std::move(job));
 }
 
+void GenerationEngine::SnapshotForStore(
+    const std::string& id,
+    std::function<void(absl::StatusOr<std::string>, uint64_t)> done) {
+  auto job = std::make_unique<Job>();
+  job->kind = Job::Kind::kSnapshot;
+  job->covered_seq = std::make_shared<uint64_t>(0);
+  job->on_snapshot = [done = std::move(done), seq = job->covered_seq](
+                         absl::StatusOr<std::string> blob) {
+    done(std::move(blob), *seq);
+  };
+  Enqueue(id, std::move(job));
+}
+
 void GenerationEngine::Delete(const std::string& id,
                               std::function<void(absl::Status)> done,
                               CallLiveness caller) {
@@ -592,6 +605,11 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
     case Job::Kind::kSnapshot: {
       std::string blob =
           SerializeModelSnapshot(s.model(), s.state(), s.pending_token());
+      // Every record of the session the blob holds is committed by now (a
+      // request ahead of this one waited for its commit).
+      if (job.covered_seq != nullptr && options_.store != nullptr) {
+        *job.covered_seq = options_.store->committed_seq();
+      }
       callbacks.push_back(
           [cb = job.on_snapshot, blob = std::move(blob)] { cb(blob); });
       Pop(q);

@@ -150,6 +150,12 @@ class GenerationEngine : private ComputeExecutor::Source {
   void Snapshot(const std::string& id,
                 std::function<void(absl::StatusOr<std::string>)> done,
                 CallLiveness caller = {});
+  // Snapshot() for the durable store's compaction: `done` also gets the
+  // journal position the blob covers (DurableStore::committed_seq() when it
+  // was taken, on the worker).
+  void SnapshotForStore(
+      const std::string& id,
+      std::function<void(absl::StatusOr<std::string>, uint64_t)> done);
   // A new session from Snapshot() bytes. FAILED_PRECONDITION when no loaded
   // model has the snapshot's name and fingerprint.
   absl::StatusOr<ModelSessionInfo> Restore(const std::string& bytes,

@@ -111,7 +111,10 @@ struct GenerationJob {
   InfoCallback on_info;          // Append, Fork
   EventCallback on_event;        // Generate
   SnapshotCallback on_snapshot;  // Snapshot
-  DeleteCallback on_delete;      // Delete
+  // Snapshot for the durable store: where the journal position the blob
+  // covers is written when it is taken.
+  std::shared_ptr<uint64_t> covered_seq;
+  DeleteCallback on_delete;  // Delete
 
   // Ends the request with `status` before it completed: its callback, as
   // the request's kind answers (a Generate with a final event). Adds

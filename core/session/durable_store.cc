@@ -69,6 +69,7 @@ struct Rebuilt {
   std::optional<ModelState> model_state;
   std::optional<int32_t> pending;
   std::vector<int32_t> feed;  // tokens joined, not yet run
+  uint64_t state_bytes = 0;   // once in the table
 };
 
 }  // namespace
@@ -205,7 +206,9 @@ uint64_t DurableStore::last_ticket() const {
 
 bool DurableStore::has_staged() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return !staged_.empty();
+  // Staged, or taken by a commit still under way (whose serialization of a
+  // new session must finish before anyone changes that session).
+  return committed_ticket_ < next_ticket_ - 1;
 }
 
 void DurableStore::SnapshotSoon(const Session& session) {
@@ -392,7 +395,7 @@ std::vector<DurableStore::Due> DurableStore::DueForSnapshot(size_t max) {
     const bool pins = e.first_needed < pin_limit || e.dirty;
     if (!pins && e.tail_bytes <= limit) continue;
     candidates.push_back({pins, e.tail_bytes > limit ? e.tail_bytes - limit : 0,
-                          Due{id, e.incarnation, e.kind}});
+                          Due{id, e.incarnation, e.kind, e.state_bytes}});
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) {
@@ -417,7 +420,7 @@ std::vector<DurableStore::Due> DurableStore::AllSessions() {
     if (e.first_needed == UINT64_MAX) continue;  // not recorded yet
     e.snapshot_requested = true;
     e.tail_at_request = e.tail_bytes;
-    out.push_back(Due{id, e.incarnation, e.kind});
+    out.push_back(Due{id, e.incarnation, e.kind, e.state_bytes});
   }
   return out;
 }
@@ -432,36 +435,56 @@ void DurableStore::SnapshotAbandoned(const Due& due) {
 
 absl::Status DurableStore::WriteSnapshot(const Due& due, uint64_t seq,
                                          absl::string_view blob) {
+  const Taken taken{due, seq, std::string(blob)};
+  return WriteSnapshots(std::span<const Taken>(&taken, 1));
+}
+
+absl::Status DurableStore::WriteSnapshots(std::span<const Taken> snapshots) {
+  // Sessions gone meanwhile keep nothing.
+  std::vector<const Taken*> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(due.id);
-    if (it == entries_.end() || it->second.incarnation != due.incarnation) {
-      return absl::OkStatus();  // gone meanwhile: nothing to keep
+    for (const Taken& t : snapshots) {
+      auto it = entries_.find(t.due.id);
+      if (it != entries_.end() && it->second.incarnation == t.due.incarnation) {
+        live.push_back(&t);
+      }
     }
   }
-  std::string data = Incarnation(due.incarnation);
-  data.append(blob.data(), blob.size());
-  const absl::Status written = files_.Write(due.id, seq, data);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(due.id);
-  const bool live =
-      it != entries_.end() && it->second.incarnation == due.incarnation;
-  if (!written.ok()) {
-    if (live) it->second.snapshot_requested = false;
-    return written;
+  if (live.empty()) return absl::OkStatus();
+  std::vector<std::string> data;
+  std::vector<SnapshotFiles::Replacement> files;
+  data.reserve(live.size());
+  files.reserve(live.size());
+  for (const Taken* t : live) {
+    data.push_back(Incarnation(t->due.incarnation) + t->blob);
+    files.push_back({t->due.id, t->seq, data.back()});
   }
-  // Written even if the session went since the check: its deletion's
-  // removal (Maintain, this thread) comes after and finds it on disk.
-  on_disk_[due.id] = due.incarnation;
-  ++stats_.snapshots_written;
-  if (!live) return absl::OkStatus();
-  Entry& e = it->second;
-  e.first_needed =
-      std::max(e.first_needed == UINT64_MAX ? 0 : e.first_needed, seq + 1);
-  e.tail_bytes -= std::min(e.tail_bytes, e.tail_at_request);
-  e.snapshot_requested = false;
-  e.dirty = false;
-  return absl::OkStatus();
+  const absl::Status written =
+      files.size() == 1 ? files_.Write(files[0].id, files[0].seq, files[0].blob)
+                        : files_.WriteMany(files);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Taken* t : live) {
+    auto it = entries_.find(t->due.id);
+    const bool still =
+        it != entries_.end() && it->second.incarnation == t->due.incarnation;
+    if (!written.ok()) {
+      if (still) it->second.snapshot_requested = false;
+      continue;
+    }
+    // Written even if the session went since the check: its deletion's
+    // removal (Maintain, this thread) comes after and finds it on disk.
+    on_disk_[t->due.id] = t->due.incarnation;
+    ++stats_.snapshots_written;
+    if (!still) continue;
+    Entry& e = it->second;
+    e.first_needed =
+        std::max(e.first_needed == UINT64_MAX ? 0 : e.first_needed, t->seq + 1);
+    e.tail_bytes -= std::min(e.tail_bytes, e.tail_at_request);
+    e.snapshot_requested = false;
+    e.dirty = false;
+  }
+  return written;
 }
 
 absl::Status DurableStore::Maintain() {
@@ -539,68 +562,91 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
   uint64_t max_file_seq = 0;
 
   // Snapshot files first: each is where its session's replay starts.
-  LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotFiles::Entry> files,
-                           files_.ReadAll());
-  for (SnapshotFiles::Entry& f : files) {
-    auto refuse = [&](const absl::Status& why) {
-      return absl::Status(
-          why.code() == absl::StatusCode::kFailedPrecondition
-              ? why.code()
-              : absl::StatusCode::kDataLoss,
-          absl::StrCat("snapshot files: ", f.path, ": ", why.message(),
-                       "; refusing to start from it (move it away to start "
-                       "without the session)"));
-    };
-    if (f.blob.size() < 8 + 16) {
-      return refuse(absl::DataLossError("too short"));
-    }
-    Rebuilt r;
-    r.incarnation = GetLittleEndian<uint64_t>(f.blob.data());
-    const absl::string_view blob = absl::string_view(f.blob).substr(8);
-    const uint32_t kind = GetLittleEndian<uint32_t>(blob.data() + 12);
-    if (kind == static_cast<uint32_t>(SnapshotKind::kModelSession)) {
-      auto parsed = ParseModelSnapshot(blob, models);
-      if (!parsed.ok()) return refuse(parsed.status());
-      r.kind = SessionKind::kModel;
-      r.model = parsed->model;
-      r.model_state = std::move(parsed->state);
-      r.pending = parsed->pending;
-    } else {
-      auto parsed = ParseSnapshot(blob);
-      if (!parsed.ok()) return refuse(parsed.status());
-      r.kind = SessionKind::kAttention;
-      r.spec = parsed->spec;
-      r.state = std::move(parsed->state);
-    }
-    r.covered = f.seq;
-    r.first_needed = f.seq + 1;
-    max_incarnation = std::max(max_incarnation, r.incarnation);
-    max_file_seq = std::max(max_file_seq, f.seq);
-    on_disk_[f.id] = r.incarnation;
-    live.emplace(f.id, std::move(r));
-    ++report.snapshot_files;
-  }
+  // One file in memory at a time; its state stays.
+  LINATTN_RETURN_IF_ERROR(
+      files_.ForEach([&](SnapshotFiles::Entry& f) -> absl::Status {
+        auto refuse = [&](const absl::Status& why) {
+          return absl::Status(
+              why.code() == absl::StatusCode::kFailedPrecondition
+                  ? why.code()
+                  : absl::StatusCode::kDataLoss,
+              absl::StrCat("snapshot files: ", f.path, ": ", why.message(),
+                           "; refusing to start from it (move it away to start "
+                           "without the session)"));
+        };
+        if (f.blob().size() < 8 + 16) {
+          return refuse(absl::DataLossError("too short"));
+        }
+        Rebuilt r;
+        r.incarnation = GetLittleEndian<uint64_t>(f.blob().data());
+        const absl::string_view blob = f.blob().substr(8);
+        const uint32_t kind = GetLittleEndian<uint32_t>(blob.data() + 12);
+        if (kind == static_cast<uint32_t>(SnapshotKind::kModelSession)) {
+          auto parsed = ParseModelSnapshot(blob, models);
+          if (!parsed.ok()) return refuse(parsed.status());
+          r.kind = SessionKind::kModel;
+          r.model = parsed->model;
+          r.model_state = std::move(parsed->state);
+          r.pending = parsed->pending;
+        } else {
+          auto parsed = ParseSnapshot(blob);
+          if (!parsed.ok()) return refuse(parsed.status());
+          r.kind = SessionKind::kAttention;
+          r.spec = parsed->spec;
+          r.state = std::move(parsed->state);
+        }
+        r.covered = f.seq;
+        r.first_needed = f.seq + 1;
+        max_incarnation = std::max(max_incarnation, r.incarnation);
+        max_file_seq = std::max(max_file_seq, f.seq);
+        on_disk_[f.id] = r.incarnation;
+        live.emplace(f.id, std::move(r));
+        ++report.snapshot_files;
+        return absl::OkStatus();
+      }));
 
-  LINATTN_ASSIGN_OR_RETURN(JournalScan scan, ReadJournal(journal_dir_));
-  report.records = scan.records.size();
-  report.dropped_tail_bytes = scan.dropped_tail_bytes;
-  report.dropped_tail_file = scan.dropped_tail_file;
-  report.dropped_tail_offset = scan.dropped_tail_offset;
-
-  std::map<const Model*, std::unique_ptr<ForwardRunner>> runners;
-  // Runs the tokens that joined a model session's context since its last
-  // other record.
-  auto flush = [&](Rebuilt& r) -> absl::Status {
-    if (r.feed.empty()) return absl::OkStatus();
-    std::vector<int32_t> feed;
-    if (r.pending) feed.push_back(*r.pending);
-    feed.insert(feed.end(), r.feed.begin(), r.feed.end() - 1);
-    r.pending = r.feed.back();
-    r.feed.clear();
-    if (feed.empty()) return absl::OkStatus();
-    auto& runner = runners[r.model.get()];
-    if (runner == nullptr) runner = std::make_unique<ForwardRunner>(r.model);
-    return runner->Run(*r.model_state, feed, nullptr);
+  // Runs the tokens that joined model sessions' contexts since their last
+  // other record: many sessions per forward pass (as the engine batches
+  // them), the pending token and all but the last token fed, the last
+  // pending.
+  auto replay_tokens = [&]() -> absl::Status {
+    constexpr size_t kItemsPerPass = 32;
+    std::map<const Model*,
+             std::vector<std::pair<const std::string*, std::vector<int32_t>>>>
+        feeds;
+    std::map<const Model*, std::shared_ptr<const Model>> owners;
+    std::map<std::string, Rebuilt*> by_id;
+    for (auto& [id, r] : live) {
+      if (r.kind != SessionKind::kModel || r.feed.empty()) continue;
+      std::vector<int32_t> feed;
+      if (r.pending) feed.push_back(*r.pending);
+      feed.insert(feed.end(), r.feed.begin(), r.feed.end() - 1);
+      r.pending = r.feed.back();
+      r.feed.clear();
+      if (feed.empty()) continue;
+      feeds[r.model.get()].push_back({&id, std::move(feed)});
+      owners[r.model.get()] = r.model;
+      by_id[id] = &r;
+    }
+    for (auto& [model, list] : feeds) {
+      ForwardRunner runner(owners[model]);
+      for (size_t first = 0; first < list.size(); first += kItemsPerPass) {
+        std::vector<ForwardItem> items;
+        for (size_t i = first; i < std::min(list.size(), first + kItemsPerPass);
+             ++i) {
+          items.push_back({.state = &*by_id[*list[i].first]->model_state,
+                           .tokens = list[i].second});
+        }
+        if (absl::Status s = runner.Run(items); !s.ok()) {
+          return absl::Status(
+              s.code(),
+              absl::StrCat("recovery: replaying the tokens of "
+                           "session '",
+                           *list[first].first, "' and others: ", s.message()));
+        }
+      }
+    }
+    return absl::OkStatus();
   };
   auto find_model = [&](absl::string_view name,
                         uint64_t fingerprint) -> std::shared_ptr<const Model> {
@@ -624,14 +670,14 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
   std::vector<float> scratch_out;
   std::vector<uint8_t> scratch_available;
 
-  const std::vector<JournalRecord>& records = scan.records;
-  for (size_t i = 0; i < records.size(); ++i) {
-    const JournalRecord& rec = records[i];
+  // One record, or a DecodeBatch request's steps together (`records`).
+  auto apply = [&](std::span<const JournalRecord> records) -> absl::Status {
+    const JournalRecord& rec = records[0];
     auto bad = [&](absl::string_view why) {
-      return absl::DataLossError(
-          absl::StrCat("journal: record ", rec.seq, " (", RecordName(rec.type),
-                       ", session '", rec.session_id, "') in ", journal_dir_,
-                       ": ", why, "; refusing to start from it"));
+      return absl::DataLossError(absl::StrCat(
+          "journal: ", rec.file, " at byte ", rec.offset, ": record ", rec.seq,
+          " (", RecordName(rec.type), ", session '", rec.session_id, "') ", why,
+          "; refusing to start from it"));
     };
     if (rec.payload.size() < 8) return bad("too short");
     const uint64_t incarnation = GetLittleEndian<uint64_t>(rec.payload.data());
@@ -642,7 +688,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
     // a request whose members are looked at one by one.)
     if (it != live.end() && rec.seq <= it->second.covered &&
         rec.type != static_cast<uint8_t>(DurableRecord::kStep)) {
-      continue;
+      return absl::OkStatus();
     }
     const bool mine = it != live.end() && it->second.incarnation == incarnation;
     const uint64_t bytes =
@@ -752,7 +798,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
         // One request's steps: all of them or none (a DecodeBatch).
         if (body.size() < 4) return bad("too short");
         const uint32_t count = GetLittleEndian<uint32_t>(body.data());
-        if (count == 0 || count > records.size() - i) {
+        if (count == 0 || count != records.size()) {
           return bad(absl::StrCat("opens a request of ", count,
                                   " steps the journal does not hold"));
         }
@@ -760,7 +806,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
         bool refused = false;
         uint64_t out_floats = 0, out_heads = 0;
         for (uint32_t j = 0; j < count; ++j) {
-          const JournalRecord& m = records[i + j];
+          const JournalRecord& m = records[j];
           if (m.type != static_cast<uint8_t>(DurableRecord::kStep) ||
               m.payload.size() < 12 ||
               (j > 0 && GetLittleEndian<uint32_t>(m.payload.data() + 8) != 0)) {
@@ -805,7 +851,6 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
           r.tail_bytes +=
               m.payload.size() + m.session_id.size() + kRecordOverhead;
         }
-        i += count - 1;
         if (refused || items.empty()) break;
         // The outputs are not needed; the kernels write them.
         scratch_out.resize(out_floats + out_heads);
@@ -828,7 +873,57 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
       default:
         return bad("is of a type this server does not know");
     }
+    return absl::OkStatus();
+  };
+
+  // The journal, one segment in memory at a time. A DecodeBatch request's
+  // steps (consecutive records, the first holding their count) are applied
+  // together once all are read.
+  std::vector<JournalRecord> request;
+  uint32_t request_steps = 0;
+  LINATTN_ASSIGN_OR_RETURN(
+      JournalScan scan,
+      ReadJournal(journal_dir_, [&](JournalRecord& rec) -> absl::Status {
+        ++report.records;
+        const bool step =
+            rec.type == static_cast<uint8_t>(DurableRecord::kStep) &&
+            rec.payload.size() >= 12;
+        const uint32_t count =
+            step ? GetLittleEndian<uint32_t>(rec.payload.data() + 8) : 0;
+        if (request_steps > 0) {
+          request.push_back(std::move(rec));
+          if (!step || count != 0) {
+            // A record inside a request's steps: apply() names it.
+            return apply(request);
+          }
+          if (request.size() < request_steps) return absl::OkStatus();
+          const absl::Status s = apply(request);
+          request.clear();
+          request_steps = 0;
+          return s;
+        }
+        if (step && count > 1) {
+          request_steps = count;
+          request.push_back(std::move(rec));
+          return absl::OkStatus();
+        }
+        return apply(std::span<const JournalRecord>(&rec, 1));
+      }));
+  if (request_steps > 0) {
+    // The last request's steps were not all written: its group commit never
+    // finished, so nothing of it was acknowledged. It goes with the torn
+    // tail (one write, one segment).
+    const JournalRecord& first = request.front();
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(first.file, ec);
+    scan.dropped_tail_file = first.file;
+    scan.dropped_tail_offset = first.offset;
+    scan.dropped_tail_bytes = ec ? 1 : size - first.offset;
+    scan.next_seq = first.seq;
   }
+  report.dropped_tail_bytes = scan.dropped_tail_bytes;
+  report.dropped_tail_file = scan.dropped_tail_file;
+  report.dropped_tail_offset = scan.dropped_tail_offset;
 
   // Every session joins the table under its own id and incarnation.
   {
@@ -837,15 +932,10 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
     for (const auto& [id, r] : live)
       recovered_incarnations_[id] = r.incarnation;
   }
-  absl::Status adopted;
+  absl::Status adopted = replay_tokens();
   for (auto& [id, r] : live) {
+    if (!adopted.ok()) break;
     if (r.kind == SessionKind::kModel) {
-      if (absl::Status s = flush(r); !s.ok()) {
-        adopted = absl::Status(
-            s.code(), absl::StrCat("recovery: session '", id,
-                                   "': replaying its tokens: ", s.message()));
-        break;
-      }
       auto session = table.AdoptModelSession(r.model, *std::move(r.model_state),
                                              r.pending, id);
       if (!session.ok()) {
@@ -854,6 +944,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
                                             "': ", session.status().message()));
         break;
       }
+      r.state_bytes = (*session)->state_bytes();
       ++report.model_sessions;
     } else {
       auto session = table.AdoptSession(r.spec, *std::move(r.state), id);
@@ -863,6 +954,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
                                             "': ", session.status().message()));
         break;
       }
+      r.state_bytes = (*session)->state_bytes();
       ++report.attention_sessions;
     }
   }
@@ -888,8 +980,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
     Entry e;
     e.incarnation = r.incarnation;
     e.kind = r.kind;
-    e.state_bytes = r.kind == SessionKind::kModel ? ModelSnapshotBytes(*r.model)
-                                                  : SnapshotBytes(r.spec);
+    e.state_bytes = r.state_bytes;
     e.first_needed = r.first_needed;
     e.tail_bytes = r.tail_bytes;
     entries_.emplace(id, e);

@@ -216,6 +216,7 @@ class DurableStore final : public SessionObserver {
     std::string id;
     uint64_t incarnation = 0;
     SessionKind kind = SessionKind::kAttention;
+    uint64_t state_bytes = 0;  // about the size of its snapshot
   };
   // Up to `max` sessions to snapshot, most overdue first. A session listed
   // is not listed again until WriteSnapshot or SnapshotAbandoned.
@@ -233,6 +234,14 @@ class DurableStore final : public SessionObserver {
   // unless the session has gone meanwhile.
   absl::Status WriteSnapshot(const Due& session, uint64_t seq,
                              absl::string_view blob);
+  // The same for several sessions, with one sync for all of them
+  // (SnapshotFiles::WriteMany).
+  struct Taken {
+    Due due;
+    uint64_t seq = 0;
+    std::string blob;
+  };
+  absl::Status WriteSnapshots(std::span<const Taken> snapshots);
   // The snapshot of a due session could not be taken (it went, or its
   // request failed): it may be listed again.
   void SnapshotAbandoned(const Due& session);

@@ -17,6 +17,7 @@
 #include "core/util/crc.h"
 #include "core/util/file_io.h"
 #include "core/util/little_endian.h"
+#include "core/util/status_macros.h"
 
 namespace linattn {
 namespace {
@@ -308,7 +309,20 @@ absl::Status RepairJournal(const JournalScan& scan) {
 }
 
 absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
+  std::vector<JournalRecord> records;
+  auto scan = ReadJournal(dir, [&](JournalRecord& record) {
+    records.push_back(std::move(record));
+    return absl::OkStatus();
+  });
+  if (scan.ok()) scan->records = std::move(records);
+  return scan;
+}
+
+absl::StatusOr<JournalScan> ReadJournal(
+    const std::string& dir,
+    const std::function<absl::Status(JournalRecord&)>& visit) {
   JournalScan scan;
+  bool any_record = false;
   auto segments = Segments(dir);
   if (!segments.ok()) return segments.status();
   for (size_t si = 0; si < segments->size(); ++si) {
@@ -351,7 +365,7 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
                      "the header's first sequence number is not the "
                      "file name's");
     }
-    if (first_seq != scan.next_seq && !(scan.records.empty() && si == 0)) {
+    if (first_seq != scan.next_seq && !(!any_record && si == 0)) {
       return damaged(0, absl::StrCat("records ", scan.next_seq, " to ",
                                      first_seq - 1, " are missing"));
     }
@@ -363,12 +377,13 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
       // the last segment is a torn write; anywhere else it is damage.
       // (A crash can also leave the file extended with zeros where the
       // write did not land.)
-      const bool zeros_to_end =
-          std::all_of(data.begin() + static_cast<std::ptrdiff_t>(pos),
-                      data.end(), [](char c) { return c == 0; });
+      auto zeros_to_end = [&] {
+        return std::all_of(data.begin() + static_cast<std::ptrdiff_t>(pos),
+                           data.end(), [](char c) { return c == 0; });
+      };
       auto torn_or_damaged = [&](uint64_t end,
                                  absl::string_view what) -> absl::Status {
-        if (last_segment && (end >= data.size() || zeros_to_end)) {
+        if (last_segment && (end >= data.size() || zeros_to_end())) {
           scan.dropped_tail_bytes = left;
           scan.dropped_tail_file = path;
           scan.dropped_tail_offset = pos;
@@ -431,7 +446,10 @@ absl::StatusOr<JournalScan> ReadJournal(const std::string& dir) {
       }
       record.session_id = std::string(body.substr(kBodyFixedBytes, id_length));
       record.payload = std::string(body.substr(kBodyFixedBytes + id_length));
-      scan.records.push_back(std::move(record));
+      record.file = path;
+      record.offset = pos;
+      LINATTN_RETURN_IF_ERROR(visit(record));
+      any_record = true;
       ++scan.next_seq;
       pos = end;
     }

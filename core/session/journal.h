@@ -42,6 +42,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,9 @@ struct JournalRecord {
   uint8_t type = 0;
   std::string session_id;
   std::string payload;
+  // Where it was read (ReadJournal).
+  std::string file;
+  uint64_t offset = 0;
 };
 
 class JournalWriter {
@@ -131,7 +135,7 @@ class JournalWriter {
 };
 
 struct JournalScan {
-  std::vector<JournalRecord> records;  // in sequence order
+  std::vector<JournalRecord> records;  // in sequence order (first overload)
   uint64_t next_seq = 1;               // after the last record read
   // A torn write dropped from the end of the last segment (0 if none).
   uint64_t dropped_tail_bytes = 0;
@@ -141,6 +145,11 @@ struct JournalScan {
 // Reads every segment of `dir` (an empty scan if there is none); see the
 // file comment for what is dropped and what refused.
 absl::StatusOr<JournalScan> ReadJournal(const std::string& dir);
+// The same, one segment in memory at a time: each record goes to `visit`
+// in order (and not into the scan); an error from `visit` stops the read.
+absl::StatusOr<JournalScan> ReadJournal(
+    const std::string& dir,
+    const std::function<absl::Status(JournalRecord&)>& visit);
 
 // Cuts the torn write a scan dropped off its file (removing a segment whose
 // header was cut), so that the journal reads cleanly once new segments

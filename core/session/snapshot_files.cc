@@ -17,6 +17,7 @@
 #include "core/util/crc.h"
 #include "core/util/file_io.h"
 #include "core/util/little_endian.h"
+#include "core/util/status_macros.h"
 
 namespace linattn {
 namespace {
@@ -57,24 +58,38 @@ absl::Status SnapshotFiles::Open() const {
   return absl::OkStatus();
 }
 
-absl::Status SnapshotFiles::Write(absl::string_view id, uint64_t seq,
-                                  absl::string_view blob) const {
-  if (!IsValidSessionId(id)) {
-    return absl::InvalidArgumentError("snapshot files: not a session id");
-  }
+namespace {
+
+// The file's bytes before and after the blob (the checksum runs over the
+// head and the blob without joining them).
+std::pair<std::string, std::string> Frame(absl::string_view id, uint64_t seq,
+                                          absl::string_view blob) {
   std::string head(kMagic, sizeof(kMagic));
   PutLittleEndian<uint32_t>(head, kVersion);
   PutLittleEndian<uint64_t>(head, seq);
   PutLittleEndian<uint16_t>(head, static_cast<uint16_t>(id.size()));
   head.append(id.data(), id.size());
-  // The checksum runs over the head and the blob without joining them.
   std::string tail;
   PutLittleEndian<uint32_t>(tail, Crc32cExtend(Crc32c(head), blob));
+  return {std::move(head), std::move(tail)};
+}
 
-  const std::string path = PathOf(id);
-  const std::string temporary = (std::filesystem::path(dir_) /
-                                 absl::StrCat(kPrefix, id, kTemporarySuffix))
-                                    .string();
+}  // namespace
+
+std::string SnapshotFiles::TemporaryOf(absl::string_view id) const {
+  return (std::filesystem::path(dir_) /
+          absl::StrCat(kPrefix, id, kTemporarySuffix))
+      .string();
+}
+
+absl::Status SnapshotFiles::WriteTemporary(absl::string_view id, uint64_t seq,
+                                           absl::string_view blob,
+                                           bool sync) const {
+  if (!IsValidSessionId(id)) {
+    return absl::InvalidArgumentError("snapshot files: not a session id");
+  }
+  const auto [head, tail] = Frame(id, seq, blob);
+  const std::string temporary = TemporaryOf(id);
   const int fd =
       ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("creating", temporary, errno);
@@ -83,19 +98,67 @@ absl::Status SnapshotFiles::Write(absl::string_view id, uint64_t seq,
        {absl::string_view(head), blob, absl::string_view(tail)}) {
     if (status.ok()) status = WriteAll(kWho, fd, part, temporary);
   }
-  if (status.ok() && sync_ && ::fdatasync(fd) != 0) {
+  if (status.ok() && sync && ::fdatasync(fd) != 0) {
     status = ErrnoStatus("syncing", temporary, errno);
   }
   ::close(fd);
-  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
-    status = ErrnoStatus("renaming", temporary, errno);
-  }
-  if (!status.ok()) {
-    ::unlink(temporary.c_str());  // the old file, if any, stays
-    return status;
+  if (!status.ok()) ::unlink(temporary.c_str());  // the old file, if any, stays
+  return status;
+}
+
+absl::Status SnapshotFiles::Write(absl::string_view id, uint64_t seq,
+                                  absl::string_view blob) const {
+  LINATTN_RETURN_IF_ERROR(WriteTemporary(id, seq, blob, sync_));
+  const std::string temporary = TemporaryOf(id);
+  if (::rename(temporary.c_str(), PathOf(id).c_str()) != 0) {
+    const absl::Status s = ErrnoStatus("renaming", temporary, errno);
+    ::unlink(temporary.c_str());
+    return s;
   }
   if (sync_) return SyncDirectory(kWho, dir_);
   return absl::OkStatus();
+}
+
+absl::Status SnapshotFiles::WriteMany(
+    std::span<const Replacement> files) const {
+  size_t written = 0;
+  absl::Status status;
+  for (; written < files.size() && status.ok(); ++written) {
+    status = WriteTemporary(files[written].id, files[written].seq,
+                            files[written].blob, /*sync=*/false);
+  }
+  if (status.ok() && sync_) {
+    // One sync for every new file's data, before any of them replaces an
+    // old one.
+    const int dir = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0 || ::syncfs(dir) != 0) {
+      status = ErrnoStatus("syncing", dir_, errno);
+    }
+    if (dir >= 0) ::close(dir);
+  }
+  if (!status.ok()) {
+    for (size_t i = 0; i < written; ++i) {
+      ::unlink(TemporaryOf(files[i].id).c_str());
+    }
+    return status;
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string temporary = TemporaryOf(files[i].id);
+    if (::rename(temporary.c_str(), PathOf(files[i].id).c_str()) != 0) {
+      status = ErrnoStatus("renaming", temporary, errno);
+      for (size_t j = i; j < files.size(); ++j) {
+        ::unlink(TemporaryOf(files[j].id).c_str());
+      }
+      break;
+    }
+  }
+  if (sync_) {
+    // The renames that happened are made durable even if a later one
+    // failed.
+    const absl::Status synced = SyncDirectory(kWho, dir_);
+    if (status.ok()) status = synced;
+  }
+  return status;
 }
 
 absl::Status SnapshotFiles::Remove(absl::string_view id) const {
@@ -108,14 +171,13 @@ absl::Status SnapshotFiles::Remove(absl::string_view id) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<SnapshotFiles::Entry>> SnapshotFiles::ReadAll()
-    const {
-  std::vector<Entry> out;
+absl::Status SnapshotFiles::ForEach(
+    const std::function<absl::Status(Entry&)>& visit) const {
   std::error_code ec;
-  if (!std::filesystem::exists(dir_, ec)) return out;
+  if (!std::filesystem::exists(dir_, ec)) return absl::OkStatus();
+  std::vector<std::string> names;
   for (const auto& dirent : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = dirent.path().filename().string();
-    const std::string path = dirent.path().string();
     if (!name.starts_with(kPrefix)) continue;
     if (EndsWith(name, kTemporarySuffix)) {
       // A replacement the process did not finish: the old file (if any) is
@@ -123,19 +185,29 @@ absl::StatusOr<std::vector<SnapshotFiles::Entry>> SnapshotFiles::ReadAll()
       std::filesystem::remove(dirent.path(), ec);
       continue;
     }
-    if (!EndsWith(name, kSuffix)) continue;
-    const std::string id =
+    if (EndsWith(name, kSuffix)) names.push_back(name);
+  }
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("snapshot files: listing ", dir_, ": ", ec.message()));
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    Entry entry;
+    entry.path = (std::filesystem::path(dir_) / name).string();
+    entry.id =
         name.substr(sizeof(kPrefix) - 1, name.size() - (sizeof(kPrefix) - 1) -
                                              (sizeof(kSuffix) - 1));
     auto damaged = [&](absl::string_view why) {
       return absl::DataLossError(absl::StrCat(
-          "snapshot files: ", path, ": ", why,
+          "snapshot files: ", entry.path, ": ", why,
           "; refusing to start from it (move it away to start without the "
           "session)"));
     };
-    auto read = ReadWholeFile(kWho, path);
+    auto read = ReadWholeFile(kWho, entry.path);
     if (!read.ok()) return damaged("cannot be read");
-    const std::string& data = *read;
+    entry.bytes = *std::move(read);
+    const std::string& data = entry.bytes;
     if (data.size() < 8 + 4 + 8 + 2 + 4 ||
         std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
       return damaged("not a session snapshot file");
@@ -151,22 +223,24 @@ absl::StatusOr<std::vector<SnapshotFiles::Entry>> SnapshotFiles::ReadAll()
     }
     const uint16_t id_length = GetLittleEndian<uint16_t>(data.data() + 20);
     if (22 + uint64_t{id_length} + 4 > data.size() ||
-        absl::string_view(data).substr(22, id_length) != id) {
+        absl::string_view(data).substr(22, id_length) != entry.id) {
       return damaged("it names another session than its file name");
     }
-    Entry entry;
-    entry.id = id;
     entry.seq = GetLittleEndian<uint64_t>(data.data() + 12);
-    entry.blob = data.substr(22 + id_length, data.size() - 22 - id_length - 4);
-    entry.path = path;
-    out.push_back(std::move(entry));
+    entry.blob_offset = 22 + id_length;
+    entry.blob_size = data.size() - 22 - id_length - 4;
+    LINATTN_RETURN_IF_ERROR(visit(entry));
   }
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("snapshot files: listing ", dir_, ": ", ec.message()));
-  }
-  std::sort(out.begin(), out.end(),
-            [](const Entry& a, const Entry& b) { return a.id < b.id; });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SnapshotFiles::Entry>> SnapshotFiles::ReadAll()
+    const {
+  std::vector<Entry> out;
+  LINATTN_RETURN_IF_ERROR(ForEach([&](Entry& e) {
+    out.push_back(std::move(e));
+    return absl::OkStatus();
+  }));
   return out;
 }
 

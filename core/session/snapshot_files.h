@@ -24,6 +24,8 @@
 #define LINATTN_CORE_SESSION_SNAPSHOT_FILES_H_
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,16 +48,33 @@ class SnapshotFiles {
   // up to `seq`. A full disk is RESOURCE_EXHAUSTED, and the old file stays.
   absl::Status Write(absl::string_view id, uint64_t seq,
                      absl::string_view blob) const;
+  struct Replacement {
+    std::string id;
+    uint64_t seq = 0;
+    absl::string_view blob;
+  };
+  // Write() for several files, with one sync for all: every new file is
+  // written beside its name, the file system synced once (syncfs), each
+  // renamed over its name, the directory synced once. A crash leaves each
+  // file old or new; a failure leaves every old file.
+  absl::Status WriteMany(std::span<const Replacement> files) const;
   // Removes the file of session `id` (none is fine).
   absl::Status Remove(absl::string_view id) const;
 
   struct Entry {
     std::string id;
     uint64_t seq = 0;
-    std::string blob;
     std::string path;
+    std::string bytes;  // the whole file
+    size_t blob_offset = 0, blob_size = 0;
+    absl::string_view blob() const {
+      return absl::string_view(bytes).substr(blob_offset, blob_size);
+    }
   };
-  // Every session's file, by id.
+  // Every session's file, one at a time in id order (one file in memory at
+  // a time), to `visit`; stops at the first error, its own or `visit`'s.
+  absl::Status ForEach(const std::function<absl::Status(Entry&)>& visit) const;
+  // Every session's file, by id (all in memory: for tests and small dirs).
   absl::StatusOr<std::vector<Entry>> ReadAll() const;
 
   std::string PathOf(absl::string_view id) const;
@@ -63,6 +82,11 @@ class SnapshotFiles {
   uint64_t disk_bytes() const;
 
  private:
+  std::string TemporaryOf(absl::string_view id) const;
+  // The new file of `id` beside its name (removed again on failure).
+  absl::Status WriteTemporary(absl::string_view id, uint64_t seq,
+                              absl::string_view blob, bool sync) const;
+
   const std::string dir_;
   const bool sync_;
 };

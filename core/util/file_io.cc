@@ -1,12 +1,12 @@
 #include "core/util/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 
@@ -47,14 +47,33 @@ absl::Status SyncDirectory(absl::string_view who, const std::string& dir) {
 
 absl::StatusOr<std::string> ReadWholeFile(absl::string_view who,
                                           const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return absl::InternalError(absl::StrCat(who, ": cannot read ", path));
-  std::string data((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    return absl::InternalError(absl::StrCat(who, ": cannot read ", path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(who, "opening", path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(who, "reading", path, err);
   }
+  std::string data;
+  // The size is a hint (the file may change while it is read): read until
+  // the end, growing as needed.
+  data.resize(static_cast<size_t>(std::max<off_t>(st.st_size, 0)) + 1);
+  size_t have = 0;
+  for (;;) {
+    if (have == data.size()) data.resize(data.size() * 2);
+    const ssize_t n = ::read(fd, data.data() + have, data.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus(who, "reading", path, err);
+    }
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  data.resize(have);
   return data;
 }
 

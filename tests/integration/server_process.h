@@ -26,9 +26,12 @@ namespace linattn::testing {
 class ServerProcess {
  public:
   // Starts the server with `args` added; nullptr if it did not come up
-  // within 20 s. `log` (optional) receives its stdout and stderr.
+  // within 20 s. `log` (optional) receives its stdout and stderr. `prefix`
+  // (optional) runs it through another program (e.g. /usr/bin/prlimit
+  // --fsize=N), which must exec it.
   static std::unique_ptr<ServerProcess> Start(
-      const std::vector<std::string>& args = {}, const std::string& log = "") {
+      const std::vector<std::string>& args = {}, const std::string& log = "",
+      const std::vector<std::string>& prefix = {}) {
     auto p = std::unique_ptr<ServerProcess>(new ServerProcess());
     p->port_file_ = std::filesystem::temp_directory_path() /
                     ("linattn_port_" + std::to_string(::getpid()) + "_" +
@@ -38,6 +41,7 @@ class ServerProcess {
         LINATTN_SERVER_BINARY,  "--listen",    "127.0.0.1:0", "--port-file",
         p->port_file_.string(), "--log-level", "warn"};
     argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.begin(), prefix.begin(), prefix.end());
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -81,6 +85,15 @@ class ServerProcess {
                                      grpc::InsecureChannelCredentials(), args);
   }
   pid_t pid() const { return pid_; }
+
+  // SIGKILL at once (a crash), and reaped.
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
 
   // SIGTERM, then wait up to `bound` (SIGKILL after). Returns the wait
   // status, or -1 if it had to be killed.

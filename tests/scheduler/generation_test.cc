@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/session/snapshot.h"
+#include "tests/scheduler/builtin_model.h"
 #include "tests/model/test_model.h"
 #include "tests/util/temp_dir.h"
 
@@ -23,11 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::shared_ptr<const Model> Builtin() {
-  static std::shared_ptr<const Model> model =
-      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
-  return model;
-}
+using testing::Builtin;
 
 // Results cross from the engine's worker to the test thread as plain data:
 // an absl::Status shares a reference-counted payload, and Debian's Abseil is

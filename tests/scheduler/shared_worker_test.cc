@@ -12,6 +12,7 @@
 #include "core/scheduler/generation.h"
 #include "core/scheduler/scheduler.h"
 #include "core/session/snapshot.h"
+#include "tests/scheduler/builtin_model.h"
 
 namespace linattn {
 namespace {
@@ -19,11 +20,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::shared_ptr<const Model> Builtin() {
-  static std::shared_ptr<const Model> model =
-      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
-  return model;
-}
+using testing::Builtin;
 
 const AttentionSpec kSpec{.num_heads = 2, .key_dim = 4, .value_dim = 4};
 

@@ -250,6 +250,73 @@ TEST(DurableStore, SnapshotsFoldTheJournalAndOldSegmentsGo) {
   EXPECT_EQ(d->table->FindAttention("a").value()->position(), 62u);
 }
 
+TEST(DurableStore, AnEvictedSessionIsRecordedAsGoneAndItsFileRemoved) {
+  testing::TempDir tmp;
+  std::mt19937 rng(7);
+  {
+    auto d = Durable::Open(tmp.Path("state"));
+    ASSERT_TRUE(d.ok()) << d.status();
+    auto a = d->table->CreateSession(kElu, std::nullopt, "a").value();
+    ASSERT_TRUE(d->store->AwaitCreate(*d->table, *a).ok());
+    RecordAndStep(*d->store, *a, rng, 3);
+    const DurableStore::Due due{"a", a->incarnation(), SessionKind::kAttention};
+    ASSERT_TRUE(d->store
+                    ->WriteSnapshot(due, d->store->committed_seq(),
+                                    SerializeSnapshot(a->spec(), a->state()))
+                    .ok());
+    const std::string file = tmp.Path("state/sessions/session-a.snap");
+    ASSERT_TRUE(std::filesystem::exists(file));
+    EXPECT_EQ(d->table->EvictIdle(std::chrono::nanoseconds(0)).attention, 1u);
+    // The maintenance thread's turn: the eviction's record, then the file.
+    ASSERT_TRUE(d->store->Tick().ok());
+    ASSERT_TRUE(d->store->Maintain().ok());
+    EXPECT_FALSE(std::filesystem::exists(file));
+  }
+  auto d = Durable::Open(tmp.Path("state"));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->report.attention_sessions, 0u);
+}
+
+TEST(DurableStore, ARequestWhoseStepsWereNotAllWrittenIsDroppedWhole) {
+  testing::TempDir tmp;
+  std::mt19937 rng(13);
+  const std::string dir = tmp.Path("state");
+  {
+    auto d = Durable::Open(dir);
+    ASSERT_TRUE(d.ok()) << d.status();
+    auto x = d->table->CreateSession(kElu, std::nullopt, "x").value();
+    auto y = d->table->CreateSession(kElu, std::nullopt, "y").value();
+    ASSERT_TRUE(d->store->SyncThrough(1, d->store->last_ticket()).ok());
+    RecordAndStep(*d->store, *x, rng, 2);
+    DurableStore::Group group;  // a DecodeBatch of x and y
+    Token tx(kElu, rng), ty(kElu, rng);
+    group.AddStep(*x, tx.in(), 2);
+    group.AddStep(*y, ty.in(), 0);
+    ASSERT_TRUE(d->store->Commit(std::move(group)).ok());
+  }
+  // The write stopped between the two records (at a record boundary: no
+  // torn record, but the request is incomplete).
+  auto scan = ReadJournal(dir + "/journal");
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  const JournalRecord& last = scan->records.back();
+  std::filesystem::resize_file(last.file, last.offset);
+  for (int restart = 0; restart < 2; ++restart) {
+    auto d = Durable::Open(dir);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->table->FindAttention("x").value()->position(), 2u);
+    EXPECT_EQ(d->table->FindAttention("y").value()->position(),
+              static_cast<uint64_t>(restart));
+    if (restart == 0) {
+      EXPECT_GT(d->report.dropped_tail_bytes, 0u);
+      // The journal goes on after the cut.
+      auto y = d->table->FindAttention("y").value();
+      RecordAndStep(*d->store, *y, rng, 1);
+    } else {
+      EXPECT_EQ(d->report.dropped_tail_bytes, 0u);
+    }
+  }
+}
+
 TEST(DurableStore, RecordsOfADeletedSessionNeverReachItsSuccessor) {
   testing::TempDir tmp;
   std::mt19937 rng(9);

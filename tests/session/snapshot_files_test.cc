@@ -35,10 +35,10 @@ TEST(SnapshotFiles, WriteReplaceReadAndRemove) {
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].id, "..");
   EXPECT_EQ((*all)[0].seq, 9u);
-  EXPECT_EQ((*all)[0].blob, std::string(5000, 'z'));
+  EXPECT_EQ((*all)[0].blob(), std::string(5000, 'z'));
   EXPECT_EQ((*all)[1].id, "a");
   EXPECT_EQ((*all)[1].seq, 12u);
-  EXPECT_EQ((*all)[1].blob, "second blob");
+  EXPECT_EQ((*all)[1].blob(), "second blob");
   EXPECT_EQ(files.disk_bytes(), ReadFile(files.PathOf("a")).size() +
                                     ReadFile(files.PathOf("..")).size());
   ASSERT_TRUE(files.Remove("..").ok());
@@ -49,6 +49,36 @@ TEST(SnapshotFiles, WriteReplaceReadAndRemove) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SnapshotFiles, ManyFilesAtOnceAllOrNoneReplaced) {
+  testing::TempDir tmp;
+  const SnapshotFiles files(tmp.Path("snapshots"), /*sync=*/true);
+  ASSERT_TRUE(files.Open().ok());
+  ASSERT_TRUE(files.Write("b", 1, "old b").ok());
+  const std::string big(70000, 'q');
+  const SnapshotFiles::Replacement three[] = {
+      {"a", 5, "new a"}, {"b", 6, big}, {"c", 7, "new c"}};
+  ASSERT_TRUE(files.WriteMany(three).ok());
+  auto all = files.ReadAll().value();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].blob(), "new a");
+  EXPECT_EQ(all[1].blob(), big);
+  EXPECT_EQ(all[1].seq, 6u);
+  EXPECT_EQ(all[2].blob(), "new c");
+  // One that cannot be written: none is replaced, no temporary file stays.
+  const SnapshotFiles::Replacement bad[] = {
+      {"a", 8, "newer a"}, {"../x", 8, "escape"}, {"c", 8, "newer c"}};
+  EXPECT_EQ(files.WriteMany(bad).code(), absl::StatusCode::kInvalidArgument);
+  all = files.ReadAll().value();
+  EXPECT_EQ(all[0].blob(), "new a");
+  EXPECT_EQ(all[2].blob(), "new c");
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator(tmp.Path("snapshots"))) {
+    ++entries;
+  }
+  EXPECT_EQ(entries, 3u);
+}
+
 TEST(SnapshotFiles, AnUnfinishedReplacementLeavesTheOldFile) {
   testing::TempDir tmp;
   const SnapshotFiles files(tmp.Path("s"), true);
@@ -57,7 +87,7 @@ TEST(SnapshotFiles, AnUnfinishedReplacementLeavesTheOldFile) {
   WriteFile(tmp.Path("s/session-a.snap.tmp"), "half of a new fi");
   auto all = files.ReadAll().value();
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_EQ(all[0].blob, "old");
+  EXPECT_EQ(all[0].blob(), "old");
   EXPECT_FALSE(std::filesystem::exists(tmp.Path("s/session-a.snap.tmp")));
 }
 
@@ -109,7 +139,7 @@ TEST(SnapshotFiles, AFullDiskKeepsTheOldFile) {
   auto all = files.ReadAll().value();
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].seq, 3u);
-  EXPECT_EQ(all[0].blob, "old and small");
+  EXPECT_EQ(all[0].blob(), "old and small");
   EXPECT_EQ(Crc32Extend(Crc32("1234"), "56789"), Crc32("123456789"));
 }
 
