@@ -20,11 +20,14 @@ RUN apt-get update -qq \
       libabsl20220623 libdnnl2 libfmt9 libgomp1 libgrpc++1.51 libprotobuf32 libspdlog1.10 \
       libsentencepiece0 \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin linattn
+ && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin linattn \
+ && mkdir -p /var/lib/linattn && chown linattn /var/lib/linattn
 # The installed tree (bin/, lib/linattn/, share/linattn/ with the built-in
 # model, share/doc/linattn/ with the LICENSE); the programs find the model
 # and the SentencePiece module relative to themselves.
 COPY --from=build /opt/linattn /usr/local
+# Where durable sessions go when LINATTN_STATE_DIR=/var/lib/linattn is set
+# (a volume mounted here starts owned by the server's user).
 USER linattn
 ENV LINATTN_LISTEN=0.0.0.0:50051
 EXPOSE 50051

@@ -108,4 +108,38 @@ cmp "$tmp/container.txt" "$tmp/host.txt"
 rm -rf "$tmp"
 # (podman without systemd logs that it has no healthcheck timer to remove.)
 podman stop -t 10 "$name" >/dev/null 2>&1
-echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server)"
+
+# Durable sessions in a volume: sessions written by one container, killed
+# with SIGKILL, are all there in the next one (at least at their
+# acknowledged step, bit for bit), and again after a SIGTERM'd one.
+load_bin=$(dirname "$client")/linattn-load
+volume=linattn-check-state-$$
+ledger=$(mktemp)
+durable_cleanup() {
+  podman rm -f "$name-durable" >/dev/null 2>&1 || true
+  podman volume rm -f "$volume" >/dev/null 2>&1 || true
+  rm -f "$ledger"
+}
+trap 'cleanup; durable_cleanup' EXIT
+start_durable() {
+  podman rm -f "$name-durable" >/dev/null 2>&1 || true
+  podman run -d --name "$name-durable" -p "127.0.0.1:$port:50051" \
+    -v "$volume:/var/lib/linattn" -e LINATTN_STATE_DIR=/var/lib/linattn \
+    -e LINATTN_MODEL=none "$image" >/dev/null
+  for _ in $(seq 1 60); do
+    if "$client" health --server "127.0.0.1:$port" --timeout 1 >/dev/null 2>&1; then return; fi
+    sleep 0.5
+  done
+  podman logs "$name-durable"; exit 1
+}
+start_durable
+"$load_bin" --server "127.0.0.1:$port" --sessions 8 --steps 300 --session-prefix box \
+  --ledger "$ledger" --no-progress >/dev/null
+podman kill -s KILL "$name-durable" >/dev/null
+start_durable
+"$load_bin" --server "127.0.0.1:$port" --check --ledger "$ledger" | tail -2
+podman stop -t 20 "$name-durable" >/dev/null 2>&1
+start_durable
+"$load_bin" --server "127.0.0.1:$port" --check --ledger "$ledger" | tail -1
+podman stop -t 20 "$name-durable" >/dev/null 2>&1
+echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server, sessions in a volume survive SIGKILL and SIGTERM)"

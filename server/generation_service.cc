@@ -165,6 +165,7 @@ class GenerationServiceImpl::GenerateReactor final
     params.max_tokens = p.max_tokens() == 0 ? 16 : p.max_tokens();
     params.stop.assign(p.stop().begin(), p.stop().end());
     params.logprobs = p.logprobs();
+    params.resume_stream = p.resume_stream();
     engine.Generate(
         request.session_id(), std::move(*tokens), std::move(params),
         [channel = channel_](const GenerateEvent& e) { channel->Push(e); },

@@ -199,15 +199,20 @@ size_t LinattnServer::SnapshotPiece(std::span<const DurableStore::Due> piece) {
     std::condition_variable cv;
     std::vector<DurableStore::Taken> taken;
     size_t outstanding = 0;
+    bool closed = false;  // the wait is over: late blobs are dropped
   };
   auto results = std::make_shared<Results>();
   DurableStore* store = store_.get();
   auto deliver = [results, store](const DurableStore::Due& due,
                                   absl::StatusOr<std::string> blob,
                                   uint64_t seq) {
-    if (!blob.ok()) store->SnapshotAbandoned(due);
     std::lock_guard<std::mutex> lock(results->mu);
-    if (blob.ok()) results->taken.push_back({due, seq, *std::move(blob)});
+    if (!blob.ok() || results->closed) {
+      // It may be listed again (a late one once its request has run).
+      store->SnapshotAbandoned(due);
+    } else {
+      results->taken.push_back({due, seq, *std::move(blob)});
+    }
     --results->outstanding;
     results->cv.notify_all();
   };
@@ -242,10 +247,15 @@ size_t LinattnServer::SnapshotPiece(std::span<const DurableStore::Due> piece) {
           deliver(due, std::move(taken->first), taken->second);
         });
   }
+  // A session whose queue is held up (a Generate whose client reads
+  // slowly) does not hold up the others: what is not taken in time waits
+  // for a later pass.
   std::vector<DurableStore::Taken> taken;
   {
     std::unique_lock<std::mutex> lock(results->mu);
-    results->cv.wait(lock, [&] { return results->outstanding == 0; });
+    results->cv.wait_for(lock, std::chrono::seconds(10),
+                         [&] { return results->outstanding == 0; });
+    results->closed = true;
     taken.swap(results->taken);
   }
   if (absl::Status s = store->WriteSnapshots(taken); !s.ok()) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -675,7 +676,13 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   if (!o.ledger.empty()) {
     nlohmann::json ledger = nlohmann::json::object();
     if (std::ifstream in(o.ledger); in) {
-      ledger = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      // An empty file (a fresh `mktemp`) is an empty ledger.
+      if (text.find_first_not_of(" \t\r\n") != std::string::npos) {
+        ledger =
+            nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+      }
       if (!ledger.is_object()) {
         return absl::InvalidArgumentError(
             absl::StrCat("--ledger: ", o.ledger, " is not a JSON object"));

@@ -31,8 +31,10 @@ absl::Status ValidateSampling(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplingParams& params, uint64_t skip)
+    : params_(params), rng_(params.seed), draws_(skip) {
+  rng_.discard(skip);
+}
 
 absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -101,6 +103,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits) {
     for (size_t i = 0; i < keep; ++i) total += p[i];
   }
   // u in [0, 1) from 53 random bits: the same on every platform.
+  ++draws_;
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
   double acc = 0;
   for (size_t i = 0; i < keep; ++i) {

@@ -30,6 +30,9 @@ struct SamplingParams {
   uint32_t max_tokens = 16;
   std::vector<std::string> stop;  // generation ends before any of these
   bool logprobs = false;
+  // Continue the session's random stream (its last sampling Generate's seed,
+  // from where that one stopped) instead of starting `seed`'s stream.
+  bool resume_stream = false;
 };
 
 // Largest max_tokens one Generate may ask for.
@@ -43,15 +46,32 @@ struct SampledToken {
   float logprob = 0.0f;  // log_softmax(logits)[id]
 };
 
+// Where a model session's random stream stands: the seed of its last
+// Generate that sampled at a temperature above 0, and the draws taken from
+// that seed's stream so far (one per sampled token). A Generate asking to
+// resume the stream starts there (SamplingParams::resume_stream), so a
+// client whose Generate was cut gets what the uncut one would have given.
+struct SamplerPosition {
+  uint64_t seed = 0;
+  uint64_t draws = 0;
+  bool set = false;  // no Generate has sampled yet
+  bool operator==(const SamplerPosition&) const = default;
+};
+
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
+  // The stream of params.seed, with its first `skip` draws taken already.
+  explicit Sampler(const SamplingParams& params, uint64_t skip = 0);
+  // Draws taken from the stream so far (skipped ones included): one per
+  // token sampled at a temperature above 0.
+  uint64_t draws() const { return draws_; }
   // INTERNAL when no logit is finite (a broken model), never otherwise.
   absl::StatusOr<SampledToken> Sample(std::span<const float> logits);
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  uint64_t draws_ = 0;
   std::vector<std::pair<float, int32_t>> order_;
 };
 

@@ -162,7 +162,7 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
   LINATTN_ASSIGN_OR_RETURN(
       auto session,
       sessions_->AdoptModelSession(parsed.model, std::move(parsed.state),
-                                   parsed.pending, session_id));
+                                   parsed.pending, parsed.sampler, session_id));
   if (options_.store != nullptr) {
     LINATTN_RETURN_IF_ERROR(options_.store->AwaitCreate(*sessions_, *session));
   }
@@ -339,6 +339,7 @@ GenerationStats GenerationEngine::stats() const {
 void GenerationEngine::RestoreBackup(ModelSession& s, Job& job) {
   s.state() = std::move(job.backup);
   s.pending_token() = job.backup_pending;
+  s.sampler() = job.backup_sampler;
   s.Publish();
   // Generated tokens were recorded as they were sampled: the context goes
   // back on disk too.
@@ -350,19 +351,28 @@ void GenerationEngine::RestoreBackup(ModelSession& s, Job& job) {
 void GenerationEngine::RecordContext(ModelSession& s) {
   if (options_.store == nullptr) return;
   records_.AddModelState(s);
-  rewound_.push_back(&s);
+  rewound_.push_back({s.id(), s.incarnation()});
 }
 
 void GenerationEngine::Record(
     Queue& q, Job& job, std::span<const int32_t> tokens,
+    std::optional<SamplerPosition> stream,
     std::function<void(Callbacks&)> on_commit,
     std::function<void(const absl::Status&, Callbacks&)> on_failure,
     Callbacks& callbacks) {
+  if (stream) {
+    // The stream moves with the tokens it drew.
+    on_commit = [&q, stream, then = std::move(on_commit)](Callbacks& cbs) {
+      q.session->sampler() = *stream;
+      then(cbs);
+    };
+  }
   if (options_.store == nullptr) {
     on_commit(callbacks);
     return;
   }
   records_.AddTokens(*q.session, tokens);
+  if (stream) records_.AddSampler(*q.session, *stream);
   job.awaiting_commit = true;
   awaiting_.push_back(
       Awaiting{&q, &job, std::move(on_commit), std::move(on_failure)});
@@ -373,7 +383,7 @@ void GenerationEngine::CommitRecords(Callbacks& callbacks) {
   if (store == nullptr) return;
   DurableStore::Group group;
   std::vector<Awaiting> awaiting;
-  std::vector<ModelSession*> rewound;
+  std::vector<std::pair<std::string, uint64_t>> rewound;
   {
     std::lock_guard<std::mutex> lock(mu_);
     group = std::move(records_);
@@ -389,7 +399,9 @@ void GenerationEngine::CommitRecords(Callbacks& callbacks) {
   if (!s.ok()) {
     // A context that went back could not be recorded: the session's
     // snapshot file will be.
-    for (ModelSession* session : rewound) store->SnapshotSoon(*session);
+    for (const auto& [id, incarnation] : rewound) {
+      store->SnapshotSoon(id, incarnation);
+    }
   }
   for (Awaiting& a : awaiting) {
     a.job->awaiting_commit = false;
@@ -452,6 +464,10 @@ void GenerationEngine::EndCancelled(Queue& q, Job& job, Callbacks& callbacks) {
     Job::Rollback& r = job.rollback[delivered % 2];
     s.state() = std::move(r.state);
     s.pending_token() = r.token;
+    if (job.params.temperature > 0.0f) {
+      // The stream goes back with the tokens: one draw per token.
+      s.sampler() = {job.params.seed, job.first_draw + delivered, true};
+    }
     RecordContext(s);  // the undelivered tokens were recorded
   } else if (!job.finished_sampling()) {
     // Every sampled token went out; the last is in the context, not fed.
@@ -512,6 +528,7 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
   (job.kind == Job::Kind::kAppend ? appends_ : generates_)++;
   prompt_tokens_ += job.input.size();
   job.backup_pending = s.pending_token();
+  job.backup_sampler = s.sampler();
   if (s.pending_token()) job.feed.push_back(*s.pending_token());
   job.feed.insert(job.feed.end(), job.input.begin(), job.input.end());
   s.pending_token().reset();
@@ -527,7 +544,21 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
     return StartResult::kStarted;
   }
   job.prompt_tokens = job.input.size();
-  job.sampler = std::make_unique<Sampler>(job.params);
+  if (job.params.resume_stream) {
+    if (!s.sampler().set) {
+      s.pending_token() = job.backup_pending;
+      job.Fail(absl::FailedPreconditionError(
+                   "sampling.resume_stream: the session has no random "
+                   "stream to resume (no Generate of it has sampled at a "
+                   "temperature above 0)"),
+               callbacks);
+      Pop(q);
+      return StartResult::kEnded;
+    }
+    job.params.seed = s.sampler().seed;
+    job.first_draw = s.sampler().draws;
+  }
+  job.sampler = std::make_unique<Sampler>(job.params, job.first_draw);
   job.text = std::make_unique<TextStream>(job.params.stop);
   if (job.feed.empty()) {
     const auto& bos = s.model().config().bos_token_id;
@@ -550,7 +581,7 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
 
 void GenerationEngine::CommitAppend(Queue& q, Job& job, Callbacks& callbacks) {
   Record(
-      q, job, job.input,
+      q, job, job.input, std::nullopt,
       [this, &q, &job](Callbacks& cbs) {
         ModelSession& s = *q.session;
         s.Publish(/*stepped=*/true);
@@ -603,8 +634,8 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       return true;
     }
     case Job::Kind::kSnapshot: {
-      std::string blob =
-          SerializeModelSnapshot(s.model(), s.state(), s.pending_token());
+      std::string blob = SerializeModelSnapshot(s.model(), s.state(),
+                                                s.pending_token(), s.sampler());
       // Every record of the session the blob holds is committed by now (a
       // request ahead of this one waited for its commit).
       if (job.covered_seq != nullptr && options_.store != nullptr) {
@@ -851,12 +882,16 @@ void GenerationEngine::OnToken(Queue& q, Job& job, const SampledToken& token,
   std::vector<int32_t> joined;
   if (job.completion_tokens == 1) joined = job.joining;
   joined.push_back(token.id);
+  std::optional<SamplerPosition> stream;
+  if (job.params.temperature > 0.0f) {
+    stream = SamplerPosition{job.params.seed, job.sampler->draws(), true};
+  }
   if (reason.empty()) {
     job.feed.assign(1, token.id);
     job.fed = 0;
     e.position = s.state().position() + 1;
     Record(
-        q, job, joined,
+        q, job, joined, stream,
         [this, &job, e](Callbacks& cbs) {
           Emit(
               job, [cb = job.on_event, e] { cb(e); }, cbs);
@@ -871,7 +906,7 @@ void GenerationEngine::OnToken(Queue& q, Job& job, const SampledToken& token,
   e.finished = true;
   e.finish_reason = reason;
   Record(
-      q, job, joined,
+      q, job, joined, stream,
       [this, &q, &job, e](Callbacks& cbs) mutable {
         ModelSession& session = *q.session;
         session.Publish(/*stepped=*/true);

@@ -235,7 +235,10 @@ class GenerationEngine : private ComputeExecutor::Source {
   };
   // Under mu_: `tokens` joined the context of `q`'s session through `job`.
   // Without a store on_commit runs at once; with one, after the commit.
+  // `stream`: where the session's random stream stands after them (a
+  // sampling Generate's tokens).
   void Record(Queue& q, Job& job, std::span<const int32_t> tokens,
+              std::optional<SamplerPosition> stream,
               std::function<void(Callbacks&)> on_commit,
               std::function<void(const absl::Status&, Callbacks&)> on_failure,
               Callbacks& callbacks);
@@ -263,9 +266,11 @@ class GenerationEngine : private ComputeExecutor::Source {
   absl::Status abort_;  // set by AbortGenerations
   bool stopping_ = false;
   std::map<std::string, Queue, std::less<>> queues_;
-  DurableStore::Group records_;         // under mu_
-  std::vector<Awaiting> awaiting_;      // under mu_
-  std::vector<ModelSession*> rewound_;  // under mu_: RecordContext'ed
+  DurableStore::Group records_;     // under mu_
+  std::vector<Awaiting> awaiting_;  // under mu_
+  // Under mu_: sessions (id, incarnation) whose context RecordContext
+  // recorded in records_.
+  std::vector<std::pair<std::string, uint64_t>> rewound_;
   // Jobs holding working copies, and how many have given theirs back (a job
   // waiting for memory is runnable again once this moves).
   std::atomic<uint64_t> leased_jobs_{0};

@@ -175,6 +175,10 @@ struct GenerationJob {
   // What joins the context with the first generated token: the prompt (or
   // the bos token it started from).
   std::vector<int32_t> joining;
+  // The session's random stream when the job started (put back with the
+  // backup), and the draws of params.seed's stream it started from.
+  SamplerPosition backup_sampler;
+  uint64_t first_draw = 0;
   uint64_t completion_tokens = 0;  // tokens sampled (and recorded)
   // Paced (GenerateControl): of the tokens sampled, `emitted` have gone to
   // the event callback and the control says how many of those were

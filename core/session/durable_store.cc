@@ -41,6 +41,8 @@ absl::string_view RecordName(uint8_t type) {
       return "model state";
     case DurableRecord::kTokens:
       return "tokens";
+    case DurableRecord::kSampler:
+      return "sampler";
   }
   return "unknown";
 }
@@ -68,6 +70,7 @@ struct Rebuilt {
   std::shared_ptr<const Model> model;
   std::optional<ModelState> model_state;
   std::optional<int32_t> pending;
+  SamplerPosition sampler;
   std::vector<int32_t> feed;  // tokens joined, not yet run
   uint64_t state_bytes = 0;   // once in the table
 };
@@ -116,7 +119,15 @@ void DurableStore::Group::AddModelState(const ModelSession& session) {
   Add(DurableRecord::kModelState, session,
       Incarnation(session.incarnation()) +
           SerializeModelSnapshot(session.model(), session.state(),
-                                 session.pending_token()));
+                                 session.pending_token(), session.sampler()));
+}
+
+void DurableStore::Group::AddSampler(const ModelSession& session,
+                                     const SamplerPosition& position) {
+  std::string payload = Incarnation(session.incarnation());
+  PutLittleEndian<uint64_t>(payload, position.seed);
+  PutLittleEndian<uint64_t>(payload, position.draws);
+  Add(DurableRecord::kSampler, session, std::move(payload));
 }
 
 // --- Store ---------------------------------------------------------------
@@ -165,7 +176,8 @@ std::pair<DurableRecord, std::string> DurableStore::CreatePayload(
     return {DurableRecord::kModelCreate, std::move(payload)};
   }
   return {DurableRecord::kModelCreateWithState,
-          SerializeModelSnapshot(s.model(), s.state(), s.pending_token())};
+          SerializeModelSnapshot(s.model(), s.state(), s.pending_token(),
+                                 s.sampler())};
 }
 
 void DurableStore::OnCreated(const std::shared_ptr<Session>& session) {
@@ -211,10 +223,10 @@ bool DurableStore::has_staged() const {
   return committed_ticket_ < next_ticket_ - 1;
 }
 
-void DurableStore::SnapshotSoon(const Session& session) {
+void DurableStore::SnapshotSoon(absl::string_view id, uint64_t incarnation) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(session.id());
-  if (it != entries_.end() && it->second.incarnation == session.incarnation()) {
+  auto it = entries_.find(id);
+  if (it != entries_.end() && it->second.incarnation == incarnation) {
     it->second.dirty = true;
   }
 }
@@ -588,6 +600,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
           r.model = parsed->model;
           r.model_state = std::move(parsed->state);
           r.pending = parsed->pending;
+          r.sampler = parsed->sampler;
         } else {
           auto parsed = ParseSnapshot(blob);
           if (!parsed.ok()) return refuse(parsed.status());
@@ -738,6 +751,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
           r.model = parsed->model;
           r.model_state = std::move(parsed->state);
           r.pending = parsed->pending;
+          r.sampler = parsed->sampler;
         }
         r.tail_bytes = bytes;
         live.emplace(rec.session_id, std::move(r));
@@ -766,6 +780,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
         it->second.feed.clear();  // replaced whole
         it->second.model_state = std::move(parsed->state);
         it->second.pending = parsed->pending;
+        it->second.sampler = parsed->sampler;
         it->second.tail_bytes += bytes;
         ++report.replayed;
         break;
@@ -790,6 +805,15 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
           }
           it->second.feed.push_back(token);
         }
+        it->second.tail_bytes += bytes;
+        ++report.replayed;
+        break;
+      }
+      case DurableRecord::kSampler: {
+        if (body.size() != 16) return bad("is not a seed and a draw count");
+        if (!mine || it->second.kind != SessionKind::kModel) break;
+        it->second.sampler = {GetLittleEndian<uint64_t>(body.data()),
+                              GetLittleEndian<uint64_t>(body.data() + 8), true};
         it->second.tail_bytes += bytes;
         ++report.replayed;
         break;
@@ -937,7 +961,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
     if (!adopted.ok()) break;
     if (r.kind == SessionKind::kModel) {
       auto session = table.AdoptModelSession(r.model, *std::move(r.model_state),
-                                             r.pending, id);
+                                             r.pending, r.sampler, id);
       if (!session.ok()) {
         adopted = absl::Status(session.status().code(),
                                absl::StrCat("recovery: session '", id,

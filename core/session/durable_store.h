@@ -31,6 +31,8 @@
 //   9 tokens              tokens that joined a model session's context, i32
 //                         each (the pending token, if any, and all but the
 //                         last are fed; the last becomes pending)
+//  10 sampler             where a model session's random stream stands after
+//                         a sampled token: seed u64, draws u64
 // Records of a session that is not live (or is live as another incarnation)
 // are skipped; only creates bring a session in.
 //
@@ -105,6 +107,7 @@ enum class DurableRecord : uint8_t {
   kModelCreateWithState = 7,
   kModelState = 8,
   kTokens = 9,
+  kSampler = 10,
 };
 
 struct DurableStoreOptions {
@@ -168,6 +171,8 @@ class DurableStore final : public SessionObserver {
                    std::span<const int32_t> tokens);
     // The session's context as it is now.
     void AddModelState(const ModelSession& session);
+    void AddSampler(const ModelSession& session,
+                    const SamplerPosition& position);
     bool empty() const { return records_.empty(); }
     size_t size() const { return records_.size(); }
 
@@ -223,7 +228,7 @@ class DurableStore final : public SessionObserver {
   std::vector<Due> DueForSnapshot(size_t max);
   // The session's context differs from what its records say (a rollback
   // whose record failed): it is due for a snapshot before any other.
-  void SnapshotSoon(const Session& session);
+  void SnapshotSoon(absl::string_view id, uint64_t incarnation);
   // Every live session (for a snapshot of all of them at shutdown).
   std::vector<Due> AllSessions();
   // The sequence number of the last committed record; read on the compute

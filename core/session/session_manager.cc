@@ -78,12 +78,14 @@ AttentionSession::AttentionSession(std::string id, std::string owner,
 
 ModelSession::ModelSession(std::string id, std::string owner,
                            std::shared_ptr<const Model> model, ModelState state,
-                           std::optional<int32_t> pending)
+                           std::optional<int32_t> pending,
+                           SamplerPosition sampler)
     : Session(std::move(id), SessionKind::kModel, std::move(owner),
               state.bytes(), state.bytes()),
       model_(std::move(model)),
       state_(std::move(state)),
-      pending_token_(pending) {
+      pending_token_(pending),
+      sampler_(sampler) {
   Publish();
 }
 
@@ -341,8 +343,8 @@ absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::Commit(
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::Commit(
     SessionReservation reservation, ModelState state,
-    std::optional<int32_t> pending, absl::string_view requested_id,
-    absl::string_view id_field) {
+    std::optional<int32_t> pending, SamplerPosition sampler,
+    absl::string_view requested_id, absl::string_view id_field) {
   if (reservation.manager_ != this ||
       reservation.kind_ != SessionKind::kModel) {
     return absl::InvalidArgumentError(
@@ -353,7 +355,8 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::Commit(
   }
   for (;;) {
     auto session = std::make_shared<ModelSession>(
-        IdFor(requested_id), "", reservation.model_, std::move(state), pending);
+        IdFor(requested_id), "", reservation.model_, std::move(state), pending,
+        sampler);
     absl::Status added = Add(reservation, session, id_field);
     if (added.ok()) return session;
     if (!requested_id.empty() || !absl::IsAlreadyExists(added)) return added;
@@ -423,17 +426,17 @@ SessionManager::CreateModelSession(std::shared_ptr<const Model> model,
         "memory: allocating ", model->state_bytes(), " bytes of state failed"));
   }
   return Commit(std::move(reservation), std::move(state), std::nullopt,
-                requested_id);
+                SamplerPosition{}, requested_id);
 }
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AdoptModelSession(
     std::shared_ptr<const Model> model, ModelState state,
-    std::optional<int32_t> pending, absl::string_view requested_id,
-    absl::string_view id_field) {
+    std::optional<int32_t> pending, SamplerPosition sampler,
+    absl::string_view requested_id, absl::string_view id_field) {
   LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
                            Reserve(std::move(model), requested_id, id_field));
-  return Commit(std::move(reservation), std::move(state), pending, requested_id,
-                id_field);
+  return Commit(std::move(reservation), std::move(state), pending, sampler,
+                requested_id, id_field);
 }
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
@@ -451,7 +454,7 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
                      " bytes for the forked state failed"));
   }
   return Commit(std::move(reservation), std::move(copy), parent.pending_token(),
-                requested_id, id_field);
+                parent.sampler(), requested_id, id_field);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(

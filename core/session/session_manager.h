@@ -32,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "core/attention/attention.h"
 #include "core/model/model.h"
+#include "core/model/sampler.h"
 #include "core/util/memory_budget.h"
 
 namespace linattn {
@@ -147,7 +148,7 @@ class ModelSession final : public Session {
  public:
   ModelSession(std::string id, std::string owner,
                std::shared_ptr<const Model> model, ModelState state,
-               std::optional<int32_t> pending);
+               std::optional<int32_t> pending, SamplerPosition sampler = {});
 
   const Model& model() const { return *model_; }
   const std::shared_ptr<const Model>& shared_model() const { return model_; }
@@ -157,6 +158,8 @@ class ModelSession final : public Session {
   const ModelState& state() const { return state_; }
   std::optional<int32_t>& pending_token() { return pending_token_; }
   std::optional<int32_t> pending_token() const { return pending_token_; }
+  SamplerPosition& sampler() { return sampler_; }
+  const SamplerPosition& sampler() const { return sampler_; }
   // Tokens in the context: the state's position and the pending token.
   uint64_t context_position() const {
     return state_.position() + (pending_token_.has_value() ? 1 : 0);
@@ -169,6 +172,7 @@ class ModelSession final : public Session {
   const std::shared_ptr<const Model> model_;
   ModelState state_;
   std::optional<int32_t> pending_token_;
+  SamplerPosition sampler_;
 };
 
 // What a durable store (or a metrics exporter) hears from the table, in
@@ -293,7 +297,8 @@ class SessionManager {
   // A session holding a restored context (`state` of `model`'s shape).
   absl::StatusOr<std::shared_ptr<ModelSession>> AdoptModelSession(
       std::shared_ptr<const Model> model, ModelState state,
-      std::optional<int32_t> pending, absl::string_view requested_id,
+      std::optional<int32_t> pending, SamplerPosition sampler,
+      absl::string_view requested_id,
       absl::string_view id_field = "session_id");
   // A copy of `parent`'s context (worker-only, as ForkSession).
   absl::StatusOr<std::shared_ptr<ModelSession>> ForkModelSession(
@@ -319,7 +324,8 @@ class SessionManager {
       absl::string_view id_field = "session_id");
   absl::StatusOr<std::shared_ptr<ModelSession>> Commit(
       SessionReservation reservation, ModelState state,
-      std::optional<int32_t> pending, absl::string_view requested_id,
+      std::optional<int32_t> pending, SamplerPosition sampler,
+      absl::string_view requested_id,
       absl::string_view id_field = "session_id");
 
   // --- Both kinds ---

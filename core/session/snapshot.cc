@@ -24,6 +24,9 @@ constexpr uint32_t kRequired = 1;
 constexpr uint32_t kSpecTag = SnapshotTag("SPEC");
 constexpr uint32_t kModelTag = SnapshotTag("MODL");
 constexpr uint32_t kStateTag = SnapshotTag("STAT");
+constexpr uint32_t kSamplerTag = SnapshotTag("SMPL");
+// SMPL: seed u64, draws u64, set u8.
+constexpr uint64_t kSamplerSectionBytes = 8 + 8 + 1;
 
 std::string TagName(uint32_t tag) {
   std::string name;
@@ -46,6 +49,7 @@ class SnapshotWriter {
   struct Section {
     uint32_t tag;
     uint64_t size;
+    bool required = true;
   };
   SnapshotWriter(SnapshotKind kind, std::span<const Section> sections)
       : sections_(sections.begin(), sections.end()) {
@@ -60,7 +64,7 @@ class SnapshotWriter {
     uint64_t offset = kHeaderBytes + kTableEntryBytes * sections.size();
     for (const Section& s : sections) {
       Put<uint32_t>(s.tag);
-      Put<uint32_t>(kRequired);
+      Put<uint32_t>(s.required ? kRequired : 0);
       Put<uint64_t>(offset);
       Put<uint64_t>(s.size);
       offset += s.size;
@@ -424,17 +428,22 @@ uint64_t ModelSectionBytes(const Model& model) {
 }  // namespace
 
 uint64_t ModelSnapshotBytes(const Model& model) {
-  return ContainerBytes(2,
+  return ContainerBytes(3,
                         ModelSectionBytes(model) +
                             StateSectionBytes(model.config().num_hidden_layers,
-                                              model.state_bytes()));
+                                              model.state_bytes()) +
+                            kSamplerSectionBytes);
 }
 
 std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
-                                   std::optional<int32_t> pending) {
+                                   std::optional<int32_t> pending,
+                                   const SamplerPosition& sampler) {
+  // SMPL is optional: a reader that does not know it restores the context
+  // and starts random streams afresh.
   const SnapshotWriter::Section sections[] = {
       {kModelTag, ModelSectionBytes(model)},
-      {kStateTag, StateSectionBytes(state.layers().size(), state.bytes())}};
+      {kStateTag, StateSectionBytes(state.layers().size(), state.bytes())},
+      {kSamplerTag, kSamplerSectionBytes, /*required=*/false}};
   SnapshotWriter w(SnapshotKind::kModelSession, sections);
   w.Put<uint64_t>(model.fingerprint());
   w.Put<uint32_t>(static_cast<uint32_t>(model.name().size()));
@@ -442,6 +451,9 @@ std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
   w.Put<int32_t>(pending.value_or(-1));
   w.Put<uint32_t>(static_cast<uint32_t>(state.layers().size()));
   for (const AttentionState& layer : state.layers()) w.PutState(layer);
+  w.Put<uint64_t>(sampler.seed);
+  w.Put<uint64_t>(sampler.draws);
+  w.Put<uint8_t>(sampler.set ? 1 : 0);
   return w.Finish();
 }
 
@@ -509,6 +521,17 @@ absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
     return Malformed("has tokens in its state but no pending token");
   }
   if (pending >= 0) parsed.pending = pending;
+  for (const SnapshotSection& s : sections) {
+    if (s.tag != kSamplerTag) continue;
+    SectionReader sampler(s.bytes, "SMPL");
+    uint8_t set = 0;
+    LINATTN_RETURN_IF_ERROR(sampler.Get(&parsed.sampler.seed, "seed"));
+    LINATTN_RETURN_IF_ERROR(sampler.Get(&parsed.sampler.draws, "draws"));
+    LINATTN_RETURN_IF_ERROR(sampler.Get(&set, "set"));
+    LINATTN_RETURN_IF_ERROR(sampler.Done());
+    if (set > 1) return Malformed("sampler position is malformed");
+    parsed.sampler.set = set == 1;
+  }
   return parsed;
 }
 

@@ -24,6 +24,8 @@
 //   STAT (both):      state count u32 (1, or the model's layers), then per
 //        state position u64, float count u64 and the floats (S, z, key
 //        scales per head as AttentionState lays them out)
+//   SMPL (model, optional): the session's random stream: seed u64, draws
+//        u64, set u8 (SamplerPosition)
 // A reader skips a section it does not know unless its required bit is set,
 // so a later writer can add optional sections old readers still accept.
 //
@@ -53,6 +55,7 @@
 #include "core/attention/spec.h"
 #include "core/attention/state.h"
 #include "core/model/model.h"
+#include "core/model/sampler.h"
 
 namespace linattn {
 
@@ -81,15 +84,18 @@ absl::StatusOr<AttentionSpec> ParseSpec(absl::string_view blob);
 
 // --- Model sessions ----------------------------------------------------
 
-// A model session's context: the state and the token not yet fed.
+// A model session's context: the state, the token not yet fed and the
+// position of its random stream.
 std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
-                                   std::optional<int32_t> pending);
+                                   std::optional<int32_t> pending,
+                                   const SamplerPosition& sampler = {});
 uint64_t ModelSnapshotBytes(const Model& model);
 
 struct ParsedModelSnapshot {
   std::shared_ptr<const Model> model;
   ModelState state;
   std::optional<int32_t> pending;
+  SamplerPosition sampler;  // unset when the blob has no SMPL section
 };
 // Finds the snapshot's model among `models` by name and fingerprint.
 absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(

@@ -776,8 +776,11 @@ TEST(AttentionServiceDrain, SigtermEndsIdleStreamsAndExitsAtOnce) {
 // (UNAVAILABLE), and the client learns of every step that changed its
 // session.
 TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
-  auto server = ServerProcess::Start(
-      {"--model", "none", "--prefill-tokens-per-round", "1"});
+  // A grace period long enough for the prefill on a loaded machine: the
+  // step must be answered because it ran, not because the grace ended.
+  auto server =
+      ServerProcess::Start({"--model", "none", "--prefill-tokens-per-round",
+                            "1", "--grace-period", "120"});
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session a = Create(*stub, ProtoSpec(1, 2, 2));
@@ -794,7 +797,14 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
     v1::PrefillResponse resp;
     prefilled = stub->Prefill(&ctx, pre, &resp);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Joined however the test ends (a failed ASSERT returns early).
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{prefill};
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   grpc::ClientContext ctx;
   auto stream = stub->Decode(&ctx);
   v1::DecodeRequest step;
@@ -802,7 +812,7 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
   for (int i = 0; i < 2; ++i)
     step.add_q(1.0f), step.add_k(1.0f), step.add_v(2.0f);
   ASSERT_TRUE(stream->Write(step));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
   v1::DecodeResponse resp;
   ASSERT_TRUE(stream->Read(&resp)) << "the applied step was not answered";

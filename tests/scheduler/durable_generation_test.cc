@@ -154,6 +154,51 @@ TEST(DurableGeneration, RecoveredSessionsContinueAsTheirTwins) {
   EXPECT_FALSE((*d)->engine->GetSession("gone").ok());
 }
 
+// A sampling Generate cut after 8 tokens (here by a "crash"), asked again
+// with resume_stream, gives the tokens the uncut one gives after its 8th.
+TEST(DurableGeneration, AResumedStreamContinuesWhereTheCutOneStopped) {
+  const SamplingParams sampled{
+      .temperature = 0.9f, .seed = 77, .max_tokens = 20};
+  GenerationEngine uncut({Builtin()});
+  ASSERT_TRUE(uncut.CreateSession("", "u").ok());
+  ASSERT_EQ(Append(uncut, "u", "And the earth was"), absl::StatusCode::kOk);
+  const std::vector<int32_t> expected = Generate(uncut, "u", "", sampled).ids;
+  ASSERT_EQ(expected.size(), 20u);
+
+  testing::TempDir tmp;
+  std::vector<int32_t> got;
+  {
+    auto d = Open(tmp.Path("state"));
+    ASSERT_TRUE(d.ok()) << d.status();
+    GenerationEngine& e = *(*d)->engine;
+    ASSERT_TRUE(e.CreateSession("", "c").ok());
+    // Nothing to resume yet.
+    EXPECT_EQ(Generate(e, "c", "", {.resume_stream = true}).code,
+              absl::StatusCode::kFailedPrecondition);
+    ASSERT_EQ(Append(e, "c", "And the earth was"), absl::StatusCode::kOk);
+    SamplingParams first = sampled;
+    first.max_tokens = 8;
+    got = Generate(e, "c", "", first).ids;
+    ASSERT_EQ(got.size(), 8u);
+  }
+  auto d = Open(tmp.Path("state"));
+  ASSERT_TRUE(d.ok()) << d.status();
+  GenerationEngine& e = *(*d)->engine;
+  // The stream travels with snapshots (and so with forks and restores).
+  GenerationEngine twins({Builtin()});
+  ASSERT_TRUE(twins.Restore(Snapshot(e, "c"), "c").ok());
+  // Another seed in the request does not matter: the session's stream is
+  // resumed.
+  const SamplingParams resume{
+      .seed = 1, .max_tokens = 12, .resume_stream = true};
+  SamplingParams rest = resume;
+  rest.temperature = 0.9f;
+  const std::vector<int32_t> after = Generate(e, "c", "", rest).ids;
+  got.insert(got.end(), after.begin(), after.end());
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(Generate(twins, "c", "", rest).ids, after);
+}
+
 TEST(DurableGeneration, ASessionOfAModelNotLoadedStopsRecovery) {
   testing::TempDir tmp;
   {

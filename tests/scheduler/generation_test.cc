@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "core/session/snapshot.h"
-#include "tests/scheduler/builtin_model.h"
 #include "tests/model/test_model.h"
+#include "tests/scheduler/builtin_model.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -402,9 +402,12 @@ TEST(GenerationTest, ForgedModelSnapshotsAreRefusedDespiteAValidChecksum) {
   const std::string good = Snapshot(engine, s.session_id).value();
   // Where the fields are, from the layout table: MODL holds fingerprint
   // u64, name length u32, the name, the pending token i32; STAT the state
-  // count u32, then per layer position u64, float count u64, floats.
+  // count u32, then per layer position u64, float count u64, floats; SMPL
+  // (optional) the random stream's seed u64, draws u64, set u8.
   const auto sections = OpenSnapshot(good, SnapshotKind::kModelSession).value();
-  ASSERT_EQ(sections.size(), 2u);
+  ASSERT_EQ(sections.size(), 3u);
+  EXPECT_EQ(sections[2].tag, SnapshotTag("SMPL"));
+  EXPECT_EQ(sections[2].flags, 0u) << "optional: older readers skip it";
   const size_t pending_at =
       sections[0].offset + 8 + 4 + Builtin()->name().size();
   const size_t first_float = sections[1].offset + 4 + 8 + 8;
@@ -427,6 +430,11 @@ TEST(GenerationTest, ForgedModelSnapshotsAreRefusedDespiteAValidChecksum) {
   absl::Status b = engine.Restore(reseal(nan), "").status();
   EXPECT_EQ(b.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(b.message()), HasSubstr("NaN or Inf"));
+  std::string stream = good;
+  stream[sections[2].offset + 16] = 2;  // `set` is 0 or 1
+  absl::Status c = engine.Restore(reseal(stream), "").status();
+  EXPECT_EQ(c.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.message()), HasSubstr("sampler position"));
 }
 
 TEST(GenerationTest, ALongPromptDoesNotStallRunningStreams) {
