@@ -582,7 +582,7 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
 void GenerationEngine::CommitAppend(Queue& q, Job& job, Callbacks& callbacks) {
   Record(
       q, job, job.input, std::nullopt,
-      [this, &q, &job](Callbacks& cbs) {
+      [&q, &job](Callbacks& cbs) {
         ModelSession& s = *q.session;
         s.Publish(/*stepped=*/true);
         cbs.push_back([cb = job.on_info, info = Describe(s)] { cb(info); });
