@@ -959,28 +959,22 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
   absl::Status adopted = replay_tokens();
   for (auto& [id, r] : live) {
     if (!adopted.ok()) break;
+    absl::StatusOr<std::shared_ptr<Session>> session;
     if (r.kind == SessionKind::kModel) {
-      auto session = table.AdoptModelSession(r.model, *std::move(r.model_state),
-                                             r.pending, r.sampler, id);
-      if (!session.ok()) {
-        adopted = absl::Status(session.status().code(),
-                               absl::StrCat("recovery: session '", id,
-                                            "': ", session.status().message()));
-        break;
-      }
-      r.state_bytes = (*session)->state_bytes();
-      ++report.model_sessions;
+      session = table.AdoptModelSession(r.model, *std::move(r.model_state),
+                                        r.pending, r.sampler, id);
     } else {
-      auto session = table.AdoptSession(r.spec, *std::move(r.state), id);
-      if (!session.ok()) {
-        adopted = absl::Status(session.status().code(),
-                               absl::StrCat("recovery: session '", id,
-                                            "': ", session.status().message()));
-        break;
-      }
-      r.state_bytes = (*session)->state_bytes();
-      ++report.attention_sessions;
+      session = table.AdoptSession(r.spec, *std::move(r.state), id);
     }
+    if (!session.ok()) {
+      adopted = absl::Status(session.status().code(),
+                             absl::StrCat("recovery: session '", id,
+                                          "': ", session.status().message()));
+      break;
+    }
+    r.state_bytes = (*session)->state_bytes();
+    ++(r.kind == SessionKind::kModel ? report.model_sessions
+                                     : report.attention_sessions);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -101,7 +101,7 @@ std::vector<int32_t> TwinGreedy(GenerationEngine& engine, const std::string& id,
 }
 
 // Greedy tokens streamed by the server; stops at the end of the stream.
-std::vector<int32_t> ServerGreedy(v1::GenerationService::Stub& stub,
+std::vector<int32_t> ServerGreedy(v1::GenerationService::Stub& generation,
                                   const std::string& id,
                                   const std::vector<int32_t>& prompt,
                                   uint32_t max_tokens, grpc::Status* status) {
@@ -110,7 +110,7 @@ std::vector<int32_t> ServerGreedy(v1::GenerationService::Stub& stub,
   req.set_session_id(id);
   req.mutable_prompt_token_ids()->Assign(prompt.begin(), prompt.end());
   req.mutable_sampling()->set_max_tokens(max_tokens);
-  auto reader = stub.Generate(&ctx, req);
+  auto reader = generation.Generate(&ctx, req);
   std::vector<int32_t> ids;
   v1::GenerateResponse r;
   while (reader->Read(&r)) {
@@ -132,19 +132,19 @@ TEST(DurableSessions, ModelSessionsContinueAsAnUncrashedTwinAfterKillNine) {
         {"--state-dir", state, "--model", LINATTN_BUILTIN_MODEL_DIR},
         tmp.Path("server.log"));
     ASSERT_NE(server, nullptr) << ReadLog(tmp.Path("server.log"));
-    auto stub = v1::GenerationService::NewStub(server->Channel());
+    auto generation = v1::GenerationService::NewStub(server->Channel());
     for (size_t i = 0; i < prompts.size(); ++i) {
       grpc::ClientContext ctx;
       v1::CreateModelSessionRequest req;
       req.set_session_id("m" + std::to_string(i));
       v1::ModelSession s;
-      ASSERT_TRUE(stub->CreateSession(&ctx, req, &s).ok());
+      ASSERT_TRUE(generation->CreateSession(&ctx, req, &s).ok());
     }
     std::vector<std::thread> streams;
     for (size_t i = 0; i < prompts.size(); ++i) {
       streams.emplace_back([&, i] {
         grpc::Status status;
-        received[i] = ServerGreedy(*stub, "m" + std::to_string(i),
+        received[i] = ServerGreedy(*generation, "m" + std::to_string(i),
                                    Bytes(prompts[i]), 100'000, &status);
       });
     }
@@ -161,7 +161,7 @@ TEST(DurableSessions, ModelSessionsContinueAsAnUncrashedTwinAfterKillNine) {
       {"--state-dir", state, "--model", LINATTN_BUILTIN_MODEL_DIR},
       tmp.Path("server2.log"));
   ASSERT_NE(server, nullptr) << ReadLog(tmp.Path("server2.log"));
-  auto stub = v1::GenerationService::NewStub(server->Channel());
+  auto generation = v1::GenerationService::NewStub(server->Channel());
   GenerationEngine twins({Model::Load(LINATTN_BUILTIN_MODEL_DIR).value()});
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string id = "m" + std::to_string(i);
@@ -169,7 +169,7 @@ TEST(DurableSessions, ModelSessionsContinueAsAnUncrashedTwinAfterKillNine) {
     v1::GetModelSessionRequest req;
     req.set_session_id(id);
     v1::ModelSession recovered;
-    ASSERT_TRUE(stub->GetSession(&ctx, req, &recovered).ok()) << id;
+    ASSERT_TRUE(generation->GetSession(&ctx, req, &recovered).ok()) << id;
     // What the client was told: the prompt and every token it received.
     std::vector<int32_t> context = Bytes(prompts[i]);
     if (received[i].empty()) {
@@ -193,7 +193,8 @@ TEST(DurableSessions, ModelSessionsContinueAsAnUncrashedTwinAfterKillNine) {
     const uint64_t extra = recovered.position() - context.size();
     if (extra > 0) TwinGreedy(twins, id, static_cast<uint32_t>(extra));
     grpc::Status status;
-    const std::vector<int32_t> next = ServerGreedy(*stub, id, {}, 16, &status);
+    const std::vector<int32_t> next =
+        ServerGreedy(*generation, id, {}, 16, &status);
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(next, TwinGreedy(twins, id, 16))
         << id << " (" << received[i].size() << " tokens received, " << extra
