@@ -28,6 +28,8 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   # model tokenizers
   libsentencepiece-dev
+  # the shared state store's Redis client
+  libhiredis-dev
   # tests and benchmarks (python3: the report scripts in bench/ and the
   # container check, standard library only)
   libgtest-dev libgmock-dev libbenchmark-dev python3
@@ -46,7 +48,16 @@ if ((python)); then
     python3-grpcio python3-protobuf
     # the built-in model's training text: the King James Bible
     bible-kjv
+    # the real engines replicas run behind and on (tools/scaleout_check.sh):
+    # Redis for the shared state store, HAProxy for session routing; and
+    # what checks deploy/ (scripts/deploy-check.sh): podman-compose
+    redis-server haproxy podman-compose
   )
+  # kubectl renders deploy/k8s (`kubectl kustomize`), and Node.js runs the
+  # schema check: Debian's, unless the machine has its own.
+  command -v kubectl >/dev/null || packages+=(kubernetes-client)
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()

@@ -334,7 +334,10 @@ class AttentionServiceImpl::DecodeReactor final
           }
           StepDone(status);
         },
-        liveness_);
+        liveness_,
+        request_.has_expected_position()
+            ? std::optional<uint64_t>(request_.expected_position())
+            : std::nullopt);
     return absl::OkStatus();
   }
 
@@ -416,7 +419,10 @@ class AttentionServiceImpl::DecodeBatchReactor final
           {*found,
            {step.q().data(), step.k().data(), step.v().data(), 1},
            {r.mutable_output()->mutable_data(),
-            r.mutable_denominator()->mutable_data(), available_[i].data()}});
+            r.mutable_denominator()->mutable_data(), available_[i].data()},
+           step.has_expected_position()
+               ? std::optional<uint64_t>(step.expected_position())
+               : std::nullopt});
       sessions_.push_back(*std::move(found));
     }
     return group;

@@ -58,11 +58,12 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text,
   return out;
 }
 
-absl::Status CheckCanListen(const ListenAddress& address,
-                            absl::string_view flag) {
-  if (address.port == 0) return absl::OkStatus();
+absl::StatusOr<AddressList> ResolveListenAddress(const ListenAddress& address,
+                                                 absl::string_view flag) {
   std::string host = address.host;
-  if (host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(1, host.size() - 2);
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -74,8 +75,17 @@ absl::Status CheckCanListen(const ListenAddress& address,
     return absl::InvalidArgumentError(absl::StrCat(
         flag, ": cannot resolve '", address.host, "': ", gai_strerror(rc)));
   }
+  return AddressList(found, freeaddrinfo);
+}
+
+absl::Status CheckCanListen(const ListenAddress& address,
+                            absl::string_view flag) {
+  if (address.port == 0) return absl::OkStatus();
+  auto found = ResolveListenAddress(address, flag);
+  if (!found.ok()) return found.status();
   absl::Status status = absl::OkStatus();
-  for (addrinfo* a = found; a != nullptr && status.ok(); a = a->ai_next) {
+  for (addrinfo* a = found->get(); a != nullptr && status.ok();
+       a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
@@ -93,7 +103,6 @@ absl::Status CheckCanListen(const ListenAddress& address,
     }
     close(fd);
   }
-  freeaddrinfo(found);
   return status;
 }
 

@@ -6,7 +6,10 @@
 #ifndef LINATTN_SERVER_LISTEN_ADDRESS_H_
 #define LINATTN_SERVER_LISTEN_ADDRESS_H_
 
+#include <netdb.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,6 +26,12 @@ struct ListenAddress {
 // "127.0.0.1:50051", "0.0.0.0:0", "[::1]:8080", "localhost:50051".
 // INVALID_ARGUMENT naming `flag` when it is anything else.
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text,
+                                                 absl::string_view flag);
+
+// The address's host resolved for a passive TCP socket (getaddrinfo),
+// INVALID_ARGUMENT naming `flag` when it cannot be.
+using AddressList = std::unique_ptr<addrinfo, void (*)(addrinfo*)>;
+absl::StatusOr<AddressList> ResolveListenAddress(const ListenAddress& address,
                                                  absl::string_view flag);
 
 // OK when nothing listens on the address's port (port 0 always is);

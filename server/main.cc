@@ -6,7 +6,9 @@
 // NOT_SERVING, new calls are refused, in-flight calls get --grace-period to
 // finish, and the process exits 0. A second signal during the drain exits at
 // once (status 1). With --state-dir, the drain ends by writing every
-// session's snapshot file, so the next start reads files, not the journal.
+// session's snapshot file, so the next start reads files, not the journal;
+// with --state-store, it writes every session's snapshot to Redis and gives
+// up the replica's lease, so other replicas take its sessions at once.
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +24,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "core/session/session_manager.h"
 #include "core/util/byte_size.h"
 #include "core/util/flag_checks.h"
 #include "server/listen_address.h"
@@ -229,6 +232,35 @@ int main(int argc, char** argv) {
       ->envname("LINATTN_SYNC_INTERVAL_MS")
       ->check(linattn::NumberAtLeast(1, 3'600'000))
       ->capture_default_str();
+  app.add_option("--state-store", options.shared.url,
+                 "keep sessions in Redis (redis://HOST:PORT[/DB]) instead of "
+                 "--state-dir, so that replicas behind a session-hashing "
+                 "proxy share them: each session is served by one replica at "
+                 "a time, any replica takes over one whose owner died or "
+                 "left, and every change is in Redis before it is "
+                 "acknowledged (docs/design.md, \"Replicas and the shared "
+                 "store\")")
+      ->envname("LINATTN_STATE_STORE");
+  std::string replica_name;
+  app.add_option("--replica-name", replica_name,
+                 "with --state-store: this replica's name in the store (a "
+                 "random suffix is added, so each start is a new owner); "
+                 "default: the host name")
+      ->envname("LINATTN_REPLICA_NAME");
+  int64_t lease_ms = 2000;
+  app.add_option("--lease-ms", lease_ms,
+                 "with --state-store: how long this replica's sessions stay "
+                 "its own without a heartbeat (renewed every quarter of it); "
+                 "a replica that dies is taken over after at most this long")
+      ->envname("LINATTN_LEASE_MS")
+      ->check(linattn::NumberAtLeast(100, 600'000))
+      ->capture_default_str();
+  app.add_option("--haproxy-agent-listen", options.haproxy_agent_listen,
+                 "HOST:PORT answering HAProxy's agent-check: \"up ready\" "
+                 "while serving, \"drain\" once a drain began, so a proxy "
+                 "stops routing sessions here before the listener closes "
+                 "(deploy/haproxy); default: none")
+      ->envname("LINATTN_HAPROXY_AGENT_LISTEN");
   app.add_option("--port-file", port_file,
                  "write the bound port here once serving")
       ->envname("LINATTN_PORT_FILE");
@@ -271,6 +303,17 @@ int main(int argc, char** argv) {
       std::chrono::milliseconds(static_cast<int64_t>(idle_ttl_s * 1000));
   options.durable.durability = *linattn::ParseDurability(durability);
   options.durable.sync_interval = std::chrono::milliseconds(sync_interval_ms);
+  if (!options.shared.url.empty()) {
+    if (replica_name.empty()) {
+      char host[256] = {};
+      replica_name = gethostname(host, sizeof(host) - 1) == 0 && host[0] != 0
+                         ? host
+                         : "linattn";
+    }
+    options.shared.replica =
+        replica_name + "-" + linattn::RandomSessionId().substr(0, 8);
+    options.shared.lease = std::chrono::milliseconds(lease_ms);
+  }
 
   // Signals are taken by sigwait below, so every thread starts with them
   // blocked. SIGUSR1 is the drain thread telling the main thread it is done.

@@ -24,9 +24,23 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   SessionManagerOptions session_options = options.sessions;
   session_options.max_message_bytes =
       static_cast<uint64_t>(options.max_message_bytes);
-  if (!options.durable.dir.empty()) {
-    LINATTN_ASSIGN_OR_RETURN(server->store_,
-                             DurableStore::Open(options.durable));
+  DurableStoreOptions durable = options.durable;
+  if (!options.shared.url.empty()) {
+    if (!durable.dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--state-store: sessions are kept in the state store or in "
+          "--state-dir, not both; give one");
+    }
+    auto shared = SharedStore::Open(options.shared);
+    if (!shared.ok()) {
+      return absl::Status(
+          shared.status().code(),
+          absl::StrCat("--state-store: ", shared.status().message()));
+    }
+    durable.shared = std::shared_ptr<SharedStore>(std::move(*shared));
+  }
+  if (!durable.dir.empty() || durable.shared != nullptr) {
+    LINATTN_ASSIGN_OR_RETURN(server->store_, DurableStore::Open(durable));
     session_options.observer = server->store_.get();
   }
   LINATTN_ASSIGN_OR_RETURN(server->sessions_,
@@ -82,20 +96,28 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     LINATTN_ASSIGN_OR_RETURN(
         server->recovery_, server->store_->Recover(*server->sessions_, models));
     const RecoveryReport& r = server->recovery_;
-    spdlog::info(
-        "state dir {} ({} durability): recovered {} attention and {} model "
-        "session(s) from {} snapshot file(s) and {} journal record(s) ({} "
-        "replayed) in {:.3f} s",
-        options.durable.dir,
-        std::string(DurabilityName(options.durable.durability)),
-        r.attention_sessions, r.model_sessions, r.snapshot_files, r.records,
-        r.replayed, r.seconds);
-    if (r.dropped_tail_bytes > 0) {
-      spdlog::warn(
-          "state dir: dropped a torn write of {} byte(s) at the end of the "
-          "journal ({} at byte {}): a crash cut it short before it was "
-          "acknowledged",
-          r.dropped_tail_bytes, r.dropped_tail_file, r.dropped_tail_offset);
+    if (durable.shared != nullptr) {
+      spdlog::info(
+          "state store {}: replica '{}' (lease {} ms); sessions are loaded "
+          "from the store when first asked for",
+          options.shared.url, options.shared.replica,
+          options.shared.lease.count());
+    } else {
+      spdlog::info(
+          "state dir {} ({} durability): recovered {} attention and {} model "
+          "session(s) from {} snapshot file(s) and {} journal record(s) ({} "
+          "replayed) in {:.3f} s",
+          options.durable.dir,
+          std::string(DurabilityName(options.durable.durability)),
+          r.attention_sessions, r.model_sessions, r.snapshot_files, r.records,
+          r.replayed, r.seconds);
+      if (r.dropped_tail_bytes > 0) {
+        spdlog::warn(
+            "state dir: dropped a torn write of {} byte(s) at the end of the "
+            "journal ({} at byte {}): a crash cut it short before it was "
+            "acknowledged",
+            r.dropped_tail_bytes, r.dropped_tail_file, r.dropped_tail_offset);
+      }
     }
   }
   GenerationOptions generation_options = options.generation;
@@ -153,6 +175,16 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   health->SetServingStatus("", true);
   health->SetServingStatus("linattn.v1.AttentionService", true);
   health->SetServingStatus("linattn.v1.GenerationService", true);
+  if (!options.haproxy_agent_listen.empty()) {
+    LINATTN_ASSIGN_OR_RETURN(const ListenAddress agent,
+                             ParseListenAddress(options.haproxy_agent_listen,
+                                                "--haproxy-agent-listen"));
+    CallGate* gate = &server->gate_;
+    LINATTN_ASSIGN_OR_RETURN(
+        server->agent_, HaproxyAgent::Start(agent, [gate]() -> std::string {
+          return gate->draining() ? "drain" : "up ready";
+        }));
+  }
   if (options.idle_ttl.count() > 0) {
     server->evictor_ = std::thread(
         [s = server.get(), ttl = options.idle_ttl] { s->EvictionLoop(ttl); });
@@ -162,8 +194,16 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     if (options.durable.durability == Durability::kBatch) {
       period = std::min(period, options.durable.sync_interval);
     }
+    if (server->store_->shared()) {
+      // Heartbeats: the lease is renewed four times per lease time.
+      period = std::min(period, options.shared.lease / 4);
+    }
     server->maintainer_ =
         std::thread([s = server.get(), period] { s->MaintenanceLoop(period); });
+    if (server->store_->shared()) {
+      server->handover_ =
+          std::thread([s = server.get()] { s->HandOverLoop(); });
+    }
   }
   return server;
 }
@@ -239,7 +279,7 @@ size_t LinattnServer::SnapshotPiece(std::span<const DurableStore::Due> piece) {
         *std::move(found),
         [store, taken](AttentionSession& s) {
           taken->first = SerializeSnapshot(s.spec(), s.state());
-          taken->second = store->committed_seq();
+          taken->second = store->CoveredPosition(s);
           return absl::OkStatus();
         },
         [due, taken, deliver](absl::Status status) {
@@ -259,7 +299,7 @@ size_t LinattnServer::SnapshotPiece(std::span<const DurableStore::Due> piece) {
     taken.swap(results->taken);
   }
   if (absl::Status s = store->WriteSnapshots(taken); !s.ok()) {
-    spdlog::warn("state dir: writing {} snapshot file(s): {}", taken.size(),
+    spdlog::warn("{}: writing {} snapshot(s): {}", store->label(), taken.size(),
                  std::string(s.message()));
     return 0;
   }
@@ -271,6 +311,7 @@ void LinattnServer::MaintenanceLoop(std::chrono::milliseconds period) {
   bool failing = false;
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
+    if (store_->shared()) Heartbeat();
     // A batch sync that fell due, and deletions of evicted sessions.
     absl::Status s = store_->Tick();
     if (s.ok()) {
@@ -278,10 +319,64 @@ void LinattnServer::MaintenanceLoop(std::chrono::milliseconds period) {
       s = store_->Maintain();
     }
     if (!s.ok() && !failing) {
-      spdlog::warn("state dir: {}", std::string(s.message()));
+      spdlog::warn("{}: {}", store_->label(), std::string(s.message()));
     }
     failing = !s.ok();
     lock.lock();
+  }
+}
+
+void LinattnServer::Heartbeat() {
+  auto lost = store_->Beat();
+  if (!lost.ok()) {
+    if (!heartbeat_failing_) {
+      spdlog::warn("state store: renewing this replica's lease: {}",
+                   std::string(lost.status().message()));
+    }
+    heartbeat_failing_ = true;
+    return;
+  }
+  if (heartbeat_failing_) spdlog::info("state store: reachable again");
+  heartbeat_failing_ = false;
+  if (!lost->empty()) {
+    spdlog::warn(
+        "state store: {} session(s) were taken over by other replicas while "
+        "this one's lease had lapsed; they leave this replica",
+        lost->size());
+    (void)store_->HandOver(*lost, /*release=*/false);
+  }
+}
+
+void LinattnServer::HandOverLoop() {
+  bool failing = false;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
+    auto wanted = store_->AwaitWanted();
+    if (!wanted.ok()) {
+      if (!failing) {
+        spdlog::warn("state store: waiting for other replicas' requests: {}",
+                     std::string(wanted.status().message()));
+      }
+      failing = true;
+      std::unique_lock<std::mutex> lock(mu_);
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                        [this] { return stopping_; });
+      continue;
+    }
+    failing = false;
+    if (wanted->empty()) continue;
+    // Asked for by other replicas: snapshot (so the next owner replays
+    // little), then released.
+    const size_t written = SnapshotSessions(*wanted);
+    const absl::Status s = store_->HandOver(*wanted, /*release=*/true);
+    spdlog::info(
+        "state store: handed {} session(s) over to the replicas that asked "
+        "({} snapshot(s) written){}",
+        wanted->size(), written,
+        s.ok() ? "" : absl::StrCat("; releasing: ", s.message()));
   }
 }
 
@@ -345,6 +440,7 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
   }
   if (evictor_.joinable()) evictor_.join();
   if (maintainer_.joinable()) maintainer_.join();
+  if (handover_.joinable()) handover_.join();
   if (store_ != nullptr && scheduler_ != nullptr && generation_ != nullptr) {
     // Every session into its snapshot file, so that the next start reads
     // files instead of replaying the journal.
@@ -353,12 +449,14 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
     const std::vector<DurableStore::Due> all = store_->AllSessions();
     const size_t written = s.ok() ? SnapshotSessions(all) : 0;
     if (s.ok()) s = store_->Maintain();
+    if (s.ok() && store_->shared()) s = store_->DropLease();
     if (!s.ok()) {
-      spdlog::warn("state dir: at shutdown: {}", std::string(s.message()));
+      spdlog::warn("{}: at shutdown: {}", store_->label(),
+                   std::string(s.message()));
     }
     spdlog::info(
-        "state dir: wrote the snapshots of {} of {} session(s) in {:.3f} s",
-        written, all.size(),
+        "{}: wrote the snapshots of {} of {} session(s) in {:.3f} s",
+        store_->label(), written, all.size(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
   }

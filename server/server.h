@@ -22,6 +22,7 @@
 #include "core/session/session_manager.h"
 #include "server/attention_service.h"
 #include "server/generation_service.h"
+#include "server/haproxy_agent.h"
 #include "server/rpc_entry.h"
 
 namespace linattn {
@@ -51,6 +52,12 @@ struct ServerOptions {
   // is recovered from it before the server serves, and every change is
   // recorded there before it is acknowledged. Empty = memory only.
   DurableStoreOptions durable;
+  // Replicas (docs/design.md §4, "Replicas and the shared store"): with a
+  // url (redis://HOST:PORT), sessions' records and snapshots go to Redis
+  // instead of durable.dir, each session owned by one replica at a time.
+  SharedStoreOptions shared;
+  // The HAProxy agent-check endpoint (server/haproxy_agent.h); empty = none.
+  std::string haproxy_agent_listen;
   // How often the maintenance thread looks for sessions to snapshot (and,
   // for Durability::kBatch, syncs: then every durable.sync_interval).
   std::chrono::milliseconds maintenance_period{500};
@@ -66,6 +73,8 @@ class LinattnServer {
   // The address actually bound (with the chosen port when 0 was asked).
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // The HAProxy agent-check port (0 without one).
+  int agent_port() const { return agent_ != nullptr ? agent_->port() : 0; }
 
   // Graceful drain: health turns NOT_SERVING (the listener stays open for
   // probes), new calls get UNAVAILABLE, in-flight calls get until `grace` to
@@ -89,6 +98,12 @@ class LinattnServer {
   // requests) into the store's files; returns how many were written.
   size_t SnapshotSessions(const std::vector<DurableStore::Due>& sessions);
   size_t SnapshotPiece(std::span<const DurableStore::Due> piece);
+  // Shared store: renews the lease, and lets go of what other replicas
+  // took meanwhile (maintenance thread).
+  void Heartbeat();
+  // Shared store: hands over what other replicas ask for (own thread).
+  void HandOverLoop();
+  bool heartbeat_failing_ = false;  // maintenance thread
 
   CallGate gate_;  // admission, drain and in-flight count of every call
   // The durable store observes the table, so it outlives it.
@@ -105,7 +120,9 @@ class LinattnServer {
   std::string address_;
   int port_ = 0;
   std::thread evictor_;
+  std::unique_ptr<HaproxyAgent> agent_;  // --haproxy-agent-listen
   std::thread maintainer_;
+  std::thread handover_;  // shared store: HandOverLoop
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

@@ -21,6 +21,8 @@ absl::Status Generate(const GenerateOptions& options, std::ostream& out,
     grpc::ClientContext ctx;
     v1::CreateModelSessionRequest req;
     req.set_model(options.model);
+    req.set_session_id(NewSessionId());
+    NameSession(ctx, req.session_id());
     v1::ModelSession session;
     if (absl::Status s =
             FromGrpcStatus(stub->CreateSession(&ctx, req, &session));
@@ -44,6 +46,7 @@ absl::Status Generate(const GenerateOptions& options, std::ostream& out,
   const auto start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first;
   grpc::ClientContext ctx;
+  NameSession(ctx, session_id);
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse r;
   v1::GenerateResponse last;
@@ -82,6 +85,7 @@ absl::Status Generate(const GenerateOptions& options, std::ostream& out,
       info << "session " << session_id << "\n";
     } else {
       grpc::ClientContext del_ctx;
+      NameSession(del_ctx, session_id);
       v1::DeleteModelSessionRequest del;
       del.set_session_id(session_id);
       v1::DeleteModelSessionResponse ignored;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,19 @@ absl::Status FinishAfterFailedRead(grpc::ClientContext& ctx,
   return FromGrpcStatus(status);
 }
 
+void NameSession(grpc::ClientContext& ctx, const std::string& session_id) {
+  if (!session_id.empty()) ctx.AddMetadata(kSessionIdMetadata, session_id);
+}
+
+std::string NewSessionId() {
+  std::random_device device;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&id, absl::Hex(device(), absl::kZeroPad8));
+  }
+  return id;
+}
+
 RemoteAttention::RemoteAttention(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // the server enforces its own limit
@@ -82,8 +96,9 @@ absl::StatusOr<v1::Session> RemoteAttention::CreateSession(
   s->set_feature_dim(spec.feature_dim);
   s->set_seed(spec.seed);
   s->set_horizon(spec.horizon);
-  req.set_session_id(session_id);
+  req.set_session_id(session_id.empty() ? NewSessionId() : session_id);
   grpc::ClientContext ctx;
+  NameSession(ctx, req.session_id());
   v1::Session session;
   if (grpc::Status st = stub_->CreateSession(&ctx, req, &session); !st.ok()) {
     return FromGrpcStatus(st);
@@ -95,6 +110,7 @@ absl::Status RemoteAttention::DeleteSession(const std::string& session_id) {
   grpc::ClientContext ctx;
   v1::DeleteSessionRequest req;
   req.set_session_id(session_id);
+  NameSession(ctx, session_id);
   v1::DeleteSessionResponse resp;
   return FromGrpcStatus(stub_->DeleteSession(&ctx, req, &resp));
 }
@@ -104,6 +120,8 @@ absl::StatusOr<v1::Session> RemoteAttention::Fork(
   grpc::ClientContext ctx;
   v1::ForkRequest req;
   req.set_session_id(session_id);
+  req.set_new_session_id(NewSessionId());
+  NameSession(ctx, session_id);
   v1::Session resp;
   if (grpc::Status st = stub_->Fork(&ctx, req, &resp); !st.ok())
     return FromGrpcStatus(st);
@@ -115,6 +133,7 @@ absl::StatusOr<v1::InspectResponse> RemoteAttention::Inspect(
   grpc::ClientContext ctx;
   v1::InspectRequest req;
   req.set_session_id(session_id);
+  NameSession(ctx, session_id);
   v1::InspectResponse resp;
   if (grpc::Status st = stub_->Inspect(&ctx, req, &resp); !st.ok())
     return FromGrpcStatus(st);
@@ -126,6 +145,7 @@ absl::StatusOr<v1::Session> RemoteAttention::GetSession(
   grpc::ClientContext ctx;
   v1::GetSessionRequest req;
   req.set_session_id(session_id);
+  NameSession(ctx, session_id);
   v1::Session resp;
   if (grpc::Status st = stub_->GetSession(&ctx, req, &resp); !st.ok())
     return FromGrpcStatus(st);
@@ -137,6 +157,7 @@ absl::StatusOr<std::string> RemoteAttention::Snapshot(
   grpc::ClientContext ctx;
   v1::SnapshotRequest req;
   req.set_session_id(session_id);
+  NameSession(ctx, session_id);
   v1::SnapshotResponse resp;
   if (grpc::Status st = stub_->Snapshot(&ctx, req, &resp); !st.ok())
     return FromGrpcStatus(st);
@@ -159,6 +180,7 @@ absl::Status RemoteAttention::Prefill(const std::string& session_id,
     req.mutable_k()->Add(in.k + t0 * qk, in.k + (t0 + n) * qk);
     req.mutable_v()->Add(in.v + t0 * vv, in.v + (t0 + n) * vv);
     grpc::ClientContext ctx;
+    NameSession(ctx, session_id);
     v1::PrefillResponse resp;
     if (grpc::Status st = stub_->Prefill(&ctx, req, &resp); !st.ok())
       return FromGrpcStatus(st);
@@ -179,6 +201,7 @@ absl::Status RemoteAttention::Decode(const std::string& session_id,
   const uint64_t H = spec.num_heads, qk = H * spec.key_dim,
                  vv = H * spec.value_dim;
   grpc::ClientContext ctx;
+  NameSession(ctx, session_id);
   auto stream = stub_->Decode(&ctx);
   uint64_t t = 0;
   for (; t < in.tokens; ++t) {

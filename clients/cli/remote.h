@@ -29,17 +29,29 @@ absl::Status FinishAfterFailedRead(
     grpc::ClientContext& ctx, const std::function<grpc::Status()>& finish,
     std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
 
+// The metadata naming the session a call is about: a proxy in front of
+// several replicas routes by it (deploy/), so every call that names a
+// session carries it.
+inline constexpr char kSessionIdMetadata[] = "x-session-id";
+void NameSession(grpc::ClientContext& ctx, const std::string& session_id);
+// An id for a new session, chosen by the client (128 random bits as 32 hex
+// digits, the form the server's own ids take), so that the create is routed
+// by its session's id like every later call.
+std::string NewSessionId();
+
 class RemoteAttention {
  public:
   // A channel to `address` (host:port); connects lazily.
   explicit RemoteAttention(const std::string& address);
 
-  // `epsilon` unset = the server's default.
+  // `epsilon` unset = the server's default; `session_id` empty = one chosen
+  // here (NewSessionId).
   absl::StatusOr<v1::Session> CreateSession(const AttentionSpec& spec,
                                             std::optional<float> epsilon,
                                             const std::string& session_id = "");
   absl::Status DeleteSession(const std::string& session_id);
-  // A new session with a copy of `session_id`'s state and position.
+  // A new session (its id chosen here) with a copy of `session_id`'s state
+  // and position.
   absl::StatusOr<v1::Session> Fork(const std::string& session_id);
   absl::StatusOr<v1::InspectResponse> Inspect(const std::string& session_id);
   absl::StatusOr<v1::Session> GetSession(const std::string& session_id);

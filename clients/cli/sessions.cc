@@ -16,9 +16,12 @@ namespace {
 
 constexpr std::chrono::seconds kCallTimeout(10);
 
-std::unique_ptr<grpc::ClientContext> Context() {
+// `session_id`: the session the call names (routing metadata).
+std::unique_ptr<grpc::ClientContext> Context(
+    const std::string& session_id = "") {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  NameSession(*ctx, session_id);
   return ctx;
 }
 
@@ -94,13 +97,13 @@ absl::Status DeleteSessions(const std::string& server,
     a.set_session_id(id);
     v1::DeleteSessionResponse a_resp;
     absl::Status s =
-        FromGrpcStatus(attention->DeleteSession(Context().get(), a, &a_resp));
+        FromGrpcStatus(attention->DeleteSession(Context(id).get(), a, &a_resp));
     if (s.code() == absl::StatusCode::kNotFound) {
       v1::DeleteModelSessionRequest g;
       g.set_session_id(id);
       v1::DeleteModelSessionResponse g_resp;
       s = FromGrpcStatus(
-          generation->DeleteSession(Context().get(), g, &g_resp));
+          generation->DeleteSession(Context(id).get(), g, &g_resp));
       if (s.code() == absl::StatusCode::kNotFound) {
         s = absl::NotFoundError(
             absl::StrCat("no session '", id, "' on either service"));

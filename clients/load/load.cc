@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iterator>
 #include <mutex>
@@ -110,9 +111,16 @@ void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
 }
 
 // Fills a DecodeRequest with token `token` of session s.
+// With `expect`, the step names the position it follows (token), so a
+// step resent after a failover is never applied twice.
 void FillStep(const InputPool& pool, uint32_t s, const std::string& id,
-              uint64_t token, v1::DecodeRequest* request) {
+              uint64_t token, bool expect, v1::DecodeRequest* request) {
   request->set_session_id(id);
+  if (expect) {
+    request->set_expected_position(token);
+  } else {
+    request->clear_expected_position();
+  }
   request->mutable_q()->Resize(static_cast<int>(pool.qk()), 0.0f);
   request->mutable_k()->Resize(static_cast<int>(pool.qk()), 0.0f);
   request->mutable_v()->Resize(static_cast<int>(pool.vv()), 0.0f);
@@ -123,8 +131,14 @@ void FillStep(const InputPool& pool, uint32_t s, const std::string& id,
 
 struct SessionRecord {
   std::string id;
-  uint64_t start = 0;  // its position when the run began (resumed sessions)
+  uint32_t index = 0;  // whose inputs it gets (InputPool's session)
+  // Its position when the run began (resumed sessions), plus the steps a
+  // failover found applied without their answer.
+  uint64_t start = 0;
   uint64_t steps_done = 0;
+  // Failover: a step landed without its answer, so its output is missing
+  // from `outputs` (the state is still checked, with --check).
+  bool gap = false;
   bool prefilled = false;
   std::vector<float> outputs;  // steps_done × H × d_v (sampled sessions only)
 };
@@ -160,6 +174,8 @@ class LoadRun {
     deadline_ = start_ + std::chrono::duration_cast<SteadyClock::duration>(
                              std::chrono::duration<double>(o_.duration_s));
     std::thread progress([this] { Progress(); });
+    std::thread resync;
+    if (o_.failover) resync = std::thread([this] { ResyncLoop(); });
     for (uint32_t i = 0; i < concurrency_; ++i) StartNext();
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -169,6 +185,7 @@ class LoadRun {
     }
     progress_cv_.notify_all();
     progress.join();
+    if (resync.joinable()) resync.join();
   }
 
   double elapsed_seconds() const {
@@ -179,6 +196,8 @@ class LoadRun {
   bool duration_reached() const { return duration_reached_; }
   std::map<std::string, uint64_t> errors() const { return errors_; }
   std::vector<uint32_t> latencies() const { return latencies_; }
+  std::map<std::string, uint64_t> retried() const { return retried_; }
+  uint64_t unanswered_steps() const { return unanswered_steps_; }
   std::vector<uint32_t> prefill_latencies() const { return prefill_latencies_; }
   double prefill_seconds() const {
     return std::chrono::duration<double>(last_prefill_ - first_prefill_)
@@ -205,8 +224,10 @@ class LoadRun {
                      std::conditional_t<kBatched, v1::DecodeBatchResponse,
                                         v1::DecodeResponse>> {
    public:
-    Driver(LoadRun* run, uint32_t first, uint32_t count)
-        : run_(run), first_(first), count_(count) {}
+    // `t0`: the steps of each session already done (a stream reopened
+    // after a failover).
+    Driver(LoadRun* run, uint32_t first, uint32_t count, uint64_t t0 = 0)
+        : run_(run), first_(first), count_(count), t_(t0) {}
 
     void Begin() override { PrefillNext(0); }
 
@@ -246,6 +267,15 @@ class LoadRun {
 
     void OnDone(const grpc::Status& status) override {
       alarm_.Cancel();
+      // A stream that broke off (a proxy resets it when its replica dies,
+      // and the read watchdog cancels it) is a failover's too.
+      const grpc::StatusCode code =
+          read_failed_ && status.error_code() == grpc::StatusCode::CANCELLED
+              ? grpc::StatusCode::UNAVAILABLE
+              : status.error_code();
+      if (!status.ok() && run_->Failover(first_, count_, t_, code)) {
+        return;  // a new stream continues these sessions
+      }
       if (read_failed_ && status.error_code() == grpc::StatusCode::CANCELLED) {
         run_->RecordError(grpc::StatusCode::DATA_LOSS);  // unreadable reply
       } else if (!status.ok()) {
@@ -272,8 +302,9 @@ class LoadRun {
       SessionRecord& rec = run_->records_[first_ + i];
       prefill_request_.Clear();
       prefill_response_.Clear();
-      BuildPrefill(o, run_->pool_, first_ + i, rec.id, &prefill_request_);
+      BuildPrefill(o, run_->pool_, rec.index, rec.id, &prefill_request_);
       prefill_ctx_ = std::make_unique<grpc::ClientContext>();
+      NameSession(*prefill_ctx_, rec.id);
       const auto sent = SteadyClock::now();
       run_->stub_.async()->Prefill(
           prefill_ctx_.get(), &prefill_request_, &prefill_response_,
@@ -295,6 +326,10 @@ class LoadRun {
           std::chrono::duration_cast<std::chrono::system_clock::duration>(
               run_->deadline_ - SteadyClock::now()) +
           std::chrono::seconds(5));
+      // A DecodeBatch stream is routed by its first session: behind a
+      // proxy, the group's other sessions are taken over by the replica it
+      // reaches.
+      NameSession(ctx_, run_->records_[first_].id);
       if constexpr (kBatched) {
         run_->stub_.async()->DecodeBatch(&ctx_, this);
       } else {
@@ -347,8 +382,8 @@ class LoadRun {
         } else {
           step = &request_;
         }
-        FillStep(run_->pool_, first_ + i, run_->records_[first_ + i].id, token,
-                 step);
+        FillStep(run_->pool_, run_->records_[first_ + i].index,
+                 run_->records_[first_ + i].id, token, run_->o_.failover, step);
       }
       this->StartWrite(&request_);
     }
@@ -365,9 +400,103 @@ class LoadRun {
         response_;
     grpc::Alarm alarm_;  // the open loop's next send, or the read watchdog
     bool read_failed_ = false;
-    uint64_t t_ = 0;
+    uint64_t t_;
     SteadyClock::time_point stream_start_, scheduled_;
   };
+
+  // --failover: a stream of sessions [first, first + count) that ended
+  // with `code` after `t` steps each is continued by a new one, once the
+  // server says where each session stands. False when the error is not a
+  // failover's (or the run is over): it counts as an error.
+  bool Failover(uint32_t first, uint32_t count, uint64_t t,
+                grpc::StatusCode code) {
+    if (!o_.failover || t >= o_.steps || SteadyClock::now() >= deadline_ ||
+        (code != grpc::StatusCode::UNAVAILABLE &&
+         code != grpc::StatusCode::ABORTED &&
+         code != grpc::StatusCode::FAILED_PRECONDITION &&
+         // This tool cancels no stream itself (its read watchdog's cancel
+         // arrives as UNAVAILABLE): a proxy reset it as its replica left.
+         code != grpc::StatusCode::CANCELLED)) {
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++retried_[CodeName(code)];
+    resyncs_.push_back({first, count, t});
+    resync_cv_.notify_all();
+    return true;
+  }
+
+  // Asks where each session of a broken stream stands (through the proxy:
+  // the replica that serves it now), then continues it on a new stream.
+  // Runs on its own thread: the calls block (a takeover waits for the old
+  // owner's lease), gRPC's callback threads must not.
+  void ResyncLoop() {
+    for (;;) {
+      Resync item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        resync_cv_.wait(
+            lock, [this] { return !resyncs_.empty() || finished_ == units_; });
+        if (resyncs_.empty()) return;
+        item = resyncs_.front();
+        resyncs_.pop_front();
+      }
+      bool lost = false;
+      bool over = false;
+      for (uint32_t i = 0; i < item.count && !lost && !over; ++i) {
+        SessionRecord& rec = records_[item.first + i];
+        for (;;) {
+          if (SteadyClock::now() >= deadline_) {
+            over = true;
+            break;
+          }
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(5));
+          NameSession(ctx, rec.id);
+          v1::GetSessionRequest req;
+          req.set_session_id(rec.id);
+          v1::Session session;
+          const grpc::Status st = stub_.GetSession(&ctx, req, &session);
+          if (!st.ok()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            continue;
+          }
+          const uint64_t acknowledged = rec.start + rec.steps_done;
+          if (session.position() < acknowledged) {
+            // An acknowledged step is gone: the failure this tool exists
+            // to find.
+            RecordError(grpc::StatusCode::DATA_LOSS);
+            lost = true;
+          } else if (session.position() > acknowledged) {
+            const uint64_t extra = session.position() - acknowledged;
+            rec.start += extra;
+            rec.gap = true;
+            unanswered_steps_ += extra;
+          }
+          break;
+        }
+      }
+      if (lost || over) {
+        if (over) duration_reached_ = true;
+        UnitDone();
+        continue;
+      }
+      Unit* unit;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (item.count == 1 && batch_ <= 1) {
+          units_owned_.push_back(
+              std::make_unique<Driver<false>>(this, item.first, 1, item.t));
+        } else {
+          units_owned_.push_back(std::make_unique<Driver<true>>(
+              this, item.first, item.count, item.t));
+        }
+        unit = units_owned_.back().get();
+      }
+      unit->Begin();
+    }
+  }
 
   // Starts the next unit: a session (batch ≤ 1) or a group of `batch`.
   void StartNext() {
@@ -399,7 +528,10 @@ class LoadRun {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++finished_;
-      if (finished_ == units_) all_done_.notify_all();
+      if (finished_ == units_) {
+        all_done_.notify_all();
+        resync_cv_.notify_all();
+      }
     }
     StartNext();
   }
@@ -456,8 +588,16 @@ class LoadRun {
   std::atomic<uint64_t> steps_done_{0}, prefill_tokens_{0};
   std::atomic<bool> duration_reached_{false};
 
+  struct Resync {
+    uint32_t first = 0, count = 0;
+    uint64_t t = 0;
+  };
+  std::atomic<uint64_t> unanswered_steps_{0};
+
   std::mutex mu_;
-  std::condition_variable all_done_, progress_cv_;
+  std::condition_variable all_done_, progress_cv_, resync_cv_;
+  std::deque<Resync> resyncs_;                           // guarded by mu_
+  std::map<std::string, uint64_t> retried_;              // guarded by mu_
   size_t finished_ = 0;                                  // guarded by mu_
   bool stop_progress_ = false;                           // guarded by mu_
   std::vector<std::unique_ptr<Unit>> units_owned_;       // guarded by mu_
@@ -502,6 +642,17 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
         "--session-prefix: runs that continue sessions decode only (--prefill "
         "0), so that every state can be checked bit for bit");
   }
+  if (!o.only.empty() &&
+      (o.session_prefix.empty() || o.only.size() != o.sessions)) {
+    return absl::InvalidArgumentError(
+        "--only: needs --session-prefix, and is the list of the sessions run "
+        "(--sessions is its length)");
+  }
+  if (o.failover && o.session_prefix.empty()) {
+    return absl::InvalidArgumentError(
+        "--failover: needs --session-prefix (a broken stream continues its "
+        "sessions from where the server says they stand)");
+  }
   if (!o.ledger.empty() && o.session_prefix.empty()) {
     return absl::InvalidArgumentError(
         "--ledger: needs --session-prefix (sessions the run keeps)");
@@ -545,8 +696,11 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
     }
   } cleanup{remote, records, !o.session_prefix.empty()};
   for (uint32_t s = 0; s < o.sessions; ++s) {
+    records[s].index = o.only.empty() ? s : o.only[s];
     const std::string id =
-        o.session_prefix.empty() ? "" : absl::StrCat(o.session_prefix, "-", s);
+        o.session_prefix.empty()
+            ? ""
+            : absl::StrCat(o.session_prefix, "-", records[s].index);
     auto session = remote.CreateSession(spec, std::nullopt, id);
     if (absl::IsAlreadyExists(session.status())) {
       // Continued from where it is.
@@ -580,6 +734,8 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   summary.duration_reached = run.duration_reached();
   summary.rate_missed = o.rate > 0 && summary.steps_per_second < 0.95 * o.rate;
   summary.errors = run.errors();
+  summary.retried = run.retried();
+  summary.unanswered_steps = run.unanswered_steps();
   std::vector<uint32_t> lat = run.latencies();
   std::vector<uint32_t> prefill_latencies = run.prefill_latencies();
   summary.p50_us = Percentile(lat, 0.50);
@@ -624,14 +780,15 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   };
   for (uint32_t s = 0; s < verify; ++s) {
     const SessionRecord& rec = records[s];
-    if (rec.steps_done == 0) continue;
+    // A step applied without its answer has no output here.
+    if (rec.steps_done == 0 || rec.gap) continue;
     const uint64_t prefix = rec.prefilled ? o.prefill : 0;
     // A continued session's earlier steps are recomputed too (step by step,
     // as the server ran them).
     const uint64_t total = prefix + rec.start + rec.steps_done;
     std::vector<float> q(total * qk), k(total * qk), v(total * vv);
     for (uint64_t t = 0; t < total; ++t) {
-      pool.Token(s, t, &q[t * qk], &k[t * qk], &v[t * vv]);
+      pool.Token(rec.index, t, &q[t * qk], &k[t * qk], &v[t * vv]);
     }
     std::vector<float> y(total * vv);
     LINATTN_RETURN_IF_ERROR(run_local({q.data(), k.data(), v.data(), total},
@@ -833,6 +990,8 @@ nlohmann::json SummaryJson(const LoadSummary& s, const LoadOptions& o) {
             {"latency_us",
              {{"p50", s.prefill_p50_us}, {"max", s.prefill_max_us}}}}},
           {"errors", s.errors},
+          {"retried", s.retried},
+          {"unanswered_steps", s.unanswered_steps},
           {"verified_sessions", s.verified_sessions},
           {"mismatched_sessions", s.mismatched_sessions},
           {"duration_reached", s.duration_reached},
@@ -860,11 +1019,20 @@ std::string SummaryText(const LoadSummary& s, const LoadOptions& o) {
   std::string errors;
   for (const auto& [code, n] : s.errors)
     absl::StrAppend(&errors, " ", code, "=", n);
+  std::string retried;
+  for (const auto& [code, n] : s.retried)
+    absl::StrAppend(&retried, " ", code, "=", n);
+  if (!retried.empty()) {
+    retried = absl::StrCat(
+        "failover: streams reopened after", retried, "; ", s.unanswered_steps,
+        " step(s) found applied past the acknowledged position (unanswered, "
+        "or another client's)\n");
+  }
   return absl::StrFormat(
       "%u sessions × %u steps (H=%u, d=%u, %s, %s loop) against %s\n"
       "steps: %llu in %.2f s = %.0f steps/s%s\n"
       "step latency: p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, max %.0f µs\n%s"
-      "errors:%s\n"
+      "%serrors:%s\n"
       "verified: %u sessions recomputed locally, %u mismatched\n"
       "%s\n",
       o.sessions, o.steps, o.heads, o.dim, o.feature_map,
@@ -882,7 +1050,7 @@ std::string SummaryText(const LoadSummary& s, const LoadOptions& o) {
                             s.prefill_seconds, s.prefill_tokens_per_second,
                             s.prefill_p50_us / 1e3)
           : "",
-      errors.empty() ? " none" : errors, s.verified_sessions,
+      retried, errors.empty() ? " none" : errors, s.verified_sessions,
       s.mismatched_sessions, Verdict(s, o));
 }
 

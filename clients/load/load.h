@@ -53,6 +53,18 @@ struct LoadOptions {
   // JSON object id → position, keeping the larger of it and what the file
   // held).
   std::string ledger;
+  // With session_prefix: every step names the position it follows
+  // (expected_position), and a stream that ends with UNAVAILABLE, CANCELLED or
+  // ABORTED (a replica died, or handed its sessions to another) or
+  // FAILED_PRECONDITION (a session stood elsewhere: another client moved
+  // it) is continued on a new stream once GetSession says where each of its
+  // sessions stands; a step the server applied without answering then
+  // counts as acknowledged, and a session found behind its acknowledged
+  // position is an error (DATA_LOSS).
+  bool failover = false;
+  // With session_prefix: run only sessions <prefix>-i for these i (with
+  // their own inputs), not 0 … sessions−1.
+  std::vector<uint32_t> only;
 };
 
 struct LoadSummary {
@@ -65,6 +77,10 @@ struct LoadSummary {
   double prefill_seconds = 0, prefill_tokens_per_second = 0;
   double prefill_p50_us = 0, prefill_max_us = 0;
   std::map<std::string, uint64_t> errors;  // by gRPC code name
+  // --failover: streams reopened, by the code that ended them, and steps
+  // found applied though their answer never came.
+  std::map<std::string, uint64_t> retried;
+  uint64_t unanswered_steps = 0;
   uint32_t verified_sessions = 0;
   uint32_t mismatched_sessions = 0;
   // The --duration bound ended the run before every step was sent (a timed

@@ -69,6 +69,19 @@ int main(int argc, char** argv) {
                  "with --session-prefix: write each session's acknowledged "
                  "position to this JSON file (the larger of it and what the "
                  "file held); with --check: the file to check against");
+  app.add_flag(
+      "--failover", o.failover,
+      "with --session-prefix: each step names the position it "
+      "follows (expected_position), and a stream that breaks with "
+      "UNAVAILABLE, CANCELLED or ABORTED (a replica behind the proxy died or "
+      "handed its sessions over) or FAILED_PRECONDITION (another "
+      "client moved a session) is continued on a new stream, from "
+      "where GetSession says each session stands; a session found "
+      "behind its acknowledged position fails the run");
+  app.add_option("--only", o.only,
+                 "with --session-prefix: run only the sessions PREFIX-i for "
+                 "these i (comma-separated; --sessions is taken from the list)")
+      ->delimiter(',');
   bool check = false;
   app.add_flag("--check", check,
                "check the server against --ledger instead of running load: "
@@ -80,6 +93,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help, --version: 0; usage: 2
   }
 
+  if (!o.only.empty()) o.sessions = static_cast<uint32_t>(o.only.size());
   if (check) {
     auto result = linattn::CheckLedger(o);
     if (!result.ok()) {

@@ -113,7 +113,50 @@ absl::Status CheckOutput(const SequenceOutput& out, uint64_t tokens) {
   return absl::OkStatus();
 }
 
+// StepBatch's checks of items[i]; *grown receives its state's bound after
+// the step.
+absl::Status CheckItem(const VectorKernels& kernels, const StepItem& item,
+                       size_t i, double* grown) {
+  if (item.attention == nullptr || item.state == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("items[", i, "]: attention and state are required"));
+  }
+  if (item.token.tokens != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "items[", i, "].tokens: a step takes exactly 1 token, got ",
+        item.token.tokens));
+  }
+  InputMagnitude magnitude;
+  absl::Status s =
+      item.attention->ValidateInput(*item.state, item.token, true, &magnitude);
+  if (s.ok()) {
+    s = CheckGrowth(kernels, *item.attention, *item.state, item.token,
+                    magnitude, grown);
+  }
+  if (s.ok()) s = CheckOutput(item.out, 1);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("items[", i, "].", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status CheckStepBatch(std::span<const StepItem> items) {
+  const VectorKernels& kernels = ActiveKernels();
+  std::vector<const AttentionState*> states;
+  for (size_t i = 0; i < items.size(); ++i) {
+    double grown = 0;
+    LINATTN_RETURN_IF_ERROR(CheckItem(kernels, items[i], i, &grown));
+    states.push_back(items[i].state);
+  }
+  std::sort(states.begin(), states.end());
+  if (std::adjacent_find(states.begin(), states.end()) != states.end()) {
+    return absl::InvalidArgumentError(
+        "items: the same state appears twice in one batch");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Step(const Attention& attention, AttentionState& state,
                   const SequenceInput& token, const SequenceOutput& out) {
@@ -140,27 +183,7 @@ absl::Status StepBatch(std::span<const StepItem> items) {
   uint64_t total_heads = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const StepItem& item = items[i];
-    if (item.attention == nullptr || item.state == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("items[", i, "]: attention and state are required"));
-    }
-    if (item.token.tokens != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "items[", i, "].tokens: a step takes exactly 1 token, got ",
-          item.token.tokens));
-    }
-    InputMagnitude magnitude;
-    absl::Status s = item.attention->ValidateInput(*item.state, item.token,
-                                                   true, &magnitude);
-    if (s.ok()) {
-      s = CheckGrowth(kernels, *item.attention, *item.state, item.token,
-                      magnitude, &grown[i]);
-    }
-    if (s.ok()) s = CheckOutput(item.out, 1);
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("items[", i, "].", s.message()));
-    }
+    LINATTN_RETURN_IF_ERROR(CheckItem(kernels, item, i, &grown[i]));
     states.push_back(item.state);
     state_floats += item.state->size();
     total_heads += item.attention->num_heads();

@@ -30,6 +30,10 @@ struct StepItem {
   SequenceOutput out;
 };
 absl::Status StepBatch(std::span<const StepItem> items);
+// StepBatch's checks alone: OK exactly when StepBatch(items) would run
+// (barring a failed allocation); changes nothing but the states'
+// magnitude bounds, which may tighten.
+absl::Status CheckStepBatch(std::span<const StepItem> items);
 
 // `in.tokens` tokens of one session, one after another through Step's
 // kernel (the token-by-token prefill).

@@ -639,7 +639,7 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       // Every record of the session the blob holds is committed by now (a
       // request ahead of this one waited for its commit).
       if (job.covered_seq != nullptr && options_.store != nullptr) {
-        *job.covered_seq = options_.store->committed_seq();
+        *job.covered_seq = options_.store->CoveredPosition(s);
       }
       callbacks.push_back(
           [cb = job.on_snapshot, blob = std::move(blob)] { cb(blob); });

@@ -63,9 +63,11 @@ SchedulerStats Scheduler::stats() const {
 
 void Scheduler::Step(std::shared_ptr<AttentionSession> session,
                      SequenceInput in, SequenceOutput out, Done done,
-                     CallLiveness caller) {
+                     CallLiveness caller,
+                     std::optional<uint64_t> expected_position) {
   Request r{Kind::kStep,     std::move(session), in, out, nullptr,
             std::move(done), std::move(caller)};
+  r.expected_position = expected_position;
   Enqueue(std::move(r));
 }
 
@@ -262,6 +264,22 @@ bool Scheduler::StartPrefill(Request& r, uint64_t share, absl::Status* result) {
   return true;
 }
 
+namespace {
+
+absl::Status CheckPosition(const AttentionSession& session,
+                           std::optional<uint64_t> expected) {
+  if (!expected.has_value() || *expected == session.state().position()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "expected_position: session '", session.id(), "' is at position ",
+      session.state().position(), ", not ", *expected,
+      "; nothing changed (another request moved it: read its position with "
+      "GetSession)"));
+}
+
+}  // namespace
+
 void Scheduler::RunRound(std::vector<Request>& round,
                          std::vector<Request>& unfinished) {
   std::vector<absl::Status> results(round.size());
@@ -289,9 +307,12 @@ void Scheduler::RunRound(std::vector<Request>& round,
     if (r.kind == Kind::kStepGroup) {
       for (size_t j = 0; j < r.group.size() && results[i].ok(); ++j) {
         const GroupStep& g = r.group[j];
-        if (absl::Status v = g.session->attention().ValidateInput(
-                g.session->state(), g.in, /*check_values=*/false);
-            !v.ok()) {
+        absl::Status v = CheckPosition(*g.session, g.expected_position);
+        if (v.ok()) {
+          v = g.session->attention().ValidateInput(g.session->state(), g.in,
+                                                   /*check_values=*/false);
+        }
+        if (!v.ok()) {
           results[i] = absl::Status(
               v.code(), absl::StrCat("steps[", j, "].", v.message()));
         }
@@ -305,6 +326,8 @@ void Scheduler::RunRound(std::vector<Request>& round,
       continue;
     }
     AttentionSession& s = *r.session;
+    results[i] = CheckPosition(s, r.expected_position);
+    if (!results[i].ok()) continue;
     results[i] =
         s.attention().ValidateInput(s.state(), r.in, /*check_values=*/false);
     if (!results[i].ok()) continue;
@@ -400,12 +423,39 @@ void Scheduler::RunRound(std::vector<Request>& round,
   // them is made (docs/design.md §4, "Durable sessions"): the steps' inputs
   // and the prefills' resulting states, as one group commit. A commit that
   // fails fails them all, and nothing changed.
+  if (options_.store != nullptr && options_.store->shared()) {
+    // A shared store replays each session's steps on their own: a request
+    // the kernels would refuse (one of a DecodeBatch's members refused
+    // refuses them all) is refused now, before anything of it is recorded.
+    std::vector<StepItem> kept;
+    std::vector<size_t> kept_index;
+    for (size_t b = 0; b < steps.size();) {
+      size_t e = b;
+      while (e < steps.size() && step_index[e] == step_index[b]) ++e;
+      const size_t i = step_index[b];
+      const absl::Status c =
+          CheckStepBatch(std::span<const StepItem>(steps).subspan(b, e - b));
+      if (!c.ok()) {
+        results[i] = AsRequest(c, round[i].kind == Kind::kStepGroup);
+      } else {
+        kept.insert(kept.end(), steps.begin() + b, steps.begin() + e);
+        kept_index.insert(kept_index.end(), step_index.begin() + b,
+                          step_index.begin() + e);
+      }
+      b = e;
+    }
+    steps.swap(kept);
+    step_index.swap(kept_index);
+  }
   if (options_.store != nullptr && (!steps.empty() || !committing.empty())) {
     DurableStore::Group group;
+    std::vector<size_t> request_of;  // the group's request numbers
     for (size_t b = 0; b < steps.size();) {
       size_t e = b;
       while (e < steps.size() && step_index[e] == step_index[b]) ++e;
       const Request& r = round[step_index[b]];
+      group.BeginRequest();
+      request_of.push_back(step_index[b]);
       for (size_t j = b; j < e; ++j) {
         const AttentionSession& session =
             r.kind == Kind::kStepGroup ? *r.group[j - b].session : *r.session;
@@ -414,14 +464,41 @@ void Scheduler::RunRound(std::vector<Request>& round,
       }
       b = e;
     }
-    for (size_t i : committing)
+    for (size_t i : committing) {
+      group.BeginRequest();
+      request_of.push_back(i);
       group.AddState(*round[i].session, *round[i].copy);
-    if (absl::Status s = options_.store->Commit(std::move(group)); !s.ok()) {
+    }
+    std::vector<uint32_t> refused;
+    if (absl::Status s = options_.store->Commit(std::move(group), &refused);
+        !s.ok()) {
       for (size_t i : step_index) results[i] = s;
       for (size_t i : committing) results[i] = s;
       steps.clear();
       step_index.clear();
       committing.clear();
+    } else if (!refused.empty()) {
+      // Sessions handed over to another replica while these waited:
+      // nothing of them was recorded, and nothing of them runs.
+      std::vector<bool> out(round.size(), false);
+      for (uint32_t n : refused) {
+        const size_t i = request_of[n];
+        out[i] = true;
+        results[i] = absl::AbortedError(
+            "session_id: the session was handed over to another replica "
+            "while this request waited; nothing changed (send it again: the "
+            "session's owner serves it)");
+      }
+      std::vector<StepItem> kept;
+      std::vector<size_t> kept_index;
+      for (size_t j = 0; j < steps.size(); ++j) {
+        if (out[step_index[j]]) continue;
+        kept.push_back(steps[j]);
+        kept_index.push_back(step_index[j]);
+      }
+      steps.swap(kept);
+      step_index.swap(kept_index);
+      std::erase_if(committing, [&](size_t i) { return out[i]; });
     }
   }
   // A batch that fails has changed nothing (StepBatch checks everything,

@@ -90,15 +90,20 @@ class Scheduler : private ComputeExecutor::Source {
     std::shared_ptr<AttentionSession> session;
     SequenceInput in;
     SequenceOutput out;
+    // The session's position the token must follow: when set and the
+    // session stands elsewhere, the step (the whole group) is refused with
+    // FAILED_PRECONDITION, changing nothing.
+    std::optional<uint64_t> expected_position;
   };
 
   explicit Scheduler(SchedulerOptions options = {});
   // Returns once the queued requests have run.
   ~Scheduler() override;
 
-  // One decode token (in.tokens == 1).
+  // One decode token (in.tokens == 1); `expected_position` as in GroupStep.
   void Step(std::shared_ptr<AttentionSession> session, SequenceInput in,
-            SequenceOutput out, Done done, CallLiveness caller = {});
+            SequenceOutput out, Done done, CallLiveness caller = {},
+            std::optional<uint64_t> expected_position = std::nullopt);
   // One decode token for each of several distinct sessions, all or none:
   // if any step is invalid (its status names steps[i]) no session changes.
   // The group keeps each session's order with its other requests. An empty
@@ -127,7 +132,8 @@ class Scheduler : private ComputeExecutor::Source {
     StateWork work;
     Done done;
     CallLiveness caller;
-    std::vector<GroupStep> group;  // kStepGroup only
+    std::vector<GroupStep> group;               // kStepGroup only
+    std::optional<uint64_t> expected_position;  // kStep only
     // A prefill under way: tokens done so far, the working copy its slices
     // run on (committed after the last), and that copy's memory.
     uint64_t prefilled = 0;

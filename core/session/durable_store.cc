@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/recurrent.h"
@@ -17,6 +18,8 @@ namespace linattn {
 namespace {
 
 constexpr size_t kMaxFailedRanges = 256;
+// Handed-over sessions remembered (whose queued requests are refused).
+constexpr size_t kMaxHandedOver = 4096;
 // A record's bytes on disk beyond its body and session id: length, two
 // checksums, seq, type, id length.
 constexpr uint64_t kRecordOverhead = 4 + 4 + 4 + 8 + 1 + 2;
@@ -58,7 +61,7 @@ void AppendFloats(std::string& out, const float* data, uint64_t n) {
 }
 
 // A session as recovery rebuilds it.
-struct Rebuilt {
+struct Replayed {
   SessionKind kind = SessionKind::kAttention;
   uint64_t incarnation = 0;
   uint64_t covered = 0;  // the seq its snapshot file covers (0: none)
@@ -81,8 +84,8 @@ struct Rebuilt {
 
 void DurableStore::Group::Add(DurableRecord type, const Session& session,
                               std::string body) {
-  records_.push_back(
-      Record{type, session.id(), session.incarnation(), std::move(body)});
+  records_.push_back(Record{type, session.id(), session.incarnation(),
+                            std::move(body), request_});
 }
 
 void DurableStore::Group::AddStep(const AttentionSession& session,
@@ -142,6 +145,9 @@ DurableStore::~DurableStore() = default;
 
 absl::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(
     DurableStoreOptions options) {
+  if (options.shared != nullptr) {
+    return std::unique_ptr<DurableStore>(new DurableStore(std::move(options)));
+  }
   if (options.dir.empty()) {
     return absl::InvalidArgumentError("state dir: must not be empty");
   }
@@ -182,13 +188,26 @@ std::pair<DurableRecord, std::string> DurableStore::CreatePayload(
 
 void DurableStore::OnCreated(const std::shared_ptr<Session>& session) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (recovering_) {
-    auto it = recovered_incarnations_.find(session->id());
-    if (it != recovered_incarnations_.end()) {
-      session->set_incarnation(it->second);
+  // A session rebuilt by recovery or a takeover: recorded already.
+  auto it = recovered_incarnations_.find(session->id());
+  if (it != recovered_incarnations_.end()) {
+    session->set_incarnation(it->second);
+    // A takeover's session is written to from the moment it is in the
+    // table: its entry (epoch, records) is there first.
+    auto a = adopting_.find(session->id());
+    if (a != adopting_.end()) {
+      Entry& e = entries_[session->id()];
+      e = Entry{};
+      e.incarnation = it->second;
+      e.kind = session->kind();
+      e.state_bytes = session->state_bytes();
+      e.first_needed = 0;
+      e.epoch = a->second.first;
+      e.appended = a->second.second;
     }
     return;
   }
+  if (recovering_) return;
   const uint64_t ticket = next_ticket_++;
   session->set_incarnation(ticket);
   Entry& e = entries_[session->id()];
@@ -200,15 +219,32 @@ void DurableStore::OnCreated(const std::shared_ptr<Session>& session) {
       Staged{ticket, DurableRecord::kCreate, session->id(), ticket, session});
 }
 
-void DurableStore::OnRemoved(const Session& session, Removal) {
+void DurableStore::OnRemoved(const Session& session, Removal why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (recovering_) return;
+  uint64_t epoch = 0;
   auto it = entries_.find(session.id());
   if (it != entries_.end() && it->second.incarnation == session.incarnation()) {
+    epoch = it->second.epoch;
     entries_.erase(it);
   }
-  staged_.push_back(Staged{next_ticket_++, DurableRecord::kDelete, session.id(),
-                           session.incarnation(), nullptr});
+  // Another replica serves it now: it is not deleted, and records of it
+  // still queued here must not be written.
+  if (why == Removal::kHandedOver) {
+    auto key = std::make_pair(session.id(), session.incarnation());
+    if (handed_over_.insert(key).second) {
+      handed_over_order_.push_back(std::move(key));
+      if (handed_over_order_.size() > kMaxHandedOver) {
+        handed_over_.erase(handed_over_order_.front());
+        handed_over_order_.pop_front();
+      }
+    }
+    return;
+  }
+  Staged staged{next_ticket_++, DurableRecord::kDelete, session.id(),
+                session.incarnation(), nullptr};
+  staged.epoch = epoch;
+  staged_.push_back(std::move(staged));
 }
 
 uint64_t DurableStore::last_ticket() const {
@@ -236,13 +272,250 @@ uint64_t DurableStore::committed_seq() const {
   return committed_seq_;
 }
 
-absl::Status DurableStore::Commit(Group group) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  return CommitLocked(std::move(group));
+uint64_t DurableStore::CoveredPosition(const Session& session) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!shared()) return committed_seq_;
+  auto it = entries_.find(session.id());
+  if (it == entries_.end() || it->second.incarnation != session.incarnation()) {
+    return 0;
+  }
+  return it->second.appended;
 }
 
-absl::Status DurableStore::CommitLocked(Group group) {
-  if (writer_ == nullptr) {
+// --- Shared store: ownership ------------------------------------------------
+
+absl::Status DurableStore::Claim(absl::string_view id) {
+  if (!shared() || table_ == nullptr || !IsValidSessionId(id)) {
+    return absl::NotFoundError("no such session");
+  }
+  // One takeover per id at a time: a second request waits for the first
+  // and then looks at the table again.
+  {
+    std::unique_lock<std::mutex> lock(claims_mu_);
+    if (claiming_.count(id) != 0) {
+      claims_cv_.wait(lock, [&] { return claiming_.count(id) == 0; });
+      return absl::OkStatus();
+    }
+    claiming_.insert(std::string(id));
+  }
+  const absl::Status s = TakeOver(id);
+  {
+    std::lock_guard<std::mutex> lock(claims_mu_);
+    claiming_.erase(claiming_.find(id));
+  }
+  claims_cv_.notify_all();
+  return s;
+}
+
+absl::Status DurableStore::TakeOver(absl::string_view id) {
+  const auto lease = options_.shared->options().lease;
+  const auto deadline = std::chrono::steady_clock::now() + 2 * lease;
+  SharedStore::Acquired got;
+  for (;;) {
+    if (table_->Contains(id)) return absl::OkStatus();  // came meanwhile
+    auto acquired = options_.shared->Acquire(id);
+    if (!acquired.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("session_id: '", id,
+                       "' is not on this replica, and the state store could "
+                       "not be asked for it: ",
+                       acquired.status().message()));
+    }
+    if (acquired->outcome == SharedStore::Acquired::Outcome::kMissing) {
+      return absl::NotFoundError("no such session");
+    }
+    if (acquired->outcome == SharedStore::Acquired::Outcome::kTaken) {
+      got = *std::move(acquired);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "session_id: '", id, "' is served by replica '", acquired->holder,
+          "', which did not hand it over within ", (2 * lease).count(),
+          " ms; send the request to that replica, or again later"));
+    }
+    // Asked to hand it over (its next heartbeat hears of it), or its lease
+    // runs out.
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+        acquired->held_for, std::chrono::milliseconds(20)));
+  }
+  // Its snapshot and records, replayed as recovery would.
+  const std::string where =
+      absl::StrCat(options_.shared->url(), " la:s:{", id, "}");
+  Sources sources;
+  sources.snapshots =
+      [&](const std::function<absl::Status(SnapshotFiles::Entry&)>& visit) {
+        if (got.snapshot.empty()) return absl::OkStatus();
+        SnapshotFiles::Entry f;
+        f.id = std::string(id);
+        f.seq = got.base;
+        f.path = absl::StrCat(where, ":snap");
+        f.bytes = std::move(got.snapshot);
+        f.blob_size = f.bytes.size();
+        return visit(f);
+      };
+  sources.records =
+      [&](const std::function<absl::Status(JournalRecord&)>& visit)
+      -> absl::StatusOr<JournalScan> {
+    JournalScan scan;
+    for (size_t i = 0; i < got.records.size(); ++i) {
+      JournalRecord rec;
+      rec.seq = got.base + i + 1;
+      rec.session_id = std::string(id);
+      rec.file = absl::StrCat(where, ":log");
+      rec.offset = i;
+      if (got.records[i].empty()) {
+        return absl::DataLossError(
+            absl::StrCat("state store: ", rec.file, " entry ", i, " is empty"));
+      }
+      rec.type = static_cast<uint8_t>(got.records[i][0]);
+      rec.payload = got.records[i].substr(1);
+      LINATTN_RETURN_IF_ERROR(visit(rec));
+    }
+    scan.next_seq = got.base + got.records.size() + 1;
+    return scan;
+  };
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ticket = next_ticket_++;
+    adopting_[std::string(id)] = {got.epoch, got.base + got.records.size()};
+  }
+  RecoveryReport report;
+  auto rebuilt =
+      Rebuild(*table_, sources, report, [ticket](uint64_t) { return ticket; });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    adopting_.erase(adopting_.find(id));
+    if (rebuilt.ok()) {
+      auto it = entries_.find(id);
+      auto r = rebuilt->sessions.find(id);
+      if (it != entries_.end() && it->second.incarnation == ticket &&
+          r != rebuilt->sessions.end()) {
+        it->second.tail_bytes += r->second.tail_bytes;
+      }
+    }
+  }
+  if (!rebuilt.ok()) {
+    // Let another replica have it.
+    const std::pair<std::string, uint64_t> mine{std::string(id), got.epoch};
+    (void)options_.shared->Release(
+        std::span<const std::pair<std::string, uint64_t>>(&mine, 1));
+    return absl::Status(rebuilt.status().code(),
+                        absl::StrCat("session_id: '", id,
+                                     "': taking it over from the state store "
+                                     "failed: ",
+                                     rebuilt.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DurableStore::Confirm(const Session& session) {
+  if (!shared()) return absl::OkStatus();
+  const int64_t now =
+      std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t lease = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            options_.shared->options().lease)
+                            .count();
+  if (now - lease_renewed_ns_.load() < lease) return absl::OkStatus();
+  // This replica's lease may have lapsed: is the session still its own?
+  uint64_t mine = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(session.id());
+    if (it != entries_.end() &&
+        it->second.incarnation == session.incarnation()) {
+      mine = it->second.epoch;
+    }
+  }
+  if (mine == 0) return absl::OkStatus();  // not written yet
+  const std::string id = session.id();
+  auto epochs = options_.shared->Epochs(std::span<const std::string>(&id, 1));
+  if (!epochs.ok()) return absl::OkStatus();  // its writes are fenced anyway
+  if ((*epochs)[0] == mine) return absl::OkStatus();
+  (void)table_->HandOver(id, session.incarnation());
+  return absl::AbortedError("taken over");
+}
+
+absl::StatusOr<std::vector<DurableStore::Due>> DurableStore::Beat() {
+  std::vector<Due> lost;
+  if (!shared()) return lost;
+  const auto sent = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t lease = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            options_.shared->options().lease)
+                            .count();
+  LINATTN_RETURN_IF_ERROR(options_.shared->Heartbeat());
+  const bool gap = sent - lease_renewed_ns_.load() >= lease;
+  lease_renewed_ns_ = sent;
+  if (!gap) return lost;
+  // The lease lapsed: sessions taken over meanwhile are not ours.
+  std::vector<std::string> ids;
+  std::vector<Due> mine;
+  std::vector<uint64_t> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : entries_) {
+      if (e.epoch == 0) continue;
+      ids.push_back(id);
+      mine.push_back(Due{id, e.incarnation, e.kind, e.state_bytes});
+      held.push_back(e.epoch);
+    }
+  }
+  if (ids.empty()) return lost;
+  auto epochs = options_.shared->Epochs(ids);
+  if (!epochs.ok()) return epochs.status();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if ((*epochs)[i] != held[i]) lost.push_back(mine[i]);
+  }
+  return lost;
+}
+
+absl::StatusOr<std::vector<DurableStore::Due>> DurableStore::AwaitWanted() {
+  std::vector<Due> wanted;
+  if (!shared()) return wanted;
+  auto ids = options_.shared->AwaitWants();
+  if (!ids.ok()) return ids.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : *ids) {
+    auto it = entries_.find(id);
+    if (it == entries_.end() || it->second.epoch == 0) continue;
+    wanted.push_back(Due{id, it->second.incarnation, it->second.kind,
+                         it->second.state_bytes});
+  }
+  return wanted;
+}
+
+absl::Status DurableStore::HandOver(std::span<const Due> sessions,
+                                    bool release) {
+  std::vector<std::pair<std::string, uint64_t>> epochs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Due& d : sessions) {
+      auto it = entries_.find(d.id);
+      if (it != entries_.end() && it->second.incarnation == d.incarnation &&
+          it->second.epoch != 0) {
+        epochs.push_back({d.id, it->second.epoch});
+      }
+    }
+  }
+  for (const Due& d : sessions) (void)table_->HandOver(d.id, d.incarnation);
+  if (!release || !shared()) return absl::OkStatus();
+  return options_.shared->Release(epochs);
+}
+
+absl::Status DurableStore::DropLease() {
+  if (!shared()) return absl::OkStatus();
+  return options_.shared->DropLease();
+}
+
+absl::Status DurableStore::Commit(Group group, std::vector<uint32_t>* refused) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  return CommitLocked(std::move(group), refused);
+}
+
+absl::Status DurableStore::CommitLocked(Group group,
+                                        std::vector<uint32_t>* refused) {
+  if (writer_ == nullptr && table_ == nullptr) {
     return absl::FailedPreconditionError(
         "state dir: the store has not recovered yet");
   }
@@ -253,6 +526,10 @@ absl::Status DurableStore::CommitLocked(Group group) {
     staged.swap(staged_);
     first_ticket = committed_ticket_ + 1;
     last_ticket = next_ticket_ - 1;
+  }
+  if (shared()) {
+    return CommitSharedLocked(std::move(staged), std::move(group), first_ticket,
+                              last_ticket, refused);
   }
   struct Written {
     DurableRecord type;
@@ -284,26 +561,8 @@ absl::Status DurableStore::CommitLocked(Group group) {
   }
   const absl::Status status = writer_->Commit();
   std::lock_guard<std::mutex> lock(mu_);
-  committed_ticket_ = std::max(committed_ticket_, last_ticket);
-  if (!status.ok()) {
-    if (first_ticket <= last_ticket) {
-      failed_.push_back({first_ticket, last_ticket, status});
-      if (failed_.size() > kMaxFailedRanges) failed_.pop_front();
-    }
-    ++stats_.failed_commits;
-    // Deletes already happened in memory: they go with the next commit,
-    // ahead of anything staged since.
-    std::vector<Staged> again;
-    for (Staged& s : staged) {
-      if (s.type == DurableRecord::kDelete) {
-        s.ticket = next_ticket_++;
-        again.push_back(std::move(s));
-      }
-    }
-    staged_.insert(staged_.begin(), std::make_move_iterator(again.begin()),
-                   std::make_move_iterator(again.end()));
-    return status;
-  }
+  Resolve(first_ticket, last_ticket, status, staged);
+  if (!status.ok()) return status;
   committed_seq_ = writer_->next_seq() - 1;
   if (segment_starts_.empty() ||
       segment_starts_.back() != writer_->segment_first_seq()) {
@@ -329,6 +588,246 @@ absl::Status DurableStore::CommitLocked(Group group) {
   return absl::OkStatus();
 }
 
+void DurableStore::Resolve(uint64_t first, uint64_t last,
+                           const absl::Status& status,
+                           std::vector<Staged>& staged) {
+  committed_ticket_ = std::max(committed_ticket_, last);
+  if (status.ok()) return;
+  if (first <= last) {
+    failed_.push_back({first, last, status});
+    if (failed_.size() > kMaxFailedRanges) failed_.pop_front();
+  }
+  ++stats_.failed_commits;
+  // Deletes already happened in memory: they go with the next commit,
+  // ahead of anything staged since.
+  std::vector<Staged> again;
+  for (Staged& s : staged) {
+    if (s.type == DurableRecord::kDelete) {
+      s.ticket = next_ticket_++;
+      again.push_back(std::move(s));
+    }
+  }
+  staged_.insert(staged_.begin(), std::make_move_iterator(again.begin()),
+                 std::make_move_iterator(again.end()));
+}
+
+absl::Status DurableStore::CommitSharedLocked(std::vector<Staged> staged,
+                                              Group group, uint64_t first,
+                                              uint64_t last,
+                                              std::vector<uint32_t>* refused) {
+  // One op per session (incarnation): its create, its records in order,
+  // its delete. An id deleted and created again within one commit needs
+  // the delete written first: the ops up to it go as a commit of their own.
+  struct Pending {
+    SharedStore::Op op;
+    uint64_t incarnation = 0;
+    uint64_t create_ticket = 0;
+    SessionKind kind = SessionKind::kAttention;
+    uint64_t bytes = 0;
+    bool dropped = false;  // created and deleted here: nothing to write
+  };
+  std::vector<std::vector<Pending>> batches(1);
+  std::map<std::pair<std::string, uint64_t>, size_t> where;  // last batch
+  std::set<std::string, std::less<>> removed;                // last batch
+  auto record = [](DurableRecord type, absl::string_view body) {
+    std::string r;
+    r.reserve(1 + body.size());
+    r.push_back(static_cast<char>(type));
+    r.append(body.data(), body.size());
+    // The store holds one incarnation of a session: 0.
+    if (r.size() >= 9) std::fill(r.begin() + 1, r.begin() + 9, '\0');
+    // A step replays on its own: its request was checked whole before it
+    // was recorded (a request the kernels refuse is not recorded).
+    if (type == DurableRecord::kStep && r.size() >= 13) {
+      r[9] = 1;
+      r[10] = r[11] = r[12] = 0;
+    }
+    return r;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto epoch_of = [&](const std::string& id, uint64_t inc) -> uint64_t {
+      auto it = entries_.find(id);
+      if (it != entries_.end() && it->second.incarnation == inc) {
+        return it->second.epoch;
+      }
+      auto o = orphan_epochs_.find(id);
+      if (o != orphan_epochs_.end() && o->second.first == inc) {
+        return o->second.second;
+      }
+      return 0;
+    };
+    for (Staged& st : staged) {
+      const auto key = std::make_pair(st.id, st.incarnation);
+      auto found = where.find(key);
+      if (st.type != DurableRecord::kDelete) {
+        if (removed.count(st.id) != 0) {
+          batches.emplace_back();
+          where.clear();
+          removed.clear();
+        }
+        Pending p;
+        p.op.id = st.id;
+        p.op.create = true;
+        p.incarnation = st.incarnation;
+        p.create_ticket = st.ticket;
+        p.kind = st.session->kind();
+        auto [type, payload] = CreatePayload(*st.session);
+        p.op.records.push_back(record(type, Incarnation(0) + payload));
+        p.bytes = p.op.records.back().size();
+        where[key] = batches.back().size();
+        batches.back().push_back(std::move(p));
+        continue;
+      }
+      removed.insert(st.id);
+      if (found != where.end()) {
+        Pending& p = batches.back()[found->second];
+        if (p.op.create) {
+          p.dropped = true;
+        } else {
+          p.op.remove = true;
+          p.op.records.clear();
+        }
+        continue;
+      }
+      const uint64_t epoch =
+          st.epoch != 0 ? st.epoch : epoch_of(st.id, st.incarnation);
+      if (epoch == 0) continue;  // its create never reached the store
+      Pending p;
+      p.op.id = st.id;
+      p.op.remove = true;
+      p.op.epoch = epoch;
+      p.incarnation = st.incarnation;
+      where[key] = batches.back().size();
+      batches.back().push_back(std::move(p));
+    }
+    // Requests with a record of a session handed over are left out whole.
+    std::set<uint32_t> out;
+    const Group::Record* first_out = nullptr;
+    for (const Group::Record& r : group.records_) {
+      if (handed_over_.count(std::make_pair(r.id, r.incarnation)) != 0) {
+        out.insert(r.request);
+        if (first_out == nullptr) first_out = &r;
+      }
+    }
+    if (!out.empty()) {
+      if (refused == nullptr) {
+        const absl::Status st = absl::AbortedError(absl::StrCat(
+            "session_id: '", first_out->id,
+            "' was handed over to another replica while this request "
+            "waited; nothing was written (send the request again: the "
+            "session's owner serves it)"));
+        Resolve(first, last, st, staged);
+        return st;
+      }
+      refused->assign(out.begin(), out.end());
+    }
+    for (Group::Record& r : group.records_) {
+      if (out.count(r.request) != 0) continue;
+      const auto key = std::make_pair(r.id, r.incarnation);
+      auto found = where.find(key);
+      if (found != where.end()) {
+        Pending& p = batches.back()[found->second];
+        if (p.op.remove || p.dropped) continue;
+        p.op.records.push_back(record(r.type, r.body));
+        p.bytes += p.op.records.back().size();
+        continue;
+      }
+      const uint64_t epoch = epoch_of(r.id, r.incarnation);
+      if (epoch == 0) continue;  // deleted meanwhile
+      Pending p;
+      p.op.id = r.id;
+      p.op.epoch = epoch;
+      p.incarnation = r.incarnation;
+      p.op.records.push_back(record(r.type, r.body));
+      p.bytes = p.op.records.back().size();
+      where[key] = batches.back().size();
+      batches.back().push_back(std::move(p));
+    }
+  }
+  absl::Status status;
+  std::vector<std::string> fenced;
+  for (std::vector<Pending>& batch : batches) {
+    std::vector<SharedStore::Op> ops;
+    std::vector<Pending*> sent;
+    for (Pending& p : batch) {
+      if (p.dropped) continue;
+      ops.push_back(std::move(p.op));
+      sent.push_back(&p);
+    }
+    if (ops.empty()) continue;
+    auto results = options_.shared->Commit(ops, &fenced);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!results.ok()) {
+      status = results.status();
+      // Sessions another replica took over leave the table (not deleted):
+      // their next request claims them from their owner. After a commit
+      // whose outcome is not known (the connection failed), every session
+      // it carried leaves too: the store, not this replica's memory, then
+      // says what they hold, and their next request loads them from it.
+      std::vector<std::pair<std::string, uint64_t>> lost;
+      if (absl::IsAborted(status)) {
+        for (const std::string& id : fenced) {
+          auto it = entries_.find(id);
+          if (it != entries_.end()) {
+            lost.push_back({id, it->second.incarnation});
+          }
+        }
+      } else {
+        for (size_t i = 0; i < ops.size(); ++i) {
+          if (!ops[i].remove) lost.push_back({ops[i].id, sent[i]->incarnation});
+        }
+      }
+      lock.unlock();
+      for (const auto& [id, incarnation] : lost) {
+        (void)table_->HandOver(id, incarnation);
+      }
+      break;
+    }
+    ++stats_.commits;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const SharedStore::Op& op = ops[i];
+      const SharedStore::OpResult& res = (*results)[i];
+      Pending& p = *sent[i];
+      if (op.remove) {
+        auto o = orphan_epochs_.find(op.id);
+        if (o != orphan_epochs_.end() && o->second.first == p.incarnation) {
+          orphan_epochs_.erase(o);
+        }
+        ++stats_.records;
+        continue;
+      }
+      if (res.exists) {
+        failed_.push_back(
+            {p.create_ticket, p.create_ticket,
+             absl::AlreadyExistsError(absl::StrCat(
+                 "session_id: '", op.id,
+                 "' is taken (a session of that id lives in the shared "
+                 "state store)"))});
+        if (failed_.size() > kMaxFailedRanges) failed_.pop_front();
+        continue;
+      }
+      stats_.records += op.records.size();
+      stats_.bytes += p.bytes;
+      auto it = entries_.find(op.id);
+      const bool live =
+          it != entries_.end() && it->second.incarnation == p.incarnation;
+      if (op.create && !live) {
+        orphan_epochs_[op.id] = {p.incarnation, res.epoch};
+      }
+      if (!live) continue;
+      Entry& e = it->second;
+      if (op.create) e.epoch = res.epoch;
+      e.appended += op.records.size();
+      e.tail_bytes += p.bytes;
+      e.first_needed = 0;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Resolve(first, last, status, staged);
+  return status;
+}
+
 absl::Status DurableStore::SyncThrough(uint64_t first, uint64_t last) {
   auto resolved = [&]() -> std::optional<absl::Status> {
     std::lock_guard<std::mutex> lock(mu_);
@@ -344,7 +843,8 @@ absl::Status DurableStore::SyncThrough(uint64_t first, uint64_t last) {
     if (!resolved().has_value()) (void)CommitLocked(Group());
   }
   if (auto s = resolved()) return *s;
-  return absl::InternalError("state dir: a record was not committed");
+  return absl::InternalError(
+      absl::StrCat(label(), ": a record was not committed"));
 }
 
 absl::Status DurableStore::AwaitCreate(SessionManager& table,
@@ -363,7 +863,10 @@ absl::Status DurableStore::AwaitCreate(SessionManager& table,
   if (found != nullptr && found->incarnation() == session.incarnation()) {
     (void)table.Delete(session.id(), session.kind());
   }
-  return absl::Status(s.code(), absl::StrCat("state dir: recording the new "
+  // An id another replica's session holds: the request's own error.
+  if (absl::IsAlreadyExists(s)) return s;
+  return absl::Status(s.code(), absl::StrCat(label(),
+                                             ": recording the new "
                                              "session failed: ",
                                              s.message()));
 }
@@ -374,12 +877,13 @@ absl::Status DurableStore::Delete(SessionManager& table, absl::string_view id,
   LINATTN_RETURN_IF_ERROR(table.Delete(id, kind));
   const absl::Status s = SyncThrough(before + 1, last_ticket());
   if (s.ok()) return s;
-  return absl::Status(
-      s.code(), absl::StrCat("state dir: the session is deleted, but recording "
-                             "its deletion failed (",
-                             s.message(),
-                             "); it is recorded with the next write that "
-                             "succeeds"));
+  return absl::Status(s.code(),
+                      absl::StrCat(label(),
+                                   ": the session is deleted, but recording "
+                                   "its deletion failed (",
+                                   s.message(),
+                                   "); it is recorded with the next write that "
+                                   "succeeds"));
 }
 
 absl::Status DurableStore::Tick() {
@@ -452,6 +956,43 @@ absl::Status DurableStore::WriteSnapshot(const Due& due, uint64_t seq,
 }
 
 absl::Status DurableStore::WriteSnapshots(std::span<const Taken> snapshots) {
+  if (shared()) {
+    std::vector<SharedStore::Snapshot> blobs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Taken& t : snapshots) {
+        auto it = entries_.find(t.due.id);
+        if (it == entries_.end() ||
+            it->second.incarnation != t.due.incarnation ||
+            it->second.epoch == 0) {
+          continue;
+        }
+        blobs.push_back(
+            {t.due.id, it->second.epoch, t.seq, Incarnation(0) + t.blob});
+      }
+    }
+    std::vector<bool> written;
+    const absl::Status status =
+        blobs.empty() ? absl::OkStatus()
+                      : options_.shared->WriteSnapshots(blobs, &written);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Taken& t : snapshots) {
+      auto it = entries_.find(t.due.id);
+      if (it != entries_.end() && it->second.incarnation == t.due.incarnation) {
+        it->second.snapshot_requested = false;
+      }
+    }
+    for (size_t i = 0; status.ok() && i < blobs.size(); ++i) {
+      if (!written[i]) continue;
+      ++stats_.snapshots_written;
+      auto it = entries_.find(blobs[i].id);
+      if (it == entries_.end() || it->second.epoch != blobs[i].epoch) continue;
+      Entry& e = it->second;
+      e.tail_bytes -= std::min(e.tail_bytes, e.tail_at_request);
+      e.dirty = false;
+    }
+    return status;
+  }
   // Sessions gone meanwhile keep nothing.
   std::vector<const Taken*> live;
   {
@@ -500,6 +1041,8 @@ absl::Status DurableStore::WriteSnapshots(std::span<const Taken> snapshots) {
 }
 
 absl::Status DurableStore::Maintain() {
+  // A shared store deletes a session's keys with its delete record.
+  if (shared()) return absl::OkStatus();
   std::vector<PendingRemoval> removals;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -569,14 +1112,82 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
     std::span<const std::shared_ptr<const Model>> models) {
   const auto start = std::chrono::steady_clock::now();
   RecoveryReport report;
-  std::map<std::string, Rebuilt, std::less<>> live;
-  uint64_t max_incarnation = 0;
-  uint64_t max_file_seq = 0;
+  table_ = &table;
+  models_.assign(models.begin(), models.end());
+  if (shared()) {
+    // Nothing to read: a session is loaded when it is first asked for.
+    table.set_gate(this);
+    lease_renewed_ns_ =
+        std::chrono::steady_clock::now().time_since_epoch().count();
+    return report;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recovering_ = true;
+  }
+  Sources sources;
+  sources.snapshots =
+      [this](const std::function<absl::Status(SnapshotFiles::Entry&)>& visit) {
+        return files_.ForEach(visit);
+      };
+  sources.records =
+      [this](const std::function<absl::Status(JournalRecord&)>& visit) {
+        return ReadJournal(journal_dir_, visit);
+      };
+  auto rebuilt = Rebuild(table, sources, report,
+                         [](uint64_t recorded) { return recorded; });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recovering_ = false;
+  }
+  if (!rebuilt.ok()) return rebuilt.status();
+  const JournalScan& scan = rebuilt->scan;
+  for (const auto& [id, incarnation] : rebuilt->files)
+    on_disk_[id] = incarnation;
+  LINATTN_RETURN_IF_ERROR(RepairJournal(scan));
+  // Records continue after the last one read, and after every file's.
+  const uint64_t next_seq = std::max(scan.next_seq, rebuilt->max_file_seq + 1);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  LINATTN_ASSIGN_OR_RETURN(
+      writer_, JournalWriter::Open(journal_dir_, next_seq,
+                                   JournalOptions{
+                                       .durability = options_.durability,
+                                       .sync_interval = options_.sync_interval,
+                                       .segment_bytes = options_.segment_bytes,
+                                   }));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, r] : rebuilt->sessions) {
+    Entry e;
+    e.incarnation = r.incarnation;
+    e.kind = r.kind;
+    e.state_bytes = r.state_bytes;
+    e.first_needed = r.first_needed;
+    e.tail_bytes = r.tail_bytes;
+    entries_.emplace(id, e);
+  }
+  next_ticket_ = rebuilt->max_incarnation + 1;
+  committed_ticket_ = rebuilt->max_incarnation;
+  committed_seq_ = next_seq - 1;
+  segment_starts_.assign(1, writer_->segment_first_seq());
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return report;
+}
 
-  // Snapshot files first: each is where its session's replay starts.
-  // One file in memory at a time; its state stays.
+absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
+    SessionManager& table, const Sources& sources, RecoveryReport& report,
+    const std::function<uint64_t(uint64_t recorded)>& incarnation_of) {
+  const std::span<const std::shared_ptr<const Model>> models = models_;
+  Rebuilt result;
+  std::map<std::string, Replayed, std::less<>> live;
+  uint64_t& max_incarnation = result.max_incarnation;
+  uint64_t& max_file_seq = result.max_file_seq;
+
+  // Snapshots first: each is where its session's replay starts.
+  // One in memory at a time; its state stays.
   LINATTN_RETURN_IF_ERROR(
-      files_.ForEach([&](SnapshotFiles::Entry& f) -> absl::Status {
+      sources.snapshots([&](SnapshotFiles::Entry& f) -> absl::Status {
         auto refuse = [&](const absl::Status& why) {
           return absl::Status(
               why.code() == absl::StatusCode::kFailedPrecondition
@@ -589,7 +1200,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
         if (f.blob().size() < 8 + 16) {
           return refuse(absl::DataLossError("too short"));
         }
-        Rebuilt r;
+        Replayed r;
         r.incarnation = GetLittleEndian<uint64_t>(f.blob().data());
         const absl::string_view blob = f.blob().substr(8);
         const uint32_t kind = GetLittleEndian<uint32_t>(blob.data() + 12);
@@ -612,7 +1223,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
         r.first_needed = f.seq + 1;
         max_incarnation = std::max(max_incarnation, r.incarnation);
         max_file_seq = std::max(max_file_seq, f.seq);
-        on_disk_[f.id] = r.incarnation;
+        result.files[f.id] = r.incarnation;
         live.emplace(f.id, std::move(r));
         ++report.snapshot_files;
         return absl::OkStatus();
@@ -628,7 +1239,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
              std::vector<std::pair<const std::string*, std::vector<int32_t>>>>
         feeds;
     std::map<const Model*, std::shared_ptr<const Model>> owners;
-    std::map<std::string, Rebuilt*> by_id;
+    std::map<std::string, Replayed*> by_id;
     for (auto& [id, r] : live) {
       if (r.kind != SessionKind::kModel || r.feed.empty()) continue;
       std::vector<int32_t> feed;
@@ -712,7 +1323,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
       case DurableRecord::kModelCreate:
       case DurableRecord::kModelCreateWithState: {
         if (it != live.end()) return bad("creates a session that exists");
-        Rebuilt r;
+        Replayed r;
         r.incarnation = incarnation;
         r.first_needed = rec.seq;
         const auto type = static_cast<DurableRecord>(rec.type);
@@ -852,7 +1463,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
             }
             continue;
           }
-          Rebuilt& r = mit->second;
+          Replayed& r = mit->second;
           const uint64_t qk = uint64_t{r.spec.num_heads} * r.spec.key_dim;
           const uint64_t vv = uint64_t{r.spec.num_heads} * r.spec.value_dim;
           if (floats.size() != (2 * qk + vv) * sizeof(float)) {
@@ -906,8 +1517,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
   std::vector<JournalRecord> request;
   uint32_t request_steps = 0;
   LINATTN_ASSIGN_OR_RETURN(
-      JournalScan scan,
-      ReadJournal(journal_dir_, [&](JournalRecord& rec) -> absl::Status {
+      result.scan, sources.records([&](JournalRecord& rec) -> absl::Status {
         ++report.records;
         const bool step =
             rec.type == static_cast<uint8_t>(DurableRecord::kStep) &&
@@ -933,6 +1543,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
         }
         return apply(std::span<const JournalRecord>(&rec, 1));
       }));
+  JournalScan& scan = result.scan;
   if (request_steps > 0) {
     // The last request's steps were not all written: its group commit never
     // finished, so nothing of it was acknowledged. It goes with the torn
@@ -949,12 +1560,14 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
   report.dropped_tail_file = scan.dropped_tail_file;
   report.dropped_tail_offset = scan.dropped_tail_offset;
 
-  // Every session joins the table under its own id and incarnation.
+  // Every session joins the table under its own id (and the incarnation
+  // `incarnation_of` gives it).
   {
     std::lock_guard<std::mutex> lock(mu_);
-    recovering_ = true;
-    for (const auto& [id, r] : live)
+    for (auto& [id, r] : live) {
+      r.incarnation = incarnation_of(r.incarnation);
       recovered_incarnations_[id] = r.incarnation;
+    }
   }
   absl::Status adopted = replay_tokens();
   for (auto& [id, r] : live) {
@@ -978,39 +1591,14 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    recovering_ = false;
-    recovered_incarnations_.clear();
+    for (const auto& [id, r] : live) recovered_incarnations_.erase(id);
   }
   LINATTN_RETURN_IF_ERROR(adopted);
-  LINATTN_RETURN_IF_ERROR(RepairJournal(scan));
-  // Records continue after the last one read, and after every file's.
-  const uint64_t next_seq = std::max(scan.next_seq, max_file_seq + 1);
-  std::lock_guard<std::mutex> write_lock(write_mu_);
-  LINATTN_ASSIGN_OR_RETURN(
-      writer_, JournalWriter::Open(journal_dir_, next_seq,
-                                   JournalOptions{
-                                       .durability = options_.durability,
-                                       .sync_interval = options_.sync_interval,
-                                       .segment_bytes = options_.segment_bytes,
-                                   }));
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [id, r] : live) {
-    Entry e;
-    e.incarnation = r.incarnation;
-    e.kind = r.kind;
-    e.state_bytes = r.state_bytes;
-    e.first_needed = r.first_needed;
-    e.tail_bytes = r.tail_bytes;
-    entries_.emplace(id, e);
+  for (const auto& [id, r] : live) {
+    result.sessions[id] = RebuiltSession{r.incarnation, r.kind, r.state_bytes,
+                                         r.first_needed, r.tail_bytes};
   }
-  next_ticket_ = max_incarnation + 1;
-  committed_ticket_ = max_incarnation;
-  committed_seq_ = next_seq - 1;
-  segment_starts_.assign(1, writer_->segment_first_seq());
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  return report;
+  return result;
 }
 
 }  // namespace linattn

@@ -76,12 +76,16 @@
 #ifndef LINATTN_CORE_SESSION_DURABLE_STORE_H_
 #define LINATTN_CORE_SESSION_DURABLE_STORE_H_
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,6 +97,7 @@
 #include "core/model/model.h"
 #include "core/session/journal.h"
 #include "core/session/session_manager.h"
+#include "core/session/shared_store.h"
 #include "core/session/snapshot_files.h"
 
 namespace linattn {
@@ -111,7 +116,11 @@ enum class DurableRecord : uint8_t {
 };
 
 struct DurableStoreOptions {
+  // The local directory; or, with `shared`, none: records and snapshots go
+  // to the shared store (Redis) instead, each session's on its own
+  // (docs/design.md §4, "Replicas and the shared store").
   std::string dir;
+  std::shared_ptr<SharedStore> shared;
   Durability durability = Durability::kAlways;
   std::chrono::milliseconds sync_interval{100};  // Durability::kBatch
   uint64_t segment_bytes = uint64_t{64} << 20;
@@ -138,7 +147,7 @@ struct RecoveryReport {
   double seconds = 0;
 };
 
-class DurableStore final : public SessionObserver {
+class DurableStore final : public SessionObserver, public SessionGate {
  public:
   // Creates the directories if missing; reads nothing yet.
   static absl::StatusOr<std::unique_ptr<DurableStore>> Open(
@@ -173,6 +182,9 @@ class DurableStore final : public SessionObserver {
     void AddModelState(const ModelSession& session);
     void AddSampler(const ModelSession& session,
                     const SamplerPosition& position);
+    // The records added next belong to the next request (numbered from 0),
+    // for Commit's `refused`.
+    void BeginRequest() { ++request_; }
     bool empty() const { return records_.empty(); }
     size_t size() const { return records_.size(); }
 
@@ -183,13 +195,19 @@ class DurableStore final : public SessionObserver {
       std::string id;
       uint64_t incarnation;
       std::string body;  // the incarnation, then the payload
+      uint32_t request;
     };
+    uint32_t request_ = UINT32_MAX;  // BeginRequest makes the first 0
     void Add(DurableRecord type, const Session& session, std::string payload);
     std::vector<Record> records_;
   };
 
-  // Writes what is staged, then `group`, as one group commit.
-  absl::Status Commit(Group group);
+  // Writes what is staged, then `group`, as one group commit. With a
+  // shared store, the records of a session this replica handed over (to
+  // the replica that owns it now) cannot be written: with `refused`, the
+  // requests they belong to are left out whole and listed there, and the
+  // rest commits; without it, nothing does (ABORTED).
+  absl::Status Commit(Group group, std::vector<uint32_t>* refused = nullptr);
   // OK once every record staged with a ticket in [first, last] is
   // committed (committing what is staged if need be); the status of the
   // commit that failed otherwise. A session's create has the ticket
@@ -235,6 +253,10 @@ class DurableStore final : public SessionObserver {
   // worker when a session's blob is taken, it is the position the blob
   // covers.
   uint64_t committed_seq() const;
+  // The position a blob of `session` taken now (on the compute worker)
+  // covers: committed_seq(), or with a shared store the number of the
+  // session's records committed.
+  uint64_t CoveredPosition(const Session& session) const;
   // Writes the snapshot file of session (id, incarnation) taken at `seq`,
   // unless the session has gone meanwhile.
   absl::Status WriteSnapshot(const Due& session, uint64_t seq,
@@ -255,6 +277,34 @@ class DurableStore final : public SessionObserver {
   absl::Status Maintain();
   // Syncs a Durability::kBatch journal whose interval has passed.
   absl::Status Tick();
+
+  // --- With a shared store ---
+  bool shared() const { return options_.shared != nullptr; }
+  // "state store" or "state dir", for messages.
+  const char* label() const { return shared() ? "state store" : "state dir"; }
+  // SessionGate: a session another replica holds (or held) is taken over:
+  // once its holder's lease lapsed or it handed the session over (it is
+  // asked to), its snapshot and records are loaded and replayed, and it
+  // joins the table under a new epoch. UNAVAILABLE if the holder keeps it
+  // past twice the lease time.
+  absl::Status Claim(absl::string_view id) override;
+  // OK while this replica's lease is fresh; after a gap (a pause, a cut-off
+  // store) the session's epoch is read first, and a session taken over
+  // meanwhile leaves the table.
+  absl::Status Confirm(const Session& session) override;
+  // Renews this replica's lease; after a gap longer than the lease (a
+  // pause, a store out of reach), returns the sessions other replicas took
+  // over meanwhile, for HandOver(…, false).
+  absl::StatusOr<std::vector<Due>> Beat();
+  // The sessions other replicas asked for (to snapshot and then HandOver),
+  // once there are any, or none after about a second (one thread).
+  absl::StatusOr<std::vector<Due>> AwaitWanted();
+  // Takes `sessions` out of the table without deleting them, and marks
+  // them released in the store (if `release`) so their next owner takes
+  // them at once.
+  absl::Status HandOver(std::span<const Due> sessions, bool release);
+  // Shutdown: gives up this replica's lease (after the snapshots).
+  absl::Status DropLease();
 
   const DurableStoreOptions& options() const { return options_; }
   uint64_t journal_disk_bytes() const;
@@ -281,6 +331,7 @@ class DurableStore final : public SessionObserver {
     std::string id;
     uint64_t incarnation = 0;
     std::shared_ptr<Session> session;  // creates: serialized at commit
+    uint64_t epoch = 0;  // deletes, shared store: the session's epoch
   };
   // What the store knows of a live session.
   struct Entry {
@@ -294,6 +345,10 @@ class DurableStore final : public SessionObserver {
     bool snapshot_requested = false;
     uint64_t tail_at_request = 0;  // tail_bytes when its snapshot was asked
     bool dirty = false;            // SnapshotSoon
+    // Shared store: the session's epoch (0 until its create is committed)
+    // and the number of its records the store holds.
+    uint64_t epoch = 0;
+    uint64_t appended = 0;
   };
   struct PendingRemoval {
     std::string id;
@@ -305,8 +360,53 @@ class DurableStore final : public SessionObserver {
     absl::Status status;
   };
 
-  absl::Status CommitLocked(Group group)
+  absl::Status CommitLocked(Group group,
+                            std::vector<uint32_t>* refused = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // CommitLocked with a shared store: what was staged, then `group`.
+  // (tickets [first, last] staged).
+  absl::Status CommitSharedLocked(std::vector<Staged> staged, Group group,
+                                  uint64_t first, uint64_t last,
+                                  std::vector<uint32_t>* refused)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Records the outcome of a commit of tickets [first, last]: failed, the
+  // deletes it carried are staged again.
+  void Resolve(uint64_t first, uint64_t last, const absl::Status& status,
+               std::vector<Staged>& staged) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Sessions rebuilt from snapshots and records (recovery, a takeover)
+  // join `table` through this: each under the incarnation `incarnation`
+  // gives it.
+  struct Sources {
+    // Every snapshot, one at a time.
+    std::function<absl::Status(
+        const std::function<absl::Status(SnapshotFiles::Entry&)>&)>
+        snapshots;
+    // Every record in order, one at a time.
+    std::function<absl::StatusOr<JournalScan>(
+        const std::function<absl::Status(JournalRecord&)>&)>
+        records;
+  };
+  struct RebuiltSession {
+    uint64_t incarnation = 0;
+    SessionKind kind = SessionKind::kAttention;
+    uint64_t state_bytes = 0;
+    uint64_t first_needed = 0;
+    uint64_t tail_bytes = 0;
+  };
+  struct Rebuilt {
+    JournalScan scan;
+    uint64_t max_incarnation = 0;
+    uint64_t max_file_seq = 0;
+    std::map<std::string, RebuiltSession, std::less<>> sessions;
+    // The incarnation of each snapshot read, by id.
+    std::map<std::string, uint64_t, std::less<>> files;
+  };
+  absl::StatusOr<Rebuilt> Rebuild(
+      SessionManager& table, const Sources& sources, RecoveryReport& report,
+      const std::function<uint64_t(uint64_t recorded)>& incarnation);
+  // A takeover of `id` (Claim), one at a time per id.
+  absl::Status TakeOver(absl::string_view id);
   // The payload of a staged create, read from its session.
   static std::pair<DurableRecord, std::string> CreatePayload(
       const Session& session);
@@ -335,6 +435,27 @@ class DurableStore final : public SessionObserver {
   Stats stats_ ABSL_GUARDED_BY(mu_);
   // The first sequence numbers of the last two journal segments.
   std::deque<uint64_t> segment_starts_ ABSL_GUARDED_BY(mu_);
+
+  // Shared store.
+  SessionManager* table_ = nullptr;                   // set by Recover
+  std::vector<std::shared_ptr<const Model>> models_;  // set by Recover
+  // The epoch of a session whose create committed after it left the table
+  // (its delete is staged meanwhile), by id.
+  std::map<std::string, std::pair<uint64_t, uint64_t>, std::less<>>
+      orphan_epochs_ ABSL_GUARDED_BY(mu_);
+  // Sessions handed over (id, incarnation), the latest kMaxHandedOver.
+  std::set<std::pair<std::string, uint64_t>> handed_over_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, uint64_t>> handed_over_order_
+      ABSL_GUARDED_BY(mu_);
+  // The last heartbeat that reached the store.
+  std::atomic<int64_t> lease_renewed_ns_{0};
+  // Sessions being adopted by a takeover: their epoch and the number of
+  // records the store holds, for their entry (made as they join the table).
+  std::map<std::string, std::pair<uint64_t, uint64_t>, std::less<>> adopting_
+      ABSL_GUARDED_BY(mu_);
+  std::mutex claims_mu_;
+  std::condition_variable claims_cv_;
+  std::set<std::string, std::less<>> claiming_ ABSL_GUARDED_BY(claims_mu_);
 
   // Maintenance thread only: the incarnation whose file is on disk, by id.
   std::map<std::string, uint64_t, std::less<>> on_disk_;

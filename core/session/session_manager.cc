@@ -473,8 +473,40 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
   return it->second;
 }
 
+absl::Status SessionManager::Consult(absl::string_view id) const {
+  if (gate_ == nullptr) return absl::OkStatus();
+  std::shared_ptr<Session> found;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) found = it->second;
+  }
+  if (found != nullptr) {
+    if (gate_->Confirm(*found).ok()) return absl::OkStatus();
+    found.reset();
+  }
+  const absl::Status s = gate_->Claim(id);
+  return absl::IsNotFound(s) ? absl::OkStatus() : s;
+}
+
+bool SessionManager::Contains(absl::string_view id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.find(id) != sessions_.end();
+}
+
+bool SessionManager::HandOver(absl::string_view id, uint64_t incarnation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second->incarnation() != incarnation) {
+    return false;
+  }
+  Remove(it, SessionObserver::Removal::kHandedOver);
+  return true;
+}
+
 absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::FindAttention(
     absl::string_view id) const {
+  LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
                            Find(id, SessionKind::kAttention));
@@ -483,6 +515,7 @@ absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::FindAttention(
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::FindModel(
     absl::string_view id) const {
+  LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
                            Find(id, SessionKind::kModel));
@@ -491,6 +524,7 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::FindModel(
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AcquireModel(
     absl::string_view id) {
+  LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
                            Find(id, SessionKind::kModel));
@@ -500,6 +534,7 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AcquireModel(
 }
 
 absl::Status SessionManager::Delete(absl::string_view id, SessionKind kind) {
+  LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
   LINATTN_RETURN_IF_ERROR(Find(id, kind).status());
   Remove(sessions_.find(id), SessionObserver::Removal::kDeleted);

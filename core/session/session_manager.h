@@ -187,13 +187,32 @@ class ModelSession final : public Session {
 // services.
 class SessionObserver {
  public:
-  enum class Removal { kDeleted, kEvicted };
+  enum class Removal { kDeleted, kEvicted, kHandedOver };
   virtual ~SessionObserver() = default;
   // The session is shared so that an observer may keep it (a durable
   // store reads its state later, off the table's lock).
   virtual void OnCreated(const std::shared_ptr<Session>& session) = 0;
   virtual void OnStepped(const Session& session) = 0;
   virtual void OnRemoved(const Session& session, Removal why) = 0;
+};
+
+// Where sessions live besides this table (replicas sharing a state store,
+// docs/design.md §4): the table asks it before it looks a session up by id.
+// Calls come from request threads, never under the table's lock; they may
+// block (a takeover waits for another replica) and may add sessions to
+// the table or remove them.
+class SessionGate {
+ public:
+  virtual ~SessionGate() = default;
+  // Session `id` is not in the table: bring it in if it lives elsewhere.
+  // OK when the table should be looked at again; NOT_FOUND when no one has
+  // it; another status (UNAVAILABLE: its holder did not hand it over in
+  // time) fails the lookup.
+  virtual absl::Status Claim(absl::string_view id) = 0;
+  // Session `session` is in the table: OK if it may be served from here;
+  // otherwise the gate has taken it out (another replica owns it now) and
+  // the lookup claims it anew.
+  virtual absl::Status Confirm(const Session& session) = 0;
 };
 
 struct SessionInfo {
@@ -360,6 +379,14 @@ class SessionManager {
   // not counting reservations in progress.
   uint64_t state_bytes_in_use() const;
   const SessionManagerOptions& options() const { return options_; }
+  // Whether `id` is in the table (either kind), without asking the gate.
+  bool Contains(absl::string_view id) const;
+  // Set once, before requests arrive (the gate outlives the table's use).
+  void set_gate(SessionGate* gate) { gate_ = gate; }
+  // Removes session `id` (of `incarnation`) without it counting as a
+  // deletion: the observer hears Removal::kHandedOver (another replica
+  // serves it now). False if it is not in the table (as that incarnation).
+  bool HandOver(absl::string_view id, uint64_t incarnation);
   MemoryBudget& budget() const { return *budget_; }
   const std::shared_ptr<MemoryBudget>& shared_budget() const { return budget_; }
 
@@ -396,8 +423,11 @@ class SessionManager {
   std::shared_ptr<const Attention> CachedAttention(const AttentionSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Release(uint64_t bytes);
+  // The gate's say before a lookup of `id` (see SessionGate).
+  absl::Status Consult(absl::string_view id) const;
 
   const SessionManagerOptions options_;
+  SessionGate* gate_ = nullptr;
   const std::shared_ptr<MemoryBudget> budget_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>, std::less<>> sessions_
