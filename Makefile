@@ -53,7 +53,7 @@ test-tsan: deps
 	  -DLINATTN_TSAN=ON -DLINATTN_BUILD_BENCH=OFF
 	cmake --build $(TSAN_DIR) -j$(JOBS) --target session_test generation_test
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
-	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot|GenerationTest|SharedTable|ComputeExecutor|DurableStore|DurableGeneration)\.'
+	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot|GenerationTest|SharedTable|ComputeExecutor|DurableStore|DurableGeneration|SharedStore)\.'
 
 # libFuzzer targets (tests/fuzz, built with clang under ASan + UBSan): the
 # snapshot parsers, safetensors, config.json, .npy, the tokenizers and the
