@@ -18,7 +18,8 @@ cache_dir=${LINATTN_CACHE_DIR:-/var/cache/linattn}
 rootfs_tar=$cache_dir/debian-bookworm-minbase.tar
 
 need=()
-for p in podman buildah debootstrap runc uidmap slirp4netns fuse-overlayfs containernetworking-plugins; do
+for p in podman buildah debootstrap runc uidmap slirp4netns fuse-overlayfs containernetworking-plugins \
+         golang-github-containernetworking-plugin-dnsname podman-compose; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if ((${#need[@]})); then
@@ -142,4 +143,37 @@ podman stop -t 20 "$name-durable" >/dev/null 2>&1
 start_durable
 "$load_bin" --server "127.0.0.1:$port" --check --ledger "$ledger" | tail -1
 podman stop -t 20 "$name-durable" >/dev/null 2>&1
-echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server, sessions in a volume survive SIGKILL and SIGTERM)"
+# Replicas (deploy/compose/compose.yaml): three containers of this image
+# sharing their sessions through Redis behind HAProxy, both built from
+# deploy/images on the same Debian base, run with podman-compose and checked
+# through the proxy, before and after one replica is killed.
+echo "container-check: deploy/compose with podman-compose"
+podman tag "$image" localhost/linattn:latest
+for part in redis haproxy; do
+  podman build --pull=never -t "localhost/linattn-$part:latest" \
+    -f "deploy/images/$part.Containerfile" deploy/images \
+    > "/tmp/linattn-$part-build.log" 2>&1 || { tail -20 "/tmp/linattn-$part-build.log"; exit 1; }
+done
+project=linattn-check-$$
+compose() { (cd deploy/compose && podman-compose -p "$project" -f compose.yaml "$@"); }
+compose_ledger=$(mktemp)
+compose_cleanup() {
+  compose down -v >/dev/null 2>&1 || true
+  rm -f "$compose_ledger"
+}
+trap 'cleanup; durable_cleanup; compose_cleanup' EXIT
+compose up -d > /tmp/linattn-compose-up.log 2>&1 || { tail -20 /tmp/linattn-compose-up.log; exit 1; }
+proxy=127.0.0.1:50051
+for _ in $(seq 1 120); do
+  if "$client" health --server "$proxy" --timeout 1 >/dev/null 2>&1; then break; fi
+  sleep 0.5
+done
+"$client" health --server "$proxy" || { compose logs 2>&1 | tail -40; exit 1; }
+"$load_bin" --server "$proxy" --sessions 24 --steps 300 --session-prefix compose \
+  --ledger "$compose_ledger" --failover --no-progress | tail -1
+podman kill -s KILL "${project}_linattn-2_1" >/dev/null
+"$load_bin" --server "$proxy" --sessions 24 --steps 300 --session-prefix compose \
+  --ledger "$compose_ledger" --failover --no-progress | tail -1
+"$load_bin" --server "$proxy" --check --ledger "$compose_ledger" | tail -2
+compose down -v >/dev/null 2>&1
+echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server, sessions in a volume survive SIGKILL and SIGTERM, three replicas behind HAProxy with Redis lose nothing when one is killed)"

@@ -194,13 +194,15 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     if (options.durable.durability == Durability::kBatch) {
       period = std::min(period, options.durable.sync_interval);
     }
-    if (server->store_->shared()) {
-      // Heartbeats: the lease is renewed four times per lease time.
-      period = std::min(period, options.shared.lease / 4);
-    }
     server->maintainer_ =
         std::thread([s = server.get(), period] { s->MaintenanceLoop(period); });
     if (server->store_->shared()) {
+      // Heartbeats on a thread of their own (four per lease time), so that
+      // a long snapshot pass never lets the lease lapse.
+      server->heartbeat_ =
+          std::thread([s = server.get(), period = options.shared.lease / 4] {
+            s->HeartbeatLoop(period);
+          });
       server->handover_ =
           std::thread([s = server.get()] { s->HandOverLoop(); });
     }
@@ -311,7 +313,6 @@ void LinattnServer::MaintenanceLoop(std::chrono::milliseconds period) {
   bool failing = false;
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
-    if (store_->shared()) Heartbeat();
     // A batch sync that fell due, and deletions of evicted sessions.
     absl::Status s = store_->Tick();
     if (s.ok()) {
@@ -344,6 +345,15 @@ void LinattnServer::Heartbeat() {
         "this one's lease had lapsed; they leave this replica",
         lost->size());
     (void)store_->HandOver(*lost, /*release=*/false);
+  }
+}
+
+void LinattnServer::HeartbeatLoop(std::chrono::milliseconds period) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    Heartbeat();
+    lock.lock();
   }
 }
 
@@ -441,6 +451,7 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
   if (evictor_.joinable()) evictor_.join();
   if (maintainer_.joinable()) maintainer_.join();
   if (handover_.joinable()) handover_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
   if (store_ != nullptr && scheduler_ != nullptr && generation_ != nullptr) {
     // Every session into its snapshot file, so that the next start reads
     // files instead of replaying the journal.

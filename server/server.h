@@ -99,11 +99,12 @@ class LinattnServer {
   size_t SnapshotSessions(const std::vector<DurableStore::Due>& sessions);
   size_t SnapshotPiece(std::span<const DurableStore::Due> piece);
   // Shared store: renews the lease, and lets go of what other replicas
-  // took meanwhile (maintenance thread).
+  // took meanwhile (the heartbeat thread, every `period`).
   void Heartbeat();
+  void HeartbeatLoop(std::chrono::milliseconds period);
   // Shared store: hands over what other replicas ask for (own thread).
   void HandOverLoop();
-  bool heartbeat_failing_ = false;  // maintenance thread
+  bool heartbeat_failing_ = false;  // heartbeat thread
 
   CallGate gate_;  // admission, drain and in-flight count of every call
   // The durable store observes the table, so it outlives it.
@@ -122,7 +123,8 @@ class LinattnServer {
   std::thread evictor_;
   std::unique_ptr<HaproxyAgent> agent_;  // --haproxy-agent-listen
   std::thread maintainer_;
-  std::thread handover_;  // shared store: HandOverLoop
+  std::thread handover_;   // shared store: HandOverLoop
+  std::thread heartbeat_;  // shared store: HeartbeatLoop
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

@@ -350,6 +350,7 @@ void GenerationEngine::RestoreBackup(ModelSession& s, Job& job) {
 
 void GenerationEngine::RecordContext(ModelSession& s) {
   if (options_.store == nullptr) return;
+  records_.BeginRequest();
   records_.AddModelState(s);
   rewound_.push_back({s.id(), s.incarnation()});
 }
@@ -371,11 +372,12 @@ void GenerationEngine::Record(
     on_commit(callbacks);
     return;
   }
+  records_.BeginRequest();
   records_.AddTokens(*q.session, tokens);
   if (stream) records_.AddSampler(*q.session, *stream);
   job.awaiting_commit = true;
-  awaiting_.push_back(
-      Awaiting{&q, &job, std::move(on_commit), std::move(on_failure)});
+  awaiting_.push_back(Awaiting{&q, &job, std::move(on_commit),
+                               std::move(on_failure), records_.request()});
 }
 
 void GenerationEngine::CommitRecords(Callbacks& callbacks) {
@@ -394,7 +396,10 @@ void GenerationEngine::CommitRecords(Callbacks& callbacks) {
   // Creates staged by forks and restores go too, before any of their
   // sessions is fed (a staged create is read when committed).
   if (group.empty() && awaiting.empty() && !store->has_staged()) return;
-  const absl::Status s = store->Commit(std::move(group));
+  // With a shared store, the records of a session handed over to another
+  // replica are refused alone: only their requests fail.
+  std::vector<uint32_t> refused;
+  const absl::Status s = store->Commit(std::move(group), &refused);
   std::lock_guard<std::mutex> lock(mu_);
   if (!s.ok()) {
     // A context that went back could not be recorded: the session's
@@ -405,10 +410,17 @@ void GenerationEngine::CommitRecords(Callbacks& callbacks) {
   }
   for (Awaiting& a : awaiting) {
     a.job->awaiting_commit = false;
-    if (s.ok()) {
-      a.on_commit(callbacks);
-    } else {
+    if (!s.ok()) {
       a.on_failure(s, callbacks);
+    } else if (std::binary_search(refused.begin(), refused.end(), a.request)) {
+      a.on_failure(absl::AbortedError(
+                       "session_id: the session was handed over to another "
+                       "replica while this request ran; what it did after "
+                       "that is not kept (send it again: the session's owner "
+                       "serves it)"),
+                   callbacks);
+    } else {
+      a.on_commit(callbacks);
     }
   }
 }

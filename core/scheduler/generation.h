@@ -232,6 +232,7 @@ class GenerationEngine : private ComputeExecutor::Source {
     Job* job;
     std::function<void(Callbacks&)> on_commit;
     std::function<void(const absl::Status&, Callbacks&)> on_failure;
+    uint32_t request = 0;  // its records' request in the group
   };
   // Under mu_: `tokens` joined the context of `q`'s session through `job`.
   // Without a store on_commit runs at once; with one, after the commit.

@@ -185,6 +185,8 @@ class DurableStore final : public SessionObserver, public SessionGate {
     // The records added next belong to the next request (numbered from 0),
     // for Commit's `refused`.
     void BeginRequest() { ++request_; }
+    // The number of the request BeginRequest opened last.
+    uint32_t request() const { return request_; }
     bool empty() const { return records_.empty(); }
     size_t size() const { return records_.size(); }
 

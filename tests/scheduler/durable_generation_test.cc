@@ -13,6 +13,7 @@
 #include "core/scheduler/generation.h"
 #include "core/session/durable_store.h"
 #include "tests/scheduler/builtin_model.h"
+#include "tests/util/redis_server.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -210,6 +211,56 @@ TEST(DurableGeneration, ASessionOfAModelNotLoadedStopsRecovery) {
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(d.status().message()), HasSubstr(Builtin()->name()));
+}
+
+// Two replicas' engines sharing model sessions through a real Redis: a
+// session generated on one continues on the other, after a takeover that
+// replays its tokens, exactly as a twin that never moved.
+TEST(DurableGeneration,
+     AModelSessionTakenOverByAnotherReplicaContinuesAsItsTwin) {
+  testing::TempDir tmp;
+  testing::RedisServer redis(tmp.Path(""));
+  auto open = [&](const std::string& name)
+      -> absl::StatusOr<std::unique_ptr<DurableEngine>> {
+    auto d = std::make_unique<DurableEngine>();
+    auto shared =
+        SharedStore::Open({.url = redis.url(),
+                           .replica = name,
+                           .lease = std::chrono::milliseconds(300),
+                           .timeout = std::chrono::milliseconds(2000)});
+    if (!shared.ok()) return shared.status();
+    DurableStoreOptions options;
+    options.shared = *std::move(shared);
+    auto store = DurableStore::Open(options);
+    if (!store.ok()) return store.status();
+    d->store = *std::move(store);
+    d->table = SessionManager::Create({.observer = d->store.get()}).value();
+    const std::vector<std::shared_ptr<const Model>> models = {Builtin()};
+    auto report = d->store->Recover(*d->table, models);
+    if (!report.ok()) return report.status();
+    d->engine = std::make_unique<GenerationEngine>(
+        models,
+        GenerationOptions{.sessions = d->table.get(), .store = d->store.get()});
+    return d;
+  };
+  auto a = open("a");
+  auto b = open("b");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+
+  GenerationEngine twin({Builtin()}, {});
+  for (GenerationEngine* e : {(*a)->engine.get(), &twin}) {
+    ASSERT_TRUE(e->CreateSession("", "m").ok());
+    ASSERT_EQ(Append(*e, "m", "And God said"), absl::StatusCode::kOk);
+    ASSERT_EQ(Generate(*e, "m", ", Let", kGreedy).ids.size(), 12u);
+  }
+  const Generated expected = Generate(twin, "m", " there", kGreedy);
+  ASSERT_EQ(expected.ids.size(), 12u);
+  // A renews no lease here: B takes the session once it lapses, replaying
+  // its prompt and the 12 generated tokens.
+  const Generated moved = Generate(*(*b)->engine, "m", " there", kGreedy);
+  EXPECT_EQ(moved.code, absl::StatusCode::kOk);
+  EXPECT_EQ(moved.ids, expected.ids);
+  EXPECT_TRUE((*b)->table->Contains("m"));
 }
 
 }  // namespace

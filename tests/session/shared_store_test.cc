@@ -25,6 +25,7 @@
 #include "core/session/durable_store.h"
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
+#include "tests/util/redis_server.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -32,63 +33,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// redis-server on 127.0.0.1 (AOF, fsync always, in `dir`), for one test.
-class Redis {
- public:
-  explicit Redis(std::string dir) : dir_(std::move(dir)), port_(FreePort()) {
-    Start();
-  }
-  ~Redis() { Kill(); }
-  void Start() {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string port = std::to_string(port_);
-      execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind",
-             "127.0.0.1", "--dir", dir_.c_str(), "--appendonly", "yes",
-             "--appendfsync", "always", "--save", "", "--logfile",
-             (dir_ + "/redis.log").c_str(), nullptr);
-      _exit(127);
-    }
-    // Ready once it answers.
-    RedisClient probe(
-        {.host = "127.0.0.1", .port = port_, .db = 0, .text = url()},
-        milliseconds(200));
-    for (int i = 0; i < 200; ++i) {
-      auto r = probe.Run({"PING"});
-      if (r.ok() && r->str == "PONG") return;
-      std::this_thread::sleep_for(milliseconds(25));
-    }
-    ADD_FAILURE() << "redis-server did not start (is it installed? "
-                     "scripts/install-deps.sh installs it)";
-  }
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  std::string url() const {
-    return "redis://127.0.0.1:" + std::to_string(port_);
-  }
-
- private:
-  const std::string dir_;
-  const int port_;
-  pid_t pid_ = -1;
-};
 
 std::string PositionAndState(const AttentionState& state);
 
@@ -218,7 +162,7 @@ std::string Expected(uint64_t n) {
 
 TEST(SharedStore, AnotherReplicaResumesTheSessionAndTheOldOwnerIsFenced) {
   testing::TempDir dir;
-  Redis redis(dir.Path(""));
+  testing::RedisServer redis(dir.Path(""));
   auto a = Replica::Open(redis.url(), "a");
   auto b = Replica::Open(redis.url(), "b");
   ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
@@ -258,7 +202,7 @@ TEST(SharedStore, AnotherReplicaResumesTheSessionAndTheOldOwnerIsFenced) {
 
 TEST(SharedStore, AHolderThatIsAskedHandsTheSessionOverAtOnce) {
   testing::TempDir dir;
-  Redis redis(dir.Path(""));
+  testing::RedisServer redis(dir.Path(""));
   // A long lease: only the hand-over can make this quick.
   auto a = Replica::Open(redis.url(), "a", milliseconds(60'000));
   auto b = Replica::Open(redis.url(), "b", milliseconds(60'000));
@@ -291,7 +235,7 @@ TEST(SharedStore, AHolderThatIsAskedHandsTheSessionOverAtOnce) {
 
 TEST(SharedStore, AnIdTheStoreHoldsCannotBeCreatedAgainAndDeletesReachAll) {
   testing::TempDir dir;
-  Redis redis(dir.Path(""));
+  testing::RedisServer redis(dir.Path(""));
   auto a = Replica::Open(redis.url(), "a");
   auto b = Replica::Open(redis.url(), "b");
   ASSERT_TRUE(a.ok() && b.ok());
@@ -320,7 +264,7 @@ TEST(SharedStore, AnIdTheStoreHoldsCannotBeCreatedAgainAndDeletesReachAll) {
 
 TEST(SharedStore, ARedisThatGoesAwayFailsStepsCleanlyAndLosesNothing) {
   testing::TempDir dir;
-  Redis redis(dir.Path(""));
+  testing::RedisServer redis(dir.Path(""));
   auto a = Replica::Open(redis.url(), "a", milliseconds(60'000));
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE((*a)->Create("s1", kSpec).ok());
@@ -344,6 +288,49 @@ TEST(SharedStore, ARedisThatGoesAwayFailsStepsCleanlyAndLosesNothing) {
   auto after = (*a)->Contents("s1");
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(*after, Expected(5));
+}
+
+TEST(SharedStore, RequestsOfASessionHandedOverAreRefusedAloneTheRestCommits) {
+  testing::TempDir dir;
+  testing::RedisServer redis(dir.Path(""));
+  auto a = Replica::Open(redis.url(), "a");
+  ASSERT_TRUE(a.ok());
+  auto s1 = (*a)->Create("s1", kSpec);
+  auto s2 = (*a)->Create("s2", kSpec);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  // s1 goes to another replica while a request of it is under way.
+  const DurableStore::Due due{"s1", (*s1)->incarnation(),
+                              SessionKind::kAttention, 0};
+  ASSERT_TRUE((*a)->store->HandOver({&due, 1}, /*release=*/true).ok());
+  EXPECT_FALSE((*a)->table->Contains("s1"));
+
+  const std::vector<float> x = Input(0);
+  const SequenceInput in{x.data(), x.data() + 16, x.data() + 32, 1};
+  DurableStore::Group group;
+  group.BeginRequest();
+  group.AddStep(**s1, in, 1);
+  group.BeginRequest();
+  group.AddStep(**s2, in, 1);
+  std::vector<uint32_t> refused;
+  ASSERT_TRUE((*a)->store->Commit(std::move(group), &refused).ok());
+  EXPECT_EQ(refused, std::vector<uint32_t>{0});
+  // Without `refused`, such a group is refused whole.
+  DurableStore::Group whole;
+  whole.BeginRequest();
+  whole.AddStep(**s1, in, 1);
+  EXPECT_EQ((*a)->store->Commit(std::move(whole)).code(),
+            absl::StatusCode::kAborted);
+
+  // What the store holds: s2 took its step, s1 none.
+  (*a)->paused = true;
+  ASSERT_TRUE((*a)->store->DropLease().ok());
+  auto b = Replica::Open(redis.url(), "b");
+  ASSERT_TRUE(b.ok());
+  auto got1 = (*b)->Contents("s1");
+  auto got2 = (*b)->Contents("s2");
+  ASSERT_TRUE(got1.ok() && got2.ok()) << got1.status() << got2.status();
+  EXPECT_EQ(*got1, Expected(0));
+  EXPECT_EQ(*got2, Expected(1));
 }
 
 TEST(RedisUrl, IsParsedAndBadOnesAreRefusedNamingTheProblem) {
