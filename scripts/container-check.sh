@@ -19,7 +19,7 @@ rootfs_tar=$cache_dir/debian-bookworm-minbase.tar
 
 need=()
 for p in podman buildah debootstrap runc uidmap slirp4netns fuse-overlayfs containernetworking-plugins \
-         golang-github-containernetworking-plugin-dnsname podman-compose; do
+         golang-github-containernetworking-plugin-dnsname podman-compose catatonit; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if ((${#need[@]})); then
@@ -159,6 +159,7 @@ compose() { (cd deploy/compose && podman-compose -p "$project" -f compose.yaml "
 compose_ledger=$(mktemp)
 compose_cleanup() {
   compose down -v >/dev/null 2>&1 || true
+  podman network rm -f "${project}_default" >/dev/null 2>&1 || true
   rm -f "$compose_ledger"
 }
 trap 'cleanup; durable_cleanup; compose_cleanup' EXIT
@@ -175,5 +176,51 @@ podman kill -s KILL "${project}_linattn-2_1" >/dev/null
 "$load_bin" --server "$proxy" --sessions 24 --steps 300 --session-prefix compose \
   --ledger "$compose_ledger" --failover --no-progress | tail -1
 "$load_bin" --server "$proxy" --check --ledger "$compose_ledger" | tail -2
-compose down -v >/dev/null 2>&1
-echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server, sessions in a volume survive SIGKILL and SIGTERM, three replicas behind HAProxy with Redis lose nothing when one is killed)"
+compose_cleanup
+
+# The Kubernetes base under `podman kube play`: what podman runs of it (the
+# proxy's Deployment and ConfigMap, each StatefulSet's first pod with its
+# claims: tests/deploy/podman_play.mjs) on one podman network, until the
+# replica's pod reports SERVING with its sessions in the Redis pod and the
+# proxy's pod runs HAProxy on its ConfigMap.
+echo "container-check: deploy/k8s with podman kube play"
+play_dir=$(mktemp -d)
+play_net=linattn-play-$$
+kubectl kustomize deploy/k8s > "$play_dir/k8s.yaml" 2>/dev/null
+(cd tests/deploy && { [[ -d node_modules/yaml ]] || npm ci --no-audit --no-fund --silent; })
+node tests/deploy/podman_play.mjs "$play_dir/k8s.yaml" > "$play_dir/play.yaml"
+play_cleanup() {
+  podman kube down "$play_dir/play.yaml" >/dev/null 2>&1 || true
+  podman volume rm -f data-redis >/dev/null 2>&1 || true
+  podman volume ls -q | grep '^linattn-proxy-config-' | xargs -r podman volume rm -f >/dev/null 2>&1 || true
+  podman network rm -f "$play_net" >/dev/null 2>&1 || true
+  rm -rf "$play_dir"
+}
+trap 'cleanup; durable_cleanup; compose_cleanup; play_cleanup' EXIT
+podman network create "$play_net" >/dev/null
+podman kube play --network "$play_net" "$play_dir/play.yaml" > "$play_dir/play.log" 2>&1 || {
+  cat "$play_dir/play.log"; exit 1; }
+serving=0
+for _ in $(seq 1 120); do
+  if podman exec linattn-0-linattn linattn health --server 127.0.0.1:50051 >/dev/null 2>&1; then
+    serving=1; break
+  fi
+  sleep 0.5
+done
+if ((serving == 0)); then
+  podman logs linattn-0-linattn 2>&1 | tail -20; exit 1
+fi
+podman logs linattn-0-linattn 2>&1 | grep -q "state store redis://redis:6379" || {
+  podman logs linattn-0-linattn 2>&1 | tail -20; exit 1; }
+# Sessions through the replica's pod land in the Redis pod.
+podman exec linattn-0-linattn linattn-load --server 127.0.0.1:50051 --sessions 4 \
+  --steps 100 --session-prefix play --no-progress | tail -1
+[[ $(podman exec redis-redis redis-cli --raw exists 'la:s:{play-0}:meta' 'la:s:{play-3}:meta') == 2 ]] || {
+  echo "the sessions are not in the Redis pod"; exit 1; }
+proxy_ctr=$(podman ps --filter "label=app.kubernetes.io/name=linattn-proxy" --format '{{.Names}}' | head -1)
+[[ -n "$proxy_ctr" ]] || proxy_ctr=$(podman ps --format '{{.Names}}' | grep -m1 '^linattn-proxy.*-haproxy$' || true)
+[[ -n "$proxy_ctr" ]] && [[ $(podman inspect -f '{{.State.Running}}' "$proxy_ctr") == true ]] || {
+  podman ps -a; exit 1; }
+[[ $(podman exec linattn-0-linattn id -u) == 10001 ]] || { echo "the replica's pod runs as another user"; exit 1; }
+play_cleanup
+echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server, sessions in a volume survive SIGKILL and SIGTERM, three replicas behind HAProxy with Redis lose nothing when one is killed, the Kubernetes base's pods run under podman kube play)"

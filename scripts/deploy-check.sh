@@ -45,15 +45,19 @@ for env in "linattn-0.linattn linattn-1.linattn linattn-2.linattn" \
 done
 echo "deploy/haproxy/haproxy.cfg: valid"
 
-# podman-compose reads the compose file and says what it would run.
+# podman-compose reads the compose file and says what it would run (a dry
+# run still makes the project's volume and network: removed after).
+project=linattn-deploy-check-$$
+trap 'rm -rf "$work"; podman volume rm -f "${project}_redis-data" >/dev/null 2>&1 || true;
+      podman network rm -f "${project}_default" >/dev/null 2>&1 || true' EXIT
 (cd deploy/compose &&
-  podman-compose --dry-run -f compose.yaml up -d > "$work/compose.txt" 2>&1) || {
+  podman-compose --dry-run -p "$project" -f compose.yaml up -d > "$work/compose.txt" 2>&1) || {
   cat "$work/compose.txt" >&2
   echo "deploy-check: podman-compose cannot read deploy/compose/compose.yaml" >&2
   exit 1
 }
 for service in redis linattn-1 linattn-2 linattn-3 proxy; do
-  grep -q "^podman run --name=compose_${service}_1 " "$work/compose.txt" || {
+  grep -q "^podman run --name=${project}_${service}_1 " "$work/compose.txt" || {
     cat "$work/compose.txt" >&2
     echo "deploy-check: the compose file does not run $service" >&2
     exit 1
