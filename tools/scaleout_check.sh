@@ -19,6 +19,9 @@
 #             late writes must be refused (fenced) and nothing may fork
 #   redis     Redis shut down mid-run and started again
 #   rolling   every replica restarted in turn (SIGTERM, start) under load
+#   ring      one replica stopped (SIGTERM), then started again: only the
+#             sessions it held move (to the others, then back to it); every
+#             other session stays with the replica that held it
 # Exit status 0 only if every check passed. Everything stops by itself:
 # each load run is bounded by --duration, and every process started here is
 # killed on exit.
@@ -27,7 +30,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$here/build/bin"
 sessions=24
-phases="load kill stop redis rolling"
+phases="load kill stop redis rolling ring"
 keep=0
 lease_ms=1000
 while [[ $# -gt 0 ]]; do
@@ -36,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     --bin) bin="$2"; shift 2 ;;
     --phases) phases="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "scaleout_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -233,6 +236,43 @@ for phase in $phases; do
       wait "$loader" || true
       expect_ok rolling
       check rolling
+      ;;
+    ring)
+      # Which replica holds each session (by name: r1, r2, r3), as Redis
+      # records it, after every session was used.
+      owners() {
+        for s in $(seq 0 $((sessions - 1))); do
+          redis-cli -p "$redis_port" hget "la:s:{sc-$s}:meta" owner | cut -d- -f1
+        done
+      }
+      load ring-0 --steps 20 --duration 30
+      expect_ok ring-0
+      before=($(owners))
+      kill -TERM "${pids[3]}"
+      wait "${pids[3]}" || fail "replica 3 did not drain cleanly"
+      pids[3]=""
+      sleep 1  # HAProxy's checks take it out of the ring
+      load ring-1 --steps 20 --duration 30
+      expect_ok ring-1
+      without=($(owners))
+      start_replica 3
+      sleep 1.5  # and back in
+      load ring-2 --steps 20 --duration 30
+      expect_ok ring-2
+      after=($(owners))
+      moved=0
+      for s in $(seq 0 $((sessions - 1))); do
+        if [[ "${before[$s]}" != r3 && "${without[$s]}" != "${before[$s]}" ]]; then
+          fail "session sc-$s moved from ${before[$s]} to ${without[$s]} when r3 left"
+        fi
+        [[ "${without[$s]}" != r3 ]] || fail "session sc-$s stayed with the stopped r3"
+        [[ "${after[$s]}" == "${before[$s]}" ]] \
+          || fail "session sc-$s is on ${after[$s]} after r3 came back, was on ${before[$s]}"
+        [[ "${before[$s]}" != r3 ]] || moved=$((moved + 1))
+      done
+      ((moved > 0)) || fail "r3 held none of the sessions"
+      echo "ring: r3 left and came back: its $moved session(s) moved, the other $((sessions - moved)) stayed"
+      check ring
       ;;
     *) fail "unknown phase $phase" ;;
   esac
