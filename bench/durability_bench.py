@@ -52,7 +52,7 @@ class Server:
         self.log = open(self.log_path, "a")
         start = time.monotonic()
         self.proc = subprocess.Popen(
-            [os.path.join(build, "bin", "linattn-server"), "--listen", "127.0.0.1:0",
+            [os.path.join(build, "bin", "linattn-server"), "--listen", "127.0.0.1:0", "--http-listen", "none",
              "--port-file", self.port_file, *args], stdout=self.log, stderr=subprocess.STDOUT)
         while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
             if self.proc.poll() is not None:

@@ -114,7 +114,8 @@ class Cluster:
 
     def start_replica(self, i):
         args = [os.path.join(self.build, "bin", "linattn-server"),
-                "--listen", f"127.0.0.1:{self.grpc[i]}", "--model", "none",
+                "--listen", f"127.0.0.1:{self.grpc[i]}", "--http-listen", "none",
+                "--model", "none",
                 "--log-level", "warn", "--haproxy-agent-listen", f"127.0.0.1:{self.agent[i]}"]
         if self.store == "redis":
             args += ["--state-store", f"redis://127.0.0.1:{self.redis_port}",

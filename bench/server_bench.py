@@ -22,7 +22,7 @@ import time
 
 def start_server(build, *extra):
     port_file = tempfile.mktemp(prefix="linattn_port_")
-    proc = subprocess.Popen([f"{build}/bin/linattn-server", "--listen", "127.0.0.1:0",
+    proc = subprocess.Popen([f"{build}/bin/linattn-server", "--listen", "127.0.0.1:0", "--http-listen", "none",
                              "--port-file", port_file, "--log-level", "warn", *extra])
     for _ in range(200):
         if os.path.exists(port_file) and open(port_file).read().strip():

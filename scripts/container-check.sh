@@ -97,7 +97,7 @@ cmp "$tmp/remote.npy" "$tmp/local.npy"
 # The built-in model through the container, against the same model served by
 # the host's linattn-server (greedy, so the text is determined).
 server_bin=$(dirname "$client")/linattn-server
-"$server_bin" --listen 127.0.0.1:0 --port-file "$tmp/port" --log-level warn &
+"$server_bin" --listen 127.0.0.1:0 --port-file "$tmp/port" --http-listen none --log-level warn &
 host_server=$!
 for _ in $(seq 1 100); do [[ -s "$tmp/port" ]] && break; sleep 0.1; done
 prompt="In the beginning God created"

@@ -28,8 +28,8 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   # model tokenizers
   libsentencepiece-dev
-  # the shared state store's Redis client
-  libhiredis-dev
+  # the shared state store's Redis client, and the HTTP listener
+  libhiredis-dev libcpp-httplib-dev
   # tests and benchmarks (python3: the report scripts in bench/ and the
   # container check, standard library only)
   libgtest-dev libgmock-dev libbenchmark-dev python3

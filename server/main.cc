@@ -261,6 +261,16 @@ int main(int argc, char** argv) {
                  "stops routing sessions here before the listener closes "
                  "(deploy/haproxy); default: none")
       ->envname("LINATTN_HAPROXY_AGENT_LISTEN");
+  options.http_listen = "127.0.0.1:8080";
+  app.add_option("--http-listen", options.http_listen,
+                 "HOST:PORT of the HTTP listener (GET /health, /v1/models; "
+                 "POST /tokenize, /detokenize), or none")
+      ->envname("LINATTN_HTTP_LISTEN")
+      ->capture_default_str();
+  std::string http_port_file;
+  app.add_option("--http-port-file", http_port_file,
+                 "write the HTTP listener's bound port here once serving")
+      ->envname("LINATTN_HTTP_PORT_FILE");
   app.add_option("--port-file", port_file,
                  "write the bound port here once serving")
       ->envname("LINATTN_PORT_FILE");
@@ -335,6 +345,12 @@ int main(int argc, char** argv) {
       LINATTN_VERSION, (*server)->address(), omp_get_max_threads(),
       options.sessions.max_sessions,
       linattn::FormatByteSize(options.sessions.max_state_bytes), idle_ttl_s);
+  if ((*server)->http_port() != 0) {
+    spdlog::info("HTTP on port {}", (*server)->http_port());
+  }
+  if (!http_port_file.empty()) {
+    std::ofstream(http_port_file) << (*server)->http_port() << "\n";
+  }
   if (!port_file.empty()) {
     std::ofstream(port_file) << (*server)->port() << "\n";
   }

@@ -175,6 +175,15 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   health->SetServingStatus("", true);
   health->SetServingStatus("linattn.v1.AttentionService", true);
   health->SetServingStatus("linattn.v1.GenerationService", true);
+  if (!options.http_listen.empty() && options.http_listen != "none") {
+    HttpFrontendOptions http;
+    LINATTN_ASSIGN_OR_RETURN(
+        http.listen, ParseListenAddress(options.http_listen, "--http-listen"));
+    http.max_body_bytes = static_cast<size_t>(options.max_message_bytes);
+    LINATTN_ASSIGN_OR_RETURN(
+        server->http_, HttpFrontend::Start(http, &server->generation_->models(),
+                                           &server->gate_));
+  }
   if (!options.haproxy_agent_listen.empty()) {
     LINATTN_ASSIGN_OR_RETURN(const ListenAddress agent,
                              ParseListenAddress(options.haproxy_agent_listen,
@@ -471,6 +480,8 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
   }
+  // The HTTP listener answered /health with 503 through the drain.
+  http_.reset();
   if (scheduler_ != nullptr) scheduler_->Shutdown();
 }
 

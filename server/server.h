@@ -23,6 +23,7 @@
 #include "server/attention_service.h"
 #include "server/generation_service.h"
 #include "server/haproxy_agent.h"
+#include "server/http_frontend.h"
 #include "server/rpc_entry.h"
 
 namespace linattn {
@@ -58,6 +59,9 @@ struct ServerOptions {
   SharedStoreOptions shared;
   // The HAProxy agent-check endpoint (server/haproxy_agent.h); empty = none.
   std::string haproxy_agent_listen;
+  // The HTTP listener (server/http_frontend.h); empty or "none" = none
+  // (linattn-server's own default is 127.0.0.1:8080).
+  std::string http_listen;
   // How often the maintenance thread looks for sessions to snapshot (and,
   // for Durability::kBatch, syncs: then every durable.sync_interval).
   std::chrono::milliseconds maintenance_period{500};
@@ -73,6 +77,8 @@ class LinattnServer {
   // The address actually bound (with the chosen port when 0 was asked).
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // The HTTP port (0 without the listener).
+  int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   // The HAProxy agent-check port (0 without one).
   int agent_port() const { return agent_ != nullptr ? agent_->port() : 0; }
 
@@ -122,6 +128,7 @@ class LinattnServer {
   int port_ = 0;
   std::thread evictor_;
   std::unique_ptr<HaproxyAgent> agent_;  // --haproxy-agent-listen
+  std::unique_ptr<HttpFrontend> http_;   // --http-listen
   std::thread maintainer_;
   std::thread handover_;   // shared store: HandOverLoop
   std::thread heartbeat_;  // shared store: HeartbeatLoop

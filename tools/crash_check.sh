@@ -47,7 +47,7 @@ trap cleanup EXIT
 
 start_server() {
   rm -f "$work/port"
-  "$bin/linattn-server" --listen 127.0.0.1:0 --port-file "$work/port" \
+  "$bin/linattn-server" --listen 127.0.0.1:0 --port-file "$work/port" --http-listen none \
     --state-dir "$state" --durability "$durability" --model none \
     >>"$work/server.log" 2>&1 &
   server_pid=$!

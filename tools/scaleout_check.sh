@@ -100,7 +100,7 @@ start_redis() {
 
 start_replica() {
   local i=$1
-  "$bin/linattn-server" --listen "127.0.0.1:${grpc_port[$i]}" \
+  "$bin/linattn-server" --listen "127.0.0.1:${grpc_port[$i]}" --http-listen none \
     --state-store "redis://127.0.0.1:$redis_port" --replica-name "r$i" \
     --lease-ms "$lease_ms" --haproxy-agent-listen "127.0.0.1:${agent_port[$i]}" \
     --model none --grace-period 5 >>"$work/replica$i.log" 2>&1 &

@@ -65,7 +65,7 @@ def main():
     port_file = os.path.join(work, "port")
     log = open(os.path.join(work, "server.log"), "w")
     server = subprocess.Popen(
-        [os.path.join(args.build, "bin", "linattn-server"), "--listen", "127.0.0.1:0",
+        [os.path.join(args.build, "bin", "linattn-server"), "--listen", "127.0.0.1:0", "--http-listen", "none",
          "--port-file", port_file, "--log-level", "warn", "--idle-ttl", "60"],
         stdout=log, stderr=subprocess.STDOUT)
     port = None

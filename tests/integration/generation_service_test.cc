@@ -402,9 +402,10 @@ TEST(GenerationServerStartTest, UnknownWeightTypeIsRefusedNamingTheFlag) {
   testing::TempDir tmp;
   const std::string log = tmp.Path("log.txt");
   // `timeout`: a server that ignored the flag would start and serve.
-  const std::string cmd = "timeout 20 " + std::string(LINATTN_SERVER_BINARY) +
-                          " --listen 127.0.0.1:0 --weights fp8 > " + log +
-                          " 2>&1";
+  const std::string cmd =
+      "timeout 20 " + std::string(LINATTN_SERVER_BINARY) +
+      " --listen 127.0.0.1:0 --http-listen none --weights fp8 > " + log +
+      " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
@@ -431,9 +432,10 @@ TEST(GenerationServerStartTest, BrokenModelsStopTheServerWithAMessage) {
                         Case{tmp.Path("badconfig"), "feature_map"},
                         Case{tmp.Path("missing"), "config.json"}}) {
     const std::string log = tmp.Path("log.txt");
-    const std::string cmd = std::string(LINATTN_SERVER_BINARY) +
-                            " --listen 127.0.0.1:0 --model " + c.dir + " > " +
-                            log + " 2>&1";
+    const std::string cmd =
+        std::string(LINATTN_SERVER_BINARY) +
+        " --listen 127.0.0.1:0 --http-listen none --model " + c.dir + " > " +
+        log + " 2>&1";
     const int status = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(status)) << c.dir;
     EXPECT_EQ(WEXITSTATUS(status), 1) << c.dir;

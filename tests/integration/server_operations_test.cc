@@ -62,7 +62,8 @@ TEST(ServerListenTest, APortAnotherServerListensOnIsRefused) {
   testing::TempDir tmp;
   const std::string log = tmp.Path("log");
   EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) +
-                           " --model none --listen " + first->address(),
+                           " --model none --http-listen none --listen " +
+                           first->address(),
                        log),
             1);
   EXPECT_THAT(ReadFile(log), HasSubstr("already in use"));
@@ -79,7 +80,8 @@ TEST(ServerListenTest, AModelWhoseSnapshotsCannotBeSentIsRefusedAtStart) {
   testing::TempDir tmp;
   const std::string log = tmp.Path("log");
   EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) +
-                           " --listen 127.0.0.1:0 --max-message-bytes 65536",
+                           " --listen 127.0.0.1:0 --http-listen none "
+                           "--max-message-bytes 65536",
                        log),
             1);
   EXPECT_THAT(ReadFile(log), HasSubstr("--max-message-bytes: 65536"));
@@ -327,8 +329,9 @@ TEST(InstallTest, AnInstalledTreeServesItsBuiltInModel) {
   const std::string port_file = tmp.Path("port");
   const std::string server_log = tmp.Path("server.log");
   const std::string command =
-      moved + "/bin/linattn-server --listen " + "127.0.0.1:0 --port-file " +
-      port_file + " > " + server_log + " 2>&1 & echo $! > " + tmp.Path("pid");
+      moved + "/bin/linattn-server --listen 127.0.0.1:0 --http-listen none " +
+      "--port-file " + port_file + " > " + server_log + " 2>&1 & echo $! > " +
+      tmp.Path("pid");
   ASSERT_EQ(std::system(command.c_str()), 0);
   int port = 0;
   for (int i = 0; i < 400 && port == 0; ++i) {

@@ -37,9 +37,19 @@ class ServerProcess {
                     ("linattn_port_" + std::to_string(::getpid()) + "_" +
                      std::to_string(counter_++));
     std::filesystem::remove(p->port_file_);
-    std::vector<std::string> argv = {
-        LINATTN_SERVER_BINARY,  "--listen",    "127.0.0.1:0", "--port-file",
-        p->port_file_.string(), "--log-level", "warn"};
+    p->http_port_file_ = p->port_file_.string() + "_http";
+    std::filesystem::remove(p->http_port_file_);
+    std::vector<std::string> argv = {LINATTN_SERVER_BINARY,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--port-file",
+                                     p->port_file_.string(),
+                                     "--http-listen",
+                                     "127.0.0.1:0",
+                                     "--http-port-file",
+                                     p->http_port_file_.string(),
+                                     "--log-level",
+                                     "warn"};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.insert(argv.begin(), prefix.begin(), prefix.end());
     std::vector<char*> cargv;
@@ -74,6 +84,15 @@ class ServerProcess {
   ~ServerProcess() {
     if (pid_ > 0) Stop(std::chrono::seconds(10));
     std::filesystem::remove(port_file_);
+    std::filesystem::remove(http_port_file_);
+  }
+
+  // The HTTP listener's port (written with the gRPC one; 0 if the server
+  // was started with --http-listen none).
+  int http_port() const {
+    int port = 0;
+    std::ifstream(http_port_file_) >> port;
+    return port;
   }
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -124,6 +143,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   std::filesystem::path port_file_;
+  std::filesystem::path http_port_file_;
 };
 
 }  // namespace linattn::testing

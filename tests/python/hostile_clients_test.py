@@ -66,7 +66,7 @@ class HostileClientsTest(unittest.TestCase):
         port_file = os.path.join(WORK, "port")
         cls.log = open(os.path.join(WORK, "server.log"), "w")
         cls.server = subprocess.Popen(
-            [SERVER, "--listen", "127.0.0.1:0", "--port-file", port_file,
+            [SERVER, "--listen", "127.0.0.1:0", "--http-listen", "none", "--port-file", port_file,
              "--log-level", "warn", "--max-state-memory", "256MiB",
              "--transport-memory", f"{TRANSPORT_MIB}MiB", "--max-message-bytes", str(4 * MIB),
              "--max-streams-per-connection", "32"],

@@ -83,7 +83,7 @@ class PythonClientTest(unittest.TestCase):
         port_file = os.path.join(WORK, "port")
         cls.log = open(os.path.join(WORK, "server.log"), "w")
         cls.server = subprocess.Popen(
-            [SERVER, "--listen", "127.0.0.1:0", "--port-file", port_file,
+            [SERVER, "--listen", "127.0.0.1:0", "--http-listen", "none", "--port-file", port_file,
              "--model", model, "--log-level", "warn"],
             stdout=cls.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 20

@@ -1,0 +1,72 @@
+// linattn-server's HTTP listener (--http-listen; docs/design.md §3, "HTTP"):
+// the JSON endpoints that OpenAI-style clients and load balancers expect,
+// on Debian's cpp-httplib, in the same process as the gRPC services and on
+// the same engine, session table and limits.
+//
+//   GET  /health             {"status": "ok"}; 503 {"status": "draining"}
+//                            once SIGTERM's drain began
+//   GET  /v1/models          OpenAI's model list: the models served
+//   GET  /v1/models/{model}  one of them; 404 otherwise
+//   POST /tokenize           {"model"?, "content" | "prompt": text} →
+//                            {"tokens": [ids], "count": n, "model": name}
+//   POST /detokenize         {"model"?, "tokens": [ids]} → {"content": text}
+//
+// Errors carry OpenAI's body, {"error": {"message", "type", "param",
+// "code"}}, with the HTTP status that fits (400 for a bad request naming the
+// field in `param`, 404 for an unknown path or model, 405 for a method an
+// endpoint does not take, 413 for a body over --max-message-bytes, 503
+// while draining). "model" may be left out when one model is served.
+#ifndef LINATTN_SERVER_HTTP_FRONTEND_H_
+#define LINATTN_SERVER_HTTP_FRONTEND_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model/model.h"
+#include "server/listen_address.h"
+#include "server/rpc_entry.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace linattn {
+
+struct HttpFrontendOptions {
+  ListenAddress listen;
+  size_t max_body_bytes = 64 << 20;
+  int threads = 8;  // connections served at once
+};
+
+class HttpFrontend {
+ public:
+  // Binds (refusing a port another process listens on) and serves on a
+  // thread of its own. `models` and `gate` outlive the frontend.
+  static absl::StatusOr<std::unique_ptr<HttpFrontend>> Start(
+      const HttpFrontendOptions& options,
+      const std::vector<std::shared_ptr<const Model>>* models,
+      const CallGate* gate);
+  ~HttpFrontend();  // stops listening and joins
+  HttpFrontend(const HttpFrontend&) = delete;
+  HttpFrontend& operator=(const HttpFrontend&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  HttpFrontend() = default;
+  void Route();
+
+  std::unique_ptr<httplib::Server> server_;
+  const std::vector<std::shared_ptr<const Model>>* models_ = nullptr;
+  const CallGate* gate_ = nullptr;
+  int64_t created_ = 0;  // unix seconds, the models' "created"
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_SERVER_HTTP_FRONTEND_H_
