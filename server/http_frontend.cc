@@ -100,13 +100,23 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
     return absl::UnavailableError(
         absl::StrCat("--http-listen: cannot bind ", options.listen.ToString()));
   }
-  f->thread_ =
-      std::thread([srv = f->server_.get()] { srv->listen_after_bind(); });
+  f->thread_ = std::thread([p = f.get()] {
+    p->server_->listen_after_bind();
+    p->listening_done_ = true;
+  });
   return f;
 }
 
 HttpFrontend::~HttpFrontend() {
-  if (server_ != nullptr) server_->stop();
+  if (server_ != nullptr) {
+    // stop() stops a server that is listening: wait until it is (or its
+    // loop has ended), so a frontend destroyed at once cannot leave the
+    // loop running.
+    while (thread_.joinable() && !server_->is_running() && !listening_done_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    server_->stop();
+  }
   if (thread_.joinable()) thread_.join();
 }
 

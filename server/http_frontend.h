@@ -19,6 +19,7 @@
 #ifndef LINATTN_SERVER_HTTP_FRONTEND_H_
 #define LINATTN_SERVER_HTTP_FRONTEND_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,6 +65,7 @@ class HttpFrontend {
   const CallGate* gate_ = nullptr;
   int64_t created_ = 0;  // unix seconds, the models' "created"
   int port_ = 0;
+  std::atomic<bool> listening_done_{false};
   std::thread thread_;
 };
 
