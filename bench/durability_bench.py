@@ -112,7 +112,8 @@ def decode(build, work, steps, repeats):
     return {m: {"runs": v, "steps_per_second": statistics.median(v)} for m, v in rates.items()}
 
 
-def grpc_modules(work):
+def generate_protos(work):
+    """Python code for every file under proto/, importable from here on."""
     gen = os.path.join(work, "gen")
     os.makedirs(gen, exist_ok=True)
     protos = sorted(glob.glob(os.path.join(ROOT, "proto", "**", "*.proto"), recursive=True))
@@ -121,6 +122,10 @@ def grpc_modules(work):
                     f"--plugin=protoc-gen-grpc={shutil.which('grpc_python_plugin')}", *protos],
                    check=True)
     sys.path.insert(0, gen)
+
+
+def grpc_modules(work):
+    generate_protos(work)
     import grpc  # noqa: E402
     from linattn.v1 import generation_pb2, generation_pb2_grpc  # noqa: E402
     return grpc, generation_pb2, generation_pb2_grpc

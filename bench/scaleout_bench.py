@@ -24,7 +24,6 @@ Prints JSON (--json) or a Markdown table; bench/compare includes it.
 """
 import argparse
 import concurrent.futures
-import glob
 import json
 import os
 import shutil
@@ -37,6 +36,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import durability_bench  # noqa: E402
 
 
 def log(msg):
@@ -174,14 +175,7 @@ def decode(build, work, steps, repeats):
 
 
 def grpc_modules(work):
-    gen = os.path.join(work, "gen")
-    os.makedirs(gen, exist_ok=True)
-    protos = sorted(glob.glob(os.path.join(ROOT, "proto", "**", "*.proto"), recursive=True))
-    subprocess.run(["protoc", f"-I{os.path.join(ROOT, 'proto')}", f"--python_out={gen}",
-                    f"--grpc_out={gen}",
-                    f"--plugin=protoc-gen-grpc={shutil.which('grpc_python_plugin')}", *protos],
-                   check=True)
-    sys.path.insert(0, gen)
+    durability_bench.generate_protos(work)
     import grpc  # noqa: E402
     from linattn.v1 import attention_pb2, attention_pb2_grpc  # noqa: E402
     return grpc, attention_pb2, attention_pb2_grpc
