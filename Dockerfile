@@ -2,7 +2,7 @@
 # Debian 12, run as a non-root user.
 #
 #   podman build -t linattn .          (or docker build)
-#   podman run -p 50051:50051 linattn
+#   podman run -p 50051:50051 -p 8080:8080 linattn    (gRPC, HTTP)
 # Configure with LINATTN_* environment variables (see linattn-server --help).
 
 FROM debian:bookworm-slim AS build
@@ -29,8 +29,8 @@ COPY --from=build /opt/linattn /usr/local
 # Where durable sessions go when LINATTN_STATE_DIR=/var/lib/linattn is set
 # (a volume mounted here starts owned by the server's user).
 USER linattn
-ENV LINATTN_LISTEN=0.0.0.0:50051
-EXPOSE 50051
+ENV LINATTN_LISTEN=0.0.0.0:50051 LINATTN_HTTP_LISTEN=0.0.0.0:8080
+EXPOSE 50051 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
   CMD ["linattn", "health", "--server", "127.0.0.1:50051"]
 STOPSIGNAL SIGTERM

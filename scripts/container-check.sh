@@ -55,9 +55,11 @@ podman build --pull=never --format docker -t "$image" . > /tmp/linattn-container
 
 name=linattn-check-$$
 port=$(( 20000 + RANDOM % 20000 ))
+http_port=$(( port + 1 ))
 cleanup() { podman rm -f "$name" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
-podman run -d --name "$name" -p "127.0.0.1:$port:50051" "$image" >/dev/null
+podman run -d --name "$name" -p "127.0.0.1:$port:50051" -p "127.0.0.1:$http_port:8080" \
+  "$image" >/dev/null
 
 echo "container-check: waiting for health on 127.0.0.1:$port"
 for _ in $(seq 1 60); do
@@ -106,6 +108,17 @@ prompt="In the beginning God created"
 kill -TERM "$host_server"; wait "$host_server" || true
 [[ $(wc -c < "$tmp/container.txt") -gt 40 ]] || { echo "generate returned too little"; exit 1; }
 cmp "$tmp/container.txt" "$tmp/host.txt"
+# The same greedy text through the container's HTTP listener (OpenAI's API).
+curl -sS --max-time 30 -H 'Content-Type: application/json' \
+  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 48, \"temperature\": 0}" \
+  "http://127.0.0.1:$http_port/v1/completions" > "$tmp/http.json"
+/usr/bin/python3 - "$tmp/http.json" "$tmp/container.txt" <<'PY'
+import json, sys
+text = json.load(open(sys.argv[1]))["choices"][0]["text"]
+expected = open(sys.argv[2], encoding="utf-8").read()
+assert expected.startswith(text) and len(expected) - len(text) <= 1, (text, expected)
+PY
+echo "container-check: the HTTP listener's completion is the same text"
 rm -rf "$tmp"
 # (podman without systemd logs that it has no healthcheck timer to remove.)
 podman stop -t 10 "$name" >/dev/null 2>&1

@@ -46,12 +46,19 @@ if ((python)); then
     # a standard gRPC client (grpcio, with protobuf) for the tests that check
     # what clients in other languages see
     python3-grpcio python3-protobuf
+    # installing the Python client package (clients/python) offline into a
+    # venv: venv, pip, and the setuptools and wheel that build it
+    python3-venv python3-pip python3-setuptools python3-wheel
     # the built-in model's training text: the King James Bible
     bible-kjv
     # the real engines replicas run behind and on (tools/scaleout_check.sh):
     # Redis for the shared state store, HAProxy for session routing; and
     # what checks deploy/ (scripts/deploy-check.sh): podman-compose
     redis-server haproxy podman-compose
+    # the HTTP listener's tests: raw Server-Sent Events through curl, and
+    # the explorer page in a headless Chromium (driven by playwright-core
+    # from npm, tests/http)
+    curl chromium
   )
   # kubectl renders deploy/k8s (`kubectl kustomize`), and Node.js runs the
   # schema check: Debian's, unless the machine has its own.

@@ -5,55 +5,15 @@
 
 #include <chrono>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/attention/explainer.h"
 #include "core/util/status_macros.h"
 #include "core/util/utf8.h"
-#include "nlohmann/json.hpp"
+#include "server/http_json.h"
 
 namespace linattn {
 namespace {
-
-using nlohmann::json;
-
-// JSON text whatever the strings hold (bytes that are not UTF-8, from a
-// byte-level tokenizer's partial characters, become U+FFFD).
-std::string Dump(const json& body) {
-  return body.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// OpenAI's error body.
-void Error(httplib::Response& res, int status, absl::string_view message,
-           absl::string_view param = "", absl::string_view code = "") {
-  const char* type =
-      status == 400 || status == 404 || status == 405 || status == 413
-          ? "invalid_request_error"
-      : status == 503 ? "service_unavailable"
-                      : "server_error";
-  json body = {{"error",
-                {{"message", std::string(message)},
-                 {"type", type},
-                 {"param", param.empty() ? json(nullptr) : json(param)},
-                 {"code", code.empty() ? json(nullptr) : json(code)}}}};
-  res.status = status;
-  res.set_content(Dump(body), "application/json");
-}
-
-void Reply(httplib::Response& res, const json& body) {
-  res.status = 200;
-  res.set_content(Dump(body), "application/json");
-}
-
-// The request body as a JSON object; false (the error sent) otherwise.
-bool ParseBody(const httplib::Request& req, httplib::Response& res, json* out) {
-  *out = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (out->is_discarded() || !out->is_object()) {
-    Error(res, 400,
-          "the request body must be a JSON object (Content-Type: "
-          "application/json)");
-    return false;
-  }
-  return true;
-}
 
 json ModelJson(const Model& m, int64_t created) {
   return {{"id", m.name()},
@@ -65,13 +25,14 @@ json ModelJson(const Model& m, int64_t created) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
-    const HttpFrontendOptions& options,
-    const std::vector<std::shared_ptr<const Model>>* models,
-    const CallGate* gate) {
+    const HttpFrontendOptions& options, GenerationEngine* engine,
+    CallGate* gate) {
   LINATTN_RETURN_IF_ERROR(CheckCanListen(options.listen, "--http-listen"));
   std::unique_ptr<HttpFrontend> f(new HttpFrontend());
-  f->models_ = models;
+  f->engine_ = engine;
+  f->models_ = &engine->models();
   f->gate_ = gate;
+  f->api_ = std::make_unique<OpenAiApi>(engine, gate);
   f->created_ = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
@@ -120,83 +81,105 @@ HttpFrontend::~HttpFrontend() {
   if (thread_.joinable()) thread_.join();
 }
 
+extern const unsigned char kExplorerHtml[];
+extern const size_t kExplorerHtmlSize;
+
 void HttpFrontend::Route() {
   httplib::Server& s = *server_;
+  // Once a drain began, only /health answers (503, for load balancers).
+  s.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (!gate_->draining() || req.path == "/health") {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        SendError(res, 503, "the server is shutting down", "", "draining");
+        return httplib::Server::HandlerResponse::Handled;
+      });
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(reinterpret_cast<const char*>(kExplorerHtml),
+                    kExplorerHtmlSize, "text/html; charset=utf-8");
+  });
+  s.Get("/v1/explain/options",
+        [](const httplib::Request&, httplib::Response& res) {
+          SendJson(res, ExplainOptionsJson());
+        });
+  s.Get("/v1/explain", [](const httplib::Request& req, httplib::Response& res) {
+    ExplainOptions options;
+    if (req.has_param("preset")) options.preset = req.get_param_value("preset");
+    if (req.has_param("feature_map")) {
+      options.feature_map = req.get_param_value("feature_map");
+    }
+    if (req.has_param("prefix")) {
+      int prefix = 0;
+      if (!absl::SimpleAtoi(req.get_param_value("prefix"), &prefix)) {
+        return SendError(res, 400, "prefix: must be an integer", "prefix");
+      }
+      options.prefix = prefix;
+    }
+    auto result = Explain(options);
+    if (!result.ok()) return SendStatus(res, result.status());
+    SendJson(res, ExplainJson(*result));
+  });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (gate_->draining()) {
       res.status = 503;
       res.set_content(R"({"status":"draining"})", "application/json");
       return;
     }
-    Reply(res, {{"status", "ok"}});
+    SendJson(res, {{"status", "ok"}});
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
     for (const auto& m : *models_) data.push_back(ModelJson(*m, created_));
-    Reply(res, {{"object", "list"}, {"data", data}});
+    SendJson(res, {{"object", "list"}, {"data", data}});
   });
-  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req,
-                                     httplib::Response& res) {
-    const std::string name = req.matches[1];
-    for (const auto& m : *models_) {
-      if (m->name() == name) return Reply(res, ModelJson(*m, created_));
-    }
-    Error(res, 404,
-          absl::StrCat("The model '", ToValidUtf8(name), "' does not exist"),
-          "model", "model_not_found");
-  });
+  s.Get(R"(/v1/models/(.+))",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          const std::string name = req.matches[1];
+          for (const auto& m : *models_) {
+            if (m->name() == name)
+              return SendJson(res, ModelJson(*m, created_));
+          }
+          SendError(res, 404,
+                    absl::StrCat("The model '", ToValidUtf8(name),
+                                 "' does not exist"),
+                    "model", "model_not_found");
+        });
   // The model a request names (or the only one); nullptr with the error
   // sent.
   auto model_of = [this](const json& body,
                          httplib::Response& res) -> const Model* {
-    if (body.contains("model") && !body["model"].is_null()) {
-      if (!body["model"].is_string()) {
-        Error(res, 400, "model: must be a string", "model");
-        return nullptr;
-      }
-      const std::string name = body["model"].get<std::string>();
-      for (const auto& m : *models_) {
-        if (m->name() == name) return m.get();
-      }
-      Error(res, 404, absl::StrCat("The model '", name, "' does not exist"),
-            "model", "model_not_found");
-      return nullptr;
-    }
-    if (models_->size() == 1) return models_->front().get();
-    Error(res, 400,
-          models_->empty() ? "this server serves no model"
-                           : "model: required (this server serves several)",
-          "model");
-    return nullptr;
+    return ModelForRequest(*models_, body, res);
   };
   s.Post("/tokenize", [model_of](const httplib::Request& req,
                                  httplib::Response& res) {
     json body;
-    if (!ParseBody(req, res, &body)) return;
+    if (!ParseJsonBody(req, res, &body)) return;
     const Model* m = model_of(body, res);
     if (m == nullptr) return;
     const char* field = body.contains("content") ? "content" : "prompt";
     if (!body.contains(field) || !body[field].is_string()) {
-      return Error(res, 400, "content: the text to tokenize, a string",
-                   "content");
+      return SendError(res, 400, "content: the text to tokenize, a string",
+                       "content");
     }
     auto tokens = m->tokenizer().Encode(body[field].get<std::string>());
     if (!tokens.ok()) {
-      return Error(res, 400,
-                   absl::StrCat(field, ": ", tokens.status().message()), field);
+      return SendError(res, 400,
+                       absl::StrCat(field, ": ", tokens.status().message()),
+                       field);
     }
-    Reply(
+    SendJson(
         res,
         {{"tokens", *tokens}, {"count", tokens->size()}, {"model", m->name()}});
   });
   s.Post("/detokenize", [model_of](const httplib::Request& req,
                                    httplib::Response& res) {
     json body;
-    if (!ParseBody(req, res, &body)) return;
+    if (!ParseJsonBody(req, res, &body)) return;
     const Model* m = model_of(body, res);
     if (m == nullptr) return;
     if (!body.contains("tokens") || !body["tokens"].is_array()) {
-      return Error(res, 400, "tokens: an array of token ids", "tokens");
+      return SendError(res, 400, "tokens: an array of token ids", "tokens");
     }
     std::vector<int32_t> ids;
     const int64_t vocab = m->tokenizer().size();
@@ -204,7 +187,7 @@ void HttpFrontend::Route() {
       const json& t = body["tokens"][i];
       if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
           t.get<int64_t>() >= vocab) {
-        return Error(
+        return SendError(
             res, 400,
             absl::StrCat("tokens[", i, "]: not a token id of the model (0 to ",
                          vocab - 1, ")"),
@@ -212,30 +195,46 @@ void HttpFrontend::Route() {
       }
       ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
-    Reply(res, {{"content", m->tokenizer().Decode(ids)}, {"model", m->name()}});
+    SendJson(res,
+             {{"content", m->tokenizer().Decode(ids)}, {"model", m->name()}});
   });
+  api_->Route(s);
   // Whatever no route above took: an endpoint that takes another method
   // (405, naming it), or none (404).
   auto unrouted = [](const httplib::Request& req, httplib::Response& res) {
     static const std::pair<const char*, const char*> kEndpoints[] = {
+        {"/", "GET"},
         {"/health", "GET"},
         {"/v1/models", "GET"},
+        {"/v1/models/", "GET"},
+        {"/v1/explain", "GET"},
+        {"/v1/explain/options", "GET"},
         {"/tokenize", "POST"},
-        {"/detokenize", "POST"}};
+        {"/detokenize", "POST"},
+        {"/v1/completions", "POST"},
+        {"/v1/chat/completions", "POST"},
+        {"/v1/responses", "POST"},
+        {"/v1/responses/", "GET, DELETE"},
+        {"/v1/sessions", "GET, POST"},
+        {"/v1/sessions/restore", "POST"},
+        {"/v1/sessions/", "GET, DELETE, POST"}};
     for (const auto& [path, method] : kEndpoints) {
-      if (req.path == path || (std::string(path) == "/v1/models" &&
-                               req.path.rfind("/v1/models/", 0) == 0)) {
+      const std::string p = path;
+      // "/x/" stands for /x/{id} and what lies under it.
+      const bool prefix = p.size() > 1 && p.back() == '/';
+      if (prefix ? req.path.rfind(p, 0) == 0 && req.path.size() > p.size()
+                 : req.path == p) {
         res.set_header("Allow", method);
-        return Error(res, 405,
-                     absl::StrCat(req.path, " takes ", method, ", not ",
-                                  ToValidUtf8(req.method)),
-                     "", "method_not_allowed");
+        return SendError(res, 405,
+                         absl::StrCat(req.path, " takes ", method, ", not ",
+                                      ToValidUtf8(req.method)),
+                         "", "method_not_allowed");
       }
     }
-    Error(res, 404,
-          absl::StrCat("no such endpoint: ", ToValidUtf8(req.method), " ",
-                       ToValidUtf8(req.path)),
-          "", "not_found");
+    SendError(res, 404,
+              absl::StrCat("no such endpoint: ", ToValidUtf8(req.method), " ",
+                           ToValidUtf8(req.path)),
+              "", "not_found");
   };
   s.Get(".*", unrouted);
   s.Post(".*", unrouted);
@@ -246,16 +245,16 @@ void HttpFrontend::Route() {
     // Routes answer with their own bodies; this is for what no route took.
     if (!res.body.empty()) return;
     if (res.status == 404) {
-      return Error(res, 404,
-                   absl::StrCat("no such endpoint: ", req.method, " ",
-                                ToValidUtf8(req.path)),
-                   "", "not_found");
+      return SendError(res, 404,
+                       absl::StrCat("no such endpoint: ", req.method, " ",
+                                    ToValidUtf8(req.path)),
+                       "", "not_found");
     }
     if (res.status == 413) {
-      return Error(res, 413,
-                   "the request body is larger than the server takes");
+      return SendError(res, 413,
+                       "the request body is larger than the server takes");
     }
-    Error(res, res.status, "the request could not be served");
+    SendError(res, res.status, "the request could not be served");
   });
 }
 

@@ -10,12 +10,24 @@
 //   POST /tokenize           {"model"?, "content" | "prompt": text} →
 //                            {"tokens": [ids], "count": n, "model": name}
 //   POST /detokenize         {"model"?, "tokens": [ids]} → {"content": text}
+//   GET  /                   the explorer page (server/assets/explorer.html,
+//                            built into the binary): the seed's
+//                            reassociation module and a playground
+//   GET  /v1/explain         ?preset=&feature_map=&prefix= → the JSON of
+//                            `linattn explain --json` (core/attention/
+//                            explainer.h), computed by the engine
+//   GET  /v1/explain/options the presets and feature maps it takes
+//   the generation endpoints of server/openai_api.h (completions, chat,
+//   responses, sessions)
 //
 // Errors carry OpenAI's body, {"error": {"message", "type", "param",
 // "code"}}, with the HTTP status that fits (400 for a bad request naming the
 // field in `param`, 404 for an unknown path or model, 405 for a method an
 // endpoint does not take, 413 for a body over --max-message-bytes, 503
-// while draining). "model" may be left out when one model is served.
+// while draining). "model" may be left out when one model is served. Once
+// a drain began, every endpoint but /health answers 503; requests under
+// way (streams included) count as calls in flight for the drain's grace
+// period.
 #ifndef LINATTN_SERVER_HTTP_FRONTEND_H_
 #define LINATTN_SERVER_HTTP_FRONTEND_H_
 
@@ -26,8 +38,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/model/model.h"
+#include "core/scheduler/generation.h"
 #include "server/listen_address.h"
+#include "server/openai_api.h"
 #include "server/rpc_entry.h"
 
 namespace httplib {
@@ -39,17 +52,18 @@ namespace linattn {
 struct HttpFrontendOptions {
   ListenAddress listen;
   size_t max_body_bytes = 64 << 20;
-  int threads = 8;  // connections served at once
+  // Requests served at once (a streaming completion holds one for its
+  // length); more wait in the listener's queue.
+  int threads = 64;
 };
 
 class HttpFrontend {
  public:
   // Binds (refusing a port another process listens on) and serves on a
-  // thread of its own. `models` and `gate` outlive the frontend.
+  // thread of its own. `engine` and `gate` outlive the frontend.
   static absl::StatusOr<std::unique_ptr<HttpFrontend>> Start(
-      const HttpFrontendOptions& options,
-      const std::vector<std::shared_ptr<const Model>>* models,
-      const CallGate* gate);
+      const HttpFrontendOptions& options, GenerationEngine* engine,
+      CallGate* gate);
   ~HttpFrontend();  // stops listening and joins
   HttpFrontend(const HttpFrontend&) = delete;
   HttpFrontend& operator=(const HttpFrontend&) = delete;
@@ -61,8 +75,10 @@ class HttpFrontend {
   void Route();
 
   std::unique_ptr<httplib::Server> server_;
+  GenerationEngine* engine_ = nullptr;
   const std::vector<std::shared_ptr<const Model>>* models_ = nullptr;
-  const CallGate* gate_ = nullptr;
+  CallGate* gate_ = nullptr;
+  std::unique_ptr<OpenAiApi> api_;
   int64_t created_ = 0;  // unix seconds, the models' "created"
   int port_ = 0;
   std::atomic<bool> listening_done_{false};

@@ -263,8 +263,10 @@ int main(int argc, char** argv) {
       ->envname("LINATTN_HAPROXY_AGENT_LISTEN");
   options.http_listen = "127.0.0.1:8080";
   app.add_option("--http-listen", options.http_listen,
-                 "HOST:PORT of the HTTP listener (GET /health, /v1/models; "
-                 "POST /tokenize, /detokenize), or none")
+                 "HOST:PORT of the HTTP listener (OpenAI's API: /v1/models, "
+                 "/v1/completions, /v1/chat/completions, /v1/responses; "
+                 "/v1/sessions; /health, /tokenize, /detokenize; the explorer "
+                 "page at /), or none")
       ->envname("LINATTN_HTTP_LISTEN")
       ->capture_default_str();
   std::string http_port_file;

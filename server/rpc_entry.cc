@@ -126,6 +126,11 @@ void CallGate::CallEnded() {
   if (--in_flight_ == 0) idle_.notify_all();
 }
 
+std::shared_ptr<void> CallGate::Track() {
+  CallStarted();
+  return std::shared_ptr<void>(this, [](CallGate* gate) { gate->CallEnded(); });
+}
+
 uint64_t CallGate::in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
   return in_flight_;

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -68,7 +69,11 @@ class CallGate {
   void Drain() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
 
-  // Blocks until no linattn.v1 call is in flight or `deadline`; true if idle.
+  // Counts a call of another front end (an HTTP request, its stream
+  // included) as in flight until the returned handle and its copies go.
+  std::shared_ptr<void> Track();
+
+  // Blocks until no call is in flight or `deadline`; true if idle.
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);
   uint64_t in_flight() const;
 

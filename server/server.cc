@@ -181,8 +181,8 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
         http.listen, ParseListenAddress(options.http_listen, "--http-listen"));
     http.max_body_bytes = static_cast<size_t>(options.max_message_bytes);
     LINATTN_ASSIGN_OR_RETURN(
-        server->http_, HttpFrontend::Start(http, &server->generation_->models(),
-                                           &server->gate_));
+        server->http_,
+        HttpFrontend::Start(http, server->generation_.get(), &server->gate_));
   }
   if (!options.haproxy_agent_listen.empty()) {
     LINATTN_ASSIGN_OR_RETURN(const ListenAddress agent,

@@ -1,5 +1,5 @@
 // `linattn`: the command-line client (docs/design.md §3).
-//   linattn explain --preset general|negative [--feature-map elu1|relu]
+//   linattn explain --preset general|negative [--feature-map MAP]
 //     [--prefix N] [--json]
 //   linattn attend --q Q.npy --k K.npy --v V.npy --out Y.npy [options]
 //   linattn generate --server ADDR [--max-tokens N] [--temperature T]
@@ -46,12 +46,13 @@ int main(int argc, char** argv) {
                  "general | negative (default: general)")
       ->check(CLI::IsMember({"general", "negative"}));
   ex->add_option("--feature-map", explain.feature_map,
-                 "elu1 | relu (default: elu1)")
-      ->check(CLI::IsMember({"elu1", "relu"}));
+                 "elu1 | relu | identity | cosine | favor (default: elu1)")
+      ->check(CLI::IsMember(linattn::ExplainFeatureMaps()));
   CLI::Option* prefix_opt = ex->add_option(
       "--prefix", prefix, "number of keys summed (default: all)");
   ex->add_flag("--json", json, "print one JSON object");
-  ex->add_option("--server", explain.server,
+  std::string explain_server;
+  ex->add_option("--server", explain_server,
                  "host:port: step the prefix in a server session and read its "
                  "state through Inspect");
 
@@ -167,7 +168,9 @@ int main(int argc, char** argv) {
 
   if (ex->parsed()) {
     if (prefix_opt->count() > 0) explain.prefix = prefix;
-    auto result = linattn::Explain(explain);
+    auto result = explain_server.empty()
+                      ? linattn::Explain(explain)
+                      : linattn::ExplainOnServer(explain, explain_server);
     if (!result.ok()) return Fail(result.status());
     if (json) {
       std::cout << linattn::ExplainJson(*result).dump(2) << "\n";

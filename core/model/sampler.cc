@@ -22,6 +22,11 @@ absl::Status ValidateSampling(const SamplingParams& p) {
         absl::StrCat("sampling.max_tokens: must be in [1, ", kMaxGenerateTokens,
                      "], got ", p.max_tokens));
   }
+  if (p.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_logprobs: must be in [0, ", kMaxTopLogprobs,
+                     "], got ", p.top_logprobs));
+  }
   for (size_t i = 0; i < p.stop.size(); ++i) {
     if (p.stop[i].empty()) {
       return absl::InvalidArgumentError(
@@ -59,8 +64,38 @@ absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits) {
   auto logprob = [&](int32_t id) {
     return static_cast<float>(logits[id] - log_z);
   };
+  SampledToken result = Choose(logits, max, argmax);
+  result.logprob = logprob(result.id);
+  if (params_.logprobs && params_.top_logprobs > 0) {
+    // The most likely tokens, apart from the sampling's own order (which
+    // top_k may have cut): a heap of the best `n` over every finite logit.
+    const size_t n = params_.top_logprobs;
+    auto better = [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    };
+    std::vector<int32_t> best;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (!std::isfinite(logits[i])) continue;
+      const int32_t id = static_cast<int32_t>(i);
+      if (best.size() < n) {
+        best.push_back(id);
+        std::push_heap(best.begin(), best.end(), better);
+      } else if (better(id, best.front())) {
+        std::pop_heap(best.begin(), best.end(), better);
+        best.back() = id;
+        std::push_heap(best.begin(), best.end(), better);
+      }
+    }
+    std::sort_heap(best.begin(), best.end(), better);
+    for (int32_t id : best) result.top.emplace_back(id, logprob(id));
+  }
+  return result;
+}
+
+SampledToken Sampler::Choose(std::span<const float> logits, float max,
+                             int32_t argmax) {
   if (params_.temperature == 0.0f) {
-    return SampledToken{argmax, logprob(argmax)};
+    return SampledToken{argmax};
   }
   order_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -108,11 +143,9 @@ absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits) {
   double acc = 0;
   for (size_t i = 0; i < keep; ++i) {
     acc += p[i];
-    if (u < acc)
-      return SampledToken{order_[i].second, logprob(order_[i].second)};
+    if (u < acc) return SampledToken{order_[i].second};
   }
-  const int32_t last = order_[keep - 1].second;
-  return SampledToken{last, logprob(last)};
+  return SampledToken{order_[keep - 1].second};
 }
 
 }  // namespace linattn

@@ -15,6 +15,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,10 +31,16 @@ struct SamplingParams {
   uint32_t max_tokens = 16;
   std::vector<std::string> stop;  // generation ends before any of these
   bool logprobs = false;
+  // With logprobs: the log-probabilities of this many most likely tokens
+  // too (at most kMaxTopLogprobs), whatever was sampled.
+  uint32_t top_logprobs = 0;
   // Continue the session's random stream (its last sampling Generate's seed,
   // from where that one stopped) instead of starting `seed`'s stream.
   bool resume_stream = false;
 };
+
+// Largest top_logprobs one Generate may ask for.
+inline constexpr uint32_t kMaxTopLogprobs = 20;
 
 // Largest max_tokens one Generate may ask for.
 inline constexpr uint32_t kMaxGenerateTokens = 1u << 20;
@@ -44,6 +51,9 @@ absl::Status ValidateSampling(const SamplingParams& params);
 struct SampledToken {
   int32_t id = 0;
   float logprob = 0.0f;  // log_softmax(logits)[id]
+  // SamplingParams::top_logprobs most likely (id, logprob), highest first
+  // (lower id first on ties).
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 // Where a model session's random stream stands: the seed of its last
@@ -69,6 +79,8 @@ class Sampler {
   absl::StatusOr<SampledToken> Sample(std::span<const float> logits);
 
  private:
+  // The token drawn (greedy at temperature 0), without its logprob.
+  SampledToken Choose(std::span<const float> logits, float max, int32_t argmax);
   SamplingParams params_;
   std::mt19937_64 rng_;
   uint64_t draws_ = 0;

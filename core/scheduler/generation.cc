@@ -873,7 +873,10 @@ void GenerationEngine::OnToken(Queue& q, Job& job, const SampledToken& token,
   generated_tokens_++;
   GenerateEvent e;
   e.token_id = token.id;
-  if (job.params.logprobs) e.logprob = token.logprob;
+  if (job.params.logprobs) {
+    e.logprob = token.logprob;
+    e.top_logprobs = token.top;
+  }
   std::string reason;
   const auto& eos = s.model().config().eos_token_id;
   const bool is_eos = eos && token.id == *eos;

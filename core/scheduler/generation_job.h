@@ -58,6 +58,8 @@ struct GenerateEvent {
   int32_t token_id = -1;  // -1 on a final event that carries no token
   std::string text;       // complete UTF-8 (stop strings withheld)
   float logprob = 0.0f;   // when SamplingParams::logprobs
+  // SamplingParams::top_logprobs most likely (id, logprob), highest first.
+  std::vector<std::pair<int32_t, float>> top_logprobs;
   std::string
       finish_reason;    // on the final event: length, stop, eos, cancelled
   absl::Status status;  // on the final event: OK or why it failed

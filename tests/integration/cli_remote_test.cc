@@ -106,18 +106,36 @@ TEST_F(CliRemoteTest, DecodeStreamEndedByTheServerReportsItsStatus) {
 
 TEST_F(CliRemoteTest, ExplainThroughInspectMatchesLocal) {
   auto local = Explain({.prefix = 1});
-  auto remote = Explain({.prefix = 1, .server = server_->address()});
+  auto remote = ExplainOnServer({.prefix = 1}, server_->address());
   ASSERT_TRUE(remote.ok()) << remote.status();
   EXPECT_EQ(remote->z, local->z);
   EXPECT_EQ(remote->s, local->s);
   EXPECT_EQ(remote->numerator, 5.0f);
   EXPECT_EQ(remote->denominator, 5.0f);
   EXPECT_EQ(remote->output, 1.0f);
-  auto negative = Explain({.preset = "negative",
-                           .feature_map = "relu",
-                           .server = server_->address()});
+  auto negative = ExplainOnServer({.preset = "negative", .feature_map = "relu"},
+                                  server_->address());
   ASSERT_TRUE(negative.ok());
   EXPECT_FALSE(negative->available);
+  // The maps whose state is more than 2-D (cosine) or kept with a log-scale
+  // (FAVOR+): the server's state, read through Inspect, is the local one.
+  for (const char* map : {"elu1", "relu", "cosine", "favor"}) {
+    for (const char* preset : {"general", "negative"}) {
+      auto here = Explain({.preset = preset, .feature_map = map});
+      auto there = ExplainOnServer({.preset = preset, .feature_map = map},
+                                   server_->address());
+      ASSERT_TRUE(there.ok()) << map << " " << there.status();
+      EXPECT_EQ(there->z, here->z) << map << " " << preset;
+      EXPECT_EQ(there->s, here->s) << map << " " << preset;
+      EXPECT_EQ(there->denominator, here->denominator) << map << " " << preset;
+    }
+  }
+  // Identity runs premapped, which client sessions do not take.
+  EXPECT_THAT(std::string(ExplainOnServer({.feature_map = "identity"},
+                                          server_->address())
+                              .status()
+                              .message()),
+              HasSubstr("feature_map"));
 }
 
 TEST_F(CliRemoteTest, HealthCommandExitCodes) {

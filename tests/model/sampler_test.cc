@@ -24,6 +24,42 @@ TEST(SamplerTest, GreedyIsTheHighestLogitLowestIdOnTies) {
   EXPECT_NEAR(t->logprob, 2.0 - z, 1e-6);
 }
 
+// The alternatives are the most likely tokens whatever top_k cut from the
+// draw, highest first and lower id first on ties; asking for them changes
+// no draw.
+TEST(SamplerTest, TopLogprobsAreTheMostLikelyTokensAndChangeNoDraw) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, NAN};
+  const double z = std::log(std::exp(0.5) + 2 * std::exp(2.0) + std::exp(-1.0) +
+                            std::exp(1.0));
+  SamplingParams p{.temperature = 0.7f, .top_k = 1, .seed = 5};
+  p.logprobs = true;
+  p.top_logprobs = 3;
+  Sampler with(p);
+  SamplingParams plain = p;
+  plain.top_logprobs = 0;
+  Sampler without(plain);
+  for (int i = 0; i < 20; ++i) {
+    auto a = with.Sample(logits);
+    auto b = without.Sample(logits);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->id, b->id);
+    EXPECT_TRUE(b->top.empty());
+    ASSERT_EQ(a->top.size(), 3u);
+    EXPECT_EQ(a->top[0].first, 1);
+    EXPECT_EQ(a->top[1].first, 3);
+    EXPECT_EQ(a->top[2].first, 4);
+    EXPECT_NEAR(a->top[0].second, 2.0 - z, 1e-6);
+    EXPECT_NEAR(a->top[2].second, 1.0 - z, 1e-6);
+  }
+  // More than there are finite logits: all of them.
+  p.top_logprobs = 20;
+  Sampler all(p);
+  EXPECT_EQ(all.Sample(logits)->top.size(), 5u);
+  p.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_THAT(std::string(ValidateSampling(p).message()),
+              HasSubstr("top_logprobs"));
+}
+
 TEST(SamplerTest, SameSeedSameTokensOtherSeedOtherTokens) {
   std::vector<float> logits(50);
   for (int i = 0; i < 50; ++i) logits[i] = 0.1f * (i % 7);

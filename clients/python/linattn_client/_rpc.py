@@ -1,0 +1,59 @@
+"""Helpers shared by the service wrappers (not part of the API)."""
+import secrets
+
+import grpc
+import numpy as np
+
+from . import errors
+
+SESSION_ID_METADATA = "x-session-id"
+
+
+def new_session_id():
+    """128 random bits as 32 hex digits, as the server would choose. Clients
+    choose the ids of the sessions they create so that every call, the
+    creating one included, can name its session to a proxy in front of
+    replicas (the x-session-id metadata)."""
+    return secrets.token_hex(16)
+
+
+def metadata(session_id):
+    return ((SESSION_ID_METADATA, session_id),) if session_id else None
+
+
+def call(method, request, *, timeout, session_id=None):
+    """A unary call whose failure raises errors.Error."""
+    try:
+        return method(request, timeout=timeout, metadata=metadata(session_id))
+    except grpc.RpcError as e:
+        raise errors.from_rpc_error(e) from e
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def set_floats(message, field, values):
+    """message.field = values (a float32 array), as one packed field: a copy
+    of the array's bytes rather than one Python float per element."""
+    values = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+    number = message.DESCRIPTOR.fields_by_name[field].number
+    data = values.tobytes()
+    message.MergeFromString(_varint(number << 3 | 2) + _varint(len(data)) + data)
+
+
+def floats(container, shape):
+    """A repeated float field as a float32 array of `shape`."""
+    return np.fromiter(container, dtype=np.float32, count=len(container)).reshape(shape)
+
+
+def bools(container, shape):
+    return np.fromiter(container, dtype=bool, count=len(container)).reshape(shape)

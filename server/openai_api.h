@@ -1,0 +1,115 @@
+// The HTTP listener's generation endpoints (docs/design.md §3, "HTTP"):
+// OpenAI's completions, chat completions and responses, and linattn's
+// sessions, on the generation engine that GenerationService uses.
+//
+//   POST /v1/completions        prompt (text or token ids) → n choices
+//   POST /v1/chat/completions   messages, rendered by the model's chat
+//                               template (core/model/chat_template.h)
+//   POST /v1/responses          input (+ instructions); store keeps the end
+//                               state as a session named by the response's
+//                               id, previous_response_id continues a fork
+//                               of it (O(state), whatever the conversation's
+//                               length)
+//   GET|DELETE /v1/responses/{id}
+//   POST /v1/sessions, GET /v1/sessions, GET|DELETE /v1/sessions/{id},
+//   POST /v1/sessions/{id}/fork, POST /v1/sessions/{id}/append,
+//   GET /v1/sessions/{id}/state (snapshot bytes), POST /v1/sessions/restore
+//
+// `stream: true` answers with Server-Sent Events, `data: {chunk}` lines
+// ending with `data: [DONE]` (responses: typed events). A stream is paced
+// by its client (engine_calls.h): a client that stops reading holds at most
+// one token per choice here and ends its generation when the write times
+// out; a cancelled stream leaves in a session exactly the tokens sent.
+// `session_id` (completions, chat) appends to an existing session: only the
+// new text is prefilled; usage.prompt_tokens_details.cached_tokens counts
+// the context it already held. `n > 1` prefills once, then forks the state
+// per choice (choice 0 continues in the session itself, the others in
+// forks deleted after).
+#ifndef LINATTN_SERVER_OPENAI_API_H_
+#define LINATTN_SERVER_OPENAI_API_H_
+
+#include <httplib.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model/chat_template.h"
+#include "core/scheduler/generation.h"
+#include "server/http_json.h"
+#include "server/rpc_entry.h"
+
+namespace linattn {
+
+// The model a request's body names (or the only one served); nullptr with
+// the error sent.
+const Model* ModelForRequest(
+    const std::vector<std::shared_ptr<const Model>>& models, const json& body,
+    httplib::Response& res);
+
+struct CompletionRun;  // one completion request, as it runs
+
+struct OpenAiApiOptions {
+  uint32_t max_choices = 16;  // n
+  // Stored responses kept with their text (each also holds a session: the
+  // session table's limits, idle TTL and budget, apply to those).
+  size_t max_stored_responses = 4096;
+};
+
+class OpenAiApi {
+ public:
+  // `engine` and `gate` outlive the API; every request, its stream
+  // included, counts as a call in flight at `gate`.
+  OpenAiApi(GenerationEngine* engine, CallGate* gate,
+            OpenAiApiOptions options = {});
+  void Route(httplib::Server& server);
+
+ private:
+  struct StoredResponse {
+    json body;           // the response object as GET returns it
+    uint64_t order = 0;  // stored after `order` others
+  };
+
+  void Completions(const httplib::Request& req, httplib::Response& res,
+                   bool chat);
+  void Responses(const httplib::Request& req, httplib::Response& res);
+  // Runs a parsed request: non-streaming answers at once; streaming sets
+  // the response's event stream.
+  void Run(std::shared_ptr<CompletionRun> r, httplib::Response& res);
+  absl::Status ParseSampling(const json& body, CompletionRun& r) const;
+  // The run's model — `bound`'s (a session or a stored response, whose
+  // model a "model" field must then name) or the one the body names — and
+  // its sampling fields; false with the error sent.
+  bool ChooseModel(const json& body, const std::string& bound,
+                   absl::string_view bound_says, CompletionRun& r,
+                   httplib::Response& res);
+  // Deletes the sessions a run made for itself (and, unless it succeeded,
+  // the one it made to keep).
+  void Cleanup(CompletionRun& r, bool success);
+  // The template of a model (looked up once).
+  const ChatTemplate& TemplateOf(const Model& model);
+
+  json SessionJson(const ModelSessionInfo& info) const;
+  template <typename Routes>
+  void RouteSessions(Routes& routes);
+
+  // Stored responses: (id → body); entries whose session is gone go.
+  void Store(const std::string& id, json body);
+  std::optional<json> Stored(const std::string& id);
+  void Forget(const std::string& id);
+
+  GenerationEngine* const engine_;
+  CallGate* const gate_;
+  const OpenAiApiOptions options_;
+  std::mutex mu_;
+  std::map<const Model*, ChatTemplate> templates_;
+  std::map<std::string, StoredResponse> stored_;
+  uint64_t next_order_ = 0;
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_SERVER_OPENAI_API_H_

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The HTTP listener through clients nobody here wrote, against a real
+# linattn-server on 127.0.0.1 (ephemeral ports):
+#   - the official OpenAI JavaScript client (openai_client.mjs);
+#   - curl, reading the raw Server-Sent Events of a streamed completion;
+#   - the explorer page in Debian's headless Chromium through playwright-core
+#     (explorer.mjs), saving screenshots into OUT_DIR.
+#
+#   tests/http/run_clients.sh SERVER_BINARY OUT_DIR
+set -euo pipefail
+
+server=$1
+out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+work=$(mktemp -d)
+pid=""
+cleanup() {
+  if [[ -n $pid ]]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The npm packages, pinned by package-lock.json.
+(cd "$here" && { [[ -d node_modules/openai && -d node_modules/playwright-core ]] ||
+  npm ci --no-audit --no-fund --silent; })
+
+"$server" --listen 127.0.0.1:0 --port-file "$work/port" \
+  --http-listen 127.0.0.1:0 --http-port-file "$work/http_port" \
+  --log-level warn > "$out/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 200); do
+  [[ -s $work/http_port ]] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$out/server.log"; exit 1; }
+  sleep 0.05
+done
+base="http://127.0.0.1:$(cat "$work/http_port")"
+echo "server: $base"
+
+echo "== the official OpenAI client (npm openai)"
+timeout 120 node "$here/openai_client.mjs" "$base"
+
+echo "== raw Server-Sent Events through curl"
+curl -sS -N --max-time 30 -D "$work/headers" -o "$work/events" \
+  -H 'Content-Type: application/json' \
+  -d '{"prompt": "And God said", "max_tokens": 16, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' \
+  "$base/v1/completions"
+/usr/bin/python3 - "$work/headers" "$work/events" <<'PY'
+import json, sys
+headers = open(sys.argv[1], encoding="latin-1").read().lower()
+assert "content-type: text/event-stream" in headers, headers
+assert "transfer-encoding: chunked" in headers, headers
+raw = open(sys.argv[2], encoding="utf-8").read()
+# Every event is one "data: ..." line followed by a blank line.
+events = raw.split("\n\n")
+assert events[-1] == "", repr(raw[-40:])
+events = events[:-1]
+assert all(e.startswith("data: ") and "\n" not in e for e in events), events[:3]
+payloads = [e[len("data: "):] for e in events]
+assert payloads[-1] == "[DONE]", payloads[-1]
+chunks = [json.loads(p) for p in payloads[:-1]]
+text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+usage = chunks[-1]["usage"]
+assert chunks[-1]["choices"] == [] and usage["completion_tokens"] == 16, chunks[-1]
+assert all(c["object"] == "text_completion" for c in chunks)
+reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+assert reasons[-1] == "length" and all(r is None for r in reasons[:-1]), reasons
+print(f"ok    {len(events)} events, text {text!r}, then usage and [DONE]")
+PY
+# The whole completion says the same.
+whole=$(curl -sS --max-time 30 -H 'Content-Type: application/json' \
+  -d '{"prompt": "And God said", "max_tokens": 16, "temperature": 0}' \
+  "$base/v1/completions")
+/usr/bin/python3 - "$work/events" "$whole" <<'PY'
+import json, sys
+chunks = [json.loads(e[6:]) for e in open(sys.argv[1]).read().split("\n\n") if e.startswith("data: {")]
+streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+assert streamed == json.loads(sys.argv[2])["choices"][0]["text"], (streamed, sys.argv[2])
+print("ok    the streamed text is the whole completion's")
+PY
+
+echo "== the explorer page in headless Chromium"
+timeout 120 node "$here/explorer.mjs" "$base" "$out"
+ls "$out"/*.png

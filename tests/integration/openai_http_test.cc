@@ -1,0 +1,552 @@
+// The HTTP listener's generation endpoints (server/openai_api.h) on a real
+// linattn-server process: completions and chat against gRPC Generate and
+// against themselves (streamed = whole, token ids = text, n choices =
+// forks), sessions continued with only their new text (cached_tokens), the
+// responses API's stored state (a follow-up equals resending the whole
+// conversation; two follow-ups branch independently), failed requests that
+// change nothing, a stream its client leaves, limits as 429, and the
+// explorer's JSON equal to `linattn explain --json`.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "linattn/v1/generation.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/server_process.h"
+
+namespace linattn {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string raw;
+  std::string content_type;
+};
+
+Reply Call(int port, const std::string& method, const std::string& path,
+           const json& body = nullptr) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(60, 0);
+  httplib::Result r =
+      method == "GET" ? client.Get(path.c_str())
+      : method == "DELETE"
+          ? client.Delete(path.c_str())
+          : client.Post(path.c_str(), body.is_null() ? "" : body.dump(),
+                        "application/json");
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.content_type = r->get_header_value("Content-Type");
+  out.body = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  return out;
+}
+
+// The `data:` payloads of an event stream, in order ("[DONE]" included).
+std::vector<std::string> DataLines(const std::string& stream) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(stream, '\n')) {
+    if (absl::ConsumePrefix(&line, "data: ")) out.emplace_back(line);
+  }
+  return out;
+}
+
+std::string Text(const Reply& r, int choice = 0) {
+  const json& c = r.body["choices"][choice];
+  return c.contains("message") ? c["message"]["content"].get<std::string>()
+                               : c["text"].get<std::string>();
+}
+
+// POSTs `body` and hands what arrives to `receiver` until it returns false
+// (the client then leaves); whether the whole answer arrived.
+bool PostReading(int port, const std::string& path, const json& body,
+                 std::function<bool(const char*, size_t)> receiver) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(60, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&receiver](const char* data, size_t size, uint64_t,
+                                     uint64_t) { return receiver(data, size); };
+  httplib::Response res;
+  httplib::Error error;
+  return client.send(req, res, error);
+}
+
+uint64_t Position(int port, const std::string& session) {
+  Reply r = Call(port, "GET", "/v1/sessions/" + session);
+  EXPECT_EQ(r.status, 200) << r.raw;
+  return r.body.value("position", uint64_t{0});
+}
+
+std::string NewSession(int port) {
+  Reply r = Call(port, "POST", "/v1/sessions", json::object());
+  EXPECT_EQ(r.status, 200) << r.raw;
+  return r.body.value("id", "");
+}
+
+class OpenAiHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = ServerProcess::Start();
+    ASSERT_NE(server_, nullptr);
+    port_ = server_->http_port();
+  }
+  std::unique_ptr<ServerProcess> server_;
+  int port_ = 0;
+};
+
+TEST_F(OpenAiHttpTest, GreedyCompletionEqualsGrpcGenerateStreamedOrNot) {
+  const std::string prompt = "In the beginning God created";
+  // gRPC: CreateSession + Generate.
+  auto stub = v1::GenerationService::NewStub(server_->Channel());
+  {
+    grpc::ClientContext c;
+    v1::CreateModelSessionRequest create;
+    create.set_session_id("g");
+    v1::ModelSession s;
+    ASSERT_TRUE(stub->CreateSession(&c, create, &s).ok());
+  }
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_session_id("g");
+  req.set_prompt(prompt);
+  req.mutable_sampling()->set_max_tokens(32);
+  auto reader = stub->Generate(&ctx, req);
+  std::string grpc_text;
+  v1::GenerateResponse m;
+  while (reader->Read(&m)) grpc_text += m.text();
+  ASSERT_TRUE(reader->Finish().ok());
+
+  const json body = {
+      {"prompt", prompt}, {"max_tokens", 32}, {"temperature", 0}};
+  Reply whole = Call(port_, "POST", "/v1/completions", body);
+  ASSERT_EQ(whole.status, 200) << whole.raw;
+  EXPECT_EQ(Text(whole), grpc_text);
+  EXPECT_EQ(whole.body["object"], "text_completion");
+  EXPECT_EQ(whole.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(whole.body["usage"]["completion_tokens"], 32);
+  EXPECT_EQ(whole.body["usage"]["prompt_tokens"], prompt.size());  // bytes
+  EXPECT_EQ(whole.body["usage"]["total_tokens"], prompt.size() + 32);
+  EXPECT_EQ(whole.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  // The same prompt as token ids.
+  Reply tokens = Call(port_, "POST", "/tokenize", {{"content", prompt}});
+  json by_ids = body;
+  by_ids["prompt"] = tokens.body["tokens"];
+  EXPECT_EQ(Text(Call(port_, "POST", "/v1/completions", by_ids)), grpc_text);
+
+  // Streamed: chunks that add up to the same text, then usage, then [DONE].
+  json streamed = body;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  Reply sse = Call(port_, "POST", "/v1/completions", streamed);
+  ASSERT_EQ(sse.status, 200);
+  EXPECT_THAT(sse.content_type, HasSubstr("text/event-stream"));
+  std::vector<std::string> data = DataLines(sse.raw);
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string joined;
+  std::string finish;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const json chunk = json::parse(data[i], nullptr, false);
+    ASSERT_TRUE(chunk.is_object()) << data[i];
+    if (i + 2 == data.size()) {  // the usage chunk
+      EXPECT_TRUE(chunk["choices"].empty());
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 32);
+      continue;
+    }
+    EXPECT_TRUE(chunk["usage"].is_null());
+    joined += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) {
+      finish = chunk["choices"][0]["finish_reason"];
+    }
+  }
+  EXPECT_EQ(joined, grpc_text);
+  EXPECT_EQ(finish, "length");
+  // No session is left behind by requests that named none.
+  EXPECT_EQ(Call(port_, "GET", "/v1/sessions").body["data"].size(), 1u);  // g
+}
+
+TEST_F(OpenAiHttpTest, EchoStopAndLogprobs) {
+  const json body = {
+      {"prompt", "And God said"}, {"max_tokens", 40}, {"temperature", 0}};
+  const std::string greedy = Text(Call(port_, "POST", "/v1/completions", body));
+  ASSERT_GT(greedy.size(), 4u);
+  // A stop string ends the text before it.
+  const std::string stop = greedy.substr(3, 2);
+  json stopped = body;
+  stopped["stop"] = {stop};
+  Reply s = Call(port_, "POST", "/v1/completions", stopped);
+  EXPECT_EQ(Text(s), greedy.substr(0, greedy.find(stop)));
+  EXPECT_EQ(s.body["choices"][0]["finish_reason"], "stop");
+  json echoed = body;
+  echoed["echo"] = true;
+  EXPECT_EQ(Text(Call(port_, "POST", "/v1/completions", echoed)),
+            "And God said" + greedy);
+  // Greedy: each token is the most likely, so it heads its top list.
+  json lp = body;
+  lp["max_tokens"] = 6;
+  lp["logprobs"] = 3;
+  Reply l = Call(port_, "POST", "/v1/completions", lp);
+  ASSERT_EQ(l.status, 200) << l.raw;
+  const json& logprobs = l.body["choices"][0]["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const json& top = logprobs["top_logprobs"][i];
+    ASSERT_EQ(top.size(), 3u);
+    const double chosen = logprobs["token_logprobs"][i];
+    EXPECT_LE(chosen, 0.0);
+    EXPECT_DOUBLE_EQ(
+        top[logprobs["tokens"][i].get<std::string>()].get<double>(), chosen);
+    for (const auto& [token, value] : top.items()) {
+      EXPECT_LE(value.get<double>(), chosen + 1e-6) << token;
+    }
+  }
+  EXPECT_EQ(logprobs["text_offset"][0], 0);
+}
+
+TEST_F(OpenAiHttpTest, NChoicesAreForksOfOnePrefill) {
+  const json body = {{"prompt", "Let there be light"},
+                     {"max_tokens", 12},
+                     {"temperature", 1.0},
+                     {"seed", 7}};
+  json three = body;
+  three["n"] = 3;
+  Reply r = Call(port_, "POST", "/v1/completions", three);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(r.body["choices"].size(), 3u);
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 36);
+  // Choice i samples seed + i's stream from the same prefilled state: the
+  // same as a single completion with that seed.
+  for (int i = 0; i < 3; ++i) {
+    json one = body;
+    one["seed"] = 7 + i;
+    EXPECT_EQ(Text(r, i), Text(Call(port_, "POST", "/v1/completions", one)))
+        << "choice " << i;
+    EXPECT_EQ(r.body["choices"][i]["index"], i);
+  }
+  // Streamed n: every choice's chunks, then [DONE].
+  three["stream"] = true;
+  std::vector<std::string> data =
+      DataLines(Call(port_, "POST", "/v1/completions", three).raw);
+  std::vector<std::string> texts(3);
+  for (const std::string& d : data) {
+    if (d == "[DONE]") continue;
+    const json c = json::parse(d);
+    texts[c["choices"][0]["index"].get<int>()] +=
+        c["choices"][0]["text"].get<std::string>();
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(texts[i], Text(r, i));
+  EXPECT_TRUE(Call(port_, "GET", "/v1/sessions").body["data"].empty());
+}
+
+TEST_F(OpenAiHttpTest, ASessionIsContinuedWithOnlyItsNewText) {
+  const std::string id = NewSession(port_);
+  const json first = {{"session_id", id},
+                      {"prompt", "In the beginning"},
+                      {"max_tokens", 10},
+                      {"temperature", 0}};
+  Reply a = Call(port_, "POST", "/v1/completions", first);
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.body["session_id"], id);
+  const uint64_t after_a = Position(port_, id);
+  EXPECT_EQ(after_a, 16u + 10u);
+  Reply b = Call(port_, "POST", "/v1/completions",
+                 {{"session_id", id},
+                  {"prompt", " and"},
+                  {"max_tokens", 10},
+                  {"temperature", 0}});
+  ASSERT_EQ(b.status, 200) << b.raw;
+  EXPECT_EQ(b.body["usage"]["prompt_tokens_details"]["cached_tokens"], after_a);
+  EXPECT_EQ(b.body["usage"]["prompt_tokens"], after_a + 4);
+  // The same as sending the whole context as one prompt.
+  Reply whole = Call(port_, "POST", "/v1/completions",
+                     {{"prompt", "In the beginning" + Text(a) + " and"},
+                      {"max_tokens", 10},
+                      {"temperature", 0}});
+  EXPECT_EQ(Text(b), Text(whole));
+  // Sessions over HTTP: fork, state, restore, delete.
+  Reply fork =
+      Call(port_, "POST", "/v1/sessions/" + id + "/fork", json::object());
+  ASSERT_EQ(fork.status, 200) << fork.raw;
+  EXPECT_EQ(fork.body["position"], Position(port_, id));
+  Reply state = Call(port_, "GET", "/v1/sessions/" + id + "/state");
+  ASSERT_EQ(state.status, 200);
+  EXPECT_EQ(state.content_type, "application/octet-stream");
+  httplib::Client client("127.0.0.1", port_);
+  auto restored = client.Post("/v1/sessions/restore?session_id=copy", state.raw,
+                              "application/octet-stream");
+  ASSERT_TRUE(restored);
+  EXPECT_EQ(restored->status, 200) << restored->body;
+  const json next = {
+      {"prompt", " light"}, {"max_tokens", 8}, {"temperature", 0}};
+  json on_copy = next, on_fork = next;
+  on_copy["session_id"] = "copy";
+  on_fork["session_id"] = fork.body["id"];
+  EXPECT_EQ(Text(Call(port_, "POST", "/v1/completions", on_copy)),
+            Text(Call(port_, "POST", "/v1/completions", on_fork)));
+  EXPECT_EQ(Call(port_, "DELETE", "/v1/sessions/copy").body["deleted"], true);
+  EXPECT_EQ(Call(port_, "GET", "/v1/sessions/copy").status, 404);
+  EXPECT_EQ(Call(port_, "DELETE", "/v1/sessions/copy").status, 404);
+}
+
+TEST_F(OpenAiHttpTest, AFailedRequestLeavesTheSessionAsItWas) {
+  const std::string id = NewSession(port_);
+  ASSERT_EQ(Call(port_, "POST", "/v1/sessions/" + id + "/append",
+                 {{"prompt", "The earth was without form"}})
+                .status,
+            200);
+  const std::string before =
+      Call(port_, "GET", "/v1/sessions/" + id + "/state").raw;
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"temperature", 5}}, "temperature"},
+      {{{"top_p", 0}}, "top_p"},
+      {{{"max_tokens", 0}}, "max_tokens"},
+      {{{"stop", {""}}}, "stop"},
+      {{{"stop", 3}}, "stop"},
+      {{{"n", 2}}, "n"},
+      {{{"prompt", {65, 99999999}}}, "prompt"},
+      {{{"presence_penalty", 0.5}}, "presence_penalty"},
+      {{{"logprobs", 99}}, "logprobs"},
+      {{{"seed", "x"}}, "seed"},
+      {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},
+      {{{"model", "gpt-4"}}, "model"},
+  };
+  for (const auto& [fields, param] : bad) {
+    json body = {{"session_id", id}, {"prompt", " and"}, {"max_tokens", 4}};
+    body.update(fields);
+    Reply r = Call(port_, "POST", "/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << fields;
+    EXPECT_EQ(r.body["error"]["param"], param) << r.raw;
+    EXPECT_EQ(r.body["error"]["type"], "invalid_request_error");
+  }
+  Reply chat = Call(port_, "POST", "/v1/chat/completions",
+                    {{"session_id", id},
+                     {"messages", {{{"role", "wizard"}, {"content", "x"}}}}});
+  EXPECT_EQ(chat.status, 400);
+  EXPECT_EQ(chat.body["error"]["param"], "messages[0].role") << chat.raw;
+  EXPECT_EQ(Call(port_, "POST", "/v1/completions",
+                 {{"session_id", "nobody"}, {"prompt", "x"}})
+                .status,
+            404);
+  EXPECT_EQ(Call(port_, "GET", "/v1/sessions/" + id + "/state").raw, before);
+}
+
+TEST_F(OpenAiHttpTest, AStreamItsClientLeavesStopsAndKeepsWhatWasSent) {
+  const std::string id = NewSession(port_);
+  const uint64_t max_tokens = 200000;
+  int chunks = 0;
+  const bool whole = PostReading(port_, "/v1/completions",
+                                 {{"session_id", id},
+                                  {"prompt", "And God said"},
+                                  {"max_tokens", max_tokens},
+                                  {"temperature", 0.8},
+                                  {"stream", true}},
+                                 [&](const char*, size_t) {
+                                   return ++chunks < 20;  // then leave
+                                 });
+  EXPECT_FALSE(whole);
+  // The generation stops: the position settles far below max_tokens, with
+  // at least the tokens read in the context.
+  uint64_t last = 0, now = Position(port_, id);
+  for (int i = 0; i < 100 && now != last; ++i) {
+    last = now;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    now = Position(port_, id);
+  }
+  EXPECT_EQ(now, last) << "still generating";
+  EXPECT_GE(now, 12u + 10u);
+  EXPECT_LT(now, max_tokens / 2);
+  // The session goes on from there.
+  Reply more = Call(port_, "POST", "/v1/completions",
+                    {{"session_id", id}, {"prompt", "."}, {"max_tokens", 3}});
+  EXPECT_EQ(more.status, 200) << more.raw;
+  EXPECT_EQ(more.body["usage"]["prompt_tokens_details"]["cached_tokens"], now);
+}
+
+TEST_F(OpenAiHttpTest, ChatRendersThePlainTemplateAndStopsAtTheEndOfTurn) {
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", "Who made light?"}}};
+  Reply chat =
+      Call(port_, "POST", "/v1/chat/completions",
+           {{"messages", messages}, {"max_tokens", 24}, {"temperature", 0}});
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  EXPECT_EQ(chat.body["object"], "chat.completion");
+  EXPECT_EQ(chat.body["choices"][0]["message"]["role"], "assistant");
+  // docs/design.md, "Chat templates": the plain template.
+  const std::string rendered =
+      "<|system|>\nBe brief.<|end|>\n<|user|>\nWho made light?<|end|>\n"
+      "<|assistant|>\n";
+  Reply completion = Call(port_, "POST", "/v1/completions",
+                          {{"prompt", rendered},
+                           {"max_tokens", 24},
+                           {"temperature", 0},
+                           {"stop", {"<|end|>"}}});
+  EXPECT_EQ(Text(chat), Text(completion));
+  EXPECT_EQ(chat.body["usage"]["prompt_tokens"], rendered.size());
+}
+
+TEST_F(OpenAiHttpTest, StoredResponsesContinueAndBranchFromTheirState) {
+  Reply r1 = Call(port_, "POST", "/v1/responses",
+                  {{"input", "Who divided the light from the darkness?"},
+                   {"max_output_tokens", 20},
+                   {"temperature", 0}});
+  ASSERT_EQ(r1.status, 200) << r1.raw;
+  EXPECT_EQ(r1.body["object"], "response");
+  const std::string id1 = r1.body["id"];
+  const std::string text1 = r1.body["output"][0]["content"][0]["text"];
+  const uint64_t end1 = Position(port_, id1);  // its state, kept
+  EXPECT_EQ(r1.body["usage"]["input_tokens"].get<uint64_t>() +
+                r1.body["usage"]["output_tokens"].get<uint64_t>(),
+            end1);
+  EXPECT_EQ(Call(port_, "GET", "/v1/responses/" + id1).body, r1.body);
+
+  const json follow = {{"previous_response_id", id1},
+                       {"input", "And then?"},
+                       {"max_output_tokens", 16},
+                       {"temperature", 0}};
+  Reply a = Call(port_, "POST", "/v1/responses", follow);
+  Reply b = Call(port_, "POST", "/v1/responses", follow);
+  ASSERT_EQ(a.status, 200) << a.raw;
+  // Both continue from r1's state (not a's): they branch independently.
+  EXPECT_EQ(a.body["output"][0]["content"], b.body["output"][0]["content"]);
+  EXPECT_NE(a.body["id"], b.body["id"]);
+  EXPECT_EQ(a.body["usage"]["input_tokens_details"]["cached_tokens"], end1);
+  EXPECT_EQ(Position(port_, id1), end1);
+  // The same as resending the whole conversation.
+  const std::string cut =
+      r1.body["incomplete_details"].is_null() ? "" : "<|end|>";
+  Reply resent =
+      Call(port_, "POST", "/v1/completions",
+           {{"prompt",
+             "<|user|>\nWho divided the light from the darkness?<|end|>\n"
+             "<|assistant|>\n" +
+                 text1 + cut + "\n<|user|>\nAnd then?<|end|>\n<|assistant|>\n"},
+            {"max_tokens", 16},
+            {"temperature", 0},
+            {"stop", {"<|end|>"}}});
+  EXPECT_EQ(a.body["output"][0]["content"][0]["text"], Text(resent));
+
+  // Deleted: gone, with its state; a follow-up of it is a 404.
+  EXPECT_EQ(Call(port_, "DELETE", "/v1/responses/" + id1).body["deleted"],
+            true);
+  EXPECT_EQ(Call(port_, "GET", "/v1/responses/" + id1).status, 404);
+  EXPECT_EQ(Call(port_, "GET", "/v1/sessions/" + id1).status, 404);
+  Reply orphan = Call(port_, "POST", "/v1/responses", follow);
+  EXPECT_EQ(orphan.status, 404);
+  EXPECT_EQ(orphan.body["error"]["param"], "previous_response_id");
+  // store: false keeps nothing.
+  Reply unstored =
+      Call(port_, "POST", "/v1/responses",
+           {{"input", "x"}, {"store", false}, {"max_output_tokens", 2}});
+  ASSERT_EQ(unstored.status, 200);
+  EXPECT_EQ(Call(port_, "GET",
+                 "/v1/responses/" + unstored.body["id"].get<std::string>())
+                .status,
+            404);
+}
+
+TEST(OpenAiHttpLimitsTest, SessionLimitsAnswer429AndIdleResponsesExpire) {
+  auto server =
+      ServerProcess::Start({"--max-sessions", "2", "--idle-ttl", "3"});
+  ASSERT_NE(server, nullptr);
+  const int port = server->http_port();
+  Reply r = Call(port, "POST", "/v1/responses",
+                 {{"input", "a"}, {"max_output_tokens", 2}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(Call(port, "POST", "/v1/sessions", json::object()).status, 200);
+  Reply full = Call(port, "POST", "/v1/completions",
+                    {{"prompt", "x"}, {"max_tokens", 2}});
+  EXPECT_EQ(full.status, 429) << full.raw;
+  EXPECT_EQ(full.body["error"]["type"], "rate_limit_error");
+  // The idle TTL takes stored responses' states too.
+  const std::string id = r.body["id"];
+  int status = 200;
+  for (int i = 0; i < 100 && status == 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    status = Call(port, "GET", "/v1/responses/" + id).status;
+  }
+  EXPECT_EQ(status, 404);
+}
+
+TEST(OpenAiHttpDrainTest, NewRequestsAreRefusedOnceADrainBegins) {
+  auto server = ServerProcess::Start({"--grace-period", "20"});
+  ASSERT_NE(server, nullptr);
+  const int port = server->http_port();
+  // A stream in flight holds the drain open.
+  std::atomic<int> chunks{0};
+  std::thread stream([&] {
+    PostReading(port, "/v1/completions",
+                {{"prompt", "And"}, {"max_tokens", 100000}, {"stream", true}},
+                [&](const char*, size_t) { return ++chunks < 400; });
+  });
+  while (chunks == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
+  Reply health;
+  for (int i = 0; i < 100; ++i) {
+    health = Call(port, "GET", "/health");
+    if (health.status == 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(health.status, 503);
+  Reply refused = Call(port, "POST", "/v1/completions", {{"prompt", "x"}});
+  EXPECT_EQ(refused.status, 503) << refused.raw;
+  EXPECT_EQ(refused.body["error"]["code"], "draining");
+  stream.join();
+}
+
+// The page's numbers are the engine's: GET /v1/explain is `linattn explain
+// --json` for every preset, map and prefix.
+TEST_F(OpenAiHttpTest, ExplainEndpointEqualsTheCli) {
+  Reply options = Call(port_, "GET", "/v1/explain/options");
+  ASSERT_EQ(options.status, 200);
+  for (const json& preset : options.body["presets"]) {
+    for (const json& map : options.body["feature_maps"]) {
+      for (int prefix = 1; prefix <= preset["keys"].get<int>(); ++prefix) {
+        const std::string query = absl::StrCat(
+            "preset=", preset["name"].get<std::string>(),
+            "&feature_map=", map.get<std::string>(), "&prefix=", prefix);
+        Reply r = Call(port_, "GET", "/v1/explain?" + query);
+        ASSERT_EQ(r.status, 200) << query << r.raw;
+        const std::string command =
+            absl::StrCat(LINATTN_BINARY, " explain --json --preset ",
+                         preset["name"].get<std::string>(), " --feature-map ",
+                         map.get<std::string>(), " --prefix ", prefix);
+        FILE* pipe = popen(command.c_str(), "r");
+        ASSERT_NE(pipe, nullptr);
+        std::string out;
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+        ASSERT_EQ(pclose(pipe), 0) << command;
+        EXPECT_EQ(r.body, json::parse(out)) << query;
+      }
+    }
+  }
+  Reply bad = Call(port_, "GET", "/v1/explain?prefix=9");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body["error"]["param"], "prefix");
+  Reply page = Call(port_, "GET", "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_THAT(page.content_type, HasSubstr("text/html"));
+  EXPECT_THAT(page.raw, HasSubstr("v1/explain"));
+}
+
+}  // namespace
+}  // namespace linattn
