@@ -18,6 +18,8 @@ namespace {
 constexpr uint32_t kDefaultChatMaxTokens = 512;
 // Stop strings a request may give.
 constexpr size_t kMaxStops = 16;
+// Tokens (and log-probabilities) a whole, not streamed, answer may hold.
+constexpr uint64_t kMaxHeldTokens = uint64_t{1} << 20;
 
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -182,14 +184,16 @@ struct CompletionRun {
   // Filled as it runs.
   uint64_t cached = 0;
   struct Choice {
+    // The text (kept whole unless a completion or chat is streamed) and
+    // the tokens with their log-probabilities (streamed: the last only).
     std::string text;
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     std::vector<std::vector<std::pair<int32_t, float>>> top;
+    size_t text_offset = 0;  // streamed logprobs: bytes before the token
     std::string finish_reason;
     uint64_t completion_tokens = 0;
     absl::Status status;
-    bool sent_role = false;  // chat streams: the first delta went out
   };
   std::vector<Choice> choices;
   std::vector<std::string> cleanup;  // sessions to delete at the end
@@ -322,6 +326,19 @@ absl::Status OpenAiApi::ParseSampling(const json& body,
       return FieldError("stream_options", "must be an object");
     if (!r.stream) return FieldError("stream_options", "needs stream: true");
     LINATTN_RETURN_IF_ERROR(ReadBool(so, "include_usage", &r.include_usage));
+  }
+  // A whole answer is held until it is complete: bounded, so that one
+  // request cannot take the server's memory (a stream holds nothing).
+  if (!r.stream && r.kind != CompletionRun::Kind::kResponse) {
+    const uint64_t per_token = r.logprobs ? 2 + r.params.top_logprobs : 1;
+    if (uint64_t{r.n} * r.params.max_tokens * per_token > kMaxHeldTokens) {
+      return FieldError(
+          max_field,
+          absl::StrCat("an answer that is not streamed holds at most ",
+                       kMaxHeldTokens,
+                       " tokens and log-probabilities (n × max_tokens, times "
+                       "2 + top logprobs with logprobs); stream it for more"));
+    }
   }
   return absl::OkStatus();
 }
@@ -661,17 +678,27 @@ json CompletionJson(const CompletionRun& r) {
   return body;
 }
 
-// Takes one event into its choice.
+// Takes one event into its choice. What a stream has sent is not kept
+// (but a response's text, which its last event and GET return): a stream
+// holds O(1) per choice whatever its length.
 void Absorb(CompletionRun& r, const GenerateMux::Event& e) {
   CompletionRun::Choice& c = r.choices[e.choice];
   const GenerateEvent& g = e.event;
   if (g.token_id >= 0) {
+    if (r.stream) {
+      if (!c.tokens.empty()) {
+        c.text_offset += r.model->tokenizer().TokenBytes(c.tokens[0]).size();
+      }
+      c.tokens.clear();
+      c.logprobs.clear();
+      c.top.clear();
+    }
     c.tokens.push_back(g.token_id);
     c.logprobs.push_back(g.logprob);
     c.top.push_back(g.top_logprobs);
     c.completion_tokens = g.completion_tokens;
   }
-  c.text += g.text;
+  if (!r.stream || r.kind == CompletionRun::Kind::kResponse) c.text += g.text;
   if (g.finished) {
     c.finish_reason = g.finish_reason;
     c.status = g.status;
@@ -725,12 +752,7 @@ std::string StreamEvent(CompletionRun& r, const GenerateMux::Event& e) {
   const bool token = g.token_id >= 0;
   json logprobs = nullptr;
   if (r.logprobs && token) {
-    const size_t i = c.tokens.size() - 1;
-    size_t offset = r.echo ? r.prompt_text.size() : 0;
-    for (size_t j = 0; j < i; ++j) {
-      offset += r.model->tokenizer().TokenBytes(c.tokens[j]).size();
-    }
-    logprobs = LogprobsJson(r, c, i, i + 1, offset);
+    logprobs = LogprobsJson(r, c, 0, 1, c.text_offset);
   }
   if (!g.text.empty() || !logprobs.is_null()) {
     out +=
@@ -803,6 +825,8 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
     }
   }
   r->choices.resize(r->n);
+  for (auto& c : r->choices)
+    c.text_offset = r->echo ? r->prompt_text.size() : 0;
   r->item_id = absl::StrCat("msg_", RandomSessionId());
   auto mux = std::make_shared<GenerateMux>(&engine, /*paced=*/r->stream);
   for (uint32_t i = 0; i < r->n; ++i) {
@@ -952,24 +976,29 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
 // --- Stored responses ---
 
 void OpenAiApi::Store(const std::string& id, json body) {
+  const size_t bytes = DumpJson(body).size();
   std::lock_guard<std::mutex> lock(mu_);
-  if (stored_.size() >= options_.max_stored_responses) {
+  if (stored_.size() >= options_.max_stored_responses ||
+      stored_bytes_ + bytes > options_.max_stored_bytes) {
     // Those whose sessions went (idle TTL, deleted) go first.
     for (auto it = stored_.begin(); it != stored_.end();) {
       it = engine_->sessions().Contains(it->first) ? std::next(it)
-                                                   : stored_.erase(it);
+                                                   : EraseLocked(it);
     }
   }
-  if (stored_.size() >= options_.max_stored_responses) {
+  while (!stored_.empty() &&
+         (stored_.size() >= options_.max_stored_responses ||
+          stored_bytes_ + bytes > options_.max_stored_bytes)) {
     // Still full: the oldest goes, with its state.
     auto oldest = stored_.begin();
     for (auto it = stored_.begin(); it != stored_.end(); ++it) {
       if (it->second.order < oldest->second.order) oldest = it;
     }
     engine_->Delete(oldest->first, [](absl::Status) {});
-    stored_.erase(oldest);
+    EraseLocked(oldest);
   }
-  stored_[id] = StoredResponse{std::move(body), next_order_++};
+  stored_bytes_ += bytes;
+  stored_[id] = StoredResponse{std::move(body), next_order_++, bytes};
 }
 
 std::optional<json> OpenAiApi::Stored(const std::string& id) {
@@ -977,7 +1006,7 @@ std::optional<json> OpenAiApi::Stored(const std::string& id) {
   auto it = stored_.find(id);
   if (it == stored_.end()) return std::nullopt;
   if (!engine_->sessions().Contains(id)) {  // its state expired
-    stored_.erase(it);
+    EraseLocked(it);
     return std::nullopt;
   }
   return it->second.body;
@@ -985,7 +1014,13 @@ std::optional<json> OpenAiApi::Stored(const std::string& id) {
 
 void OpenAiApi::Forget(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  stored_.erase(id);
+  auto it = stored_.find(id);
+  if (it != stored_.end()) EraseLocked(it);
+}
+
+OpenAiApi::StoredMap::iterator OpenAiApi::EraseLocked(StoredMap::iterator it) {
+  stored_bytes_ -= it->second.bytes;
+  return stored_.erase(it);
 }
 
 // --- Sessions ---

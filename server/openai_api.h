@@ -54,9 +54,11 @@ struct CompletionRun;  // one completion request, as it runs
 
 struct OpenAiApiOptions {
   uint32_t max_choices = 16;  // n
-  // Stored responses kept with their text (each also holds a session: the
-  // session table's limits, idle TTL and budget, apply to those).
+  // Stored responses kept with their bodies, by count and by the bytes of
+  // their JSON (each also holds a session: the session table's limits,
+  // idle TTL and budget, apply to those); past either, the oldest goes.
   size_t max_stored_responses = 4096;
+  size_t max_stored_bytes = 64 << 20;
 };
 
 class OpenAiApi {
@@ -71,7 +73,9 @@ class OpenAiApi {
   struct StoredResponse {
     json body;           // the response object as GET returns it
     uint64_t order = 0;  // stored after `order` others
+    size_t bytes = 0;    // of its JSON text
   };
+  using StoredMap = std::map<std::string, StoredResponse>;
 
   void Completions(const httplib::Request& req, httplib::Response& res,
                    bool chat);
@@ -100,14 +104,17 @@ class OpenAiApi {
   void Store(const std::string& id, json body);
   std::optional<json> Stored(const std::string& id);
   void Forget(const std::string& id);
+  // Under mu_.
+  StoredMap::iterator EraseLocked(StoredMap::iterator it);
 
   GenerationEngine* const engine_;
   CallGate* const gate_;
   const OpenAiApiOptions options_;
   std::mutex mu_;
   std::map<const Model*, ChatTemplate> templates_;
-  std::map<std::string, StoredResponse> stored_;
+  StoredMap stored_;
   uint64_t next_order_ = 0;
+  size_t stored_bytes_ = 0;
 };
 
 }  // namespace linattn

@@ -219,6 +219,34 @@ TEST_F(OpenAiHttpTest, EchoStopAndLogprobs) {
     }
   }
   EXPECT_EQ(logprobs["text_offset"][0], 0);
+  // Streamed, chunk by chunk: the same tokens, log-probabilities and
+  // offsets.
+  json streamed = lp;
+  streamed["stream"] = true;
+  json tokens = json::array(), offsets = json::array(), values = json::array();
+  for (const std::string& d :
+       DataLines(Call(port_, "POST", "/v1/completions", streamed).raw)) {
+    if (d == "[DONE]") continue;
+    const json chunk = json::parse(d);
+    const json& c = chunk["choices"][0];
+    if (c["logprobs"].is_null()) continue;
+    tokens.insert(tokens.end(), c["logprobs"]["tokens"].begin(),
+                  c["logprobs"]["tokens"].end());
+    offsets.insert(offsets.end(), c["logprobs"]["text_offset"].begin(),
+                   c["logprobs"]["text_offset"].end());
+    values.insert(values.end(), c["logprobs"]["token_logprobs"].begin(),
+                  c["logprobs"]["token_logprobs"].end());
+  }
+  EXPECT_EQ(tokens, logprobs["tokens"]);
+  EXPECT_EQ(offsets, logprobs["text_offset"]);
+  EXPECT_EQ(values, logprobs["token_logprobs"]);
+  // A whole answer is bounded; a stream is not held.
+  json huge = body;
+  huge["max_tokens"] = 1 << 20;
+  huge["n"] = 2;
+  Reply refused = Call(port_, "POST", "/v1/completions", huge);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.body["error"]["param"], "max_tokens") << refused.raw;
 }
 
 TEST_F(OpenAiHttpTest, NChoicesAreForksOfOnePrefill) {
