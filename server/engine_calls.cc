@@ -59,7 +59,10 @@ GenerateMux::~GenerateMux() { CancelAll(); }
 void GenerateMux::Start(const std::string& session_id,
                         std::vector<int32_t> prompt, SamplingParams params) {
   const int choice = static_cast<int>(controls_.size());
-  controls_.push_back(std::make_shared<GenerateControl>(paced_));
+  // Not streamed: the answer goes out whole at the end, so a request that
+  // fails leaves no part of itself in the session.
+  controls_.push_back(
+      std::make_shared<GenerateControl>(paced_, /*atomic=*/!paced_));
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->running++;

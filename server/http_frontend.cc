@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/numbers.h"
@@ -32,7 +33,10 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   f->engine_ = engine;
   f->models_ = &engine->models();
   f->gate_ = gate;
-  f->api_ = std::make_unique<OpenAiApi>(engine, gate);
+  OpenAiApiOptions api;
+  api.max_generations = std::max(1, options.threads - 8);
+  api.max_stored_responses = options.max_stored_responses;
+  f->api_ = std::make_unique<OpenAiApi>(engine, gate, api);
   f->created_ = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
@@ -86,15 +90,38 @@ extern const size_t kExplorerHtmlSize;
 
 void HttpFrontend::Route() {
   httplib::Server& s = *server_;
-  // Once a drain began, only /health answers (503, for load balancers).
-  s.set_pre_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (!gate_->draining() || req.path == "/health") {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        SendError(res, 503, "the server is shutting down", "", "draining");
-        return httplib::Server::HandlerResponse::Handled;
-      });
+  // Bodies httplib would read past the size limit are refused; once a
+  // drain began, only /health answers (503, for load balancers).
+  s.set_pre_routing_handler([this](const httplib::Request& req,
+                                   httplib::Response& res) {
+    using Outcome = httplib::Server::HandlerResponse;
+    // Before the body is read: httplib holds --max-message-bytes against
+    // Content-Length only, so a body it would read without one (chunked,
+    // to the end of the stream) or that grows as it is read (compressed)
+    // is refused, and the connection closed, its body unread.
+    auto refuse = [&res](int status, absl::string_view message) {
+      res.set_header("Connection", "close");
+      SendError(res, status, message);
+      return Outcome::Handled;
+    };
+    if (req.has_header("Transfer-Encoding")) {
+      return refuse(411,
+                    "send the body with Content-Length (Transfer-Encoding is "
+                    "not taken)");
+    }
+    if (req.has_header("Content-Encoding") &&
+        req.get_header_value("Content-Encoding") != "identity") {
+      return refuse(415, "send the body uncompressed (no Content-Encoding)");
+    }
+    if ((req.method == "POST" || req.method == "PUT" ||
+         req.method == "PATCH") &&
+        !req.has_header("Content-Length")) {
+      return refuse(411, "a POST needs Content-Length (send {} for no fields)");
+    }
+    if (!gate_->draining() || req.path == "/health") return Outcome::Unhandled;
+    SendError(res, 503, "the server is shutting down", "", "draining");
+    return Outcome::Handled;
+  });
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(reinterpret_cast<const char*>(kExplorerHtml),
                     kExplorerHtmlSize, "text/html; charset=utf-8");

@@ -55,6 +55,9 @@ struct HttpFrontendOptions {
   // Requests served at once (a streaming completion holds one for its
   // length); more wait in the listener's queue.
   int threads = 64;
+  // The generation endpoints' limits (server/openai_api.h); generations at
+  // once are threads − 8.
+  size_t max_stored_responses = 1024;
 };
 
 class HttpFrontend {

@@ -269,6 +269,13 @@ int main(int argc, char** argv) {
                  "page at /), or none")
       ->envname("LINATTN_HTTP_LISTEN")
       ->capture_default_str();
+  app.add_option("--http-threads", options.http_threads,
+                 "requests the HTTP listener serves at once (a streamed "
+                 "completion holds one for its length); completions, chats "
+                 "and responses take at most this - 8, more get 429")
+      ->envname("LINATTN_HTTP_THREADS")
+      ->check(CLI::Range(9, 4096))
+      ->capture_default_str();
   std::string http_port_file;
   app.add_option("--http-port-file", http_port_file,
                  "write the HTTP listener's bound port here once serving")

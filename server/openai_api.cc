@@ -18,8 +18,10 @@ namespace {
 constexpr uint32_t kDefaultChatMaxTokens = 512;
 // Stop strings a request may give.
 constexpr size_t kMaxStops = 16;
-// Tokens (and log-probabilities) a whole, not streamed, answer may hold.
+// Tokens a whole, not streamed, answer may hold, and log-probabilities
+// (each token's and its alternatives').
 constexpr uint64_t kMaxHeldTokens = uint64_t{1} << 20;
+constexpr uint64_t kMaxHeldLogprobs = uint64_t{1} << 16;
 
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -83,6 +85,9 @@ absl::StatusOr<std::string> ContentText(const json& content,
       return FieldError(name,
                         "a text part, {\"type\": \"text\", \"text\": ...}");
     }
+    if (part.contains("type") && !part["type"].is_string()) {
+      return FieldError(absl::StrCat(name, ".type"), "must be a string");
+    }
     const std::string type = part.value("type", "text");
     if (type != "text" && type != "input_text" && type != "output_text") {
       return FieldError(name, absl::StrCat("parts of type '", ToValidUtf8(type),
@@ -107,6 +112,14 @@ absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const json& list,
       return FieldError(absl::StrCat(name, ".role"),
                         "each message is an object with a role");
     }
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" &&
+        role != "assistant") {
+      return FieldError(absl::StrCat(name, ".role"),
+                        absl::StrCat("must be system, developer, user or "
+                                     "assistant, got '",
+                                     ToValidUtf8(role), "'"));
+    }
     if (m.contains("type") && m["type"] != "message") {
       return FieldError(absl::StrCat(name, ".type"),
                         "only message items are supported");
@@ -115,15 +128,15 @@ absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const json& list,
         std::string content,
         ContentText(m.contains("content") ? m["content"] : json(nullptr),
                     absl::StrCat(name, ".content")));
-    out.push_back({m["role"].get<std::string>(), std::move(content)});
+    out.push_back({role, std::move(content)});
   }
   return out;
 }
 
+// OpenAI's values: "length", or "stop" for a stop string, the end of
+// sequence, and a generation its session's deletion ended.
 const char* FinishReason(const std::string& engine_reason) {
-  if (engine_reason == "length") return "length";
-  if (engine_reason == "cancelled") return "cancelled";
-  return "stop";  // stop string or end of sequence
+  return engine_reason == "length" ? "length" : "stop";
 }
 
 json TokenBytesJson(const std::string& bytes) {
@@ -198,10 +211,11 @@ struct CompletionRun {
   std::vector<Choice> choices;
   std::vector<std::string> cleanup;  // sessions to delete at the end
   std::string base;                  // the session choice 0 runs in
-  bool own_base = false;  // made by this run (and kept only if `store`)
-  std::string item_id;    // responses: the output message's id
-  int sequence = 0;       // responses: events streamed so far
-  bool cleaned = false;   // Cleanup ran
+  bool own_base = false;       // made by this run (and kept only if `store`)
+  std::string item_id;         // responses: the output message's id
+  int sequence = 0;            // responses: events streamed so far
+  bool cleaned = false;        // Cleanup ran
+  std::shared_ptr<void> slot;  // of OpenAiApiOptions::max_generations
 };
 
 OpenAiApi::OpenAiApi(GenerationEngine* engine, CallGate* gate,
@@ -330,14 +344,22 @@ absl::Status OpenAiApi::ParseSampling(const json& body,
   // A whole answer is held until it is complete: bounded, so that one
   // request cannot take the server's memory (a stream holds nothing).
   if (!r.stream && r.kind != CompletionRun::Kind::kResponse) {
-    const uint64_t per_token = r.logprobs ? 2 + r.params.top_logprobs : 1;
-    if (uint64_t{r.n} * r.params.max_tokens * per_token > kMaxHeldTokens) {
+    const uint64_t tokens = uint64_t{r.n} * r.params.max_tokens;
+    if (tokens > kMaxHeldTokens) {
+      return FieldError(max_field,
+                        absl::StrCat("an answer that is not streamed holds at "
+                                     "most ",
+                                     kMaxHeldTokens,
+                                     " tokens (n × max_tokens); stream it for "
+                                     "more"));
+    }
+    if (r.logprobs && tokens * (1 + r.params.top_logprobs) > kMaxHeldLogprobs) {
       return FieldError(
           max_field,
           absl::StrCat("an answer that is not streamed holds at most ",
-                       kMaxHeldTokens,
-                       " tokens and log-probabilities (n × max_tokens, times "
-                       "2 + top logprobs with logprobs); stream it for more"));
+                       kMaxHeldLogprobs,
+                       " log-probabilities (n × max_tokens × (1 + top "
+                       "logprobs)); stream it for more"));
     }
   }
   return absl::OkStatus();
@@ -373,11 +395,34 @@ bool OpenAiApi::ChooseModel(const json& body, const std::string& bound,
   return true;
 }
 
+std::shared_ptr<void> OpenAiApi::TakeSlot() {
+  if (generations_.fetch_add(1) >= options_.max_generations) {
+    generations_.fetch_sub(1);
+    return nullptr;
+  }
+  return std::shared_ptr<void>(this,
+                               [](OpenAiApi* api) { api->generations_--; });
+}
+
+bool OpenAiApi::RefuseWhenBusy(std::shared_ptr<void>* slot,
+                               httplib::Response& res) {
+  *slot = TakeSlot();
+  if (*slot != nullptr) return false;
+  res.set_header("Retry-After", "1");
+  SendError(res, 429,
+            absl::StrCat("the server is running its most generations over "
+                         "HTTP at once (",
+                         options_.max_generations, "); retry shortly"),
+            "", "too_many_requests");
+  return true;
+}
+
 void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
                             bool chat) {
   json body;
   if (!ParseJsonBody(req, res, &body)) return;
   auto r = std::make_shared<CompletionRun>();
+  if (RefuseWhenBusy(&r->slot, res)) return;
   r->kind =
       chat ? CompletionRun::Kind::kChat : CompletionRun::Kind::kCompletion;
   r->created = UnixSeconds();
@@ -414,9 +459,10 @@ void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
       return SendError(res, 400, "prompt: required", "prompt");
     }
     json prompt = body["prompt"];
-    // One prompt per request: a list of one string is that string.
-    if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
-      prompt = prompt[0];
+    // One prompt per request: a list of one prompt (text or ids) is it.
+    if (prompt.is_array() && prompt.size() == 1 &&
+        (prompt[0].is_string() || prompt[0].is_array())) {
+      prompt = json(prompt[0]);
     }
     if (prompt.is_string()) {
       r->prompt_text = prompt.get<std::string>();
@@ -478,6 +524,7 @@ void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res) {
   json body;
   if (!ParseJsonBody(req, res, &body)) return;
   auto r = std::make_shared<CompletionRun>();
+  if (RefuseWhenBusy(&r->slot, res)) return;
   r->kind = CompletionRun::Kind::kResponse;
   r->created = UnixSeconds();
   r->id = absl::StrCat("resp_", RandomSessionId());
@@ -494,7 +541,7 @@ void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res) {
       !s.ok()) {
     return SendStatus(res, s);
   }
-  std::optional<json> previous;
+  std::optional<StoredResponse> previous;
   if (!r->previous_response_id.empty()) {
     previous = Stored(r->previous_response_id);
     if (!previous) {
@@ -510,6 +557,12 @@ void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res) {
                    *r, res)) {
     return;
   }
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    return SendError(res, 400,
+                     "stop: not a field of the responses API (a reply ends at "
+                     "the chat template's end of turn)",
+                     "stop");
+  }
   if (!body.contains("input")) {
     return SendError(res, 400, "input: required", "input");
   }
@@ -524,9 +577,8 @@ void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res) {
   }
   ChatTemplate::After after = ChatTemplate::After::kNothing;
   if (previous) {
-    after = (*previous).value("incomplete_details", json(nullptr)).is_null()
-                ? ChatTemplate::After::kEndOfTurn
-                : ChatTemplate::After::kCutReply;
+    after = previous->ended_at_marker ? ChatTemplate::After::kEndOfTurn
+                                      : ChatTemplate::After::kCutReply;
   }
   const ChatTemplate& tmpl = TemplateOf(*r->model);
   auto text = tmpl.Render(messages, after);
@@ -684,7 +736,7 @@ json CompletionJson(const CompletionRun& r) {
 void Absorb(CompletionRun& r, const GenerateMux::Event& e) {
   CompletionRun::Choice& c = r.choices[e.choice];
   const GenerateEvent& g = e.event;
-  if (g.token_id >= 0) {
+  if (g.token_id >= 0 && r.logprobs) {
     if (r.stream) {
       if (!c.tokens.empty()) {
         c.text_offset += r.model->tokenizer().TokenBytes(c.tokens[0]).size();
@@ -696,8 +748,8 @@ void Absorb(CompletionRun& r, const GenerateMux::Event& e) {
     c.tokens.push_back(g.token_id);
     c.logprobs.push_back(g.logprob);
     c.top.push_back(g.top_logprobs);
-    c.completion_tokens = g.completion_tokens;
   }
+  if (g.token_id >= 0) c.completion_tokens = g.completion_tokens;
   if (!r.stream || r.kind == CompletionRun::Kind::kResponse) c.text += g.text;
   if (g.finished) {
     c.finish_reason = g.finish_reason;
@@ -838,7 +890,10 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
 
   if (!r->stream) {
     GenerateMux::Event e;
-    while (mux->Next(&e)) Absorb(*r, e);
+    while (mux->Next(&e)) {
+      Absorb(*r, e);
+      if (e.event.finished && !e.event.status.ok()) mux->CancelAll();
+    }
     for (const auto& c : r->choices) {
       if (!c.status.ok()) {
         Cleanup(*r, false);
@@ -848,7 +903,7 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
     if (r->kind == CompletionRun::Kind::kResponse) {
       const bool cut = r->choices[0].finish_reason == "length";
       json body = ResponseJson(*r, cut ? "incomplete" : "completed");
-      if (keep) Store(r->id, body);
+      if (keep) Store(*r, body);
       Cleanup(*r, true);
       return SendJson(res, body);
     }
@@ -863,9 +918,16 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
     Cleanup(*r, false);
     return SendError(res, 500, "the generation ended without an event");
   }
-  if (first->event.finished && !first->event.status.ok() && r->n == 1) {
+  if (first->event.finished && !first->event.status.ok()) {
+    // Nothing went out yet: the request fails as a whole (with n > 1 every
+    // session is its own).
+    const absl::Status failed = first->event.status;
+    mux->CancelAll();
+    GenerateMux::Event rest;
+    while (mux->Next(&rest)) {
+    }
     Cleanup(*r, false);
-    return SendStatus(res, first->event.status);
+    return SendStatus(res, failed);
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // proxies: pass events at once
@@ -948,8 +1010,8 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
               *r, "response.output_item.done",
               {{"output_index", 0},
                {"item", OutputItem(*r, cut ? "incomplete" : "completed")}});
-          const json body = ResponseJson(*r, cut ? "incomplete" : "completed");
-          if (r->store) Store(r->id, body);
+          json body = ResponseJson(*r, cut ? "incomplete" : "completed");
+          if (r->store) Store(*r, body);
           tail +=
               SseEvent(*r, cut ? "response.incomplete" : "response.completed",
                        {{"response", body}});
@@ -975,8 +1037,16 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
 
 // --- Stored responses ---
 
-void OpenAiApi::Store(const std::string& id, json body) {
+void OpenAiApi::Store(CompletionRun& r, json& body) {
+  const std::string& id = r.id;
   const size_t bytes = DumpJson(body).size();
+  if (bytes > options_.max_stored_bytes / 16) {
+    // One body must not push out the others: its state goes (Cleanup) and
+    // the answer says it was not stored.
+    r.store = false;
+    body["store"] = false;
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stored_.size() >= options_.max_stored_responses ||
       stored_bytes_ + bytes > options_.max_stored_bytes) {
@@ -998,10 +1068,15 @@ void OpenAiApi::Store(const std::string& id, json body) {
     EraseLocked(oldest);
   }
   stored_bytes_ += bytes;
-  stored_[id] = StoredResponse{std::move(body), next_order_++, bytes};
+  // It ended at the template's end of turn (the engine's "stop"; the
+  // responses API takes no stop strings of its own) or was cut short: what a
+  // follow-up's messages begin with.
+  stored_[id] = StoredResponse{body, next_order_++, bytes,
+                               r.choices[0].finish_reason == "stop"};
 }
 
-std::optional<json> OpenAiApi::Stored(const std::string& id) {
+std::optional<OpenAiApi::StoredResponse> OpenAiApi::Stored(
+    const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = stored_.find(id);
   if (it == stored_.end()) return std::nullopt;
@@ -1009,7 +1084,7 @@ std::optional<json> OpenAiApi::Stored(const std::string& id) {
     EraseLocked(it);
     return std::nullopt;
   }
-  return it->second.body;
+  return it->second;
 }
 
 void OpenAiApi::Forget(const std::string& id) {
@@ -1070,15 +1145,15 @@ void OpenAiApi::Route(httplib::Server& server) {
          });
   s.Get(R"(/v1/responses/([^/]+))",
         [this](const httplib::Request& req, httplib::Response& res) {
-          auto body = Stored(req.matches[1]);
-          if (!body) {
+          auto stored = Stored(req.matches[1]);
+          if (!stored) {
             return SendError(
                 res, 404,
                 absl::StrCat("no stored response '",
                              ToValidUtf8(std::string(req.matches[1])), "'"),
                 "response_id", "not_found");
           }
-          SendJson(res, *body);
+          SendJson(res, stored->body);
         });
   s.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req,
                                               httplib::Response& res) {

@@ -30,6 +30,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,10 +55,15 @@ struct CompletionRun;  // one completion request, as it runs
 
 struct OpenAiApiOptions {
   uint32_t max_choices = 16;  // n
+  // Completions, chats and responses under way at once (each holds a
+  // listener thread, a stream for its whole length); past it, 429 with
+  // Retry-After. Below the listener's threads, so /health and the sessions
+  // endpoints always have some.
+  int max_generations = 56;
   // Stored responses kept with their bodies, by count and by the bytes of
   // their JSON (each also holds a session: the session table's limits,
   // idle TTL and budget, apply to those); past either, the oldest goes.
-  size_t max_stored_responses = 4096;
+  size_t max_stored_responses = 1024;
   size_t max_stored_bytes = 64 << 20;
 };
 
@@ -71,9 +77,10 @@ class OpenAiApi {
 
  private:
   struct StoredResponse {
-    json body;           // the response object as GET returns it
-    uint64_t order = 0;  // stored after `order` others
-    size_t bytes = 0;    // of its JSON text
+    json body;                     // the response object as GET returns it
+    uint64_t order = 0;            // stored after `order` others
+    size_t bytes = 0;              // of its JSON text
+    bool ended_at_marker = false;  // at the end-of-turn marker, not cut
   };
   using StoredMap = std::map<std::string, StoredResponse>;
 
@@ -101,15 +108,22 @@ class OpenAiApi {
   void RouteSessions(Routes& routes);
 
   // Stored responses: (id → body); entries whose session is gone go.
-  void Store(const std::string& id, json body);
-  std::optional<json> Stored(const std::string& id);
+  // Keeps `body` (and so the run's session) unless it is too large, which
+  // then says so in the body ("store": false) and lets Cleanup delete it.
+  void Store(CompletionRun& r, json& body);
+  std::optional<StoredResponse> Stored(const std::string& id);
   void Forget(const std::string& id);
   // Under mu_.
   StoredMap::iterator EraseLocked(StoredMap::iterator it);
 
+  // A generation slot (nullptr when all are taken), and the 429 for that.
+  std::shared_ptr<void> TakeSlot();
+  bool RefuseWhenBusy(std::shared_ptr<void>* slot, httplib::Response& res);
+
   GenerationEngine* const engine_;
   CallGate* const gate_;
   const OpenAiApiOptions options_;
+  std::atomic<int> generations_{0};
   std::mutex mu_;
   std::map<const Model*, ChatTemplate> templates_;
   StoredMap stored_;

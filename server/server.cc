@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
@@ -180,6 +182,10 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     LINATTN_ASSIGN_OR_RETURN(
         http.listen, ParseListenAddress(options.http_listen, "--http-listen"));
     http.max_body_bytes = static_cast<size_t>(options.max_message_bytes);
+    http.threads = options.http_threads;
+    // Stored responses are sessions: at most a quarter of the table.
+    http.max_stored_responses = static_cast<size_t>(std::clamp<uint64_t>(
+        options.sessions.max_sessions / 4, 1, http.max_stored_responses));
     LINATTN_ASSIGN_OR_RETURN(
         server->http_,
         HttpFrontend::Start(http, server->generation_.get(), &server->gate_));

@@ -62,6 +62,9 @@ struct ServerOptions {
   // The HTTP listener (server/http_frontend.h); empty or "none" = none
   // (linattn-server's own default is 127.0.0.1:8080).
   std::string http_listen;
+  // Its requests served at once; generations (completions, chats,
+  // responses, streams included) take at most this − 8 of them.
+  int http_threads = 64;
   // How often the maintenance thread looks for sessions to snapshot (and,
   // for Durability::kBatch, syncs: then every durable.sync_interval).
   std::chrono::milliseconds maintenance_period{500};

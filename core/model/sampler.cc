@@ -27,10 +27,16 @@ absl::Status ValidateSampling(const SamplingParams& p) {
         absl::StrCat("sampling.top_logprobs: must be in [0, ", kMaxTopLogprobs,
                      "], got ", p.top_logprobs));
   }
+  if (p.stop.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.stop: at most ", kMaxStopStrings,
+                     " strings, got ", p.stop.size()));
+  }
   for (size_t i = 0; i < p.stop.size(); ++i) {
-    if (p.stop[i].empty()) {
+    if (p.stop[i].empty() || p.stop[i].size() > kMaxStopBytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("sampling.stop[", i, "]: must not be empty"));
+          absl::StrCat("sampling.stop[", i, "]: must be 1 to ", kMaxStopBytes,
+                       " bytes, got ", p.stop[i].size()));
     }
   }
   return absl::OkStatus();

@@ -39,6 +39,11 @@ struct SamplingParams {
   bool resume_stream = false;
 };
 
+// Stop strings one Generate may give, and their longest (each is searched
+// for in the held text at every token).
+inline constexpr size_t kMaxStopStrings = 64;
+inline constexpr size_t kMaxStopBytes = 1024;
+
 // Largest top_logprobs one Generate may ask for.
 inline constexpr uint32_t kMaxTopLogprobs = 20;
 

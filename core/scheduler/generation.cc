@@ -447,19 +447,21 @@ bool GenerationEngine::Runnable(const Queue& q) const {
 }
 
 void GenerationEngine::Emit(Job& job, std::function<void()> event,
-                            Callbacks& callbacks) {
+                            Callbacks& callbacks, bool counts) {
   if (job.control->paced() && job.emitted > job.control->delivered()) {
     job.waiting = std::move(event);  // one message is on its way already
+    job.waiting_counts = counts;
     return;
   }
   callbacks.push_back(std::move(event));
-  job.emitted++;
+  if (counts) job.emitted++;
 }
 
 void GenerationEngine::EndCancelled(Queue& q, Job& job, Callbacks& callbacks) {
   ModelSession& s = *q.session;
   const uint64_t sampled = job.completion_tokens;
-  const uint64_t delivered = job.control->paced()
+  const uint64_t delivered = job.control->atomic() ? 0
+                             : job.control->paced()
                                  ? std::min(job.control->delivered(), sampled)
                                  : sampled;
   bool changed = true;  // the context holds the prompt and delivered tokens
@@ -720,7 +722,8 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       return true;
     }
     if (job.waiting && job.emitted <= job.control->delivered()) {
-      Emit(job, std::move(job.waiting), callbacks);  // its turn now
+      Emit(job, std::move(job.waiting), callbacks,
+           job.waiting_counts);  // its turn now
       job.waiting = nullptr;
       if (job.state == Job::State::kFinalHeld) {
         job.state = Job::State::kFinalSent;
@@ -948,7 +951,7 @@ void GenerationEngine::EndUnrecorded(Queue& q, Job& job,
   // the context at all; the ones before it (and the prompt) are, unless it
   // was the first.
   job.completion_tokens--;
-  if (job.completion_tokens == 0) {
+  if (job.completion_tokens == 0 || job.control->atomic()) {
     RestoreBackup(s, job);
     job.Fail(status, callbacks);
     Pop(q);
@@ -962,8 +965,10 @@ void GenerationEngine::EndUnrecorded(Queue& q, Job& job,
   e.prompt_tokens = job.prompt_tokens;
   e.completion_tokens = job.completion_tokens;
   e.position = s.position();
+  // It carries no token: nothing for a paced job to wait for but the turn
+  // of the message before it.
   Emit(
-      job, [cb = job.on_event, e] { cb(e); }, callbacks);
+      job, [cb = job.on_event, e] { cb(e); }, callbacks, /*counts=*/false);
   job.state = job.waiting ? Job::State::kFinalHeld : Job::State::kFinalSent;
   if (!job.control->paced()) Pop(q);
 }

@@ -217,7 +217,10 @@ class GenerationEngine : private ComputeExecutor::Source {
   bool Runnable(const Queue& q) const;
   // Under mu_: hands a Generate's next event to `callbacks`, or holds it
   // while the previous one is still being delivered (paced).
-  void Emit(Job& job, std::function<void()> event, Callbacks& callbacks);
+  // `counts`: the event carries a token, whose delivery the job then waits
+  // for (a final event without one does not).
+  void Emit(Job& job, std::function<void()> event, Callbacks& callbacks,
+            bool counts = true);
   // Under mu_: ends the cancelled (or aborted) Generate at the head of `q`.
   void EndCancelled(Queue& q, Job& job, Callbacks& callbacks);
   // Under mu_: puts the session back where `job` found it (and publishes

@@ -79,16 +79,24 @@ struct GenerateEvent {
 // delivered tokens in the context, whatever the moment it arrives.
 // Unpaced (in-process callers), a message counts as delivered when the
 // event callback returns.
+//
+// All or nothing (`atomic`): a caller that delivers the whole answer at the
+// end (a non-streamed HTTP completion) gets no partial context: a cancel or
+// failure after tokens were sampled puts the session back as it was before
+// the request, prompt included.
 class GenerateControl {
  public:
-  explicit GenerateControl(bool paced = false) : paced_(paced) {}
+  explicit GenerateControl(bool paced = false, bool atomic = false)
+      : paced_(paced), atomic_(atomic) {}
   bool paced() const { return paced_; }
+  bool atomic() const { return atomic_; }
   bool cancelled() const { return cancelled_.load(); }
   uint64_t delivered() const { return delivered_.load(); }
 
  private:
   friend class GenerationEngine;
   const bool paced_;
+  const bool atomic_;
   std::atomic<bool> cancelled_{false};
   std::atomic<uint64_t> delivered_{0};  // messages that carried a token
 };
@@ -192,6 +200,7 @@ struct GenerationJob {
   // last two generated tokens was fed (slot j % 2 for token j).
   uint64_t emitted = 0;
   std::function<void()> waiting;  // the next event, held for its turn
+  bool waiting_counts = true;     // it carries a token (waits for delivery)
   struct Rollback {
     ModelState state;  // before generated token `index` was fed
     int32_t token = -1;

@@ -784,7 +784,10 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session a = Create(*stub, ProtoSpec(1, 2, 2));
-  constexpr int kTokens = 60000;  // 60,000 rounds of one token
+  // 200,000 rounds of one token (seconds): still running when the step,
+  // written after it, has had a second to reach the server before SIGTERM
+  // (a step the server has not read when the drain begins is refused).
+  constexpr int kTokens = 200000;
   v1::PrefillRequest pre;
   pre.set_session_id(a.session_id());
   pre.set_tokens(kTokens);
@@ -812,7 +815,7 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
   for (int i = 0; i < 2; ++i)
     step.add_q(1.0f), step.add_k(1.0f), step.add_v(2.0f);
   ASSERT_TRUE(stream->Write(step));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
   v1::DecodeResponse resp;
   ASSERT_TRUE(stream->Read(&resp)) << "the applied step was not answered";

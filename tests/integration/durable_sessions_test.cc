@@ -241,6 +241,52 @@ TEST(DurableSessions, AFullDiskFailsStepsAndLosesNothingAcknowledged) {
   EXPECT_EQ(check->recovered, check->acknowledged);
 }
 
+// A Generate stream whose token cannot be recorded (the disk is full) ends
+// with RESOURCE_EXHAUSTED, and the session's next request is served: the
+// stream's last message carries no token, so nothing waits for its
+// delivery.
+TEST(DurableSessions, AGenerateEndedByAFullDiskLeavesItsSessionServed) {
+  testing::TempDir tmp;
+  auto server = testing::ServerProcess::Start(
+      {"--state-dir", tmp.Path("state")}, tmp.Path("server.log"),
+      {"/usr/bin/prlimit", "--fsize=400000"});
+  ASSERT_NE(server, nullptr) << ReadLog(tmp.Path("server.log"));
+  auto stub = v1::GenerationService::NewStub(server->Channel());
+  {
+    grpc::ClientContext ctx;
+    v1::CreateModelSessionRequest create;
+    create.set_session_id("full");
+    v1::ModelSession session;
+    ASSERT_TRUE(stub->CreateSession(&ctx, create, &session).ok());
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(120));
+  v1::GenerateRequest req;
+  req.set_session_id("full");
+  req.set_prompt("And");
+  req.mutable_sampling()->set_max_tokens(1 << 20);
+  req.mutable_sampling()->set_temperature(0.8f);
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse m;
+  uint64_t tokens = 0;
+  while (reader->Read(&m)) tokens++;
+  const grpc::Status ended = reader->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << ended.error_message();
+  EXPECT_GT(tokens, 10u);
+  grpc::ClientContext next;
+  next.set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(10));
+  v1::SnapshotModelSessionRequest snap;
+  snap.set_session_id("full");
+  v1::SnapshotModelSessionResponse bytes;
+  const grpc::Status s = stub->Snapshot(&next, snap, &bytes);
+  EXPECT_TRUE(s.ok()) << s.error_message()
+                      << " (the session's queue is stuck behind the stream)";
+  server->Kill();
+}
+
 TEST(DurableSessions, ADamagedSnapshotFileStopsTheStartNamingIt) {
   testing::TempDir tmp;
   const std::string state = tmp.Path("state");

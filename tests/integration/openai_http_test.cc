@@ -6,11 +6,15 @@
 // conversation; two follow-ups branch independently), failed requests that
 // change nothing, a stream its client leaves, limits as 429, and the
 // explorer's JSON equal to `linattn explain --json`.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <functional>
@@ -145,10 +149,12 @@ TEST_F(OpenAiHttpTest, GreedyCompletionEqualsGrpcGenerateStreamedOrNot) {
   EXPECT_EQ(whole.body["usage"]["total_tokens"], prompt.size() + 32);
   EXPECT_EQ(whole.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 
-  // The same prompt as token ids.
+  // The same prompt as token ids, alone or as a list of one.
   Reply tokens = Call(port_, "POST", "/tokenize", {{"content", prompt}});
   json by_ids = body;
   by_ids["prompt"] = tokens.body["tokens"];
+  EXPECT_EQ(Text(Call(port_, "POST", "/v1/completions", by_ids)), grpc_text);
+  by_ids["prompt"] = json::array({tokens.body["tokens"]});
   EXPECT_EQ(Text(Call(port_, "POST", "/v1/completions", by_ids)), grpc_text);
 
   // Streamed: chunks that add up to the same text, then usage, then [DONE].
@@ -479,6 +485,18 @@ TEST_F(OpenAiHttpTest, StoredResponsesContinueAndBranchFromTheirState) {
   Reply orphan = Call(port_, "POST", "/v1/responses", follow);
   EXPECT_EQ(orphan.status, 404);
   EXPECT_EQ(orphan.body["error"]["param"], "previous_response_id");
+  // A bad input item is named as the responses API names it.
+  Reply bad_role = Call(port_, "POST", "/v1/responses",
+                        {{"instructions", "Be brief."},
+                         {"input",
+                          {{{"role", "user"}, {"content", "a"}},
+                           {{"role", "tool"}, {"content", "b"}}}}});
+  EXPECT_EQ(bad_role.status, 400);
+  EXPECT_EQ(bad_role.body["error"]["param"], "input[1].role") << bad_role.raw;
+  EXPECT_EQ(
+      Call(port_, "POST", "/v1/responses", {{"input", "a"}, {"stop", "x"}})
+          .body["error"]["param"],
+      "stop");
   // store: false keeps nothing.
   Reply unstored =
       Call(port_, "POST", "/v1/responses",
@@ -537,6 +555,81 @@ TEST(OpenAiHttpDrainTest, NewRequestsAreRefusedOnceADrainBegins) {
   EXPECT_EQ(refused.status, 503) << refused.raw;
   EXPECT_EQ(refused.body["error"]["code"], "draining");
   stream.join();
+}
+
+// What a client could make the server hold or wait for is refused before
+// it is read: bodies without Content-Length or compressed, and more
+// generations at once than --http-threads leaves for them (the health
+// check still answers).
+TEST(OpenAiHttpLimitsTest, BodiesAndConcurrentGenerationsAreBounded) {
+  auto server = ServerProcess::Start(
+      {"--http-threads", "10", "--max-message-bytes", "1048576"});
+  ASSERT_NE(server, nullptr);
+  const int port = server->http_port();
+  auto raw = [port](const std::string& request) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              ssize_t(request.size()));
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    std::string reply;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) reply.append(buf, n);
+    close(fd);
+    return reply;  // whole: the server closed the connection
+  };
+  // A chunked body (httplib would read it past the limit): refused unread.
+  std::string chunked =
+      "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n";
+  EXPECT_THAT(raw(chunked), HasSubstr("HTTP/1.1 411"));
+  EXPECT_THAT(raw("POST /tokenize HTTP/1.1\r\nHost: x\r\n\r\n{}"),
+              HasSubstr("HTTP/1.1 411"));
+  EXPECT_THAT(raw("POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Encoding: "
+                  "gzip\r\nContent-Length: 2\r\n\r\n{}"),
+              HasSubstr("HTTP/1.1 415"));
+  // Two generations (10 threads − 8) held open by readers that wait.
+  std::atomic<bool> release{false};
+  std::atomic<int> started{0};
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.emplace_back([&] {
+      bool counted = false;
+      PostReading(port, "/v1/completions",
+                  {{"prompt", "And"}, {"max_tokens", 100000}, {"stream", true}},
+                  [&](const char*, size_t) {
+                    if (!counted) {
+                      counted = true;
+                      started++;
+                    }
+                    return !release.load();
+                  });
+    });
+  }
+  while (started < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Reply busy = Call(port, "POST", "/v1/completions",
+                    {{"prompt", "x"}, {"max_tokens", 2}});
+  EXPECT_EQ(busy.status, 429) << busy.raw;
+  EXPECT_EQ(busy.body["error"]["code"], "too_many_requests");
+  EXPECT_EQ(Call(port, "GET", "/health").status, 200);
+  EXPECT_EQ(Call(port, "GET", "/v1/sessions").status, 200);
+  release = true;
+  for (auto& t : streams) t.join();
+  // Their slots are back.
+  Reply again;
+  for (int i = 0; i < 100; ++i) {
+    again = Call(port, "POST", "/v1/completions",
+                 {{"prompt", "x"}, {"max_tokens", 2}});
+    if (again.status != 429) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(again.status, 200) << again.raw;
 }
 
 // The page's numbers are the engine's: GET /v1/explain is `linattn explain

@@ -121,6 +121,16 @@ TEST(SamplerTest, ValidationNamesTheField) {
               HasSubstr("sampling.max_tokens"));
   EXPECT_THAT(ValidateSampling(SamplingParams{.stop = {"a", ""}}).message(),
               HasSubstr("sampling.stop[1]"));
+  // Each stop string is searched for at every token: bounded in count and
+  // length.
+  SamplingParams many{.stop =
+                          std::vector<std::string>(kMaxStopStrings + 1, "a")};
+  EXPECT_THAT(ValidateSampling(many).message(), HasSubstr("sampling.stop:"));
+  SamplingParams lengthy{.stop = {"a", std::string(kMaxStopBytes + 1, 'b')}};
+  EXPECT_THAT(ValidateSampling(lengthy).message(),
+              HasSubstr("sampling.stop[1]"));
+  lengthy.stop[1].resize(kMaxStopBytes);
+  EXPECT_TRUE(ValidateSampling(lengthy).ok());
 }
 
 TEST(TokenizerTest, BytesRoundTrip) {

@@ -496,6 +496,47 @@ TEST(GenerationTest, CancelStopsAndKeepsWhatWasDelivered) {
   EXPECT_EQ(engine.GetSession(s.session_id)->position, 4 + g.completion);
 }
 
+// All or nothing (a non-streamed HTTP answer): cancelled after tokens were
+// sampled, or ended by the server's abort, the session is back where it
+// was before the request, prompt included, bit for bit.
+TEST(GenerationTest, AnAtomicGenerateThatEndsEarlyLeavesNothing) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "").value();
+  {
+    std::promise<absl::StatusOr<ModelSessionInfo>> done;
+    engine.Append(
+        s.session_id, Bytes("In the beginning"),
+        [&](absl::StatusOr<ModelSessionInfo> i) { done.set_value(i); });
+    ASSERT_TRUE(done.get_future().get().ok());
+  }
+  const std::string before = Snapshot(engine, s.session_id).value();
+  auto control = std::make_shared<GenerateControl>(/*paced=*/false,
+                                                   /*atomic=*/true);
+  Collector c;
+  std::atomic<int> seen{0};
+  c.OnEvent([&](const GenerateEvent&) {
+    if (++seen == 5) engine.Cancel(*control);
+  });
+  engine.Generate(s.session_id, Bytes(" and"),
+                  SamplingParams{.max_tokens = 100000}, c.Callback(), control);
+  const Generated g = c.Wait();
+  EXPECT_EQ(g.reason, "cancelled");
+  EXPECT_EQ(Snapshot(engine, s.session_id).value(), before);
+  // The same when the server ends it.
+  auto aborted = std::make_shared<GenerateControl>(false, true);
+  Collector c2;
+  std::atomic<int> seen2{0};
+  c2.OnEvent([&](const GenerateEvent&) {
+    if (++seen2 == 3) {
+      engine.AbortGenerations(absl::UnavailableError("shutting down"));
+    }
+  });
+  engine.Generate(s.session_id, Bytes(" and"),
+                  SamplingParams{.max_tokens = 100000}, c2.Callback(), aborted);
+  c2.Wait();
+  EXPECT_EQ(Snapshot(engine, s.session_id).value(), before);
+}
+
 // Paced delivery (what the gRPC stream uses): the engine runs at most one
 // message ahead of delivery, and a cancel leaves exactly the delivered
 // tokens in the context, bit for bit as if generation had stopped there.
