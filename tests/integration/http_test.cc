@@ -13,6 +13,7 @@
 #include "core/model/model.h"
 #include "linattn/v1/generation.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
 #include "tests/util/temp_dir.h"
 
@@ -23,24 +24,8 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using testing::ServerProcess;
 
-struct Reply {
-  int status = 0;
-  json body;
-};
-
-Reply Call(int port, const std::string& method, const std::string& path,
-           const std::string& body = "") {
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(10, 0);
-  httplib::Result r = method == "GET"
-                          ? client.Get(path.c_str())
-                          : client.Post(path.c_str(), body, "application/json");
-  Reply out;
-  if (!r) return out;
-  out.status = r->status;
-  out.body = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-  return out;
-}
+using Reply = testing::HttpReply;
+using testing::HttpCall;
 
 // OpenAI's error body, with `param` (or null).
 void ExpectError(const Reply& r, int status, const std::string& param,
@@ -65,11 +50,11 @@ TEST(HttpTest, HealthModelsTokenizeAndDetokenize) {
   const int port = server->http_port();
   ASSERT_GT(port, 0);
 
-  Reply health = Call(port, "GET", "/health");
+  Reply health = HttpCall(port, "GET", "/health");
   EXPECT_EQ(health.status, 200);
   EXPECT_EQ(health.body, json({{"status", "ok"}}));
 
-  Reply models = Call(port, "GET", "/v1/models");
+  Reply models = HttpCall(port, "GET", "/v1/models");
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(models.body["object"], "list");
   ASSERT_EQ(models.body["data"].size(), 1u);
@@ -78,10 +63,10 @@ TEST(HttpTest, HealthModelsTokenizeAndDetokenize) {
   EXPECT_EQ(tiny["object"], "model");
   EXPECT_TRUE(tiny["created"].is_number_integer());
   EXPECT_EQ(tiny["owned_by"], "linattn");
-  Reply one = Call(port, "GET", "/v1/models/tiny");
+  Reply one = HttpCall(port, "GET", "/v1/models/tiny");
   EXPECT_EQ(one.status, 200);
   EXPECT_EQ(one.body, tiny);
-  Reply none = Call(port, "GET", "/v1/models/nope");
+  Reply none = HttpCall(port, "GET", "/v1/models/nope");
   ExpectError(none, 404, "model");
   EXPECT_EQ(none.body["error"]["code"], "model_not_found");
 
@@ -91,23 +76,24 @@ TEST(HttpTest, HealthModelsTokenizeAndDetokenize) {
   const std::string text = "In the beginning God created the heaven — ünïcode";
   auto expected = (*model)->tokenizer().Encode(text);
   ASSERT_TRUE(expected.ok());
-  Reply tok = Call(port, "POST", "/tokenize", json({{"content", text}}).dump());
+  Reply tok =
+      HttpCall(port, "POST", "/tokenize", json({{"content", text}}).dump());
   ASSERT_EQ(tok.status, 200) << tok.body;
   EXPECT_EQ(tok.body["tokens"].get<std::vector<int32_t>>(), *expected);
   EXPECT_EQ(tok.body["count"], expected->size());
   EXPECT_EQ(tok.body["model"], "tiny");
   // vLLM's field name and an explicit model work too.
-  Reply tok2 = Call(port, "POST", "/tokenize",
-                    json({{"model", "tiny"}, {"prompt", text}}).dump());
+  Reply tok2 = HttpCall(port, "POST", "/tokenize",
+                        json({{"model", "tiny"}, {"prompt", text}}).dump());
   EXPECT_EQ(tok2.body["tokens"], tok.body["tokens"]);
-  Reply detok = Call(port, "POST", "/detokenize",
-                     json({{"tokens", tok.body["tokens"]}}).dump());
+  Reply detok = HttpCall(port, "POST", "/detokenize",
+                         json({{"tokens", tok.body["tokens"]}}).dump());
   ASSERT_EQ(detok.status, 200) << detok.body;
   EXPECT_EQ(detok.body["content"], text);
   // Half a character (a byte-level token alone) is still valid JSON.
   const std::vector<int32_t> cut(expected->end() - 1, expected->end());
   Reply half =
-      Call(port, "POST", "/detokenize", json({{"tokens", cut}}).dump());
+      HttpCall(port, "POST", "/detokenize", json({{"tokens", cut}}).dump());
   EXPECT_EQ(half.status, 200);
   EXPECT_TRUE(half.body.is_object()) << "not JSON";
 }
@@ -116,38 +102,39 @@ TEST(HttpTest, BadRequestsGetOpenAisErrorBodyNamingTheField) {
   auto server = ServerProcess::Start({"--max-message-bytes", "1048576"});
   ASSERT_NE(server, nullptr);
   const int port = server->http_port();
-  ExpectError(Call(port, "POST", "/tokenize", "{not json"), 400, "");
-  ExpectError(Call(port, "POST", "/tokenize", "[1, 2]"), 400, "");
-  ExpectError(Call(port, "POST", "/tokenize", R"({"content": 5})"), 400,
+  ExpectError(HttpCall(port, "POST", "/tokenize", "{not json"), 400, "");
+  ExpectError(HttpCall(port, "POST", "/tokenize", "[1, 2]"), 400, "");
+  ExpectError(HttpCall(port, "POST", "/tokenize", R"({"content": 5})"), 400,
               "content");
-  ExpectError(Call(port, "POST", "/tokenize", R"({"model": 7, "content": ""})"),
-              400, "model");
-  Reply unknown =
-      Call(port, "POST", "/tokenize", R"({"model": "gpt-4", "content": "x"})");
+  ExpectError(
+      HttpCall(port, "POST", "/tokenize", R"({"model": 7, "content": ""})"),
+      400, "model");
+  Reply unknown = HttpCall(port, "POST", "/tokenize",
+                           R"({"model": "gpt-4", "content": "x"})");
   ExpectError(unknown, 404, "model");
-  ExpectError(Call(port, "POST", "/detokenize", R"({"tokens": "abc"})"), 400,
-              "tokens");
+  ExpectError(HttpCall(port, "POST", "/detokenize", R"({"tokens": "abc"})"),
+              400, "tokens");
   Reply out_of_range =
-      Call(port, "POST", "/detokenize", R"({"tokens": [65, 99999999]})");
+      HttpCall(port, "POST", "/detokenize", R"({"tokens": [65, 99999999]})");
   ExpectError(out_of_range, 400, "tokens");
   EXPECT_THAT(out_of_range.body["error"]["message"].get<std::string>(),
               HasSubstr("tokens[1]"));
-  ExpectError(Call(port, "POST", "/detokenize", R"({"tokens": [1.5]})"), 400,
-              "tokens");
-  Reply no_route = Call(port, "GET", "/v2/nothing");
+  ExpectError(HttpCall(port, "POST", "/detokenize", R"({"tokens": [1.5]})"),
+              400, "tokens");
+  Reply no_route = HttpCall(port, "GET", "/v2/nothing");
   ExpectError(no_route, 404, "");
   EXPECT_EQ(no_route.body["error"]["code"], "not_found");
-  ExpectError(Call(port, "POST", "/v2/nothing", "{}"), 404, "");
-  Reply wrong_method = Call(port, "POST", "/health", "{}");
+  ExpectError(HttpCall(port, "POST", "/v2/nothing", "{}"), 404, "");
+  Reply wrong_method = HttpCall(port, "POST", "/health", "{}");
   ExpectError(wrong_method, 405, "");
   EXPECT_EQ(wrong_method.body["error"]["code"], "method_not_allowed");
-  ExpectError(Call(port, "GET", "/tokenize"), 405, "");
+  ExpectError(HttpCall(port, "GET", "/tokenize"), 405, "");
   // A body larger than --max-message-bytes is refused before it is read
   // whole.
   const std::string big = json({{"content", std::string(2 << 20, 'a')}}).dump();
-  ExpectError(Call(port, "POST", "/tokenize", big), 413, "");
+  ExpectError(HttpCall(port, "POST", "/tokenize", big), 413, "");
   // The server is still there.
-  EXPECT_EQ(Call(port, "GET", "/health").status, 200);
+  EXPECT_EQ(HttpCall(port, "GET", "/health").status, 200);
 }
 
 TEST(HttpTest, HealthSaysDrainingOnceSigtermArrives) {
@@ -175,7 +162,7 @@ TEST(HttpTest, HealthSaysDrainingOnceSigtermArrives) {
   ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
   Reply health;
   for (int i = 0; i < 100; ++i) {
-    health = Call(port, "GET", "/health");
+    health = HttpCall(port, "GET", "/health");
     if (health.status == 503) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

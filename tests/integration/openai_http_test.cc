@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "linattn/v1/generation.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
 
 namespace linattn {
@@ -33,30 +34,13 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using testing::ServerProcess;
 
-struct Reply {
-  int status = 0;
-  json body;
-  std::string raw;
-  std::string content_type;
-};
+using Reply = testing::HttpReply;
 
+// GET, DELETE, or POST of a JSON body.
 Reply Call(int port, const std::string& method, const std::string& path,
            const json& body = nullptr) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(60, 0);
-  httplib::Result r =
-      method == "GET" ? client.Get(path.c_str())
-      : method == "DELETE"
-          ? client.Delete(path.c_str())
-          : client.Post(path.c_str(), body.is_null() ? "" : body.dump(),
-                        "application/json");
-  Reply out;
-  if (!r) return out;
-  out.status = r->status;
-  out.raw = r->body;
-  out.content_type = r->get_header_value("Content-Type");
-  out.body = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-  return out;
+  return testing::HttpCall(port, method, path,
+                           body.is_null() ? "" : body.dump());
 }
 
 // The `data:` payloads of an event stream, in order ("[DONE]" included).

@@ -29,6 +29,43 @@ def call(method, request, *, timeout, session_id=None):
         raise errors.from_rpc_error(e) from e
 
 
+class SessionHandle:
+    """What both kinds of session share: the id, the calls that name it, and
+    deletion when closed (as a context manager, on leaving the block)."""
+
+    def __init__(self, client, info):
+        self._client = client
+        self.id = info.id
+        self.state_bytes = info.state_bytes
+        self.position = info.position
+        self._deleted = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request):
+        return call(method, request, timeout=self._client.timeout, session_id=self.id)
+
+    def _delete(self, method, request):
+        self._call(method, request)
+        self._deleted = True
+
+    def delete(self):
+        raise NotImplementedError
+
+    def close(self):
+        """Deletes the session unless it was deleted already (or is gone)."""
+        if self._deleted:
+            return
+        try:
+            self.delete()
+        except errors.NotFound:
+            self._deleted = True
+
+
 def _varint(n):
     out = bytearray()
     while True:

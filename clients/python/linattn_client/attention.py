@@ -171,7 +171,7 @@ def _decode_request(session_id, q, k, v, expected_position=None):
     return req
 
 
-class Session:
+class Session(_rpc.SessionHandle):
     """An attention session on the server.
 
     Attributes: id, spec (as the server resolved it), feature_dim (d_φ),
@@ -185,25 +185,12 @@ class Session:
     """
 
     def __init__(self, client, info):
-        self._client = client
-        self.id = info.id
+        super().__init__(client, info)
         self.spec = info.spec
         self.feature_dim = info.feature_dim
-        self.state_bytes = info.state_bytes
-        self.position = info.position
-        self._deleted = False
 
     def __repr__(self):
         return f"<linattn_client.Session {self.id} position={self.position} spec={self.spec}>"
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _call(self, method, request):
-        return _rpc.call(method, request, timeout=self._client.timeout, session_id=self.id)
 
     @property
     def _stub(self):
@@ -285,17 +272,7 @@ class Session:
 
     def delete(self):
         """Deletes the session (NotFound if it is gone already)."""
-        self._call(self._stub.DeleteSession, pb.DeleteSessionRequest(session_id=self.id))
-        self._deleted = True
-
-    def close(self):
-        """Deletes the session unless it was deleted already (or is gone)."""
-        if self._deleted:
-            return
-        try:
-            self.delete()
-        except errors.NotFound:
-            self._deleted = True
+        self._delete(self._stub.DeleteSession, pb.DeleteSessionRequest(session_id=self.id))
 
 
 class Decoder:

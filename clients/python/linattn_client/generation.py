@@ -160,7 +160,7 @@ class TokenStream:
             pass
 
 
-class ModelSession:
+class ModelSession(_rpc.SessionHandle):
     """A session of a model on the server.
 
     Attributes: id, model, state_bytes, and position (tokens in the context,
@@ -172,28 +172,15 @@ class ModelSession:
     """
 
     def __init__(self, client, info):
-        self._client = client
-        self.id = info.id
+        super().__init__(client, info)
         self.model = info.model
-        self.state_bytes = info.state_bytes
-        self.position = info.position
-        self._deleted = False
 
     def __repr__(self):
         return f"<linattn_client.ModelSession {self.id} model={self.model!r} position={self.position}>"
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     @property
     def _stub(self):
         return self._client.generation_stub
-
-    def _call(self, method, request):
-        return _rpc.call(method, request, timeout=self._client.timeout, session_id=self.id)
 
     def _update(self, m):
         info = ModelSessionInfo.from_proto(m)
@@ -266,14 +253,5 @@ class ModelSession:
     def delete(self):
         """Deletes the session (NotFound if it is gone already); a generate
         still running on it is cancelled."""
-        self._call(self._stub.DeleteSession, pb.DeleteModelSessionRequest(session_id=self.id))
-        self._deleted = True
-
-    def close(self):
-        """Deletes the session unless it was deleted already (or is gone)."""
-        if self._deleted:
-            return
-        try:
-            self.delete()
-        except errors.NotFound:
-            self._deleted = True
+        self._delete(self._stub.DeleteSession,
+                     pb.DeleteModelSessionRequest(session_id=self.id))
