@@ -75,7 +75,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSession(
   auto spec = FromProto(request->spec());
   if (!spec.ok()) return Finish(ctx, spec.status());
   auto session = sessions_->CreateSession(spec->spec, spec->epsilon,
-                                          request->session_id());
+                                          request->session_id(), TenantOf(ctx));
+  if (session.ok()) ContextOf(ctx).NoteSession((*session)->id());
   if (!session.ok()) return Finish(ctx, session.status());
   if (store_ != nullptr) {
     if (absl::Status s = store_->AwaitCreate(*sessions_, **session); !s.ok()) {
@@ -89,7 +90,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSession(
 grpc::ServerUnaryReactor* AttentionServiceImpl::GetSession(
     grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* request,
     v1::Session* response) {
-  auto session = sessions_->FindAttention(request->session_id());
+  auto session = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
   if (!session.ok()) return Finish(ctx, session.status());
   ToProto(DescribeSession(**session), response);
   return Finish(ctx, absl::OkStatus());
@@ -98,7 +99,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::GetSession(
 grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
     grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest*,
     v1::ListSessionsResponse* response) {
-  for (const auto& session : sessions_->List(SessionKind::kAttention)) {
+  for (const auto& session :
+       sessions_->List(SessionKind::kAttention, TenantOf(ctx))) {
     ToProto(DescribeSession(static_cast<const AttentionSession&>(*session)),
             response->add_sessions());
   }
@@ -108,17 +110,18 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
 grpc::ServerUnaryReactor* AttentionServiceImpl::DeleteSession(
     grpc::CallbackServerContext* ctx, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse*) {
-  return Finish(ctx, store_ != nullptr
-                         ? store_->Delete(*sessions_, request->session_id(),
-                                          SessionKind::kAttention)
-                         : sessions_->Delete(request->session_id(),
-                                             SessionKind::kAttention));
+  return Finish(
+      ctx, store_ != nullptr
+               ? store_->Delete(*sessions_, request->session_id(),
+                                SessionKind::kAttention, TenantOf(ctx))
+               : sessions_->Delete(request->session_id(),
+                                   SessionKind::kAttention, TenantOf(ctx)));
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
     grpc::CallbackServerContext* ctx, const v1::PrefillRequest* request,
     v1::PrefillResponse* response) {
-  auto found = sessions_->FindAttention(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
   if (!found.ok()) return Finish(ctx, found.status());
   std::shared_ptr<AttentionSession> session = *std::move(found);
   const AttentionSpec& spec = session->spec();
@@ -131,6 +134,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
       !s.ok()) {
     return Finish(ctx, s);
   }
+  ContextOf(ctx).tokens_in.fetch_add(T, std::memory_order_relaxed);
   response->mutable_output()->Resize(
       static_cast<int>(T * spec.num_heads * spec.value_dim), 0);
   response->mutable_denominator()->Resize(static_cast<int>(T * spec.num_heads),
@@ -180,7 +184,7 @@ class AttentionServiceImpl::StepStreamReactor
  public:
   StepStreamReactor(AttentionServiceImpl* service,
                     grpc::CallbackServerContext* ctx)
-      : service_(service), liveness_(LivenessOf(ctx)) {}
+      : service_(service), call_(&ContextOf(ctx)), liveness_(LivenessOf(ctx)) {}
 
   // Makes the stream reachable by AbortStreams; called once the reactor is
   // whole (by the handler that created it, before gRPC can call OnDone).
@@ -284,6 +288,7 @@ class AttentionServiceImpl::StepStreamReactor
   }
 
   AttentionServiceImpl* const service_;
+  CallContext* const call_;      // the stream's: its tenant, for the access log
   const CallLiveness liveness_;  // a step of a stream that ended is dropped
   Checked<Request> read_;
   const Request& request_ = read_.message;
@@ -310,7 +315,10 @@ class AttentionServiceImpl::DecodeReactor final
  private:
   absl::Status StartStep() override {
     LINATTN_ASSIGN_OR_RETURN(
-        session_, service_->sessions_->FindAttention(request_.session_id()));
+        session_, service_->sessions_->FindAttention(request_.session_id(),
+                                                     call_->tenant));
+    call_->NoteSession(request_.session_id());
+    call_->tokens_in.fetch_add(1, std::memory_order_relaxed);
     const AttentionSpec& spec = session_->spec();
     LINATTN_RETURN_IF_ERROR(CheckSizes(spec, 1, request_.q_size(),
                                        request_.k_size(), request_.v_size()));
@@ -402,8 +410,11 @@ class AttentionServiceImpl::DecodeBatchReactor final
         return absl::Status(s.code(),
                             absl::StrCat("steps[", i, "].", s.message()));
       };
-      auto found = service_->sessions_->FindAttention(step.session_id());
+      auto found =
+          service_->sessions_->FindAttention(step.session_id(), call_->tenant);
       if (!found.ok()) return prefix(found.status());
+      call_->NoteSession(step.session_id());
+      call_->tokens_in.fetch_add(1, std::memory_order_relaxed);
       const AttentionSpec& spec = (*found)->spec();
       if (absl::Status s =
               CheckSizes(spec, 1, step.q_size(), step.k_size(), step.v_size());
@@ -451,7 +462,7 @@ void AttentionServiceImpl::AbortStreams(const absl::Status& status) {
 grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
     grpc::CallbackServerContext* ctx, const v1::InspectRequest* request,
     v1::InspectResponse* response) {
-  auto found = sessions_->FindAttention(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
   if (!found.ok()) return Finish(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   scheduler_->Run(
@@ -481,7 +492,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
 grpc::ServerUnaryReactor* AttentionServiceImpl::Snapshot(
     grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* request,
     v1::SnapshotResponse* response) {
-  auto found = sessions_->FindAttention(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
   if (!found.ok()) return Finish(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   scheduler_->Run(
@@ -501,7 +512,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Restore(
   auto parsed = ParseSnapshot(request->state());
   if (!parsed.ok()) return Finish(ctx, parsed.status());
   auto session = sessions_->AdoptSession(parsed->spec, std::move(parsed->state),
-                                         request->session_id());
+                                         request->session_id(), "session_id",
+                                         TenantOf(ctx));
+  if (session.ok()) ContextOf(ctx).NoteSession((*session)->id());
   if (!session.ok()) return Finish(ctx, session.status());
   if (store_ != nullptr) {
     if (absl::Status s = store_->AwaitCreate(*sessions_, **session); !s.ok()) {
@@ -515,16 +528,17 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Restore(
 grpc::ServerUnaryReactor* AttentionServiceImpl::Fork(
     grpc::CallbackServerContext* ctx, const v1::ForkRequest* request,
     v1::Session* response) {
-  auto found = sessions_->FindAttention(request->session_id());
+  auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
   if (!found.ok()) return Finish(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   SessionManager* sessions = sessions_;
   scheduler_->Run(
       *std::move(found),
-      [sessions, store = store_, response,
-       new_id = request->new_session_id()](AttentionSession& parent) {
+      [sessions, store = store_, response, new_id = request->new_session_id(),
+       tenant = TenantOf(ctx)](AttentionSession& parent) {
         // O(state): one copy of the block, then the two evolve independently.
-        auto child = sessions->ForkSession(parent, new_id);
+        auto child =
+            sessions->ForkSession(parent, new_id, "new_session_id", tenant);
         if (!child.ok()) return child.status();
         if (store != nullptr) {
           LINATTN_RETURN_IF_ERROR(store->AwaitCreate(*sessions, **child));

@@ -16,43 +16,56 @@ struct Waiter {
 
 absl::StatusOr<ModelSessionInfo> AppendAndWait(GenerationEngine& engine,
                                                const std::string& id,
-                                               std::vector<int32_t> tokens) {
+                                               std::vector<int32_t> tokens,
+                                               const Tenant& tenant) {
   auto w = std::make_shared<Waiter<absl::StatusOr<ModelSessionInfo>>>();
-  engine.Append(id, std::move(tokens),
-                [w](absl::StatusOr<ModelSessionInfo> info) {
-                  w->promise.set_value(std::move(info));
-                });
+  engine.Append(
+      id, std::move(tokens),
+      [w](absl::StatusOr<ModelSessionInfo> info) {
+        w->promise.set_value(std::move(info));
+      },
+      CallLiveness(), tenant);
   return w->future.get();
 }
 
 absl::StatusOr<ModelSessionInfo> ForkAndWait(GenerationEngine& engine,
                                              const std::string& id,
-                                             const std::string& new_id) {
+                                             const std::string& new_id,
+                                             const Tenant& tenant) {
   auto w = std::make_shared<Waiter<absl::StatusOr<ModelSessionInfo>>>();
-  engine.Fork(id, new_id, [w](absl::StatusOr<ModelSessionInfo> info) {
-    w->promise.set_value(std::move(info));
-  });
+  engine.Fork(
+      id, new_id,
+      [w](absl::StatusOr<ModelSessionInfo> info) {
+        w->promise.set_value(std::move(info));
+      },
+      CallLiveness(), tenant);
   return w->future.get();
 }
 
 absl::StatusOr<std::string> SnapshotAndWait(GenerationEngine& engine,
-                                            const std::string& id) {
+                                            const std::string& id,
+                                            const Tenant& tenant) {
   auto w = std::make_shared<Waiter<absl::StatusOr<std::string>>>();
-  engine.Snapshot(id, [w](absl::StatusOr<std::string> bytes) {
-    w->promise.set_value(std::move(bytes));
-  });
+  engine.Snapshot(
+      id,
+      [w](absl::StatusOr<std::string> bytes) {
+        w->promise.set_value(std::move(bytes));
+      },
+      CallLiveness(), tenant);
   return w->future.get();
 }
 
-absl::Status DeleteAndWait(GenerationEngine& engine, const std::string& id) {
+absl::Status DeleteAndWait(GenerationEngine& engine, const std::string& id,
+                           const Tenant& tenant) {
   auto w = std::make_shared<Waiter<absl::Status>>();
-  engine.Delete(id,
-                [w](absl::Status s) { w->promise.set_value(std::move(s)); });
+  engine.Delete(
+      id, [w](absl::Status s) { w->promise.set_value(std::move(s)); },
+      CallLiveness(), tenant);
   return w->future.get();
 }
 
-GenerateMux::GenerateMux(GenerationEngine* engine, bool paced)
-    : engine_(engine), paced_(paced) {}
+GenerateMux::GenerateMux(GenerationEngine* engine, bool paced, Tenant tenant)
+    : engine_(engine), paced_(paced), tenant_(std::move(tenant)) {}
 
 GenerateMux::~GenerateMux() { CancelAll(); }
 
@@ -76,7 +89,7 @@ void GenerateMux::Start(const std::string& session_id,
         }
         shared->cv.notify_all();
       },
-      controls_.back());
+      controls_.back(), tenant_);
 }
 
 bool GenerateMux::Next(Event* out) {

@@ -16,15 +16,20 @@
 
 namespace linattn {
 
+// Each on behalf of `tenant` (core/session/tenant.h).
 absl::StatusOr<ModelSessionInfo> AppendAndWait(GenerationEngine& engine,
                                                const std::string& id,
-                                               std::vector<int32_t> tokens);
+                                               std::vector<int32_t> tokens,
+                                               const Tenant& tenant);
 absl::StatusOr<ModelSessionInfo> ForkAndWait(GenerationEngine& engine,
                                              const std::string& id,
-                                             const std::string& new_id);
+                                             const std::string& new_id,
+                                             const Tenant& tenant);
 absl::StatusOr<std::string> SnapshotAndWait(GenerationEngine& engine,
-                                            const std::string& id);
-absl::Status DeleteAndWait(GenerationEngine& engine, const std::string& id);
+                                            const std::string& id,
+                                            const Tenant& tenant);
+absl::Status DeleteAndWait(GenerationEngine& engine, const std::string& id,
+                           const Tenant& tenant);
 
 // Several Generate requests (the n choices of one completion) whose events
 // one thread takes in arrival order. Paced (a stream to a client): a
@@ -40,7 +45,8 @@ class GenerateMux {
     GenerateEvent event;
   };
 
-  GenerateMux(GenerationEngine* engine, bool paced);
+  // Its generations run on behalf of `tenant`.
+  GenerateMux(GenerationEngine* engine, bool paced, Tenant tenant);
   ~GenerateMux();
   GenerateMux(const GenerateMux&) = delete;
   GenerateMux& operator=(const GenerateMux&) = delete;
@@ -64,6 +70,7 @@ class GenerateMux {
   };
   GenerationEngine* const engine_;
   const bool paced_;
+  const Tenant tenant_;
   const std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
   std::vector<std::shared_ptr<GenerateControl>> controls_;
 };

@@ -28,7 +28,7 @@ void ToProto(const ModelSessionInfo& info, v1::ModelSession* out) {
 // `ids_field` name the request's fields in errors.
 absl::StatusOr<std::vector<int32_t>> Tokens(
     GenerationEngine& engine, const std::string& session_id,
-    const std::string& text,
+    const Tenant& tenant, const std::string& text,
     const google::protobuf::RepeatedField<int32_t>& ids, const char* text_field,
     const char* ids_field, bool allow_empty) {
   if (!text.empty() && !ids.empty()) {
@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<int32_t>> Tokens(
         absl::StrCat(text_field, ", ", ids_field, ": one of them is required"));
   }
   if (!ids.empty()) return std::vector<int32_t>(ids.begin(), ids.end());
-  auto model = engine.ModelOf(session_id);
+  auto model = engine.ModelOf(session_id, tenant);
   if (!model.ok()) return model.status();
   auto encoded = (*model)->tokenizer().Encode(text);
   if (!encoded.ok()) {
@@ -95,7 +95,9 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(
 grpc::ServerUnaryReactor* GenerationServiceImpl::CreateSession(
     grpc::CallbackServerContext* ctx,
     const v1::CreateModelSessionRequest* request, v1::ModelSession* response) {
-  auto info = engine_->CreateSession(request->model(), request->session_id());
+  auto info = engine_->CreateSession(request->model(), request->session_id(),
+                                     TenantOf(ctx));
+  if (info.ok()) ContextOf(ctx).NoteSession(info->session_id);
   if (info.ok()) ToProto(*info, response);
   return Finish(ctx, info.status());
 }
@@ -103,7 +105,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::CreateSession(
 grpc::ServerUnaryReactor* GenerationServiceImpl::GetSession(
     grpc::CallbackServerContext* ctx, const v1::GetModelSessionRequest* request,
     v1::ModelSession* response) {
-  auto info = engine_->GetSession(request->session_id());
+  auto info = engine_->GetSession(request->session_id(), TenantOf(ctx));
   if (info.ok()) ToProto(*info, response);
   return Finish(ctx, info.status());
 }
@@ -111,7 +113,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::GetSession(
 grpc::ServerUnaryReactor* GenerationServiceImpl::ListSessions(
     grpc::CallbackServerContext* ctx, const v1::ListModelSessionsRequest*,
     v1::ListModelSessionsResponse* response) {
-  for (const ModelSessionInfo& info : engine_->ListSessions()) {
+  for (const ModelSessionInfo& info : engine_->ListSessions(TenantOf(ctx))) {
     ToProto(info, response->add_sessions());
   }
   return Finish(ctx, absl::OkStatus());
@@ -120,9 +122,11 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListSessions(
 grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
     grpc::CallbackServerContext* ctx, const v1::AppendRequest* request,
     v1::ModelSession* response) {
-  auto tokens = Tokens(*engine_, request->session_id(), request->text(),
-                       request->token_ids(), "text", "token_ids", false);
+  auto tokens =
+      Tokens(*engine_, request->session_id(), TenantOf(ctx), request->text(),
+             request->token_ids(), "text", "token_ids", false);
   if (!tokens.ok()) return Finish(ctx, tokens.status());
+  ContextOf(ctx).tokens_in.fetch_add(tokens->size(), std::memory_order_relaxed);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   engine_->Append(
       request->session_id(), std::move(*tokens),
@@ -130,7 +134,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
         if (info.ok()) ToProto(*info, response);
         reactor->Finish(ToGrpcStatus(info.status()));
       },
-      LivenessOf(ctx));
+      LivenessOf(ctx), TenantOf(ctx));
   return reactor;
 }
 
@@ -142,15 +146,16 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
 class GenerationServiceImpl::GenerateReactor final
     : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  explicit GenerateReactor(GenerationEngine* engine)
-      : channel_(std::make_shared<Channel>(engine)) {
+  GenerateReactor(GenerationEngine* engine, CallContext* call)
+      : channel_(std::make_shared<Channel>(engine, call)) {
     channel_->reactor = this;
   }
 
   void Start(const v1::GenerateRequest& request) {
     GenerationEngine& engine = *channel_->engine;
+    const Tenant& tenant = channel_->call->tenant;
     auto tokens =
-        Tokens(engine, request.session_id(), request.prompt(),
+        Tokens(engine, request.session_id(), tenant, request.prompt(),
                request.prompt_token_ids(), "prompt", "prompt_token_ids", true);
     if (!tokens.ok()) {
       Finish(ToGrpcStatus(tokens.status()));
@@ -169,7 +174,7 @@ class GenerationServiceImpl::GenerateReactor final
     engine.Generate(
         request.session_id(), std::move(*tokens), std::move(params),
         [channel = channel_](const GenerateEvent& e) { channel->Push(e); },
-        channel_->control);
+        channel_->control, tenant);
   }
 
   void OnWriteDone(bool ok) override {
@@ -205,8 +210,9 @@ class GenerationServiceImpl::GenerateReactor final
 
  private:
   struct Channel {
-    explicit Channel(GenerationEngine* e) : engine(e) {}
+    Channel(GenerationEngine* e, CallContext* c) : engine(e), call(c) {}
     GenerationEngine* const engine;
+    CallContext* const call;  // valid while `reactor` is set
     const std::shared_ptr<GenerateControl> control =
         std::make_shared<GenerateControl>(/*paced=*/true);
     std::mutex mu;
@@ -222,6 +228,9 @@ class GenerationServiceImpl::GenerateReactor final
     void Push(const GenerateEvent& e) {
       std::lock_guard<std::mutex> lock(mu);
       if (reactor == nullptr) return;
+      // Usage grows event by event: the last one seen is the call's.
+      if (e.prompt_tokens != 0) call->tokens_in.store(e.prompt_tokens);
+      if (e.completion_tokens != 0) call->tokens_out.store(e.completion_tokens);
       if (e.status.ok() &&
           (e.token_id >= 0 || !e.text.empty() || !e.finish_reason.empty()) &&
           !broken && !cancelled) {
@@ -262,8 +271,8 @@ class GenerationServiceImpl::GenerateReactor final
 };
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
-    grpc::CallbackServerContext*, const v1::GenerateRequest* request) {
-  auto* reactor = new GenerateReactor(engine_);
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
+  auto* reactor = new GenerateReactor(engine_, &ContextOf(ctx));
   reactor->Start(*request);
   return reactor;
 }
@@ -278,7 +287,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Fork(
         if (info.ok()) ToProto(*info, response);
         reactor->Finish(ToGrpcStatus(info.status()));
       },
-      LivenessOf(ctx));
+      LivenessOf(ctx), TenantOf(ctx));
   return reactor;
 }
 
@@ -293,14 +302,16 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Snapshot(
         if (bytes.ok()) response->set_state(std::move(*bytes));
         reactor->Finish(ToGrpcStatus(bytes.status()));
       },
-      LivenessOf(ctx));
+      LivenessOf(ctx), TenantOf(ctx));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Restore(
     grpc::CallbackServerContext* ctx,
     const v1::RestoreModelSessionRequest* request, v1::ModelSession* response) {
-  auto info = engine_->Restore(request->state(), request->session_id());
+  auto info =
+      engine_->Restore(request->state(), request->session_id(), TenantOf(ctx));
+  if (info.ok()) ContextOf(ctx).NoteSession(info->session_id);
   if (info.ok()) ToProto(*info, response);
   return Finish(ctx, info.status());
 }
@@ -313,7 +324,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::DeleteSession(
   engine_->Delete(
       request->session_id(),
       [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); },
-      LivenessOf(ctx));
+      LivenessOf(ctx), TenantOf(ctx));
   return reactor;
 }
 

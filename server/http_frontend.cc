@@ -118,9 +118,19 @@ void HttpFrontend::Route() {
         !req.has_header("Content-Length")) {
       return refuse(411, "a POST needs Content-Length (send {} for no fields)");
     }
-    if (!gate_->draining() || req.path == "/health") return Outcome::Unhandled;
-    SendError(res, 503, "the server is shutting down", "", "draining");
-    return Outcome::Handled;
+    if (gate_->draining() && req.path != "/health") {
+      SendError(res, 503, "the server is shutting down", "", "draining");
+      return Outcome::Handled;
+    }
+    // With keys, everything but the probes, the metrics and the explorer
+    // (which hold no one's sessions) needs one, before its body is read.
+    const bool open = req.path == "/" || req.path == "/health" ||
+                      req.path == "/metrics" || req.path == "/v1/explain" ||
+                      req.path == "/v1/explain/options";
+    if (!open && !AuthenticateHttp(gate_->keys(), req, res).ok()) {
+      return Outcome::Handled;
+    }
+    return Outcome::Unhandled;
   });
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(reinterpret_cast<const char*>(kExplorerHtml),

@@ -99,4 +99,17 @@ bool ParseJsonBody(const httplib::Request& req, httplib::Response& res,
   return true;
 }
 
+absl::StatusOr<Tenant> AuthenticateHttp(const ApiKeys* keys,
+                                        const httplib::Request& req,
+                                        httplib::Response& res) {
+  if (keys == nullptr) return Tenant();
+  auto tenant = keys->Authenticate(req.get_header_value("Authorization"));
+  if (!tenant.ok()) {
+    // RFC 6750: the scheme to use; OpenAI's clients read the body.
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, 401, tenant.status().message(), "", "invalid_api_key");
+  }
+  return tenant;
+}
+
 }  // namespace linattn

@@ -8,8 +8,11 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/session/tenant.h"
 #include "nlohmann/json.hpp"
+#include "server/api_keys.h"
 
 namespace linattn {
 
@@ -35,6 +38,13 @@ void SendStatus(httplib::Response& res, const absl::Status& status);
 json StatusErrorJson(const absl::Status& status);
 
 void SendJson(httplib::Response& res, const json& body, int status = 200);
+
+// The tenant of a request's `Authorization: Bearer KEY` header (the
+// anonymous tenant when `keys` is null or off); otherwise 401 is sent,
+// with WWW-Authenticate, and the status returned.
+absl::StatusOr<Tenant> AuthenticateHttp(const ApiKeys* keys,
+                                        const httplib::Request& req,
+                                        httplib::Response& res);
 
 // The request body as a JSON object; false (the error sent) otherwise.
 bool ParseJsonBody(const httplib::Request& req, httplib::Response& res,

@@ -1,21 +1,33 @@
-// The server's log: spdlog to stdout, as text or (--log-json) one JSON
-// object per line with the message escaped, so that log collectors can parse
-// every line whatever a message contains.
+// The server's logs: spdlog to stdout, as text or (--log-json) one JSON
+// object per line built with a JSON library, so that log collectors can
+// parse every line whatever a message holds (ill-formed UTF-8 becomes
+// U+FFFD, control characters are escaped).
+//
+// Two loggers: "linattn" (the default logger: start, stop, warnings) and
+// "access" (one line per gRPC call and HTTP request, server/observability.h),
+// whose JSON lines carry the request's fields at the top level:
+//   {"time":…,"level":"info","logger":"access","protocol":"grpc",
+//    "method":"linattn.v1.AttentionService/Decode","session":…,"tenant":…,
+//    "status":"OK","code":0,"latency_ms":…,"tokens_in":…,"tokens_out":…,
+//    "peer":…}
 #ifndef LINATTN_SERVER_LOGGING_H_
 #define LINATTN_SERVER_LOGGING_H_
 
 #include <string>
 
-#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace linattn {
 
-// `text` as the inside of a JSON string: quotes, backslashes and control
-// characters escaped, ill-formed UTF-8 replaced by U+FFFD.
-std::string JsonEscape(absl::string_view text);
+// Installs the default logger ("linattn", stdout) at `level`, and the
+// access logger (same sink; off unless `access_log`).
+void SetUpLogging(const std::string& level, bool json, bool access_log = true);
 
-// Installs the default logger ("linattn", stdout) at `level`.
-void SetUpLogging(const std::string& level, bool json);
+// Writes one access line: `fields` as top-level members (JSON), or as
+// `key=value` pairs after "access" (text). Cheap when the access logger is
+// off.
+void LogAccess(const nlohmann::json& fields);
+bool AccessLogOn();
 
 }  // namespace linattn
 

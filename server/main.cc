@@ -276,6 +276,15 @@ int main(int argc, char** argv) {
       ->envname("LINATTN_HTTP_THREADS")
       ->check(CLI::Range(9, 4096))
       ->capture_default_str();
+  app.add_option("--api-keys", options.api_keys_file,
+                 "JSON file of API keys stored as SHA-256 hashes, each naming "
+                 "a tenant, its quotas and whether it is admin "
+                 "(docs/design.md, \"Tenants and keys\"); every call then "
+                 "needs \"authorization: Bearer KEY\", and a session belongs "
+                 "to the tenant that created it. SIGHUP reads it again. "
+                 "Default: no keys, one anonymous tenant")
+      ->envname("LINATTN_API_KEYS")
+      ->check(CLI::ExistingFile);
   std::string http_port_file;
   app.add_option("--http-port-file", http_port_file,
                  "write the HTTP listener's bound port here once serving")
@@ -341,6 +350,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGUSR1);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = linattn::LinattnServer::Start(options);
@@ -365,9 +375,24 @@ int main(int argc, char** argv) {
   }
 
   int signal_number = 0;
-  do {
+  for (;;) {
     sigwait(&signals, &signal_number);
-  } while (signal_number == SIGUSR1);
+    if (signal_number == SIGHUP) {
+      // Reloads what is read from files; sessions and calls go on.
+      if (!options.api_keys_file.empty()) {
+        const absl::Status s = (*server)->ReloadKeys();
+        if (s.ok()) {
+          spdlog::info("SIGHUP: API keys reloaded from {}",
+                       options.api_keys_file);
+        } else {
+          spdlog::error("SIGHUP: keeping the API keys in use: {}",
+                        std::string(s.message()));
+        }
+      }
+      continue;
+    }
+    if (signal_number != SIGUSR1) break;
+  }
   spdlog::info(
       "signal {}: draining (grace period {} s; a second signal "
       "exits at once)",
@@ -383,6 +408,7 @@ int main(int argc, char** argv) {
   for (;;) {  // a SIGUSR1 from elsewhere is not the drain's
     sigwait(&signals, &signal_number);
     if (signal_number == SIGUSR1 && drained.load()) break;
+    if (signal_number == SIGHUP) continue;  // nothing to reload now
     if (signal_number != SIGUSR1) {
       spdlog::warn("signal {} during the drain: exiting now", signal_number);
       std::fflush(stdout);

@@ -177,6 +177,7 @@ const Model* ModelForRequest(
 struct CompletionRun {
   enum class Kind { kCompletion, kChat, kResponse };
   Kind kind = Kind::kCompletion;
+  Tenant tenant;  // whose request it is
   std::shared_ptr<const Model> model;
   std::string id;  // cmpl-…, chatcmpl-…, resp_…
   int64_t created = 0;
@@ -369,7 +370,7 @@ bool OpenAiApi::ChooseModel(const json& body, const std::string& bound,
                             absl::string_view bound_says, CompletionRun& r,
                             httplib::Response& res) {
   if (!bound.empty()) {
-    auto model = engine_->ModelOf(bound);
+    auto model = engine_->ModelOf(bound, r.tenant);
     if (!model.ok()) {
       SendStatus(res, model.status());
       return false;
@@ -418,10 +419,11 @@ bool OpenAiApi::RefuseWhenBusy(std::shared_ptr<void>* slot,
 }
 
 void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
-                            bool chat) {
+                            const Tenant& tenant, bool chat) {
   json body;
   if (!ParseJsonBody(req, res, &body)) return;
   auto r = std::make_shared<CompletionRun>();
+  r->tenant = tenant;
   if (RefuseWhenBusy(&r->slot, res)) return;
   r->kind =
       chat ? CompletionRun::Kind::kChat : CompletionRun::Kind::kCompletion;
@@ -445,7 +447,7 @@ void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
     if (!messages.ok()) return SendStatus(res, messages.status());
     ChatTemplate::After after = ChatTemplate::After::kNothing;
     if (!r->session_id.empty()) {
-      auto info = engine_->GetSession(r->session_id);
+      auto info = engine_->GetSession(r->session_id, r->tenant);
       if (!info.ok()) return SendStatus(res, info.status());
       if (info->position > 0) after = ChatTemplate::After::kEndOfTurn;
     }
@@ -520,10 +522,12 @@ void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
   Run(std::move(r), res);
 }
 
-void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res) {
+void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res,
+                          const Tenant& tenant) {
   json body;
   if (!ParseJsonBody(req, res, &body)) return;
   auto r = std::make_shared<CompletionRun>();
+  r->tenant = tenant;
   if (RefuseWhenBusy(&r->slot, res)) return;
   r->kind = CompletionRun::Kind::kResponse;
   r->created = UnixSeconds();
@@ -543,7 +547,7 @@ void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res) {
   }
   std::optional<StoredResponse> previous;
   if (!r->previous_response_id.empty()) {
-    previous = Stored(r->previous_response_id);
+    previous = Stored(r->previous_response_id, r->tenant);
     if (!previous) {
       return SendError(res, 404,
                        absl::StrCat("previous_response_id: no stored response "
@@ -827,7 +831,9 @@ void OpenAiApi::Cleanup(CompletionRun& r, bool success) {
   if (r.own_base && !(success && r.store)) ids.push_back(r.base);
   // Waited for, so that a client that lists sessions after its answer
   // sees none of them.
-  for (const std::string& id : ids) (void)DeleteAndWait(*engine_, id);
+  for (const std::string& id : ids) {
+    (void)DeleteAndWait(*engine_, id, r.tenant);
+  }
 }
 
 void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
@@ -836,18 +842,20 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
   // The session choice 0 runs in: a fork of the previous response's state,
   // the client's session, or a new one.
   if (!r->previous_response_id.empty()) {
-    auto info = ForkAndWait(engine, r->previous_response_id, keep ? r->id : "");
+    auto info = ForkAndWait(engine, r->previous_response_id, keep ? r->id : "",
+                            r->tenant);
     if (!info.ok()) return SendStatus(res, info.status());
     r->base = info->session_id;
     r->own_base = true;
     r->cached = info->position;
   } else if (!r->session_id.empty()) {
     r->base = r->session_id;
-    auto info = engine.GetSession(r->base);
+    auto info = engine.GetSession(r->base, r->tenant);
     if (!info.ok()) return SendStatus(res, info.status());
     r->cached = info->position;
   } else {
-    auto info = engine.CreateSession(r->model->name(), keep ? r->id : "");
+    auto info =
+        engine.CreateSession(r->model->name(), keep ? r->id : "", r->tenant);
     if (!info.ok()) return SendStatus(res, info.status());
     r->base = info->session_id;
     r->own_base = true;
@@ -859,7 +867,7 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
   std::vector<int32_t> prompt = r->prompt;
   if (r->n > 1) {
     if (!prompt.empty()) {
-      auto info = AppendAndWait(engine, r->base, std::move(prompt));
+      auto info = AppendAndWait(engine, r->base, std::move(prompt), r->tenant);
       prompt.clear();
       if (!info.ok()) {
         Cleanup(*r, false);
@@ -867,7 +875,7 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
       }
     }
     for (uint32_t i = 1; i < r->n; ++i) {
-      auto info = ForkAndWait(engine, r->base, "");
+      auto info = ForkAndWait(engine, r->base, "", r->tenant);
       if (!info.ok()) {
         Cleanup(*r, false);
         return SendStatus(res, info.status());
@@ -880,7 +888,8 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
   for (auto& c : r->choices)
     c.text_offset = r->echo ? r->prompt_text.size() : 0;
   r->item_id = absl::StrCat("msg_", RandomSessionId());
-  auto mux = std::make_shared<GenerateMux>(&engine, /*paced=*/r->stream);
+  auto mux =
+      std::make_shared<GenerateMux>(&engine, /*paced=*/r->stream, r->tenant);
   for (uint32_t i = 0; i < r->n; ++i) {
     SamplingParams params = r->params;
     params.seed += i;  // the choices sample independently
@@ -1064,22 +1073,26 @@ void OpenAiApi::Store(CompletionRun& r, json& body) {
     for (auto it = stored_.begin(); it != stored_.end(); ++it) {
       if (it->second.order < oldest->second.order) oldest = it;
     }
-    engine_->Delete(oldest->first, [](absl::Status) {});
+    engine_->Delete(
+        oldest->first, [](absl::Status) {}, CallLiveness(), Tenant::Server());
     EraseLocked(oldest);
   }
   stored_bytes_ += bytes;
   // It ended at the template's end of turn (the engine's "stop"; the
   // responses API takes no stop strings of its own) or was cut short: what a
   // follow-up's messages begin with.
-  stored_[id] = StoredResponse{body, next_order_++, bytes,
-                               r.choices[0].finish_reason == "stop"};
+  stored_[id] =
+      StoredResponse{body, next_order_++, bytes,
+                     r.choices[0].finish_reason == "stop", r.tenant.name()};
 }
 
 std::optional<OpenAiApi::StoredResponse> OpenAiApi::Stored(
-    const std::string& id) {
+    const std::string& id, const Tenant& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = stored_.find(id);
-  if (it == stored_.end()) return std::nullopt;
+  if (it == stored_.end() || !tenant.Sees(it->second.owner)) {
+    return std::nullopt;
+  }
   if (!engine_->sessions().Contains(id)) {  // its state expired
     EraseLocked(it);
     return std::nullopt;
@@ -1109,16 +1122,20 @@ json OpenAiApi::SessionJson(const ModelSessionInfo& info) const {
 }
 
 void OpenAiApi::Route(httplib::Server& server) {
-  // Every handler counts as a call in flight while it runs.
+  // Every handler counts as a call in flight while it runs, and runs for
+  // the tenant its key names (401 without one when keys are on).
   struct Counted {
     httplib::Server& server;
     CallGate* gate;
-    using Handler = httplib::Server::Handler;
-    Handler Wrap(Handler h) {
+    using Handler = std::function<void(const httplib::Request&,
+                                       httplib::Response&, const Tenant&)>;
+    httplib::Server::Handler Wrap(Handler h) {
       return [gate = gate, h = std::move(h)](const httplib::Request& req,
                                              httplib::Response& res) {
         std::shared_ptr<void> in_flight = gate->Track();
-        h(req, res);
+        auto tenant = AuthenticateHttp(gate->keys(), req, res);
+        if (!tenant.ok()) return;
+        h(req, res, *tenant);
       };
     }
     void Get(const std::string& p, Handler h) {
@@ -1132,20 +1149,22 @@ void OpenAiApi::Route(httplib::Server& server) {
     }
   } s{server, gate_};
   s.Post("/v1/completions",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           Completions(req, res, /*chat=*/false);
+         [this](const httplib::Request& req, httplib::Response& res,
+                const Tenant& tenant) {
+           Completions(req, res, tenant, /*chat=*/false);
          });
   s.Post("/v1/chat/completions",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           Completions(req, res, /*chat=*/true);
+         [this](const httplib::Request& req, httplib::Response& res,
+                const Tenant& tenant) {
+           Completions(req, res, tenant, /*chat=*/true);
          });
   s.Post("/v1/responses",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           Responses(req, res);
-         });
+         [this](const httplib::Request& req, httplib::Response& res,
+                const Tenant& tenant) { Responses(req, res, tenant); });
   s.Get(R"(/v1/responses/([^/]+))",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          auto stored = Stored(req.matches[1]);
+        [this](const httplib::Request& req, httplib::Response& res,
+               const Tenant& tenant) {
+          auto stored = Stored(req.matches[1], tenant);
           if (!stored) {
             return SendError(
                 res, 404,
@@ -1156,15 +1175,16 @@ void OpenAiApi::Route(httplib::Server& server) {
           SendJson(res, stored->body);
         });
   s.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req,
-                                              httplib::Response& res) {
+                                              httplib::Response& res,
+                                              const Tenant& tenant) {
     const std::string id = req.matches[1];
-    if (!Stored(id)) {
+    if (!Stored(id, tenant)) {
       return SendError(
           res, 404, absl::StrCat("no stored response '", ToValidUtf8(id), "'"),
           "response_id", "not_found");
     }
     Forget(id);
-    absl::Status st = DeleteAndWait(*engine_, id);
+    absl::Status st = DeleteAndWait(*engine_, id, tenant);
     if (!st.ok() && st.code() != absl::StatusCode::kNotFound) {
       return SendStatus(res, st);
     }
@@ -1176,7 +1196,7 @@ void OpenAiApi::Route(httplib::Server& server) {
 template <typename Routes>
 void OpenAiApi::RouteSessions(Routes& s) {
   s.Post("/v1/sessions", [this](const httplib::Request& req,
-                                httplib::Response& res) {
+                                httplib::Response& res, const Tenant& tenant) {
     json body = json::object();
     if (!req.body.empty() && !ParseJsonBody(req, res, &body)) return;
     const Model* m = ModelForRequest(engine_->models(), body, res);
@@ -1185,62 +1205,67 @@ void OpenAiApi::RouteSessions(Routes& s) {
     if (absl::Status st = ReadString(body, "session_id", &id); !st.ok()) {
       return SendStatus(res, st);
     }
-    auto info = engine_->CreateSession(m->name(), id);
+    auto info = engine_->CreateSession(m->name(), id, tenant);
     if (!info.ok()) return SendStatus(res, info.status());
     SendJson(res, SessionJson(*info));
   });
-  s.Get("/v1/sessions",
-        [this](const httplib::Request&, httplib::Response& res) {
-          json data = json::array();
-          for (const ModelSessionInfo& info : engine_->ListSessions()) {
-            data.push_back(SessionJson(info));
-          }
-          SendJson(res, {{"object", "list"}, {"data", data}});
-        });
+  s.Get("/v1/sessions", [this](const httplib::Request&, httplib::Response& res,
+                               const Tenant& tenant) {
+    json data = json::array();
+    for (const ModelSessionInfo& info : engine_->ListSessions(tenant)) {
+      data.push_back(SessionJson(info));
+    }
+    SendJson(res, {{"object", "list"}, {"data", data}});
+  });
   s.Post("/v1/sessions/restore", [this](const httplib::Request& req,
-                                        httplib::Response& res) {
+                                        httplib::Response& res,
+                                        const Tenant& tenant) {
     if (req.body.empty()) {
       return SendError(res, 400,
                        "the body holds the bytes of GET "
                        "/v1/sessions/{id}/state (application/octet-stream)");
     }
     const std::string id = req.get_param_value("session_id");
-    auto info = engine_->Restore(req.body, id);
+    auto info = engine_->Restore(req.body, id, tenant);
     if (!info.ok()) return SendStatus(res, info.status());
     SendJson(res, SessionJson(*info));
   });
   s.Get(R"(/v1/sessions/([^/]+))",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          auto info = engine_->GetSession(req.matches[1]);
+        [this](const httplib::Request& req, httplib::Response& res,
+               const Tenant& tenant) {
+          auto info = engine_->GetSession(req.matches[1], tenant);
           if (!info.ok()) return SendStatus(res, info.status());
           SendJson(res, SessionJson(*info));
         });
   s.Delete(R"(/v1/sessions/([^/]+))", [this](const httplib::Request& req,
-                                             httplib::Response& res) {
+                                             httplib::Response& res,
+                                             const Tenant& tenant) {
     const std::string id = req.matches[1];
-    absl::Status st = DeleteAndWait(*engine_, id);
+    absl::Status st = DeleteAndWait(*engine_, id, tenant);
     if (!st.ok()) return SendStatus(res, st);
     Forget(id);
     SendJson(res, {{"id", id}, {"object", "session"}, {"deleted", true}});
   });
   s.Post(R"(/v1/sessions/([^/]+)/fork)", [this](const httplib::Request& req,
-                                                httplib::Response& res) {
+                                                httplib::Response& res,
+                                                const Tenant& tenant) {
     json body = json::object();
     if (!req.body.empty() && !ParseJsonBody(req, res, &body)) return;
     std::string new_id;
     if (absl::Status st = ReadString(body, "session_id", &new_id); !st.ok()) {
       return SendStatus(res, st);
     }
-    auto info = ForkAndWait(*engine_, req.matches[1], new_id);
+    auto info = ForkAndWait(*engine_, req.matches[1], new_id, tenant);
     if (!info.ok()) return SendStatus(res, info.status());
     SendJson(res, SessionJson(*info));
   });
   s.Post(R"(/v1/sessions/([^/]+)/append)", [this](const httplib::Request& req,
-                                                  httplib::Response& res) {
+                                                  httplib::Response& res,
+                                                  const Tenant& tenant) {
     json body;
     if (!ParseJsonBody(req, res, &body)) return;
     const std::string id = req.matches[1];
-    auto model = engine_->ModelOf(id);
+    auto model = engine_->ModelOf(id, tenant);
     if (!model.ok()) return SendStatus(res, model.status());
     std::vector<int32_t> tokens;
     if (body.contains("prompt") && body["prompt"].is_string()) {
@@ -1270,13 +1295,14 @@ void OpenAiApi::RouteSessions(Routes& s) {
       return SendError(
           res, 400, "prompt: text or token ids to append, not empty", "prompt");
     }
-    auto info = AppendAndWait(*engine_, id, std::move(tokens));
+    auto info = AppendAndWait(*engine_, id, std::move(tokens), tenant);
     if (!info.ok()) return SendStatus(res, info.status());
     SendJson(res, SessionJson(*info));
   });
   s.Get(R"(/v1/sessions/([^/]+)/state)",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          auto bytes = SnapshotAndWait(*engine_, req.matches[1]);
+        [this](const httplib::Request& req, httplib::Response& res,
+               const Tenant& tenant) {
+          auto bytes = SnapshotAndWait(*engine_, req.matches[1], tenant);
           if (!bytes.ok()) return SendStatus(res, bytes.status());
           res.status = 200;
           res.set_content(std::move(*bytes), "application/octet-stream");

@@ -81,12 +81,14 @@ class OpenAiApi {
     uint64_t order = 0;            // stored after `order` others
     size_t bytes = 0;              // of its JSON text
     bool ended_at_marker = false;  // at the end-of-turn marker, not cut
+    std::string owner;             // the tenant whose request stored it
   };
   using StoredMap = std::map<std::string, StoredResponse>;
 
   void Completions(const httplib::Request& req, httplib::Response& res,
-                   bool chat);
-  void Responses(const httplib::Request& req, httplib::Response& res);
+                   const Tenant& tenant, bool chat);
+  void Responses(const httplib::Request& req, httplib::Response& res,
+                 const Tenant& tenant);
   // Runs a parsed request: non-streaming answers at once; streaming sets
   // the response's event stream.
   void Run(std::shared_ptr<CompletionRun> r, httplib::Response& res);
@@ -111,7 +113,9 @@ class OpenAiApi {
   // Keeps `body` (and so the run's session) unless it is too large, which
   // then says so in the body ("store": false) and lets Cleanup delete it.
   void Store(CompletionRun& r, json& body);
-  std::optional<StoredResponse> Stored(const std::string& id);
+  // Only `tenant`'s (another tenant's is as absent).
+  std::optional<StoredResponse> Stored(const std::string& id,
+                                       const Tenant& tenant);
   void Forget(const std::string& id);
   // Under mu_.
   StoredMap::iterator EraseLocked(StoredMap::iterator it);

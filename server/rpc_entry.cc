@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 #include "core/util/utf8.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -114,6 +115,38 @@ absl::Status CallGate::Admit() const {
         "or after it restarts");
   }
   return absl::OkStatus();
+}
+
+absl::Status CallGate::Admit(grpc::CallbackServerContext* ctx) const {
+  LINATTN_RETURN_IF_ERROR(Admit());
+  CallContext& call = ContextOf(ctx);
+  if (keys_ == nullptr || !keys_->enabled()) {
+    call.authenticated = true;
+    return absl::OkStatus();
+  }
+  // gRPC keeps metadata keys lowercase; a call may carry one value.
+  const auto& metadata = ctx->client_metadata();
+  auto it = metadata.find("authorization");
+  const absl::string_view value =
+      it == metadata.end()
+          ? absl::string_view()
+          : absl::string_view(it->second.data(), it->second.size());
+  LINATTN_ASSIGN_OR_RETURN(call.tenant, keys_->Authenticate(value));
+  call.authenticated = true;
+  return absl::OkStatus();
+}
+
+void NoteSessionOf(grpc::CallbackServerContext* ctx,
+                   const google::protobuf::Message& request) {
+  const google::protobuf::FieldDescriptor* field =
+      request.GetDescriptor()->FindFieldByName("session_id");
+  if (field == nullptr ||
+      field->type() != google::protobuf::FieldDescriptor::TYPE_STRING ||
+      field->is_repeated()) {
+    return;
+  }
+  ContextOf(ctx).NoteSession(
+      request.GetReflection()->GetString(request, field));
 }
 
 void CallGate::CallStarted() {

@@ -10,6 +10,9 @@
 //    health checks keep answering (NOT_SERVING), so load balancers and
 //    Kubernetes probes see the drain rather than a refused connection.
 //  * Calls in flight are counted, so a drain waits for them and no longer.
+//  * With API keys, a call is admitted only with a key (UNAUTHENTICATED
+//    otherwise), and its tenant is in its CallContext before the handler
+//    runs (server/call_context.h, server/api_keys.h).
 //
 // A service derives from EntryPoints<its generated CallbackService> and
 // registers every method in its constructor (Unary, Stream, Bidi), which
@@ -33,6 +36,9 @@
 #include "absl/status/status.h"
 #include "core/util/call_liveness.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "server/api_keys.h"
+#include "server/call_context.h"
 #include "server/status.h"
 
 namespace linattn {
@@ -64,8 +70,15 @@ int MethodIndex(const char* service, const char* method);
 // flight are counted by an interceptor the builder installs.
 class CallGate {
  public:
+  // The keys calls are checked against (none set: every call is the
+  // anonymous tenant). Set before serving; must outlive the gate's use.
+  void set_keys(const ApiKeys* keys) { keys_ = keys; }
+  const ApiKeys* keys() const { return keys_; }
   // UNAVAILABLE once Drain() was called.
   absl::Status Admit() const;
+  // Admit(), then the call's key: UNAUTHENTICATED without a valid one; the
+  // tenant it names goes into the call's CallContext.
+  absl::Status Admit(grpc::CallbackServerContext* ctx) const;
   void Drain() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
 
@@ -87,12 +100,19 @@ class CallGate {
   void CallEnded();
 
   std::atomic<bool> draining_{false};
+  const ApiKeys* keys_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable idle_;
   uint64_t in_flight_ = 0;  // guarded by mu_
 };
 
-// A unary method: Checked parse, admission, then `handler`.
+// Notes the request's `session_id` (when it has one) in the call's
+// context, for the access log.
+void NoteSessionOf(grpc::CallbackServerContext* ctx,
+                   const google::protobuf::Message& request);
+
+// A unary method: admission (a key before anything of the request is
+// told), the Checked parse, then `handler`.
 template <typename Request, typename Response>
 grpc::internal::MethodHandler* UnaryEntry(
     const CallGate* gate,
@@ -103,13 +123,14 @@ grpc::internal::MethodHandler* UnaryEntry(
       [gate, handler = std::move(handler)](
           grpc::CallbackServerContext* ctx, const Checked<Request>* request,
           Response* response) -> grpc::ServerUnaryReactor* {
-        absl::Status admitted = request->status;
-        if (admitted.ok()) admitted = gate->Admit();
+        absl::Status admitted = gate->Admit(ctx);
+        if (admitted.ok()) admitted = request->status;
         if (!admitted.ok()) {
           grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
           reactor->Finish(ToGrpcStatus(admitted));
           return reactor;
         }
+        NoteSessionOf(ctx, request->message);
         return handler(ctx, &request->message, response);
       });
 }
@@ -130,9 +151,10 @@ grpc::internal::MethodHandler* StreamEntry(
       [gate, handler = std::move(handler)](grpc::CallbackServerContext* ctx,
                                            const Checked<Request>* request)
           -> grpc::ServerWriteReactor<Response>* {
-        absl::Status admitted = request->status;
-        if (admitted.ok()) admitted = gate->Admit();
+        absl::Status admitted = gate->Admit(ctx);
+        if (admitted.ok()) admitted = request->status;
         if (!admitted.ok()) return new Refused(admitted);
+        NoteSessionOf(ctx, request->message);
         return handler(ctx, &request->message);
       });
 }
@@ -154,7 +176,7 @@ grpc::internal::MethodHandler* BidiEntry(
   return new grpc::internal::CallbackBidiHandler<Checked<Request>, Response>(
       [gate, handler = std::move(handler)](grpc::CallbackServerContext* ctx)
           -> grpc::ServerBidiReactor<Checked<Request>, Response>* {
-        if (absl::Status admitted = gate->Admit(); !admitted.ok()) {
+        if (absl::Status admitted = gate->Admit(ctx); !admitted.ok()) {
           return new Refused(admitted);
         }
         return handler(ctx);

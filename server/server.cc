@@ -21,6 +21,14 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                            ParseListenAddress(options.listen, "--listen"));
   LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
   std::unique_ptr<LinattnServer> server(new LinattnServer());
+  if (!options.api_keys_file.empty()) {
+    LINATTN_ASSIGN_OR_RETURN(server->keys_,
+                             ApiKeys::Load(options.api_keys_file));
+    spdlog::info("API keys from {}: {} key(s) of {} tenant(s)",
+                 options.api_keys_file, server->keys_->current()->key_count(),
+                 server->keys_->current()->tenants().size());
+  }
+  server->gate_.set_keys(server->keys_.get());
   // One session table (--max-sessions, --max-state-memory) and one compute
   // worker for both services.
   SessionManagerOptions session_options = options.sessions;
@@ -162,6 +170,8 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
       interceptors;
   interceptors.push_back(server->gate_.NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  // Every call's context is a CallContext (its tenant, for the handlers).
+  builder.SetContextAllocator(std::make_unique<CallContextAllocator>());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(server->service_.get());
@@ -286,7 +296,7 @@ size_t LinattnServer::SnapshotPiece(std::span<const DurableStore::Due> piece) {
           });
       continue;
     }
-    auto found = sessions_->FindAttention(due.id);
+    auto found = sessions_->FindAttention(due.id, Tenant::Server());
     if (!found.ok() || (*found)->incarnation() != due.incarnation) {
       deliver(due, absl::NotFoundError("gone"), 0);
       continue;

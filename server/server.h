@@ -65,6 +65,10 @@ struct ServerOptions {
   // Its requests served at once; generations (completions, chats,
   // responses, streams included) take at most this − 8 of them.
   int http_threads = 64;
+  // API keys (server/api_keys.h): with a file, every call of both services
+  // and the HTTP listener needs a key, and sessions belong to tenants.
+  // Empty = no keys: one anonymous tenant.
+  std::string api_keys_file;
   // How often the maintenance thread looks for sessions to snapshot (and,
   // for Durability::kBatch, syncs: then every durable.sync_interval).
   std::chrono::milliseconds maintenance_period{500};
@@ -93,6 +97,8 @@ class LinattnServer {
   void Drain(std::chrono::milliseconds grace);
 
   SessionManager& sessions() { return *sessions_; }
+  // Reads the API keys file again (SIGHUP); the old keys stay on error.
+  absl::Status ReloadKeys() { return keys_->Reload(); }
   // Null without ServerOptions::durable.
   DurableStore* store() { return store_.get(); }
   const RecoveryReport& recovery() const { return recovery_; }
@@ -115,6 +121,7 @@ class LinattnServer {
   void HandOverLoop();
   bool heartbeat_failing_ = false;  // heartbeat thread
 
+  std::unique_ptr<ApiKeys> keys_ = std::make_unique<ApiKeys>();
   CallGate gate_;  // admission, drain and in-flight count of every call
   // The durable store observes the table, so it outlives it.
   std::unique_ptr<DurableStore> store_;

@@ -85,7 +85,7 @@ absl::Status Attend(const AttendOptions& o) {
         ": computes locally; with --server use decode or prefill"));
   }
   if (remote_mode) {
-    RemoteAttention remote(o.server);
+    RemoteAttention remote(o.server, o.connection);
     LINATTN_ASSIGN_OR_RETURN(v1::Session session,
                              remote.CreateSession(spec, o.epsilon));
     // Requests of ≤ 16 MiB, well inside the server's default message limit.

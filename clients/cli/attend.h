@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "clients/common/connection.h"
 
 namespace linattn {
 
@@ -22,7 +23,8 @@ struct AttendOptions {
   // Decode stream) | prefill (Prefill requests) in a temporary session.
   // Empty: chunkwise locally, prefill (its server-side twin) with `server`.
   std::string mode;
-  std::string server;  // host:port of a linattn-server
+  std::string server;            // host:port of a linattn-server
+  ConnectionOptions connection;  // how to reach `server`
   uint32_t chunk = 64;
   std::vector<float> decay;  // one value for every head, or one per head
   std::optional<float>

@@ -6,17 +6,19 @@
 
 namespace linattn {
 
-absl::StatusOr<ExplainResult> ExplainOnServer(const ExplainOptions& options,
-                                              const std::string& server) {
+absl::StatusOr<ExplainResult> ExplainOnServer(
+    const ExplainOptions& options, const std::string& server,
+    const ConnectionOptions& connection) {
   if (options.feature_map == "identity") {
     return absl::InvalidArgumentError(
         "feature_map: the explainer runs identity as premapped features, "
         "which client sessions do not take; explain it without --server");
   }
   auto stepper =
-      [&server](const AttentionSpec& spec, const SequenceInput& in,
-                const SequenceOutput& out) -> absl::StatusOr<ExplainState> {
-    RemoteAttention remote(server);
+      [&server, &connection](
+          const AttentionSpec& spec, const SequenceInput& in,
+          const SequenceOutput& out) -> absl::StatusOr<ExplainState> {
+    RemoteAttention remote(server, connection);
     LINATTN_ASSIGN_OR_RETURN(v1::Session session,
                              remote.CreateSession(spec, spec.epsilon));
     absl::Status s = remote.Decode(session.session_id(), spec, in, out);

@@ -7,14 +7,17 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "clients/common/connection.h"
 #include "core/attention/explainer.h"
 
 namespace linattn {
 
-// The prefix's steps in a session of the server at `server` (host:port):
-// ε = 0 exactly, the state read through Inspect, the session deleted after.
-absl::StatusOr<ExplainResult> ExplainOnServer(const ExplainOptions& options,
-                                              const std::string& server);
+// The prefix's steps in a session of the server at `server` (host:port),
+// reached as `connection` says: ε = 0 exactly, the state read through
+// Inspect, the session deleted after.
+absl::StatusOr<ExplainResult> ExplainOnServer(
+    const ExplainOptions& options, const std::string& server,
+    const ConnectionOptions& connection = {});
 
 }  // namespace linattn
 

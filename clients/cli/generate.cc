@@ -12,8 +12,7 @@ namespace linattn {
 
 absl::Status Generate(const GenerateOptions& options, std::ostream& out,
                       std::ostream& info) {
-  auto channel =
-      grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+  auto channel = OpenChannel(options.server, options.connection);
   auto stub = v1::GenerationService::NewStub(channel);
   std::string session_id = options.session_id;
   const bool created = session_id.empty();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "clients/common/connection.h"
 
 namespace linattn {
 
@@ -25,6 +26,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::vector<std::string> stop;
   bool usage = false;  // print token counts and speed to `info` at the end
+  ConnectionOptions connection;  // how to reach `server`
 };
 
 // Writes the prompt's continuation to `out` as it streams (flushed per

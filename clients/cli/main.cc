@@ -6,6 +6,9 @@
 //     [--seed S] "prompt"
 //   linattn health --server ADDR
 //   linattn sessions list|delete --server ADDR [ID ...]
+// Every command that talks to a server also takes the connection flags of
+// clients/common/connection.h: --tls-ca, --tls-cert, --tls-key,
+// --tls-server-name and --api-key-file (or LINATTN_API_KEY).
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -19,6 +22,7 @@
 #include "clients/cli/generate.h"
 #include "clients/cli/remote.h"
 #include "clients/cli/sessions.h"
+#include "clients/common/connection.h"
 #include "core/util/flag_checks.h"
 
 namespace {
@@ -26,6 +30,13 @@ namespace {
 int Fail(const absl::Status& status) {
   std::cerr << "linattn: error: " << status.message() << "\n";
   return 1;
+}
+
+// Connection flags that cannot be used (a file missing, a certificate
+// without its key) are usage errors, reported before any call.
+int UsageError(const absl::Status& status) {
+  std::cerr << "linattn: error: " << status.message() << "\n";
+  return 2;
 }
 
 }  // namespace
@@ -55,6 +66,9 @@ int main(int argc, char** argv) {
   ex->add_option("--server", explain_server,
                  "host:port: step the prefix in a server session and read its "
                  "state through Inspect");
+  // Each subcommand has its own ConnectionOptions (AddConnectionFlags).
+  linattn::ConnectionOptions explain_connection;
+  linattn::AddConnectionFlags(ex, &explain_connection);
 
   std::string health_server, health_service;
   double health_timeout = 2.0;
@@ -64,6 +78,8 @@ int main(int argc, char** argv) {
   he->add_option("--service", health_service,
                  "service name (default: the whole server)");
   he->add_option("--timeout", health_timeout, "seconds (default: 2)");
+  linattn::ConnectionOptions health_connection;
+  linattn::AddConnectionFlags(he, &health_connection);
 
   linattn::GenerateOptions generate;
   CLI::App* ge = app.add_subcommand(
@@ -90,6 +106,7 @@ int main(int argc, char** argv) {
   ge->add_option("--stop", generate.stop, "stop before this text (repeatable)");
   ge->add_flag("--usage", generate.usage,
                "print token counts, time to first token and speed (stderr)");
+  linattn::AddConnectionFlags(ge, &generate.connection);
 
   linattn::AttendOptions attend;
   std::string decay;
@@ -130,6 +147,7 @@ int main(int argc, char** argv) {
   at->add_option("--seed", attend.seed, "FAVOR+ random-feature seed");
   at->add_option("--horizon", attend.horizon,
                  "cosFormer horizon M (default T)");
+  linattn::AddConnectionFlags(at, &attend.connection);
 
   std::string sessions_server;
   bool sessions_json = false;
@@ -140,10 +158,14 @@ int main(int argc, char** argv) {
   CLI::App* se_list = se->add_subcommand("list", "One line per session");
   se_list->add_option("--server", sessions_server, "host:port")->required();
   se_list->add_flag("--json", sessions_json, "print one JSON array");
+  linattn::ConnectionOptions list_connection;
+  linattn::AddConnectionFlags(se_list, &list_connection);
   CLI::App* se_delete =
       se->add_subcommand("delete", "Delete sessions by id (either service)");
   se_delete->add_option("--server", sessions_server, "host:port")->required();
   se_delete->add_option("ids", delete_ids, "session ids")->required();
+  linattn::ConnectionOptions delete_connection;
+  linattn::AddConnectionFlags(se_delete, &delete_connection);
 
   // A first word that is not an option names a command: say so plainly
   // when it is not one (CLI11 would only say that a command is required).
@@ -168,9 +190,18 @@ int main(int argc, char** argv) {
 
   if (ex->parsed()) {
     if (prefix_opt->count() > 0) explain.prefix = prefix;
+    // Without --server nothing is connected to, and connection settings
+    // from the environment are not looked at.
+    if (!explain_server.empty()) {
+      if (absl::Status s = linattn::ResolveConnection(&explain_connection);
+          !s.ok()) {
+        return UsageError(s);
+      }
+    }
     auto result = explain_server.empty()
                       ? linattn::Explain(explain)
-                      : linattn::ExplainOnServer(explain, explain_server);
+                      : linattn::ExplainOnServer(explain, explain_server,
+                                                 explain_connection);
     if (!result.ok()) return Fail(result.status());
     if (json) {
       std::cout << linattn::ExplainJson(*result).dump(2) << "\n";
@@ -190,10 +221,20 @@ int main(int argc, char** argv) {
       attend.decay.push_back(g);
     }
     if (epsilon_opt->count() > 0) attend.epsilon = epsilon;
+    if (!attend.server.empty()) {
+      if (absl::Status s = linattn::ResolveConnection(&attend.connection);
+          !s.ok()) {
+        return UsageError(s);
+      }
+    }
     if (absl::Status s = linattn::Attend(attend); !s.ok()) return Fail(s);
     return 0;
   }
   if (ge->parsed()) {
+    if (absl::Status s = linattn::ResolveConnection(&generate.connection);
+        !s.ok()) {
+      return UsageError(s);
+    }
     if (absl::Status s = linattn::Generate(generate, std::cout, std::cerr);
         !s.ok()) {
       return Fail(s);
@@ -201,23 +242,35 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (se_list->parsed()) {
-    if (absl::Status s =
-            linattn::ListSessions(sessions_server, sessions_json, std::cout);
+    if (absl::Status s = linattn::ResolveConnection(&list_connection);
+        !s.ok()) {
+      return UsageError(s);
+    }
+    if (absl::Status s = linattn::ListSessions(sessions_server, sessions_json,
+                                               std::cout, list_connection);
         !s.ok()) {
       return Fail(s);
     }
     return 0;
   }
   if (se_delete->parsed()) {
-    if (absl::Status s =
-            linattn::DeleteSessions(sessions_server, delete_ids, std::cout);
+    if (absl::Status s = linattn::ResolveConnection(&delete_connection);
+        !s.ok()) {
+      return UsageError(s);
+    }
+    if (absl::Status s = linattn::DeleteSessions(sessions_server, delete_ids,
+                                                 std::cout, delete_connection);
         !s.ok()) {
       return Fail(s);
     }
     return 0;
   }
   if (he->parsed()) {
-    linattn::RemoteAttention remote(health_server);
+    if (absl::Status s = linattn::ResolveConnection(&health_connection);
+        !s.ok()) {
+      return UsageError(s);
+    }
+    linattn::RemoteAttention remote(health_server, health_connection);
     auto serving = remote.Healthy(
         health_service,
         std::chrono::milliseconds(int64_t(health_timeout * 1000)));

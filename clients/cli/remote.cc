@@ -5,6 +5,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "grpc_health/v1/health.grpc.pb.h"
@@ -72,12 +73,12 @@ std::string NewSessionId() {
   return id;
 }
 
-RemoteAttention::RemoteAttention(const std::string& address) {
+RemoteAttention::RemoteAttention(const std::string& address,
+                                 const ConnectionOptions& connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // the server enforces its own limit
   args.SetMaxSendMessageSize(-1);
-  channel_ = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args);
+  channel_ = OpenChannel(address, connection, std::move(args));
   stub_ = v1::AttentionService::NewStub(channel_);
 }
 

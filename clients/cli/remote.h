@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "clients/common/connection.h"
 #include "core/attention/attention.h"
 #include "linattn/v1/attention.grpc.pb.h"
 
@@ -41,8 +42,10 @@ std::string NewSessionId();
 
 class RemoteAttention {
  public:
-  // A channel to `address` (host:port); connects lazily.
-  explicit RemoteAttention(const std::string& address);
+  // A channel to `address` (host:port) as `connection` says (plaintext by
+  // default; see clients/common/connection.h); connects lazily.
+  explicit RemoteAttention(const std::string& address,
+                           const ConnectionOptions& connection = {});
 
   // `epsilon` unset = the server's default; `session_id` empty = one chosen
   // here (NewSessionId).

@@ -34,9 +34,9 @@ std::string DescribeSpec(const v1::AttentionSpec& s) {
 }  // namespace
 
 absl::Status ListSessions(const std::string& server, bool json,
-                          std::ostream& out) {
-  auto channel =
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+                          std::ostream& out,
+                          const ConnectionOptions& connection) {
+  auto channel = OpenChannel(server, connection);
   auto attention = v1::AttentionService::NewStub(channel);
   auto generation = v1::GenerationService::NewStub(channel);
   v1::ListSessionsResponse a;
@@ -86,9 +86,9 @@ absl::Status ListSessions(const std::string& server, bool json,
 
 absl::Status DeleteSessions(const std::string& server,
                             const std::vector<std::string>& ids,
-                            std::ostream& out) {
-  auto channel =
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+                            std::ostream& out,
+                            const ConnectionOptions& connection) {
+  auto channel = OpenChannel(server, connection);
   auto attention = v1::AttentionService::NewStub(channel);
   auto generation = v1::GenerationService::NewStub(channel);
   absl::Status first;

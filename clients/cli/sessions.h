@@ -9,19 +9,24 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "clients/common/connection.h"
 
 namespace linattn {
+
+// `connection`: how to reach `server` (clients/common/connection.h).
 
 // One line per session (id, service, position, state bytes, spec or model),
 // or with `json` one JSON array.
 absl::Status ListSessions(const std::string& server, bool json,
-                          std::ostream& out);
+                          std::ostream& out,
+                          const ConnectionOptions& connection = {});
 
 // Deletes each id from whichever service holds it; every id is tried, and
 // the first failure (NOT_FOUND when neither service has it) is returned.
 absl::Status DeleteSessions(const std::string& server,
                             const std::vector<std::string>& ids,
-                            std::ostream& out);
+                            std::ostream& out,
+                            const ConnectionOptions& connection = {});
 
 }  // namespace linattn
 

@@ -674,7 +674,7 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
   const uint32_t concurrency = Streams(o);
   const uint32_t verify = std::min(o.verify, o.sessions);
 
-  RemoteAttention remote(o.server);
+  RemoteAttention remote(o.server, o.connection);
   LINATTN_ASSIGN_OR_RETURN(bool serving,
                            remote.Healthy("", std::chrono::seconds(5)));
   if (!serving)
@@ -876,7 +876,7 @@ absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ledger: ", o.ledger, " is not a JSON object"));
   }
-  RemoteAttention remote(o.server);
+  RemoteAttention remote(o.server, o.connection);
   LINATTN_ASSIGN_OR_RETURN(bool serving,
                            remote.Healthy("", std::chrono::seconds(30)));
   if (!serving)

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "clients/common/connection.h"
 #include "nlohmann/json.hpp"
 
 namespace linattn {
@@ -65,6 +66,9 @@ struct LoadOptions {
   // With session_prefix: run only sessions <prefix>-i for these i (with
   // their own inputs), not 0 … sessions−1.
   std::vector<uint32_t> only;
+  // How to reach `server`: TLS, a client certificate, an API key
+  // (clients/common/connection.h).
+  ConnectionOptions connection;
 };
 
 struct LoadSummary {

@@ -4,10 +4,12 @@
 // sampled session's outputs differ from a local recomputation, 2 on a usage
 // error. A run that --duration ends early is a timed run, not a failure; an
 // open-loop run that falls short of --rate says so (and `rate_missed` in
-// JSON). The sessions it creates are deleted however it ends.
+// JSON). The sessions it creates are deleted however it ends. It connects
+// as the flags of clients/common/connection.h say (TLS, mTLS, an API key).
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "clients/common/connection.h"
 #include "clients/load/load.h"
 #include "core/util/flag_checks.h"
 
@@ -87,12 +89,17 @@ int main(int argc, char** argv) {
                "check the server against --ledger instead of running load: "
                "every session there, at least at its acknowledged position, "
                "its state equal bit for bit to the local recomputation");
+  linattn::AddConnectionFlags(&app, &o.connection);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help, --version: 0; usage: 2
   }
 
+  if (absl::Status s = linattn::ResolveConnection(&o.connection); !s.ok()) {
+    std::cerr << "linattn-load: error: " << s.message() << "\n";
+    return 2;
+  }
   if (!o.only.empty()) o.sessions = static_cast<uint32_t>(o.only.size());
   if (check) {
     auto result = linattn::CheckLedger(o);

@@ -120,8 +120,9 @@ absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::FindModel(
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> GenerationEngine::ModelOf(
-    const std::string& session_id) const {
-  LINATTN_ASSIGN_OR_RETURN(auto session, sessions_->FindModel(session_id));
+    const std::string& session_id, const Tenant& tenant) const {
+  LINATTN_ASSIGN_OR_RETURN(auto session,
+                           sessions_->FindModel(session_id, tenant));
   return session->shared_model();
 }
 
@@ -131,10 +132,11 @@ ModelSessionInfo GenerationEngine::Describe(const ModelSession& s) {
 }
 
 absl::StatusOr<ModelSessionInfo> GenerationEngine::CreateSession(
-    const std::string& model_name, const std::string& session_id) {
+    const std::string& model_name, const std::string& session_id,
+    const Tenant& tenant) {
   LINATTN_ASSIGN_OR_RETURN(auto model, FindModel(model_name));
-  LINATTN_ASSIGN_OR_RETURN(auto session,
-                           sessions_->CreateModelSession(model, session_id));
+  LINATTN_ASSIGN_OR_RETURN(
+      auto session, sessions_->CreateModelSession(model, session_id, tenant));
   if (options_.store != nullptr) {
     LINATTN_RETURN_IF_ERROR(options_.store->AwaitCreate(*sessions_, *session));
   }
@@ -142,27 +144,29 @@ absl::StatusOr<ModelSessionInfo> GenerationEngine::CreateSession(
 }
 
 absl::StatusOr<ModelSessionInfo> GenerationEngine::GetSession(
-    const std::string& id) const {
-  LINATTN_ASSIGN_OR_RETURN(auto session, sessions_->FindModel(id));
+    const std::string& id, const Tenant& tenant) const {
+  LINATTN_ASSIGN_OR_RETURN(auto session, sessions_->FindModel(id, tenant));
   return Describe(*session);
 }
 
-std::vector<ModelSessionInfo> GenerationEngine::ListSessions() const {
+std::vector<ModelSessionInfo> GenerationEngine::ListSessions(
+    const Tenant& tenant) const {
   std::vector<ModelSessionInfo> out;
-  for (const auto& s : sessions_->List(SessionKind::kModel)) {
+  for (const auto& s : sessions_->List(SessionKind::kModel, tenant)) {
     out.push_back(Describe(static_cast<const ModelSession&>(*s)));
   }
   return out;
 }
 
 absl::StatusOr<ModelSessionInfo> GenerationEngine::Restore(
-    const std::string& bytes, const std::string& session_id) {
+    const std::string& bytes, const std::string& session_id,
+    const Tenant& tenant) {
   LINATTN_ASSIGN_OR_RETURN(ParsedModelSnapshot parsed,
                            ParseModelSnapshot(bytes, models_));
   LINATTN_ASSIGN_OR_RETURN(
-      auto session,
-      sessions_->AdoptModelSession(parsed.model, std::move(parsed.state),
-                                   parsed.pending, parsed.sampler, session_id));
+      auto session, sessions_->AdoptModelSession(
+                        parsed.model, std::move(parsed.state), parsed.pending,
+                        parsed.sampler, session_id, "session_id", tenant));
   if (options_.store != nullptr) {
     LINATTN_RETURN_IF_ERROR(options_.store->AwaitCreate(*sessions_, *session));
   }
@@ -180,7 +184,8 @@ void GenerationEngine::Enqueue(const std::string& id,
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
       error = absl::UnavailableError("the server is stopping");
-    } else if (auto session = sessions_->AcquireModel(id); !session.ok()) {
+    } else if (auto session = sessions_->AcquireModel(id, job->tenant);
+               !session.ok()) {
       error = session.status();
     } else {
       Queue& q = queues_[id];
@@ -209,8 +214,8 @@ void GenerationEngine::Pop(Queue& q) {
 
 void GenerationEngine::Append(const std::string& id,
                               std::vector<int32_t> tokens, InfoCallback done,
-                              CallLiveness caller) {
-  auto model = ModelOf(id);
+                              CallLiveness caller, const Tenant& tenant) {
+  auto model = ModelOf(id, tenant);
   if (!model.ok()) return done(model.status());
   if (tokens.empty()) {
     return done(absl::InvalidArgumentError("tokens: no tokens to append"));
@@ -223,20 +228,22 @@ void GenerationEngine::Append(const std::string& id,
   job->input = std::move(tokens);
   job->on_info = std::move(done);
   job->caller = std::move(caller);
+  job->tenant = tenant;
   Enqueue(id, std::move(job));
 }
 
 void GenerationEngine::Generate(const std::string& id,
                                 std::vector<int32_t> prompt,
                                 SamplingParams params, EventCallback on_event,
-                                std::shared_ptr<GenerateControl> control) {
+                                std::shared_ptr<GenerateControl> control,
+                                const Tenant& tenant) {
   auto fail = [&](absl::Status s) {
     GenerateEvent e;
     e.finished = true;
     e.status = std::move(s);
     on_event(e);
   };
-  auto model = ModelOf(id);
+  auto model = ModelOf(id, tenant);
   if (!model.ok()) return fail(model.status());
   if (absl::Status s = ValidateSampling(params); !s.ok()) return fail(s);
   if (absl::Status s = CheckTokenIds(**model, prompt, "prompt_token_ids");
@@ -250,14 +257,17 @@ void GenerationEngine::Generate(const std::string& id,
   job->on_event = std::move(on_event);
   job->control =
       control ? std::move(control) : std::make_shared<GenerateControl>();
+  job->tenant = tenant;
   Enqueue(id, std::move(job));
 }
 
 void GenerationEngine::Fork(const std::string& id, const std::string& new_id,
-                            InfoCallback done, CallLiveness caller) {
+                            InfoCallback done, CallLiveness caller,
+                            const Tenant& tenant) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kFork;
   job->caller = std::move(caller);
+  job->tenant = tenant;
   job->new_id = new_id;
   job->on_info = std::move(done);
   Enqueue(id, std::move(job));
@@ -265,11 +275,12 @@ void GenerationEngine::Fork(const std::string& id, const std::string& new_id,
 
 void GenerationEngine::Snapshot(
     const std::string& id,
-    std::function<void(absl::StatusOr<std::string>)> done,
-    CallLiveness caller) {
+    std::function<void(absl::StatusOr<std::string>)> done, CallLiveness caller,
+    const Tenant& tenant) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kSnapshot;
   job->caller = std::move(caller);
+  job->tenant = tenant;
   job->on_snapshot = std::move(done);
   Enqueue(id, std::move(job));
 }
@@ -279,6 +290,7 @@ void GenerationEngine::SnapshotForStore(
     std::function<void(absl::StatusOr<std::string>, uint64_t)> done) {
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kSnapshot;
+  job->tenant = Tenant::Server();
   job->covered_seq = std::make_shared<uint64_t>(0);
   job->on_snapshot = [done = std::move(done), seq = job->covered_seq](
                          absl::StatusOr<std::string> blob) {
@@ -289,13 +301,15 @@ void GenerationEngine::SnapshotForStore(
 
 void GenerationEngine::Delete(const std::string& id,
                               std::function<void(absl::Status)> done,
-                              CallLiveness caller) {
+                              CallLiveness caller, const Tenant& tenant) {
   {
     // A Generate ahead of the delete is cancelled rather than waited for: a
     // paced one whose client stopped reading would otherwise hold the
-    // delete for as long as its stream stays open.
+    // delete for as long as its stream stays open. Only the deleter's own:
+    // another tenant's Delete is NOT_FOUND and cancels nothing.
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = queues_.find(id); it != queues_.end()) {
+    if (auto it = queues_.find(id);
+        it != queues_.end() && sessions_->FindModel(id, tenant).ok()) {
       for (const auto& queued : it->second.jobs) {
         if (queued->kind == Job::Kind::kGenerate) {
           queued->control->cancelled_.store(true);
@@ -307,6 +321,7 @@ void GenerationEngine::Delete(const std::string& id,
   job->kind = Job::Kind::kDelete;
   job->on_delete = std::move(done);
   job->caller = std::move(caller);
+  job->tenant = tenant;
   Enqueue(id, std::move(job));
 }
 
@@ -626,8 +641,8 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
   }
   switch (job.kind) {
     case Job::Kind::kFork: {
-      auto forked =
-          sessions_->ForkModelSession(s, job.new_id, "new_session_id");
+      auto forked = sessions_->ForkModelSession(s, job.new_id, "new_session_id",
+                                                job.tenant);
       absl::StatusOr<ModelSessionInfo> result =
           forked.ok() ? absl::StatusOr<ModelSessionInfo>(Describe(**forked))
                       : forked.status();
@@ -664,7 +679,7 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       DurableStore* const store = options_.store;
       const uint64_t before = store != nullptr ? store->last_ticket() : 0;
       const absl::Status deleted =
-          sessions_->Delete(s.id(), SessionKind::kModel);
+          sessions_->Delete(s.id(), SessionKind::kModel, Tenant::Server());
       const uint64_t after = store != nullptr ? store->last_ticket() : 0;
       callbacks.push_back([cb = job.on_delete, deleted, store, before, after] {
         if (store != nullptr && deleted.ok()) {

@@ -109,13 +109,20 @@ class GenerationEngine : private ComputeExecutor::Source {
       const std::string& name) const;
   // The model a session runs (NOT_FOUND naming session_id).
   absl::StatusOr<std::shared_ptr<const Model>> ModelOf(
-      const std::string& session_id) const;
+      const std::string& session_id, const Tenant& tenant = {}) const;
+
+  // Every request names the tenant it comes from (core/session/tenant.h):
+  // a session it may not see is NOT_FOUND, and what it creates (a session,
+  // a fork, a restore) belongs to it. The default is the anonymous tenant
+  // of a server without keys.
 
   // Empty `model` = the first model. Empty `session_id` = a random one.
   absl::StatusOr<ModelSessionInfo> CreateSession(const std::string& model,
-                                                 const std::string& session_id);
-  absl::StatusOr<ModelSessionInfo> GetSession(const std::string& id) const;
-  std::vector<ModelSessionInfo> ListSessions() const;
+                                                 const std::string& session_id,
+                                                 const Tenant& tenant = {});
+  absl::StatusOr<ModelSessionInfo> GetSession(const std::string& id,
+                                              const Tenant& tenant = {}) const;
+  std::vector<ModelSessionInfo> ListSessions(const Tenant& tenant = {}) const;
 
   // Requests but Generate take an optional CallLiveness: one whose caller
   // has gone before it commits is dropped and changes nothing
@@ -124,7 +131,8 @@ class GenerationEngine : private ComputeExecutor::Source {
 
   // Adds tokens to the context (prefill).
   void Append(const std::string& id, std::vector<int32_t> tokens,
-              InfoCallback done, CallLiveness caller = {});
+              InfoCallback done, CallLiveness caller = {},
+              const Tenant& tenant = {});
   // Appends `prompt` (may be empty), then samples until max_tokens, a stop
   // string, or the model's eos token. Cancel(*control) may come at any
   // time: the context then keeps the prompt and the tokens whose messages
@@ -132,7 +140,8 @@ class GenerationEngine : private ComputeExecutor::Source {
   // event says "cancelled".
   void Generate(const std::string& id, std::vector<int32_t> prompt,
                 SamplingParams params, EventCallback on_event,
-                std::shared_ptr<GenerateControl> control = nullptr);
+                std::shared_ptr<GenerateControl> control = nullptr,
+                const Tenant& tenant = {});
   // What a Generate's deliverer reports: the request is cancelled; one more
   // message with a token was delivered.
   void Cancel(GenerateControl& control);
@@ -144,12 +153,12 @@ class GenerationEngine : private ComputeExecutor::Source {
   // A new session with a copy of this one's context (after its queued
   // requests).
   void Fork(const std::string& id, const std::string& new_id, InfoCallback done,
-            CallLiveness caller = {});
+            CallLiveness caller = {}, const Tenant& tenant = {});
   // The session as bytes (core/session/snapshot.h: model name and
   // fingerprint, pending token, states).
   void Snapshot(const std::string& id,
                 std::function<void(absl::StatusOr<std::string>)> done,
-                CallLiveness caller = {});
+                CallLiveness caller = {}, const Tenant& tenant = {});
   // Snapshot() for the durable store's compaction: `done` also gets the
   // journal position the blob covers (DurableStore::committed_seq() when it
   // was taken, on the worker).
@@ -159,11 +168,12 @@ class GenerationEngine : private ComputeExecutor::Source {
   // A new session from Snapshot() bytes. FAILED_PRECONDITION when no loaded
   // model has the snapshot's name and fingerprint.
   absl::StatusOr<ModelSessionInfo> Restore(const std::string& bytes,
-                                           const std::string& session_id);
+                                           const std::string& session_id,
+                                           const Tenant& tenant = {});
   // Deletes the session after the requests queued before it; a Generate
   // among them is cancelled (its stream ends with "cancelled").
   void Delete(const std::string& id, std::function<void(absl::Status)> done,
-              CallLiveness caller = {});
+              CallLiveness caller = {}, const Tenant& tenant = {});
 
   // The table the engine's sessions live in.
   SessionManager& sessions() const { return *sessions_; }

@@ -40,6 +40,7 @@
 #include "core/model/model.h"
 #include "core/model/sampler.h"
 #include "core/scheduler/text_stream.h"
+#include "core/session/tenant.h"
 #include "core/util/call_liveness.h"
 #include "core/util/memory_budget.h"
 
@@ -116,6 +117,9 @@ struct GenerationJob {
   State state = State::kQueued;
   uint64_t seq = 0;  // arrival order over all sessions
   CallLiveness caller;
+  // Whose request it is: the session must be one it sees, and a fork
+  // belongs to it (core/session/tenant.h).
+  Tenant tenant;
 
   // The one callback of its kind.
   InfoCallback on_info;          // Append, Fork

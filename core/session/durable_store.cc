@@ -46,6 +46,8 @@ absl::string_view RecordName(uint8_t type) {
       return "tokens";
     case DurableRecord::kSampler:
       return "sampler";
+    case DurableRecord::kOwner:
+      return "owner";
   }
   return "unknown";
 }
@@ -54,6 +56,37 @@ std::string Incarnation(uint64_t incarnation) {
   std::string out;
   PutLittleEndian<uint64_t>(out, incarnation);
   return out;
+}
+
+// A stored snapshot (file or shared store) is its incarnation, then, for a
+// session with a tenant, this magic, the tenant's length (u16) and name,
+// then the snapshot itself (which starts with its own magic, so stores
+// written before tenants existed read as owned by "").
+constexpr char kOwnerMagic[8] = {'L', 'N', 'A', 'T', 'O', 'W', 'N', 'R'};
+inline constexpr size_t kMaxOwnerBytes = 1024;
+
+std::string OwnerSection(const std::string& owner) {
+  if (owner.empty()) return "";
+  std::string out(kOwnerMagic, sizeof(kOwnerMagic));
+  PutLittleEndian<uint16_t>(out, static_cast<uint16_t>(owner.size()));
+  return out + owner;
+}
+
+// Splits the owner section off `blob` (after the incarnation).
+absl::StatusOr<std::string> TakeOwnerSection(absl::string_view& blob) {
+  if (blob.size() < sizeof(kOwnerMagic) ||
+      std::memcmp(blob.data(), kOwnerMagic, sizeof(kOwnerMagic)) != 0) {
+    return std::string();
+  }
+  blob.remove_prefix(sizeof(kOwnerMagic));
+  if (blob.size() < 2) return absl::DataLossError("tenant cut short");
+  const uint16_t n = GetLittleEndian<uint16_t>(blob.data());
+  if (n == 0 || n > kMaxOwnerBytes || blob.size() < 2 + size_t{n}) {
+    return absl::DataLossError("tenant cut short");
+  }
+  std::string owner(blob.substr(2, n));
+  blob.remove_prefix(2 + size_t{n});
+  return owner;
 }
 
 void AppendFloats(std::string& out, const float* data, uint64_t n) {
@@ -74,6 +107,7 @@ struct Replayed {
   std::optional<ModelState> model_state;
   std::optional<int32_t> pending;
   SamplerPosition sampler;
+  std::string owner;          // its tenant
   std::vector<int32_t> feed;  // tokens joined, not yet run
   uint64_t state_bytes = 0;   // once in the table
 };
@@ -199,6 +233,7 @@ void DurableStore::OnCreated(const std::shared_ptr<Session>& session) {
       Entry& e = entries_[session->id()];
       e = Entry{};
       e.incarnation = it->second;
+      e.owner = session->owner();
       e.kind = session->kind();
       e.state_bytes = session->state_bytes();
       e.first_needed = 0;
@@ -213,6 +248,7 @@ void DurableStore::OnCreated(const std::shared_ptr<Session>& session) {
   Entry& e = entries_[session->id()];
   e = Entry{};
   e.incarnation = ticket;
+  e.owner = session->owner();
   e.kind = session->kind();
   e.state_bytes = session->state_bytes();
   staged_.push_back(
@@ -555,6 +591,10 @@ absl::Status DurableStore::CommitLocked(Group group,
     }
     auto [type, payload] = CreatePayload(*s.session);
     add(type, s.id, s.incarnation, Incarnation(s.incarnation) + payload);
+    if (!s.session->owner().empty()) {
+      add(DurableRecord::kOwner, s.id, s.incarnation,
+          Incarnation(s.incarnation) + s.session->owner());
+    }
   }
   for (const Group::Record& r : group.records_) {
     add(r.type, r.id, r.incarnation, r.body);
@@ -675,6 +715,11 @@ absl::Status DurableStore::CommitSharedLocked(std::vector<Staged> staged,
         auto [type, payload] = CreatePayload(*st.session);
         p.op.records.push_back(record(type, Incarnation(0) + payload));
         p.bytes = p.op.records.back().size();
+        if (!st.session->owner().empty()) {
+          p.op.records.push_back(record(DurableRecord::kOwner,
+                                        Incarnation(0) + st.session->owner()));
+          p.bytes += p.op.records.back().size();
+        }
         where[key] = batches.back().size();
         batches.back().push_back(std::move(p));
         continue;
@@ -854,14 +899,14 @@ absl::Status DurableStore::AwaitCreate(SessionManager& table,
   if (s.ok()) return s;
   std::shared_ptr<Session> found;
   if (session.kind() == SessionKind::kAttention) {
-    auto a = table.FindAttention(session.id());
+    auto a = table.FindAttention(session.id(), Tenant::Server());
     if (a.ok()) found = *a;
   } else {
-    auto m = table.FindModel(session.id());
+    auto m = table.FindModel(session.id(), Tenant::Server());
     if (m.ok()) found = *m;
   }
   if (found != nullptr && found->incarnation() == session.incarnation()) {
-    (void)table.Delete(session.id(), session.kind());
+    (void)table.Delete(session.id(), session.kind(), Tenant::Server());
   }
   // An id another replica's session holds: the request's own error.
   if (absl::IsAlreadyExists(s)) return s;
@@ -872,9 +917,9 @@ absl::Status DurableStore::AwaitCreate(SessionManager& table,
 }
 
 absl::Status DurableStore::Delete(SessionManager& table, absl::string_view id,
-                                  SessionKind kind) {
+                                  SessionKind kind, const Tenant& tenant) {
   const uint64_t before = last_ticket();
-  LINATTN_RETURN_IF_ERROR(table.Delete(id, kind));
+  LINATTN_RETURN_IF_ERROR(table.Delete(id, kind, tenant));
   const absl::Status s = SyncThrough(before + 1, last_ticket());
   if (s.ok()) return s;
   return absl::Status(s.code(),
@@ -968,7 +1013,8 @@ absl::Status DurableStore::WriteSnapshots(std::span<const Taken> snapshots) {
           continue;
         }
         blobs.push_back(
-            {t.due.id, it->second.epoch, t.seq, Incarnation(0) + t.blob});
+            {t.due.id, it->second.epoch, t.seq,
+             Incarnation(0) + OwnerSection(it->second.owner) + t.blob});
       }
     }
     std::vector<bool> written;
@@ -995,12 +1041,14 @@ absl::Status DurableStore::WriteSnapshots(std::span<const Taken> snapshots) {
   }
   // Sessions gone meanwhile keep nothing.
   std::vector<const Taken*> live;
+  std::vector<std::string> owners;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const Taken& t : snapshots) {
       auto it = entries_.find(t.due.id);
       if (it != entries_.end() && it->second.incarnation == t.due.incarnation) {
         live.push_back(&t);
+        owners.push_back(it->second.owner);
       }
     }
   }
@@ -1009,8 +1057,10 @@ absl::Status DurableStore::WriteSnapshots(std::span<const Taken> snapshots) {
   std::vector<SnapshotFiles::Replacement> files;
   data.reserve(live.size());
   files.reserve(live.size());
-  for (const Taken* t : live) {
-    data.push_back(Incarnation(t->due.incarnation) + t->blob);
+  for (size_t i = 0; i < live.size(); ++i) {
+    const Taken* t = live[i];
+    data.push_back(Incarnation(t->due.incarnation) + OwnerSection(owners[i]) +
+                   t->blob);
     files.push_back({t->due.id, t->seq, data.back()});
   }
   const absl::Status written =
@@ -1159,6 +1209,7 @@ absl::StatusOr<RecoveryReport> DurableStore::Recover(
   for (const auto& [id, r] : rebuilt->sessions) {
     Entry e;
     e.incarnation = r.incarnation;
+    e.owner = r.owner;
     e.kind = r.kind;
     e.state_bytes = r.state_bytes;
     e.first_needed = r.first_needed;
@@ -1202,7 +1253,11 @@ absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
         }
         Replayed r;
         r.incarnation = GetLittleEndian<uint64_t>(f.blob().data());
-        const absl::string_view blob = f.blob().substr(8);
+        absl::string_view blob = f.blob().substr(8);
+        auto owner = TakeOwnerSection(blob);
+        if (!owner.ok()) return refuse(owner.status());
+        r.owner = *std::move(owner);
+        if (blob.size() < 16) return refuse(absl::DataLossError("too short"));
         const uint32_t kind = GetLittleEndian<uint32_t>(blob.data() + 12);
         if (kind == static_cast<uint32_t>(SnapshotKind::kModelSession)) {
           auto parsed = ParseModelSnapshot(blob, models);
@@ -1420,6 +1475,16 @@ absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
         ++report.replayed;
         break;
       }
+      case DurableRecord::kOwner: {
+        if (body.empty() || body.size() > kMaxOwnerBytes) {
+          return bad("does not name a tenant");
+        }
+        if (!mine) break;
+        it->second.owner = std::string(body);
+        it->second.tail_bytes += bytes;
+        ++report.replayed;
+        break;
+      }
       case DurableRecord::kSampler: {
         if (body.size() != 16) return bad("is not a seed and a draw count");
         if (!mine || it->second.kind != SessionKind::kModel) break;
@@ -1575,9 +1640,11 @@ absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
     absl::StatusOr<std::shared_ptr<Session>> session;
     if (r.kind == SessionKind::kModel) {
       session = table.AdoptModelSession(r.model, *std::move(r.model_state),
-                                        r.pending, r.sampler, id);
+                                        r.pending, r.sampler, id, "session_id",
+                                        Tenant::Named(r.owner));
     } else {
-      session = table.AdoptSession(r.spec, *std::move(r.state), id);
+      session = table.AdoptSession(r.spec, *std::move(r.state), id,
+                                   "session_id", Tenant::Named(r.owner));
     }
     if (!session.ok()) {
       adopted = absl::Status(session.status().code(),
@@ -1595,8 +1662,9 @@ absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
   }
   LINATTN_RETURN_IF_ERROR(adopted);
   for (const auto& [id, r] : live) {
-    result.sessions[id] = RebuiltSession{r.incarnation, r.kind, r.state_bytes,
-                                         r.first_needed, r.tail_bytes};
+    result.sessions[id] =
+        RebuiltSession{r.incarnation, r.owner,        r.kind,
+                       r.state_bytes, r.first_needed, r.tail_bytes};
   }
   return result;
 }

@@ -113,6 +113,8 @@ enum class DurableRecord : uint8_t {
   kModelState = 8,
   kTokens = 9,
   kSampler = 10,
+  // The tenant a session belongs to (after its create, when not "").
+  kOwner = 11,
 };
 
 struct DurableStoreOptions {
@@ -229,7 +231,7 @@ class DurableStore final : public SessionObserver, public SessionGate {
   // from disk: the error says so, and the deletion goes with the next
   // commit.
   absl::Status Delete(SessionManager& table, absl::string_view id,
-                      SessionKind kind);
+                      SessionKind kind, const Tenant& tenant = {});
 
   // SessionObserver.
   void OnCreated(const std::shared_ptr<Session>& session) override;
@@ -338,6 +340,7 @@ class DurableStore final : public SessionObserver, public SessionGate {
   // What the store knows of a live session.
   struct Entry {
     uint64_t incarnation = 0;
+    std::string owner;  // its tenant (core/session/tenant.h)
     SessionKind kind = SessionKind::kAttention;
     uint64_t state_bytes = 0;
     // The first journal record recovery needs (UINT64_MAX until the
@@ -391,6 +394,7 @@ class DurableStore final : public SessionObserver, public SessionGate {
   };
   struct RebuiltSession {
     uint64_t incarnation = 0;
+    std::string owner;
     SessionKind kind = SessionKind::kAttention;
     uint64_t state_bytes = 0;
     uint64_t first_needed = 0;

@@ -159,18 +159,26 @@ absl::StatusOr<std::string> SessionManager::ChooseId(
 SessionReservation::SessionReservation(SessionReservation&& other) noexcept
     : manager_(std::exchange(other.manager_, nullptr)),
       kind_(other.kind_),
+      owner_(std::move(other.owner_)),
       attention_(std::move(other.attention_)),
       model_(std::move(other.model_)),
       bytes_(other.bytes_) {}
 
 SessionReservation::~SessionReservation() {
-  if (manager_ != nullptr) manager_->Release(bytes_);
+  if (manager_ != nullptr) manager_->Release(bytes_, owner_);
 }
 
-void SessionManager::Release(uint64_t bytes) {
+void SessionManager::Release(uint64_t bytes, const std::string& owner) {
   budget_->Give(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   --reserved_sessions_;
+  auto it = usage_.find(owner);
+  if (it == usage_.end()) return;
+  --it->second.reserved_sessions;
+  it->second.reserved_bytes -= bytes;
+  if (it->second.sessions == 0 && it->second.reserved_sessions == 0) {
+    usage_.erase(it);
+  }
 }
 
 std::shared_ptr<const Attention> SessionManager::CachedAttention(
@@ -189,7 +197,8 @@ std::shared_ptr<const Attention> SessionManager::CachedAttention(
 absl::Status SessionManager::Admit(uint64_t charge, uint64_t setup,
                                    absl::string_view requested_id,
                                    absl::string_view id_field,
-                                   const std::function<std::string()>& what) {
+                                   const std::function<std::string()>& what,
+                                   const Tenant& tenant) {
   // A requested id is checked now, so that a taken one costs no setup work
   // (and again when the session is added).
   if (!requested_id.empty()) {
@@ -200,14 +209,37 @@ absl::Status SessionManager::Admit(uint64_t charge, uint64_t setup,
         "sessions: the server holds its maximum of ", options_.max_sessions,
         " (attention and model sessions together)"));
   }
+  // The tenant's own quota before the server's memory: a tenant at its
+  // quota is told so, whatever the server has left.
+  const TenantQuota& quota = tenant.quota();
+  TenantUsage held;
+  if (auto it = usage_.find(tenant.name()); it != usage_.end()) {
+    held = it->second;
+  }
+  if (quota.max_sessions != 0 &&
+      held.sessions + held.reserved_sessions >= quota.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sessions: tenant '", tenant.name(), "' holds its quota of ",
+        quota.max_sessions, " session(s); delete one to make room"));
+  }
+  if (quota.max_state_bytes != 0 &&
+      held.bytes + held.reserved_bytes + charge > quota.max_state_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory: tenant '", tenant.name(), "' holds ",
+        held.bytes + held.reserved_bytes, " bytes of state of its quota of ",
+        quota.max_state_bytes, "; a new session needs ", charge));
+  }
   LINATTN_RETURN_IF_ERROR(budget_->Take(charge + setup, what()));
   ++reserved_sessions_;
+  TenantUsage& usage = usage_[tenant.name()];
+  ++usage.reserved_sessions;
+  usage.reserved_bytes += charge;
   return absl::OkStatus();
 }
 
 absl::StatusOr<SessionReservation> SessionManager::Reserve(
     const AttentionSpec& spec, absl::string_view requested_id,
-    absl::string_view id_field) {
+    absl::string_view id_field, const Tenant& tenant) {
   LINATTN_RETURN_IF_ERROR(ValidateSpec(spec));
   if (options_.max_message_bytes != 0 &&
       SessionMessageBytes(spec) > options_.max_message_bytes) {
@@ -226,17 +258,22 @@ absl::StatusOr<SessionReservation> SessionManager::Reserve(
     std::lock_guard<std::mutex> lock(mu_);
     attention = CachedAttention(spec);
     if (attention == nullptr) setup = FeatureMapSetupBytes(spec);
-    LINATTN_RETURN_IF_ERROR(Admit(charge, setup, requested_id, id_field, [&] {
-      return absl::StrCat(
-          "spec: a session needs ", StateBytes(spec), " bytes of state",
-          FeatureMapBytes(spec) != 0
-              ? absl::StrCat(" and ", FeatureMapBytes(spec), " of feature map")
-              : "",
-          setup != 0 ? absl::StrCat(", and ", setup, " more to set it up")
-                     : "");
-    }));
+    LINATTN_RETURN_IF_ERROR(Admit(
+        charge, setup, requested_id, id_field,
+        [&] {
+          return absl::StrCat(
+              "spec: a session needs ", StateBytes(spec), " bytes of state",
+              FeatureMapBytes(spec) != 0
+                  ? absl::StrCat(" and ", FeatureMapBytes(spec),
+                                 " of feature map")
+                  : "",
+              setup != 0 ? absl::StrCat(", and ", setup, " more to set it up")
+                         : "");
+        },
+        tenant));
   }
-  SessionReservation reservation(this, SessionKind::kAttention, charge);
+  SessionReservation reservation(this, SessionKind::kAttention, charge,
+                                 tenant.name());
   if (attention != nullptr) {
     reservation.attention_ = std::move(attention);
     return reservation;
@@ -266,16 +303,20 @@ absl::StatusOr<SessionReservation> SessionManager::Reserve(
 
 absl::StatusOr<SessionReservation> SessionManager::Reserve(
     std::shared_ptr<const Model> model, absl::string_view requested_id,
-    absl::string_view id_field) {
+    absl::string_view id_field, const Tenant& tenant) {
   const uint64_t charge = model->state_bytes();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    LINATTN_RETURN_IF_ERROR(Admit(charge, 0, requested_id, id_field, [&] {
-      return absl::StrCat("memory: a session of '", model->name(), "' needs ",
-                          charge, " bytes of state");
-    }));
+    LINATTN_RETURN_IF_ERROR(Admit(
+        charge, 0, requested_id, id_field,
+        [&] {
+          return absl::StrCat("memory: a session of '", model->name(),
+                              "' needs ", charge, " bytes of state");
+        },
+        tenant));
   }
-  SessionReservation reservation(this, SessionKind::kModel, charge);
+  SessionReservation reservation(this, SessionKind::kModel, charge,
+                                 tenant.name());
   reservation.model_ = std::move(model);
   return reservation;
 }
@@ -288,6 +329,11 @@ absl::Status SessionManager::Add(SessionReservation& reservation,
   session->observer_ = options_.observer;
   reservation.manager_ = nullptr;  // its bytes stay taken, as the session's
   --reserved_sessions_;
+  TenantUsage& usage = usage_[session->owner()];
+  --usage.reserved_sessions;
+  usage.reserved_bytes -= reservation.bytes_;
+  ++usage.sessions;
+  usage.bytes += session->charged_bytes();
   bytes_in_use_ += session->charged_bytes();
   sessions_.emplace(session->id(), session);
   // Under the lock: nothing can find the session before the observer hears
@@ -302,6 +348,13 @@ void SessionManager::Remove(
   const std::shared_ptr<Session> session = std::move(it->second);
   sessions_.erase(it);
   bytes_in_use_ -= session->charged_bytes();
+  if (auto u = usage_.find(session->owner()); u != usage_.end()) {
+    --u->second.sessions;
+    u->second.bytes -= session->charged_bytes();
+    if (u->second.sessions == 0 && u->second.reserved_sessions == 0) {
+      usage_.erase(u);
+    }
+  }
   budget_->Give(session->charged_bytes());
   if (options_.observer == nullptr) return;
   std::lock_guard<std::mutex> notify(session->notify_mu_);
@@ -332,7 +385,8 @@ absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::Commit(
   }
   for (;;) {
     auto session = std::make_shared<AttentionSession>(
-        IdFor(requested_id), "", reservation.attention_, std::move(state));
+        IdFor(requested_id), reservation.owner_, reservation.attention_,
+        std::move(state));
     absl::Status added = Add(reservation, session, id_field);
     if (added.ok()) return session;
     // A random id taken meanwhile (2^-128): draw another.
@@ -355,8 +409,8 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::Commit(
   }
   for (;;) {
     auto session = std::make_shared<ModelSession>(
-        IdFor(requested_id), "", reservation.model_, std::move(state), pending,
-        sampler);
+        IdFor(requested_id), reservation.owner_, reservation.model_,
+        std::move(state), pending, sampler);
     absl::Status added = Add(reservation, session, id_field);
     if (added.ok()) return session;
     if (!requested_id.empty() || !absl::IsAlreadyExists(added)) return added;
@@ -366,14 +420,14 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::Commit(
 
 absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::CreateSession(
     AttentionSpec spec, std::optional<float> epsilon,
-    absl::string_view requested_id) {
+    absl::string_view requested_id, const Tenant& tenant) {
   spec.epsilon = epsilon.value_or(options_.default_epsilon);
   if (absl::Status s = ValidateSpec(spec); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   }
   // Admission before allocation: every size is known from the spec.
   LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
-                           Reserve(spec, requested_id));
+                           Reserve(spec, requested_id, "session_id", tenant));
   std::optional<AttentionState> state;
   try {
     state.emplace(spec);
@@ -386,21 +440,23 @@ absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::CreateSession(
 
 absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::AdoptSession(
     const AttentionSpec& spec, AttentionState state,
-    absl::string_view requested_id, absl::string_view id_field) {
+    absl::string_view requested_id, absl::string_view id_field,
+    const Tenant& tenant) {
   if (!state.Matches(spec)) {
     return absl::InvalidArgumentError("state: does not match its spec");
   }
   LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
-                           Reserve(spec, requested_id, id_field));
+                           Reserve(spec, requested_id, id_field, tenant));
   return Commit(std::move(reservation), std::move(state), requested_id,
                 id_field);
 }
 
 absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::ForkSession(
     const AttentionSession& parent, absl::string_view requested_id,
-    absl::string_view id_field) {
-  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
-                           Reserve(parent.spec(), requested_id, id_field));
+    absl::string_view id_field, const Tenant& tenant) {
+  LINATTN_ASSIGN_OR_RETURN(
+      SessionReservation reservation,
+      Reserve(parent.spec(), requested_id, id_field, tenant));
   std::optional<AttentionState> copy;
   try {
     copy.emplace(parent.state().Copy());
@@ -415,9 +471,10 @@ absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::ForkSession(
 
 absl::StatusOr<std::shared_ptr<ModelSession>>
 SessionManager::CreateModelSession(std::shared_ptr<const Model> model,
-                                   absl::string_view requested_id) {
+                                   absl::string_view requested_id,
+                                   const Tenant& tenant) {
   LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
-                           Reserve(model, requested_id));
+                           Reserve(model, requested_id, "session_id", tenant));
   ModelState state;
   try {
     state = model->NewState();
@@ -432,19 +489,21 @@ SessionManager::CreateModelSession(std::shared_ptr<const Model> model,
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AdoptModelSession(
     std::shared_ptr<const Model> model, ModelState state,
     std::optional<int32_t> pending, SamplerPosition sampler,
-    absl::string_view requested_id, absl::string_view id_field) {
-  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
-                           Reserve(std::move(model), requested_id, id_field));
+    absl::string_view requested_id, absl::string_view id_field,
+    const Tenant& tenant) {
+  LINATTN_ASSIGN_OR_RETURN(
+      SessionReservation reservation,
+      Reserve(std::move(model), requested_id, id_field, tenant));
   return Commit(std::move(reservation), std::move(state), pending, sampler,
                 requested_id, id_field);
 }
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
     const ModelSession& parent, absl::string_view requested_id,
-    absl::string_view id_field) {
+    absl::string_view id_field, const Tenant& tenant) {
   LINATTN_ASSIGN_OR_RETURN(
       SessionReservation reservation,
-      Reserve(parent.shared_model(), requested_id, id_field));
+      Reserve(parent.shared_model(), requested_id, id_field, tenant));
   ModelState copy;
   try {
     copy = parent.state().Copy();
@@ -458,9 +517,13 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(
-    absl::string_view id, SessionKind kind) const {
+    absl::string_view id, SessionKind kind, const Tenant& tenant) const {
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return NoSuchSession(id);
+  // Another tenant's session is answered as no session at all: not even
+  // its kind is told.
+  if (it == sessions_.end() || !tenant.Sees(it->second->owner())) {
+    return NoSuchSession(id);
+  }
   if (it->second->kind() != kind) {
     return absl::NotFoundError(absl::StrCat(
         "session_id: '", id, "' is a ", SessionKindName(it->second->kind()),
@@ -505,48 +568,51 @@ bool SessionManager::HandOver(absl::string_view id, uint64_t incarnation) {
 }
 
 absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::FindAttention(
-    absl::string_view id) const {
+    absl::string_view id, const Tenant& tenant) const {
   LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
-                           Find(id, SessionKind::kAttention));
+                           Find(id, SessionKind::kAttention, tenant));
   return std::static_pointer_cast<AttentionSession>(std::move(s));
 }
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::FindModel(
-    absl::string_view id) const {
+    absl::string_view id, const Tenant& tenant) const {
   LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
-                           Find(id, SessionKind::kModel));
+                           Find(id, SessionKind::kModel, tenant));
   return std::static_pointer_cast<ModelSession>(std::move(s));
 }
 
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AcquireModel(
-    absl::string_view id) {
+    absl::string_view id, const Tenant& tenant) {
   LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
   LINATTN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s,
-                           Find(id, SessionKind::kModel));
+                           Find(id, SessionKind::kModel, tenant));
   s->pending().fetch_add(1);
   s->Touch();
   return std::static_pointer_cast<ModelSession>(std::move(s));
 }
 
-absl::Status SessionManager::Delete(absl::string_view id, SessionKind kind) {
+absl::Status SessionManager::Delete(absl::string_view id, SessionKind kind,
+                                    const Tenant& tenant) {
   LINATTN_RETURN_IF_ERROR(Consult(id));
   std::lock_guard<std::mutex> lock(mu_);
-  LINATTN_RETURN_IF_ERROR(Find(id, kind).status());
+  LINATTN_RETURN_IF_ERROR(Find(id, kind, tenant).status());
   Remove(sessions_.find(id), SessionObserver::Removal::kDeleted);
   return absl::OkStatus();
 }
 
 std::vector<std::shared_ptr<Session>> SessionManager::List(
-    SessionKind kind) const {
+    SessionKind kind, const Tenant& tenant) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Session>> out;
   for (const auto& [id, session] : sessions_) {
-    if (session->kind() == kind) out.push_back(session);
+    if (session->kind() == kind && tenant.Sees(session->owner())) {
+      out.push_back(session);
+    }
   }
   return out;
 }
@@ -571,6 +637,20 @@ SessionManager::Evicted SessionManager::EvictIdle(Clock::duration ttl) {
 uint64_t SessionManager::session_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return sessions_.size();
+}
+
+SessionManager::TenantUsage SessionManager::UsageOf(
+    absl::string_view tenant) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = usage_.find(tenant);
+  return it == usage_.end() ? TenantUsage{} : it->second;
+}
+
+size_t SessionManager::tenant_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [name, usage] : usage_) n += usage.sessions != 0 ? 1 : 0;
+  return n;
 }
 
 uint64_t SessionManager::state_bytes_in_use() const {

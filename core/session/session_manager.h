@@ -33,6 +33,7 @@
 #include "core/attention/attention.h"
 #include "core/model/model.h"
 #include "core/model/sampler.h"
+#include "core/session/tenant.h"
 #include "core/util/memory_budget.h"
 
 namespace linattn {
@@ -53,7 +54,8 @@ class Session {
 
   const std::string& id() const { return id_; }
   SessionKind kind() const { return kind_; }
-  // The tenant the session belongs to; empty until credentials name one.
+  // The tenant the session belongs to (core/session/tenant.h): the one
+  // whose request created it; "" on a server without API keys.
   const std::string& owner() const { return owner_; }
   uint64_t state_bytes() const { return state_bytes_; }
   // What the session is charged against the memory budget: its state plus,
@@ -263,11 +265,16 @@ class SessionReservation {
 
  private:
   friend class SessionManager;
-  SessionReservation(SessionManager* manager, SessionKind kind, uint64_t bytes)
-      : manager_(manager), kind_(kind), bytes_(bytes) {}
+  SessionReservation(SessionManager* manager, SessionKind kind, uint64_t bytes,
+                     std::string owner)
+      : manager_(manager),
+        kind_(kind),
+        owner_(std::move(owner)),
+        bytes_(bytes) {}
 
   SessionManager* manager_;  // null once committed or moved from
   SessionKind kind_;
+  std::string owner_;  // the tenant the session will belong to
   std::shared_ptr<const Attention> attention_;  // attention sessions
   std::shared_ptr<const Model> model_;          // model sessions
   uint64_t bytes_;
@@ -287,6 +294,12 @@ class SessionManager {
   static absl::StatusOr<std::unique_ptr<SessionManager>> Create(
       const SessionManagerOptions& options);
 
+  // Every call that creates a session takes the tenant it will belong to
+  // (checked against that tenant's quota, core/session/tenant.h); every
+  // lookup takes the tenant asking, and a session it may not see is
+  // NOT_FOUND exactly as an id no one holds. The default is the anonymous
+  // tenant of a server without keys.
+
   // --- Attention sessions ---
   // A new zero session. `requested_id` empty = an unguessable generated id;
   // otherwise 1–128 of [A-Za-z0-9._-], ALREADY_EXISTS if taken (by a
@@ -294,35 +307,36 @@ class SessionManager {
   // nullopt and resolved here.
   absl::StatusOr<std::shared_ptr<AttentionSession>> CreateSession(
       AttentionSpec spec, std::optional<float> epsilon,
-      absl::string_view requested_id);
+      absl::string_view requested_id, const Tenant& tenant = {});
   // A session holding `state` (from a snapshot): same admission checks; the
   // state's spec must be complete (epsilon resolved). `id_field` names the
   // request field the id came from in errors.
   absl::StatusOr<std::shared_ptr<AttentionSession>> AdoptSession(
       const AttentionSpec& spec, AttentionState state,
-      absl::string_view requested_id,
-      absl::string_view id_field = "session_id");
+      absl::string_view requested_id, absl::string_view id_field = "session_id",
+      const Tenant& tenant = {});
   // A copy of `parent` (its state is read: call where the state may be,
   // i.e. on the compute worker). Room is reserved before the copy is
   // allocated.
   absl::StatusOr<std::shared_ptr<AttentionSession>> ForkSession(
       const AttentionSession& parent, absl::string_view requested_id,
-      absl::string_view id_field = "new_session_id");
+      absl::string_view id_field = "new_session_id", const Tenant& tenant = {});
 
   // --- Model sessions ---
   // A session of `model` with an empty context.
   absl::StatusOr<std::shared_ptr<ModelSession>> CreateModelSession(
-      std::shared_ptr<const Model> model, absl::string_view requested_id);
+      std::shared_ptr<const Model> model, absl::string_view requested_id,
+      const Tenant& tenant = {});
   // A session holding a restored context (`state` of `model`'s shape).
   absl::StatusOr<std::shared_ptr<ModelSession>> AdoptModelSession(
       std::shared_ptr<const Model> model, ModelState state,
       std::optional<int32_t> pending, SamplerPosition sampler,
-      absl::string_view requested_id,
-      absl::string_view id_field = "session_id");
+      absl::string_view requested_id, absl::string_view id_field = "session_id",
+      const Tenant& tenant = {});
   // A copy of `parent`'s context (worker-only, as ForkSession).
   absl::StatusOr<std::shared_ptr<ModelSession>> ForkModelSession(
       const ModelSession& parent, absl::string_view requested_id,
-      absl::string_view id_field = "new_session_id");
+      absl::string_view id_field = "new_session_id", const Tenant& tenant = {});
 
   // The two halves of the above, for callers that allocate the state
   // themselves: Reserve checks the id (when one is requested), the session
@@ -333,10 +347,10 @@ class SessionManager {
   // Commit adds the session with `state` (which must match).
   absl::StatusOr<SessionReservation> Reserve(
       const AttentionSpec& spec, absl::string_view requested_id,
-      absl::string_view id_field = "session_id");
+      absl::string_view id_field = "session_id", const Tenant& tenant = {});
   absl::StatusOr<SessionReservation> Reserve(
       std::shared_ptr<const Model> model, absl::string_view requested_id,
-      absl::string_view id_field = "session_id");
+      absl::string_view id_field = "session_id", const Tenant& tenant = {});
   absl::StatusOr<std::shared_ptr<AttentionSession>> Commit(
       SessionReservation reservation, AttentionState state,
       absl::string_view requested_id,
@@ -352,19 +366,22 @@ class SessionManager {
   // session of the other kind is NOT_FOUND too, with a message naming the
   // service it belongs to.
   absl::StatusOr<std::shared_ptr<AttentionSession>> FindAttention(
-      absl::string_view id) const;
+      absl::string_view id, const Tenant& tenant = {}) const;
   absl::StatusOr<std::shared_ptr<ModelSession>> FindModel(
-      absl::string_view id) const;
+      absl::string_view id, const Tenant& tenant = {}) const;
   // FindModel for work about to be queued: under the table's lock the
   // session is marked used and its pending() count raised, so idle eviction
   // cannot take it in between. The caller lowers pending() when the work
   // is done.
   absl::StatusOr<std::shared_ptr<ModelSession>> AcquireModel(
-      absl::string_view id);
+      absl::string_view id, const Tenant& tenant = {});
   // Removes the session `id` of `kind` (as FindAttention/FindModel refuse
   // the other kind).
-  absl::Status Delete(absl::string_view id, SessionKind kind);
-  std::vector<std::shared_ptr<Session>> List(SessionKind kind) const;
+  absl::Status Delete(absl::string_view id, SessionKind kind,
+                      const Tenant& tenant = {});
+  // The sessions of `kind` that `tenant` sees.
+  std::vector<std::shared_ptr<Session>> List(SessionKind kind,
+                                             const Tenant& tenant = {}) const;
 
   // Removes sessions of both kinds unused for longer than `ttl` with no
   // work pending; returns how many of each.
@@ -375,6 +392,16 @@ class SessionManager {
   Evicted EvictIdle(Clock::duration ttl);
 
   uint64_t session_count() const;
+  // What one tenant holds (sessions committed; their charged bytes).
+  struct TenantUsage {
+    uint64_t sessions = 0;
+    uint64_t bytes = 0;
+    uint64_t reserved_sessions = 0;  // reservations not yet committed
+    uint64_t reserved_bytes = 0;
+  };
+  TenantUsage UsageOf(absl::string_view tenant) const;
+  // Tenants holding at least one session.
+  size_t tenant_count() const;
   // Bytes charged by the sessions in the table (see Session::charged_bytes),
   // not counting reservations in progress.
   uint64_t state_bytes_in_use() const;
@@ -404,14 +431,15 @@ class SessionManager {
   // Under mu_: the slot and `charge` + `setup` bytes for a new session.
   absl::Status Admit(uint64_t charge, uint64_t setup,
                      absl::string_view requested_id, absl::string_view id_field,
-                     const std::function<std::string()>& what)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     const std::function<std::string()>& what,
+                     const Tenant& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a built session (under its own id) in place of its reservation.
   absl::Status Add(SessionReservation& reservation,
                    std::shared_ptr<Session> session,
                    absl::string_view id_field);
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view id,
-                                                SessionKind kind) const
+                                                SessionKind kind,
+                                                const Tenant& tenant) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Under mu_: takes `it` out of the table, gives its memory back and tells
   // the observer.
@@ -422,7 +450,7 @@ class SessionManager {
   // drawn once per distinct spec).
   std::shared_ptr<const Attention> CachedAttention(const AttentionSpec& spec)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Release(uint64_t bytes);
+  void Release(uint64_t bytes, const std::string& owner);
   // The gate's say before a lookup of `id` (see SessionGate).
   absl::Status Consult(absl::string_view id) const;
 
@@ -435,6 +463,8 @@ class SessionManager {
   uint64_t bytes_in_use_ ABSL_GUARDED_BY(mu_) = 0;
   // Reservations not yet committed (their bytes are taken from budget_).
   uint64_t reserved_sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per tenant (entries go when a tenant holds and reserves nothing).
+  std::map<std::string, TenantUsage, std::less<>> usage_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<const Attention>> attentions_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -776,18 +776,20 @@ TEST(AttentionServiceDrain, SigtermEndsIdleStreamsAndExitsAtOnce) {
 // (UNAVAILABLE), and the client learns of every step that changed its
 // session.
 TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
-  // A grace period long enough for the prefill on a loaded machine: the
-  // step must be answered because it ran, not because the grace ended.
+  // A grace period far longer than the prefill on a loaded machine (rounds
+  // of one token take from 50 us to over half a millisecond under a
+  // parallel test run): the step must be answered because it ran, not
+  // because the grace ended.
   auto server =
       ServerProcess::Start({"--model", "none", "--prefill-tokens-per-round",
-                            "1", "--grace-period", "120"});
+                            "1", "--grace-period", "600"});
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session a = Create(*stub, ProtoSpec(1, 2, 2));
-  // 200,000 rounds of one token (seconds): still running when the step,
+  // 60,000 rounds of one token (seconds): still running when the step,
   // written after it, has had a second to reach the server before SIGTERM
   // (a step the server has not read when the drain begins is refused).
-  constexpr int kTokens = 200000;
+  constexpr int kTokens = 60000;
   v1::PrefillRequest pre;
   pre.set_session_id(a.session_id());
   pre.set_tokens(kTokens);

@@ -20,11 +20,13 @@ struct HttpReply {
 
 // GET, DELETE, or POST of `body` as application/json (sent as given, so a
 // test may send what is not JSON).
+// `bearer`: an API key, sent as "Authorization: Bearer KEY".
 inline HttpReply HttpCall(int port, const std::string& method,
-                          const std::string& path,
-                          const std::string& body = "") {
+                          const std::string& path, const std::string& body = "",
+                          const std::string& bearer = "") {
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(60, 0);
+  if (!bearer.empty()) client.set_bearer_token_auth(bearer.c_str());
   httplib::Result r = method == "GET" ? client.Get(path.c_str())
                       : method == "DELETE"
                           ? client.Delete(path.c_str())

@@ -28,6 +28,63 @@ TEST(SessionManager, AdmissionByCountAndExactStateBytes) {
   EXPECT_TRUE(manager->CreateSession(spec, std::nullopt, "").ok());
 }
 
+TEST(SessionManager, TenantsSeeTheirOwnAndAreHeldToTheirQuotas) {
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 4, .value_dim = 4};
+  const uint64_t bytes = SessionChargeBytes(spec);
+  auto manager = *SessionManager::Create({.max_sessions = 100});
+  const Tenant alpha = Tenant::Named("alpha", false, {.max_sessions = 2});
+  const Tenant beta =
+      Tenant::Named("beta", false, {.max_state_bytes = 3 * bytes});
+  const Tenant admin = Tenant::Named("ops", /*admin=*/true);
+  ASSERT_TRUE(manager->CreateSession(spec, std::nullopt, "a1", alpha).ok());
+  ASSERT_TRUE(manager->CreateSession(spec, std::nullopt, "a2", alpha).ok());
+  auto third = manager->CreateSession(spec, std::nullopt, "", alpha);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(), ::testing::HasSubstr("'alpha'"));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(manager->CreateSession(spec, std::nullopt, "", beta).ok());
+  }
+  auto over = manager->CreateSession(spec, std::nullopt, "", beta);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(), ::testing::HasSubstr("'beta'"));
+  // Refused admissions hold nothing.
+  EXPECT_EQ(manager->UsageOf("alpha").sessions, 2u);
+  EXPECT_EQ(manager->UsageOf("alpha").reserved_sessions, 0u);
+  EXPECT_EQ(manager->UsageOf("beta").bytes, 3 * bytes);
+  EXPECT_EQ(manager->tenant_count(), 2u);
+
+  // Another tenant's session is NOT_FOUND, as an id no one holds; the
+  // anonymous tenant sees only sessions of "".
+  EXPECT_TRUE(manager->FindAttention("a1", alpha).ok());
+  auto hidden = manager->FindAttention("a1", beta);
+  EXPECT_EQ(hidden.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(hidden.status().message(), "session_id: no session 'a1'");
+  EXPECT_FALSE(manager->FindAttention("a1").ok());
+  EXPECT_EQ(manager->Delete("a1", SessionKind::kAttention, beta).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager->List(SessionKind::kAttention, alpha).size(), 2u);
+  EXPECT_EQ(manager->List(SessionKind::kAttention, beta).size(), 3u);
+  EXPECT_EQ(manager->List(SessionKind::kAttention, admin).size(), 5u);
+  EXPECT_TRUE(manager->FindAttention("a1", admin).ok());
+  EXPECT_TRUE(manager->FindAttention("a1", Tenant::Server()).ok());
+
+  // A fork belongs to whoever forks; a deletion gives the quota back.
+  auto parent = *manager->FindAttention("a1", alpha);
+  auto fork = manager->ForkSession(*parent, "copy", "new_session_id", admin);
+  ASSERT_TRUE(fork.ok());
+  EXPECT_EQ((*fork)->owner(), "ops");
+  EXPECT_EQ(manager->ForkSession(*parent, "", "new_session_id", alpha)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(manager->Delete("a2", SessionKind::kAttention, alpha).ok());
+  EXPECT_EQ(manager->UsageOf("alpha").sessions, 1u);
+  EXPECT_TRUE(manager->CreateSession(spec, std::nullopt, "", alpha).ok());
+  manager->EvictIdle(std::chrono::seconds(0));
+  EXPECT_EQ(manager->tenant_count(), 0u);
+  EXPECT_EQ(manager->UsageOf("beta").bytes, 0u);
+}
+
 TEST(SessionManager, IdsAndDefaults) {
   auto manager = *SessionManager::Create({});
   auto a = manager->CreateSession({}, std::nullopt, "");

@@ -11,8 +11,8 @@
             for event in m.generate("In the beginning", max_tokens=20):
                 print(event.text, end="")
 
-Client: the channel, health (grpc.health.v1) and the calls that create or
-find sessions. Session (AttentionService): decode, prefill, inspect,
+Client: the channel (plaintext, TLS or mTLS, with an optional API key),
+health (grpc.health.v1) and the calls that create or find sessions. Session (AttentionService): decode, prefill, inspect,
 snapshot, fork. ModelSession (GenerationService): append, generate,
 complete, snapshot, fork. Errors keep the gRPC status (linattn_client.errors).
 The generated protobuf modules are in linattn_client.proto.

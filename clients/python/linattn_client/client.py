@@ -4,7 +4,7 @@ import time
 
 import grpc
 
-from . import _rpc, errors
+from . import _connection, _rpc, errors
 from .attention import AttentionSpec, Session, SessionInfo, _decode_request, _output, _tokens
 from .generation import ModelInfo, ModelSession, ModelSessionInfo
 from .proto import (attention_pb2, attention_pb2_grpc, generation_pb2, generation_pb2_grpc,
@@ -30,26 +30,49 @@ class Client:
         with linattn_client.Client("127.0.0.1:50051", timeout=30) as client:
             assert client.health() == "SERVING"
 
+    Over TLS, with a client certificate (mTLS) and an API key:
+
+        client = linattn_client.Client("linattn.example:50051", tls_ca="ca.pem",
+                                       tls_cert="client.pem", tls_key="client.key",
+                                       api_key=pathlib.Path("api-key").read_text().strip())
+
     target: host:port (any gRPC target). timeout: the deadline in seconds of
     every call (a Generate stream or a decode counts as one call); None = no
-    deadline. credentials: grpc.ChannelCredentials for TLS (default
-    plaintext). options: extra gRPC channel arguments (message sizes are
+    deadline. options: extra gRPC channel arguments (message sizes are
     unlimited on this side; the server enforces its own limit).
 
+    TLS (default plaintext), either through grpc.ChannelCredentials as
+    credentials, or through files (not both: ValueError):
+    - tls_ca: path of the PEM CA certificates that verify the server's
+      certificate (default: the system's);
+    - tls_cert, tls_key: paths of the PEM certificate chain this client
+      presents and its private key (mTLS), both or neither (ValueError);
+    - tls_server_name: the name the server's certificate must carry, instead
+      of the host of target (an IP address, or a proxy's name).
+    Giving any of these four turns TLS on. A file that cannot be read raises
+    OSError; one that is empty or not PEM, ValueError.
+
+    api_key: sent as `authorization: Bearer KEY` metadata on every call, over
+    TLS or plaintext (where it crosses the network in the clear); None (the
+    default) takes the environment's LINATTN_API_KEY (unset or empty = no
+    key), "" sends none. A key must be printable ASCII not starting with a
+    space (ValueError otherwise).
+
     The client is thread-safe; close() (or leaving the `with` block) closes
-    the channel. channel, attention_stub, generation_stub and health_stub are
-    there for calls these wrappers do not make.
+    the channel. channel (which adds the API key to every call made on it),
+    attention_stub, generation_stub and health_stub are there for calls
+    these wrappers do not make.
     """
 
-    def __init__(self, target="127.0.0.1:50051", *, timeout=None, credentials=None, options=()):
+    def __init__(self, target="127.0.0.1:50051", *, timeout=None, credentials=None, options=(),
+                 tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None, api_key=None):
         self.target = target
         self.timeout = timeout
         opts = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
         opts += list(options)
-        if credentials is None:
-            self.channel = grpc.insecure_channel(target, options=opts)
-        else:
-            self.channel = grpc.secure_channel(target, credentials, options=opts)
+        self.channel = _connection.open_channel(
+            target, credentials=credentials, options=opts, tls_ca=tls_ca, tls_cert=tls_cert,
+            tls_key=tls_key, tls_server_name=tls_server_name, api_key=api_key)
         self.attention_stub = attention_pb2_grpc.AttentionServiceStub(self.channel)
         self.generation_stub = generation_pb2_grpc.GenerationServiceStub(self.channel)
         self.health_stub = health_pb2_grpc.HealthStub(self.channel)
