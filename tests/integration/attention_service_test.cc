@@ -786,10 +786,10 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session a = Create(*stub, ProtoSpec(1, 2, 2));
-  // 60,000 rounds of one token (seconds): still running when the step,
+  // 200,000 rounds of one token (seconds): still running when the step,
   // written after it, has had a second to reach the server before SIGTERM
   // (a step the server has not read when the drain begins is refused).
-  constexpr int kTokens = 60000;
+  constexpr int kTokens = 200000;
   v1::PrefillRequest pre;
   pre.set_session_id(a.session_id());
   pre.set_tokens(kTokens);
