@@ -30,6 +30,9 @@ packages=(
   libsentencepiece-dev
   # the shared state store's Redis client, and the HTTP listener
   libhiredis-dev libcpp-httplib-dev
+  # operations: Prometheus metrics (prometheus-cpp's core library), and
+  # OpenSSL (API keys' hashes, TLS)
+  prometheus-cpp-dev libssl-dev
   # tests and benchmarks (python3: the report scripts in bench/ and the
   # container check, standard library only)
   libgtest-dev libgmock-dev libbenchmark-dev python3
@@ -59,6 +62,10 @@ if ((python)); then
     # the explorer page in a headless Chromium (driven by playwright-core
     # from npm, tests/http)
     curl chromium
+    # the observability tests: Prometheus (and promtool) scraping a server
+    # and checking deploy/prometheus's rules; openssl makes the TLS tests'
+    # certificates
+    prometheus openssl
   )
   # kubectl renders deploy/k8s (`kubectl kustomize`), and Node.js runs the
   # schema check: Debian's, unless the machine has its own.

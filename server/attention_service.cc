@@ -149,11 +149,17 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
   AttentionSession* raw = session.get();
   scheduler_->Prefill(
       std::move(session), in, out,
-      [reactor, response, raw,
-       available = std::move(available)](absl::Status status) mutable {
+      [reactor, response, raw, available = std::move(available),
+       o = gate()->observability(),
+       start = ContextOf(ctx).start](absl::Status status) mutable {
         if (status.ok()) {
           CopyAvailable(available, response->mutable_available());
           response->set_position(raw->state().position());
+          if (o != nullptr) {
+            o->Prefill(std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count());
+          }
         } else {
           response->Clear();
         }
@@ -219,6 +225,7 @@ class AttentionServiceImpl::StepStreamReactor
       if (finished_) return;
       busy_ = true;
     }
+    step_start_ = std::chrono::steady_clock::now();
     if (absl::Status s = StartStep(); !s.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -265,6 +272,12 @@ class AttentionServiceImpl::StepStreamReactor
   // finishes it), so a client learns of every step that changed its
   // session.
   void StepDone(const absl::Status& status) {
+    if (Observability* o = service_->gate()->observability();
+        o != nullptr && status.ok()) {
+      o->DecodeStep(std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - step_start_)
+                        .count());
+    }
     std::unique_lock<std::mutex> lock(mu_);
     if (!status.ok()) {
       busy_ = false;
@@ -288,7 +301,9 @@ class AttentionServiceImpl::StepStreamReactor
   }
 
   AttentionServiceImpl* const service_;
-  CallContext* const call_;      // the stream's: its tenant, for the access log
+  CallContext* const call_;  // the stream's: its tenant, for the access log
+  // When the message in flight was read (one at a time).
+  std::chrono::steady_clock::time_point step_start_;
   const CallLiveness liveness_;  // a step of a stream that ended is dropped
   Checked<Request> read_;
   const Request& request_ = read_.message;

@@ -130,8 +130,16 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   engine_->Append(
       request->session_id(), std::move(*tokens),
-      [reactor, response](absl::StatusOr<ModelSessionInfo> info) {
-        if (info.ok()) ToProto(*info, response);
+      [reactor, response, o = gate()->observability(),
+       start = ContextOf(ctx).start](absl::StatusOr<ModelSessionInfo> info) {
+        if (info.ok()) {
+          ToProto(*info, response);
+          if (o != nullptr) {
+            o->Prefill(std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count());
+          }
+        }
         reactor->Finish(ToGrpcStatus(info.status()));
       },
       LivenessOf(ctx), TenantOf(ctx));
@@ -146,8 +154,9 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
 class GenerationServiceImpl::GenerateReactor final
     : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(GenerationEngine* engine, CallContext* call)
-      : channel_(std::make_shared<Channel>(engine, call)) {
+  GenerateReactor(GenerationEngine* engine, CallContext* call,
+                  Observability* observability)
+      : channel_(std::make_shared<Channel>(engine, call, observability)) {
     channel_->reactor = this;
   }
 
@@ -210,9 +219,14 @@ class GenerationServiceImpl::GenerateReactor final
 
  private:
   struct Channel {
-    Channel(GenerationEngine* e, CallContext* c) : engine(e), call(c) {}
+    Channel(GenerationEngine* e, CallContext* c, Observability* o)
+        : engine(e), call(c), observability(o), last_token(c->start) {}
     GenerationEngine* const engine;
     CallContext* const call;  // valid while `reactor` is set
+    Observability* const observability;
+    // The call's start, then its last token's arrival.
+    std::chrono::steady_clock::time_point last_token;
+    bool had_token = false;
     const std::shared_ptr<GenerateControl> control =
         std::make_shared<GenerateControl>(/*paced=*/true);
     std::mutex mu;
@@ -231,6 +245,18 @@ class GenerationServiceImpl::GenerateReactor final
       // Usage grows event by event: the last one seen is the call's.
       if (e.prompt_tokens != 0) call->tokens_in.store(e.prompt_tokens);
       if (e.completion_tokens != 0) call->tokens_out.store(e.completion_tokens);
+      if (e.token_id >= 0 && observability != nullptr) {
+        const auto now = std::chrono::steady_clock::now();
+        const double seconds =
+            std::chrono::duration<double>(now - last_token).count();
+        if (had_token) {
+          observability->BetweenTokens(seconds);
+        } else {
+          observability->FirstToken(seconds);
+        }
+        had_token = true;
+        last_token = now;
+      }
       if (e.status.ok() &&
           (e.token_id >= 0 || !e.text.empty() || !e.finish_reason.empty()) &&
           !broken && !cancelled) {
@@ -272,7 +298,8 @@ class GenerationServiceImpl::GenerateReactor final
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
-  auto* reactor = new GenerateReactor(engine_, &ContextOf(ctx));
+  auto* reactor =
+      new GenerateReactor(engine_, &ContextOf(ctx), gate()->observability());
   reactor->Start(*request);
   return reactor;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/attention/explainer.h"
@@ -25,6 +26,32 @@ json ModelJson(const Model& m, int64_t created) {
 
 }  // namespace
 
+absl::StatusOr<int> BindHttpListener(httplib::Server& s,
+                                     const ListenAddress& listen,
+                                     absl::string_view flag) {
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
+  // a second server share the port and split its clients.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  std::string host = listen.host;
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  if (listen.port == 0) {
+    port = s.bind_to_any_port(host);
+  } else if (s.bind_to_port(host, listen.port)) {
+    port = listen.port;
+  }
+  if (port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": cannot bind ", listen.ToString()));
+  }
+  return port;
+}
+
 absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
     const HttpFrontendOptions& options, GenerationEngine* engine,
     CallGate* gate) {
@@ -40,31 +67,23 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   f->created_ = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
-  f->server_ = std::make_unique<httplib::Server>();
+  if (options.tls != nullptr) {
+    TlsIdentity* tls = options.tls;
+    f->server_ = std::make_unique<httplib::SSLServer>(
+        [tls](SSL_CTX& ctx) { return tls->SetUpHttpContext(ctx); });
+    if (!f->server_->is_valid()) {
+      return absl::InternalError("--http-listen: setting up TLS failed");
+    }
+  } else {
+    f->server_ = std::make_unique<httplib::Server>();
+  }
   httplib::Server& s = *f->server_;
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
-  // a second server share the port and split its clients.
-  s.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   const int threads = options.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(options.max_body_bytes);
   f->Route();
-  std::string host = options.listen.host;
-  if (!host.empty() && host.front() == '[') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (options.listen.port == 0) {
-    f->port_ = s.bind_to_any_port(host);
-  } else if (s.bind_to_port(host, options.listen.port)) {
-    f->port_ = options.listen.port;
-  }
-  if (f->port_ <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--http-listen: cannot bind ", options.listen.ToString()));
-  }
+  LINATTN_ASSIGN_OR_RETURN(
+      f->port_, BindHttpListener(s, options.listen, "--http-listen"));
   f->thread_ = std::thread([p = f.get()] {
     p->server_->listen_after_bind();
     p->listening_done_ = true;
@@ -95,6 +114,8 @@ void HttpFrontend::Route() {
   s.set_pre_routing_handler([this](const httplib::Request& req,
                                    httplib::Response& res) {
     using Outcome = httplib::Server::HandlerResponse;
+    // A new request on this thread: its access line starts now.
+    CurrentHttpCall() = HttpCallNote{std::chrono::steady_clock::now()};
     // Before the body is read: httplib holds --max-message-bytes against
     // Content-Length only, so a body it would read without one (chunked,
     // to the end of the stream) or that grows as it is read (compressed)
@@ -156,6 +177,43 @@ void HttpFrontend::Route() {
     auto result = Explain(options);
     if (!result.ok()) return SendStatus(res, result.status());
     SendJson(res, ExplainJson(*result));
+  });
+  // The access line and request metrics, once the response (a stream
+  // included) is written; same thread as its handler.
+  s.set_logger([this](const httplib::Request& req,
+                      const httplib::Response& res) {
+    Observability* o = gate_->observability();
+    if (o == nullptr) return;
+    HttpCallNote& note = CurrentHttpCall();
+    CallRecord r;
+    r.protocol = "http";
+    r.method = absl::StrCat(req.method, " ", req.path);
+    r.service_label = "http";
+    r.method_label = HttpRouteLabel(req.method, req.path);
+    r.code = res.status;
+    r.status = absl::StrCat(res.status);
+    r.failed = res.status >= 400;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                              note.start)
+                    .count();
+    r.tenant = note.tenant;
+    r.session = note.session;
+    if (r.session.empty() && req.matches.size() > 1 &&
+        (absl::StartsWith(req.path, "/v1/sessions/") ||
+         absl::StartsWith(req.path, "/v1/responses/"))) {
+      r.session = req.matches[1];
+    }
+    r.tokens_in = note.tokens_in;
+    r.tokens_out = note.tokens_out;
+    r.peer = absl::StrCat(req.remote_addr, ":", req.remote_port);
+    o->CallEnded(r);
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    Observability* o = gate_->observability();
+    if (o == nullptr) {
+      return SendError(res, 404, "this server keeps no metrics");
+    }
+    res.set_content(o->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (gate_->draining()) {

@@ -42,6 +42,7 @@
 #include "server/listen_address.h"
 #include "server/openai_api.h"
 #include "server/rpc_entry.h"
+#include "server/tls.h"
 
 namespace httplib {
 class Server;
@@ -58,7 +59,16 @@ struct HttpFrontendOptions {
   // The generation endpoints' limits (server/openai_api.h); generations at
   // once are threads − 8.
   size_t max_stored_responses = 1024;
+  // HTTPS with these files (server/tls.h); null = plain HTTP. Outlives the
+  // frontend.
+  TlsIdentity* tls = nullptr;
 };
+
+// Binds `s` to `listen` (port 0 picks one) without SO_REUSEPORT; the port
+// bound, or UNAVAILABLE naming `flag`.
+absl::StatusOr<int> BindHttpListener(httplib::Server& s,
+                                     const ListenAddress& listen,
+                                     absl::string_view flag);
 
 class HttpFrontend {
  public:

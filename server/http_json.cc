@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "server/observability.h"
 
 namespace linattn {
 
@@ -104,6 +105,7 @@ absl::StatusOr<Tenant> AuthenticateHttp(const ApiKeys* keys,
                                         httplib::Response& res) {
   if (keys == nullptr) return Tenant();
   auto tenant = keys->Authenticate(req.get_header_value("Authorization"));
+  if (tenant.ok()) CurrentHttpCall().tenant = tenant->name();
   if (!tenant.ok()) {
     // RFC 6750: the scheme to use; OpenAI's clients read the body.
     res.set_header("WWW-Authenticate", "Bearer");

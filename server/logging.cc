@@ -16,7 +16,8 @@ using nlohmann::json;
 constexpr char kAccessLogger[] = "access";
 
 // JSON text of `value` whatever its strings hold.
-std::string Dump(const json& value) {
+template <typename Json>
+std::string Dump(const Json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -40,7 +41,7 @@ class JsonFormatter final : public spdlog::formatter {
  public:
   void format(const spdlog::details::log_msg& msg,
               spdlog::memory_buf_t& dest) override {
-    json line = json::object();
+    nlohmann::ordered_json line = nlohmann::ordered_json::object();
     line["time"] = UtcTime(msg.time);
     const auto level = spdlog::level::to_string_view(msg.level);
     line["level"] = std::string(level.data(), level.size());
@@ -78,9 +79,13 @@ void SetUpLogging(const std::string& level, bool json_output, bool access_log) {
       kAccessLogger, logger->sinks().begin(), logger->sinks().end());
   spdlog::register_logger(access);
   access_logger = access;
-  spdlog::set_level(spdlog::level::from_str(level));
-  // Access lines are info: on at info and below, unless turned off.
-  access->set_level(access_log ? spdlog::level::info : spdlog::level::off);
+  const spdlog::level::level_enum threshold = spdlog::level::from_str(level);
+  spdlog::set_level(threshold);
+  // Access lines are info: written when the level lets info through,
+  // unless turned off.
+  access->set_level(access_log && threshold <= spdlog::level::info
+                        ? spdlog::level::info
+                        : spdlog::level::off);
   json_lines = json_output;
   if (json_output) {
     spdlog::set_formatter(std::make_unique<JsonFormatter>());

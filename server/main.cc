@@ -177,8 +177,18 @@ int main(int argc, char** argv) {
       ->envname("LINATTN_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
-  app.add_flag("--log-json", log_json, "one JSON object per log line")
+  app.add_flag("--log-json", log_json,
+               "one JSON object per log line (access lines carry their "
+               "fields at the top level)")
       ->envname("LINATTN_LOG_JSON");
+  std::string access_log = "on";
+  app.add_option("--access-log", access_log,
+                 "one line per gRPC call and HTTP request (method, session, "
+                 "tenant, status, latency, tokens in and out), at info "
+                 "level: on | off")
+      ->envname("LINATTN_ACCESS_LOG")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   const std::string builtin = BuiltinModelDir();
   std::vector<std::string> models;
   app.add_option("--model", models,
@@ -285,6 +295,25 @@ int main(int argc, char** argv) {
                  "Default: no keys, one anonymous tenant")
       ->envname("LINATTN_API_KEYS")
       ->check(CLI::ExistingFile);
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "HOST:PORT serving Prometheus' /metrics on a listener of "
+                 "its own (the HTTP listener serves /metrics too when it is "
+                 "on); default: none")
+      ->envname("LINATTN_METRICS_LISTEN");
+  app.add_option("--tls-cert", options.tls.cert,
+                 "PEM certificate chain (leaf first): gRPC and HTTP serve TLS "
+                 "with it (needs --tls-key); SIGHUP reads it again")
+      ->envname("LINATTN_TLS_CERT")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", options.tls.key,
+                 "PEM private key of --tls-cert's certificate")
+      ->envname("LINATTN_TLS_KEY")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-client-ca", options.tls.client_ca,
+                 "PEM CA certificates: clients must present a certificate "
+                 "one of them signed (mTLS, both listeners)")
+      ->envname("LINATTN_TLS_CLIENT_CA")
+      ->check(CLI::ExistingFile);
   std::string http_port_file;
   app.add_option("--http-port-file", http_port_file,
                  "write the HTTP listener's bound port here once serving")
@@ -299,7 +328,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  linattn::SetUpLogging(log_level, log_json);
+  linattn::SetUpLogging(log_level, log_json, access_log == "on");
 
   options.sessions.max_state_bytes = *linattn::ParseByteSize(max_memory);
   options.transport_memory_bytes = *linattn::ParseByteSize(transport_memory);
@@ -379,6 +408,16 @@ int main(int argc, char** argv) {
     sigwait(&signals, &signal_number);
     if (signal_number == SIGHUP) {
       // Reloads what is read from files; sessions and calls go on.
+      if (options.tls.enabled()) {
+        const absl::Status s = (*server)->ReloadTls();
+        if (s.ok()) {
+          spdlog::info("SIGHUP: TLS certificate reloaded: {}",
+                       (*server)->tls()->Describe());
+        } else {
+          spdlog::error("SIGHUP: keeping the TLS certificate in use: {}",
+                        std::string(s.message()));
+        }
+      }
       if (!options.api_keys_file.empty()) {
         const absl::Status s = (*server)->ReloadKeys();
         if (s.ok()) {
@@ -418,12 +457,16 @@ int main(int argc, char** argv) {
   drain.join();
   const linattn::SchedulerStats stats = (*server)->scheduler().stats();
   const linattn::GenerationStats gen = (*server)->generation().stats();
+  const linattn::Observability::Totals calls =
+      (*server)->observability().totals();
   spdlog::info(
       "stopped: attention: {} decode steps in {} batches, {} prefills ({} "
       "tokens) in {} batches; generation: {} generate and {} append "
-      "requests, {} prompt tokens, {} tokens generated in {} iterations",
+      "requests, {} prompt tokens, {} tokens generated in {} iterations; "
+      "calls: {} gRPC ({} failed), {} HTTP ({} failed)",
       stats.steps, stats.step_batches, stats.prefills, stats.prefill_tokens,
       stats.prefill_batches, gen.generates, gen.appends, gen.prompt_tokens,
-      gen.generated_tokens, gen.iterations);
+      gen.generated_tokens, gen.iterations, calls.grpc_calls, calls.grpc_failed,
+      calls.http_requests, calls.http_failed);
   return 0;
 }

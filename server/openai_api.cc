@@ -178,6 +178,10 @@ struct CompletionRun {
   enum class Kind { kCompletion, kChat, kResponse };
   Kind kind = Kind::kCompletion;
   Tenant tenant;  // whose request it is
+  // Where first-token and between-token times go (null: nowhere), timed
+  // from the request's start.
+  Observability* observability = nullptr;
+  std::chrono::steady_clock::time_point start;
   std::shared_ptr<const Model> model;
   std::string id;  // cmpl-…, chatcmpl-…, resp_…
   int64_t created = 0;
@@ -208,6 +212,7 @@ struct CompletionRun {
     std::string finish_reason;
     uint64_t completion_tokens = 0;
     absl::Status status;
+    std::chrono::steady_clock::time_point last_token;  // unset: none yet
   };
   std::vector<Choice> choices;
   std::vector<std::string> cleanup;  // sessions to delete at the end
@@ -424,6 +429,8 @@ void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
   if (!ParseJsonBody(req, res, &body)) return;
   auto r = std::make_shared<CompletionRun>();
   r->tenant = tenant;
+  r->observability = gate_->observability();
+  r->start = CurrentHttpCall().start;
   if (RefuseWhenBusy(&r->slot, res)) return;
   r->kind =
       chat ? CompletionRun::Kind::kChat : CompletionRun::Kind::kCompletion;
@@ -528,6 +535,8 @@ void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res,
   if (!ParseJsonBody(req, res, &body)) return;
   auto r = std::make_shared<CompletionRun>();
   r->tenant = tenant;
+  r->observability = gate_->observability();
+  r->start = CurrentHttpCall().start;
   if (RefuseWhenBusy(&r->slot, res)) return;
   r->kind = CompletionRun::Kind::kResponse;
   r->created = UnixSeconds();
@@ -753,7 +762,23 @@ void Absorb(CompletionRun& r, const GenerateMux::Event& e) {
     c.logprobs.push_back(g.logprob);
     c.top.push_back(g.top_logprobs);
   }
-  if (g.token_id >= 0) c.completion_tokens = g.completion_tokens;
+  if (g.token_id >= 0) {
+    c.completion_tokens = g.completion_tokens;
+    CurrentHttpCall().tokens_out++;
+    const auto now = std::chrono::steady_clock::now();
+    if (r.observability != nullptr) {
+      const bool first =
+          c.last_token == std::chrono::steady_clock::time_point();
+      const auto since = first ? r.start : c.last_token;
+      const double seconds = std::chrono::duration<double>(now - since).count();
+      if (first) {
+        r.observability->FirstToken(seconds);
+      } else {
+        r.observability->BetweenTokens(seconds);
+      }
+    }
+    c.last_token = now;
+  }
   if (!r.stream || r.kind == CompletionRun::Kind::kResponse) c.text += g.text;
   if (g.finished) {
     c.finish_reason = g.finish_reason;
@@ -862,6 +887,8 @@ void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
   }
   if (r->own_base && !keep) r->cleanup.push_back(r->base);
   r->own_base = r->own_base && keep;
+  CurrentHttpCall().session = r->base;
+  CurrentHttpCall().tokens_in = r->cached + r->prompt.size();
   // n > 1: the prompt once, then a fork per further choice.
   std::vector<std::string> sessions = {r->base};
   std::vector<int32_t> prompt = r->prompt;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/util/status_macros.h"
 #include "core/util/utf8.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -175,20 +176,71 @@ bool CallGate::WaitIdle(std::chrono::steady_clock::time_point deadline) {
 }
 
 // Lives exactly as long as its call: created when the call starts, deleted
-// when it is done.
+// when it is done. Counts the call in flight, and reports it when its
+// status goes out (what the handlers noted in its CallContext: tenant,
+// session, tokens).
 class InFlightInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit InFlightInterceptor(CallGate* gate) : gate_(gate) {
+  InFlightInterceptor(CallGate* gate, grpc::experimental::ServerRpcInfo* info)
+      : gate_(gate), info_(info) {
     gate_->CallStarted();
   }
-  ~InFlightInterceptor() override { gate_->CallEnded(); }
+  ~InFlightInterceptor() override {
+    // A call that ends without a status sent (its client went first).
+    if (!reported_) Report(grpc::StatusCode::CANCELLED, nullptr);
+    gate_->CallEnded();
+  }
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (gate_->observability() != nullptr &&
+        methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      Report(methods->GetSendStatus().error_code(),
+             static_cast<CallContext*>(info_->server_context()));
+    }
     methods->Proceed();
   }
 
  private:
+  void Report(grpc::StatusCode code, const CallContext* call) {
+    Observability* o = gate_->observability();
+    if (o == nullptr || reported_) return;
+    reported_ = true;
+    CallRecord r;
+    r.protocol = "grpc";
+    absl::string_view method = info_->method();  // "/pkg.Service/Method"
+    absl::ConsumePrefix(&method, "/");
+    r.method = std::string(method);
+    const size_t slash = method.find('/');
+    absl::string_view service = method.substr(0, slash);
+    const size_t dot = service.rfind('.');
+    r.service_label = std::string(
+        dot == absl::string_view::npos ? service : service.substr(dot + 1));
+    r.method_label = slash == absl::string_view::npos
+                         ? std::string(method)
+                         : std::string(method.substr(slash + 1));
+    r.code = static_cast<int>(code);
+    r.status = std::string(
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+    r.failed = code != grpc::StatusCode::OK;
+    r.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
+    if (call != nullptr) {
+      r.session = call->session();
+      r.tenant = call->tenant.name();
+      r.tokens_in = call->tokens_in.load(std::memory_order_relaxed);
+      r.tokens_out = call->tokens_out.load(std::memory_order_relaxed);
+      r.peer = call->peer();
+    }
+    o->CallEnded(r);
+  }
+
   CallGate* const gate_;
+  grpc::experimental::ServerRpcInfo* const info_;
+  const std::chrono::steady_clock::time_point start_ =
+      std::chrono::steady_clock::now();
+  bool reported_ = false;
 };
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
@@ -202,7 +254,7 @@ CallGate::NewInterceptorFactory() {
       // The services' calls; health checks and reflection are not work.
       const absl::string_view method = info->method();
       if (!absl::StartsWith(method, "/linattn.")) return nullptr;
-      return new InFlightInterceptor(gate_);
+      return new InFlightInterceptor(gate_, info);
     }
 
    private:

@@ -39,6 +39,7 @@
 #include "google/protobuf/message.h"
 #include "server/api_keys.h"
 #include "server/call_context.h"
+#include "server/observability.h"
 #include "server/status.h"
 
 namespace linattn {
@@ -74,6 +75,10 @@ class CallGate {
   // anonymous tenant). Set before serving; must outlive the gate's use.
   void set_keys(const ApiKeys* keys) { keys_ = keys; }
   const ApiKeys* keys() const { return keys_; }
+  // Where finished calls and latencies are reported (null: nowhere). Set
+  // before serving.
+  void set_observability(Observability* o) { observability_ = o; }
+  Observability* observability() const { return observability_; }
   // UNAVAILABLE once Drain() was called.
   absl::Status Admit() const;
   // Admit(), then the call's key: UNAUTHENTICATED without a valid one; the
@@ -101,6 +106,7 @@ class CallGate {
 
   std::atomic<bool> draining_{false};
   const ApiKeys* keys_ = nullptr;
+  Observability* observability_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable idle_;
   uint64_t in_flight_ = 0;  // guarded by mu_

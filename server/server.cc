@@ -29,12 +29,25 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                  server->keys_->current()->tenants().size());
   }
   server->gate_.set_keys(server->keys_.get());
+  if (options.tls.enabled() || !options.tls.client_ca.empty()) {
+    LINATTN_ASSIGN_OR_RETURN(server->tls_, TlsIdentity::Load(options.tls));
+    spdlog::info("TLS on both listeners with {}{}", server->tls_->Describe(),
+                 server->tls_->mutual()
+                     ? "; clients must present a certificate of "
+                       "--tls-client-ca"
+                     : "");
+  }
+  Observability* const observability = server->observability_.get();
+  server->gate_.set_observability(observability);
   // One session table (--max-sessions, --max-state-memory) and one compute
   // worker for both services.
   SessionManagerOptions session_options = options.sessions;
   session_options.max_message_bytes =
       static_cast<uint64_t>(options.max_message_bytes);
   DurableStoreOptions durable = options.durable;
+  durable.on_commit = [observability](double seconds) {
+    observability->DurableCommit(seconds);
+  };
   if (!options.shared.url.empty()) {
     if (!durable.dir.empty()) {
       return absl::InvalidArgumentError(
@@ -61,6 +74,10 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   scheduler_options.budget = server->sessions_->shared_budget();
   scheduler_options.executor = server->executor_;
   scheduler_options.store = server->store_.get();
+  scheduler_options.on_round = [observability](size_t requests,
+                                               double seconds) {
+    observability->SchedulerRound(requests, seconds);
+  };
   server->scheduler_ = std::make_unique<Scheduler>(scheduler_options);
   server->service_ = std::make_unique<AttentionServiceImpl>(
       server->sessions_.get(), server->scheduler_.get(), &server->gate_,
@@ -134,10 +151,43 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   generation_options.sessions = server->sessions_.get();
   generation_options.store = server->store_.get();
   generation_options.executor = server->executor_;
+  generation_options.on_iteration = [observability](size_t rows,
+                                                    double seconds) {
+    observability->GenerationIteration(rows, seconds);
+  };
   server->generation_ =
       std::make_unique<GenerationEngine>(std::move(models), generation_options);
   server->generation_service_ = std::make_unique<GenerationServiceImpl>(
       server->generation_.get(), &server->gate_);
+  // How a scrape reads the server (set before any listener is up).
+  observability->set_reader([s = server.get()](ServerReadings& r) {
+    SessionManager& table = *s->sessions_;
+    r.attention_sessions =
+        table.List(SessionKind::kAttention, Tenant::Server()).size();
+    r.model_sessions = table.List(SessionKind::kModel, Tenant::Server()).size();
+    r.tenants = table.tenant_count();
+    r.state_bytes = table.state_bytes_in_use();
+    r.state_budget_bytes = table.budget().limit();
+    const Scheduler::Load attention = s->scheduler_->load();
+    const GenerationEngine::Load generation = s->generation_->load();
+    r.waiting = attention.waiting + generation.waiting;
+    r.running = attention.running + generation.running;
+    r.calls_in_flight = s->gate_.in_flight();
+    const SchedulerStats stats = s->scheduler_->stats();
+    r.decode_steps = stats.steps;
+    r.attention_prefill_tokens = stats.prefill_tokens;
+    const GenerationStats gen = s->generation_->stats();
+    r.model_prompt_tokens = gen.prompt_tokens;
+    r.model_generated_tokens = gen.generated_tokens;
+    if (s->store_ != nullptr) {
+      const DurableStore::Stats d = s->store_->stats();
+      r.durable = true;
+      r.durable_commits = d.commits;
+      r.durable_failed_commits = d.failed_commits;
+      r.durable_bytes = d.bytes;
+      r.snapshots_written = d.snapshots_written;
+    }
+  });
 
   // Health answers through gRPC's own implementation, which registers no
   // schema; naming the generated one links it in, so that reflection can
@@ -163,7 +213,10 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   grpc::ResourceQuota quota("linattn-server");
   quota.Resize(static_cast<size_t>(options.transport_memory_bytes));
   builder.SetResourceQuota(quota);
-  builder.AddListeningPort(listen.ToString(), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(listen.ToString(),
+                           server->tls_ != nullptr
+                               ? server->tls_->GrpcCredentials()
+                               : grpc::InsecureServerCredentials(),
                            &server->port_);
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -193,12 +246,20 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
         http.listen, ParseListenAddress(options.http_listen, "--http-listen"));
     http.max_body_bytes = static_cast<size_t>(options.max_message_bytes);
     http.threads = options.http_threads;
+    http.tls = server->tls_.get();
     // Stored responses are sessions: at most a quarter of the table.
     http.max_stored_responses = static_cast<size_t>(std::clamp<uint64_t>(
         options.sessions.max_sessions / 4, 1, http.max_stored_responses));
     LINATTN_ASSIGN_OR_RETURN(
         server->http_,
         HttpFrontend::Start(http, server->generation_.get(), &server->gate_));
+  }
+  if (!options.metrics_listen.empty() && options.metrics_listen != "none") {
+    LINATTN_ASSIGN_OR_RETURN(
+        const ListenAddress metrics,
+        ParseListenAddress(options.metrics_listen, "--metrics-listen"));
+    LINATTN_ASSIGN_OR_RETURN(server->metrics_,
+                             MetricsListener::Start(metrics, observability));
   }
   if (!options.haproxy_agent_listen.empty()) {
     LINATTN_ASSIGN_OR_RETURN(const ListenAddress agent,
@@ -422,6 +483,8 @@ void LinattnServer::EvictionLoop(std::chrono::milliseconds ttl) {
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
     const SessionManager::Evicted n = sessions_->EvictIdle(ttl);
+    observability_->Evicted("attention", n.attention);
+    observability_->Evicted("model", n.model);
     if (n.attention + n.model != 0) {
       spdlog::info(
           "evicted {} idle attention and {} idle model session(s) (idle ttl "
@@ -498,6 +561,7 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
   }
   // The HTTP listener answered /health with 503 through the drain.
   http_.reset();
+  metrics_.reset();
   if (scheduler_ != nullptr) scheduler_->Shutdown();
 }
 

@@ -24,7 +24,10 @@
 #include "server/generation_service.h"
 #include "server/haproxy_agent.h"
 #include "server/http_frontend.h"
+#include "server/metrics_listener.h"
+#include "server/observability.h"
 #include "server/rpc_entry.h"
+#include "server/tls.h"
 
 namespace linattn {
 
@@ -69,6 +72,11 @@ struct ServerOptions {
   // and the HTTP listener needs a key, and sessions belong to tenants.
   // Empty = no keys: one anonymous tenant.
   std::string api_keys_file;
+  // /metrics on a listener of its own (server/metrics_listener.h); empty =
+  // none (the HTTP listener serves /metrics whenever it is on).
+  std::string metrics_listen;
+  // TLS on the gRPC and HTTP listeners (server/tls.h); off when empty.
+  TlsOptions tls;
   // How often the maintenance thread looks for sessions to snapshot (and,
   // for Durability::kBatch, syncs: then every durable.sync_interval).
   std::chrono::milliseconds maintenance_period{500};
@@ -88,6 +96,11 @@ class LinattnServer {
   int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   // The HAProxy agent-check port (0 without one).
   int agent_port() const { return agent_ != nullptr ? agent_->port() : 0; }
+  // The --metrics-listen port (0 without one).
+  int metrics_port() const {
+    return metrics_ != nullptr ? metrics_->port() : 0;
+  }
+  Observability& observability() { return *observability_; }
 
   // Graceful drain: health turns NOT_SERVING (the listener stays open for
   // probes), new calls get UNAVAILABLE, in-flight calls get until `grace` to
@@ -99,6 +112,12 @@ class LinattnServer {
   SessionManager& sessions() { return *sessions_; }
   // Reads the API keys file again (SIGHUP); the old keys stay on error.
   absl::Status ReloadKeys() { return keys_->Reload(); }
+  // Reads the TLS files again (SIGHUP) for new connections; open ones and
+  // sessions go on. OK without TLS.
+  absl::Status ReloadTls() {
+    return tls_ != nullptr ? tls_->Reload() : absl::OkStatus();
+  }
+  const TlsIdentity* tls() const { return tls_.get(); }
   // Null without ServerOptions::durable.
   DurableStore* store() { return store_.get(); }
   const RecoveryReport& recovery() const { return recovery_; }
@@ -122,6 +141,10 @@ class LinattnServer {
   bool heartbeat_failing_ = false;  // heartbeat thread
 
   std::unique_ptr<ApiKeys> keys_ = std::make_unique<ApiKeys>();
+  std::unique_ptr<TlsIdentity> tls_;  // null without TLS
+  // Metrics and access logs; outlives everything that reports to it.
+  std::unique_ptr<Observability> observability_ =
+      std::make_unique<Observability>();
   CallGate gate_;  // admission, drain and in-flight count of every call
   // The durable store observes the table, so it outlives it.
   std::unique_ptr<DurableStore> store_;
@@ -137,8 +160,9 @@ class LinattnServer {
   std::string address_;
   int port_ = 0;
   std::thread evictor_;
-  std::unique_ptr<HaproxyAgent> agent_;  // --haproxy-agent-listen
-  std::unique_ptr<HttpFrontend> http_;   // --http-listen
+  std::unique_ptr<HaproxyAgent> agent_;       // --haproxy-agent-listen
+  std::unique_ptr<HttpFrontend> http_;        // --http-listen
+  std::unique_ptr<MetricsListener> metrics_;  // --metrics-listen
   std::thread maintainer_;
   std::thread handover_;   // shared store: HandOverLoop
   std::thread heartbeat_;  // shared store: HeartbeatLoop

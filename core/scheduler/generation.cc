@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "core/scheduler/iteration_planner.h"
@@ -341,6 +342,17 @@ void GenerationEngine::AbortGenerations(const absl::Status& status) {
     abort_ = status;
   }
   executor_->Wake();
+}
+
+GenerationEngine::Load GenerationEngine::load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Load load;
+  for (const auto& [id, q] : queues_) {
+    for (const auto& job : q.jobs) {
+      ++(job->started() ? load.running : load.waiting);
+    }
+  }
+  return load;
 }
 
 GenerationStats GenerationEngine::stats() const {
@@ -796,6 +808,7 @@ bool GenerationEngine::RunOnce() {
   for (auto& cb : callbacks) cb();
   callbacks.clear();
   if (batch.total == 0) return true;
+  const auto started = std::chrono::steady_clock::now();
   iterations_++;
   uint64_t seen = max_rows_seen_.load();
   while (batch.total > seen &&
@@ -842,6 +855,12 @@ bool GenerationEngine::RunOnce() {
   }
   CommitRecords(callbacks);
   for (auto& cb : callbacks) cb();
+  if (options_.on_iteration) {
+    options_.on_iteration(batch.total,
+                          std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - started)
+                              .count());
+  }
   return true;
 }
 

@@ -77,6 +77,9 @@ struct GenerationOptions {
   // acknowledged (an Append's tokens before its answer, each generated
   // token before its message); null = memory only.
   DurableStore* store = nullptr;
+  // Told of every iteration once it ran (on the compute worker; must not
+  // block): its rows and its length. For metrics.
+  std::function<void(size_t rows, double seconds)> on_iteration;
 };
 
 // Work done since the engine started (for the shutdown summary and tests).
@@ -182,6 +185,13 @@ class GenerationEngine : private ComputeExecutor::Source {
   uint64_t iterations() const { return iterations_.load(); }
   uint64_t max_rows_seen() const { return max_rows_seen_.load(); }
   GenerationStats stats() const;
+  // Requests queued behind their sessions' heads or not yet started, and
+  // those started (generating, prefilling).
+  struct Load {
+    uint64_t waiting = 0;
+    uint64_t running = 0;
+  };
+  Load load() const;
 
  private:
   using Job = GenerationJob;

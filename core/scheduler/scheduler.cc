@@ -143,6 +143,11 @@ void Scheduler::Enqueue(Request request) {
       absl::UnavailableError("the server is shutting down"));
 }
 
+Scheduler::Load Scheduler::load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {queue_.size(), round_size_ + unfinished_.size()};
+}
+
 bool Scheduler::RunOnce() {
   round_.clear();
   std::vector<Request> unfinished;
@@ -181,13 +186,22 @@ bool Scheduler::RunOnce() {
       queue_.push_front(std::move(*it));
     }
     round_running_ = true;
+    round_size_ = round_.size();
   }
+  const auto start = std::chrono::steady_clock::now();
+  const size_t requests = round_.size();
   RunRound(round_, unfinished);
+  if (options_.on_round) {
+    options_.on_round(requests, std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() - start)
+                                    .count());
+  }
   bool drained;
   {
     std::lock_guard<std::mutex> lock(mu_);
     unfinished_ = std::move(unfinished);
     round_running_ = false;
+    round_size_ = 0;
     drained = queue_.empty() && unfinished_.empty();
   }
   if (drained) drained_cv_.notify_all();

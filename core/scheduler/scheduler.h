@@ -27,9 +27,11 @@
 #ifndef LINATTN_CORE_SCHEDULER_SCHEDULER_H_
 #define LINATTN_CORE_SCHEDULER_SCHEDULER_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,6 +70,9 @@ struct SchedulerOptions {
   // Where each round's changes are recorded before they are made (steps'
   // inputs, prefills' results); null = sessions live in memory only.
   DurableStore* store = nullptr;
+  // Told of every round once it ran (on the compute worker; must not
+  // block): the requests in it and its length. For metrics.
+  std::function<void(size_t requests, double seconds)> on_round;
 };
 
 struct SchedulerStats {
@@ -121,6 +126,13 @@ class Scheduler : private ComputeExecutor::Source {
   // Runs what is queued, then refuses new requests with UNAVAILABLE.
   void Shutdown();
   SchedulerStats stats() const;
+  // Requests queued and not started (a prefill with slices left counts as
+  // started), and those of the round under way.
+  struct Load {
+    uint64_t waiting = 0;
+    uint64_t running = 0;
+  };
+  Load load() const;
 
  private:
   enum class Kind { kStep, kPrefill, kWork, kStepGroup };
@@ -167,6 +179,7 @@ class Scheduler : private ComputeExecutor::Source {
   std::vector<Request> unfinished_ ABSL_GUARDED_BY(mu_);
   // A round is running: its requests are in neither queue_ nor unfinished_.
   bool round_running_ ABSL_GUARDED_BY(mu_) = false;
+  size_t round_size_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   SchedulerStats stats_ ABSL_GUARDED_BY(mu_);
   const std::shared_ptr<MemoryBudget> budget_;

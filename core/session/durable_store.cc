@@ -599,7 +599,13 @@ absl::Status DurableStore::CommitLocked(Group group,
   for (const Group::Record& r : group.records_) {
     add(r.type, r.id, r.incarnation, r.body);
   }
+  const auto started = std::chrono::steady_clock::now();
   const absl::Status status = writer_->Commit();
+  if (options_.on_commit) {
+    options_.on_commit(std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - started)
+                           .count());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Resolve(first_ticket, last_ticket, status, staged);
   if (!status.ok()) return status;
@@ -801,7 +807,13 @@ absl::Status DurableStore::CommitSharedLocked(std::vector<Staged> staged,
       sent.push_back(&p);
     }
     if (ops.empty()) continue;
+    const auto started = std::chrono::steady_clock::now();
     auto results = options_.shared->Commit(ops, &fenced);
+    if (options_.on_commit) {
+      options_.on_commit(std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - started)
+                             .count());
+    }
     std::unique_lock<std::mutex> lock(mu_);
     if (!results.ok()) {
       status = results.status();

@@ -133,6 +133,10 @@ struct DurableStoreOptions {
   // are 1/factor of the bytes logged.
   uint64_t snapshot_tail_factor = 4;
   uint64_t min_snapshot_tail_bytes = uint64_t{64} << 10;
+  // Told of every commit's length (write and, per durability, sync; or the
+  // shared store's round trip), from the committing thread; must not
+  // block. For metrics.
+  std::function<void(double seconds)> on_commit;
 };
 
 struct RecoveryReport {

@@ -24,6 +24,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+wait_for_port() {  # PORT_FILE PID LOG: until the server wrote its port
+  for _ in $(seq 200); do
+    [[ -s $1 ]] && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$3"; exit 1; }
+    sleep 0.05
+  done
+  cat "$3"; exit 1
+}
+
 # The npm packages, pinned by package-lock.json.
 (cd "$here" && { [[ -d node_modules/openai && -d node_modules/playwright-core ]] ||
   npm ci --no-audit --no-fund --silent; })
@@ -32,11 +41,7 @@ trap cleanup EXIT
   --http-listen 127.0.0.1:0 --http-port-file "$work/http_port" \
   --log-level warn > "$out/server.log" 2>&1 &
 pid=$!
-for _ in $(seq 200); do
-  [[ -s $work/http_port ]] && break
-  kill -0 "$pid" 2>/dev/null || { cat "$out/server.log"; exit 1; }
-  sleep 0.05
-done
+wait_for_port "$work/http_port" "$pid" "$out/server.log"
 base="http://127.0.0.1:$(cat "$work/http_port")"
 echo "server: $base"
 
@@ -85,3 +90,24 @@ PY
 echo "== the explorer page in headless Chromium"
 timeout 120 node "$here/explorer.mjs" "$base" "$out"
 ls "$out"/*.png
+
+echo "== the OpenAI client over TLS with an API key"
+bash "$here/../tls/make_certs.sh" "$work/certs"
+key=$(openssl rand -hex 24)
+printf '{"keys": [{"sha256": "%s", "tenant": "node"}]}\n' \
+  "$(printf %s "$key" | sha256sum | cut -d' ' -f1)" > "$work/keys.json"
+"$server" --listen 127.0.0.1:0 --port-file "$work/tls_port" \
+  --http-listen 127.0.0.1:0 --http-port-file "$work/tls_http_port" \
+  --tls-cert "$work/certs/server.pem" --tls-key "$work/certs/server.key" \
+  --api-keys "$work/keys.json" --log-level warn > "$out/tls_server.log" 2>&1 &
+tls_pid=$!
+wait_for_port "$work/tls_http_port" "$tls_pid" "$out/tls_server.log"
+tls_base="https://127.0.0.1:$(cat "$work/tls_http_port")"
+NODE_EXTRA_CA_CERTS="$work/certs/ca.pem" timeout 90 \
+  node "$here/openai_tls.mjs" "$tls_base" "$key"
+# Plain HTTP to the TLS listener gets no answer.
+if curl -sS --max-time 5 -o /dev/null "http://127.0.0.1:$(cat "$work/tls_http_port")/health" 2>/dev/null; then
+  echo "FAIL: the TLS listener answered plain HTTP"; exit 1
+fi
+echo "ok    plain HTTP to the TLS listener is refused"
+kill -TERM "$tls_pid"; wait "$tls_pid" || true

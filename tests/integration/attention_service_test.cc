@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -776,26 +777,47 @@ TEST(AttentionServiceDrain, SigtermEndsIdleStreamsAndExitsAtOnce) {
 // (UNAVAILABLE), and the client learns of every step that changed its
 // session.
 TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
-  // A grace period far longer than the prefill on a loaded machine (rounds
-  // of one token take from 50 us to over half a millisecond under a
-  // parallel test run): the step must be answered because it ran, not
-  // because the grace ended.
+  // A grace period far longer than the prefill: the step must be answered
+  // because it ran, not because the grace ended.
   auto server =
       ServerProcess::Start({"--model", "none", "--prefill-tokens-per-round",
                             "1", "--grace-period", "600"});
   ASSERT_NE(server, nullptr);
   auto stub = v1::AttentionService::NewStub(server->Channel());
   const v1::Session a = Create(*stub, ProtoSpec(1, 2, 2));
-  // 200,000 rounds of one token (seconds): still running when the step,
-  // written after it, has had a second to reach the server before SIGTERM
-  // (a step the server has not read when the drain begins is refused).
-  constexpr int kTokens = 200000;
-  v1::PrefillRequest pre;
-  pre.set_session_id(a.session_id());
-  pre.set_tokens(kTokens);
-  for (int i = 0; i < kTokens * 2; ++i) {
-    pre.add_q(0.5f), pre.add_k(0.25f), pre.add_v(1.0f);
+  auto prefill_request = [](const std::string& id, int tokens) {
+    v1::PrefillRequest r;
+    r.set_session_id(id);
+    r.set_tokens(tokens);
+    for (int i = 0; i < tokens * 2; ++i) {
+      r.add_q(0.5f), r.add_k(0.25f), r.add_v(1.0f);
+    }
+    return r;
+  };
+  // Rounds of one token take from 20 us to over half a millisecond (a
+  // parallel test run): timed here first, on a scratch session, so that
+  // the prefill lasts about 4 s at this moment's speed — still running
+  // when the step, written after it, has had a second to reach the server
+  // before SIGTERM (a step the server has not read when the drain begins
+  // is refused).
+  int kTokens = 0;
+  {
+    constexpr int kProbe = 5000;
+    const v1::Session scratch = Create(*stub, ProtoSpec(1, 2, 2));
+    grpc::ClientContext ctx;
+    v1::PrefillResponse resp;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(stub->Prefill(&ctx,
+                              prefill_request(scratch.session_id(), kProbe),
+                              &resp)
+                    .ok());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    kTokens = static_cast<int>(
+        std::clamp(4.0 / seconds * kProbe, 20000.0, 2000000.0));
   }
+  const v1::PrefillRequest pre = prefill_request(a.session_id(), kTokens);
   grpc::Status prefilled;
   std::thread prefill([&] {
     grpc::ClientContext ctx;

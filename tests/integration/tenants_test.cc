@@ -259,7 +259,10 @@ TEST(Tenants, ASessionIsItsTenantsAloneAndAnAdminSeesAll) {
 TEST(Tenants, QuotasRefuseTheTenantAtItsLimitOnly) {
   KeyFile keys;
   keys.Write(StandardKeys());  // alpha: at most 3 sessions
-  auto server = ServerProcess::Start({"--api-keys", keys.path.string()});
+  const std::string log = keys.path.string() + ".log";
+  auto server = ServerProcess::Start(
+      {"--api-keys", keys.path.string(), "--log-json", "--log-level", "info"},
+      log);
   ASSERT_NE(server, nullptr);
   Caller a(*server, "key-a"), b(*server, "key-b");
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(a.Create("").ok());
@@ -276,6 +279,22 @@ TEST(Tenants, QuotasRefuseTheTenantAtItsLimitOnly) {
   v1::DeleteSessionResponse out;
   ASSERT_TRUE(a.attention().DeleteSession(&ctx, req, &out).ok());
   EXPECT_TRUE(a.Create("").ok());
+  // The access log names the tenant of every call, the refused one too.
+  ASSERT_EQ(server->Stop(std::chrono::seconds(20)), 0);
+  std::ifstream in(log);
+  std::string line;
+  int refused = 0, created = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.at("logger") != "access") continue;
+    if (j.at("method") != "linattn.v1.AttentionService/CreateSession") continue;
+    if (j.at("tenant") == "alpha") {
+      ++(j.at("status") == "RESOURCE_EXHAUSTED" ? refused : created);
+    }
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(created, 4);
+  std::filesystem::remove(log);
 }
 
 TEST(Tenants, OwnersSurviveARestartFromTheStateDir) {
@@ -361,6 +380,7 @@ TEST(Tenants, OverHttpTooSessionsAndStoredResponsesAreTheTenants) {
   }
   EXPECT_EQ(HttpCall(port, "GET", "/health").status, 200);
   EXPECT_EQ(HttpCall(port, "GET", "/").status, 200);
+  EXPECT_EQ(HttpCall(port, "GET", "/metrics").status, 200);
   EXPECT_EQ(HttpCall(port, "GET", "/v1/models", "", "key-a").status, 200);
 
   auto created = HttpCall(port, "POST", "/v1/sessions", "{}", "key-a");

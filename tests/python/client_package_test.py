@@ -127,6 +127,78 @@ class ClientPackageTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, "the checks inside the venv failed (output above)")
         self.assertIsNone(self.server.poll(), "the server exited during the checks")
 
+    def test_tls_client_certificates_and_api_keys(self):
+        """The installed Client over TLS with a client certificate (mTLS) and
+        an API key, against a second server started with --tls-cert,
+        --tls-key, --tls-client-ca and --api-keys (certificates made with
+        openssl by tests/tls/make_certs.sh)."""
+        import hashlib
+        import json
+        certs = os.path.join(self.work, "certs")
+        subprocess.run(["bash", os.path.join(ROOT, "tests", "tls", "make_certs.sh"), certs],
+                       check=True, timeout=60)
+        key = "py-" + os.urandom(16).hex()
+        keys = os.path.join(self.work, "keys.json")
+        with open(keys, "w") as f:
+            json.dump({"keys": [{"sha256": hashlib.sha256(key.encode()).hexdigest(),
+                                 "tenant": "python"}]}, f)
+        port_file = os.path.join(self.work, "tls_port")
+        log = open(os.path.join(self.work, "tls_server.log"), "w")
+        server = subprocess.Popen(
+            [SERVER, "--listen", "127.0.0.1:0", "--port-file", port_file, "--http-listen", "none",
+             "--model", "none", "--log-level", "warn", "--api-keys", keys,
+             "--tls-cert", os.path.join(certs, "server.pem"),
+             "--tls-key", os.path.join(certs, "server.key"),
+             "--tls-client-ca", os.path.join(certs, "ca.pem")],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 20
+            def port_text():
+                try:
+                    with open(port_file) as f:
+                        return f.read().strip()
+                except OSError:
+                    return ""
+            while not port_text():
+                self.assertIsNone(server.poll(), "the TLS server exited")
+                self.assertLess(time.monotonic(), deadline, "the TLS server did not start")
+                time.sleep(0.05)
+            target = f"127.0.0.1:{int(port_text())}"
+            c = {n: os.path.join(certs, n) for n in os.listdir(certs)}
+            script = f"""
+import linattn_client, numpy as np
+mtls = dict(tls_ca={c['ca.pem']!r}, tls_cert={c['client.pem']!r}, tls_key={c['client.key']!r})
+with linattn_client.Client({target!r}, timeout=20, api_key={key!r}, **mtls) as client:
+    with client.create_session(num_heads=1, key_dim=2, value_dim=2) as s:
+        out = s.decode(np.ones((1, 2), np.float32), np.ones((1, 2), np.float32),
+                       np.ones((1, 2), np.float32))
+        assert s.info().position == 1
+        assert [x.id for x in client.list_sessions()] == [s.id]
+def refused(error, **kw):
+    try:
+        with linattn_client.Client({target!r}, timeout=20, **kw) as client:
+            client.list_sessions()
+    except error:
+        return True
+    return False
+assert refused(linattn_client.Unauthenticated, **mtls), "a call without a key was served"
+assert refused(linattn_client.Unauthenticated, api_key="wrong", **mtls)
+assert refused(linattn_client.Unavailable, api_key={key!r}, tls_ca={c['ca.pem']!r})
+assert refused(linattn_client.Unavailable, api_key={key!r}, tls_ca={c['ca.pem']!r},
+               tls_cert={c['rogue.pem']!r}, tls_key={c['rogue.key']!r})
+assert refused(linattn_client.Unavailable, api_key={key!r})
+print("tls ok")
+"""
+            r = subprocess.run([self.venv_python, "-I", "-c", script], cwd=self.work,
+                               env=self.clean_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=120)
+            self.assertEqual((r.returncode, r.stdout.strip().splitlines()[-1:]),
+                             (0, ["tls ok"]), r.stdout)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=15)
+            log.close()
+
     def test_pythonpath_copy_from_the_build_step(self):
         out = os.path.join(self.work, "pythonpath")
         r = subprocess.run([sys.executable, os.path.join(self.work, "src", "clients", "python",

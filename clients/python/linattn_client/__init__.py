@@ -22,7 +22,7 @@ from .attention import AttentionOutput, AttentionSpec, Decoder, Session, Session
 from .client import Client, HealthStatus
 from .errors import (AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, InvalidArgument, NotFound, OutOfRange, ResourceExhausted,
-                     Unavailable)
+                     Unauthenticated, Unavailable)
 from .generation import (ModelInfo, ModelSession, ModelSessionInfo, TokenEvent, TokenStream,
                          Usage)
 
@@ -34,5 +34,5 @@ __all__ = [
     "ModelInfo", "ModelSession", "ModelSessionInfo", "TokenEvent", "TokenStream", "Usage",
     "errors", "Error", "Cancelled", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "ResourceExhausted", "FailedPrecondition", "OutOfRange", "DataLoss",
-    "Unavailable",
+    "Unavailable", "Unauthenticated",
 ]

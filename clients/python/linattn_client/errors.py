@@ -11,7 +11,10 @@ The server's statuses (proto/linattn/v1/attention.proto, README "Errors"):
 - FailedPrecondition: a model snapshot of another model, a decode step whose
   expected_position is not the session's;
 - DataLoss: a damaged snapshot;
-- Unavailable: the server is unreachable or draining;
+- Unavailable: the server is unreachable or draining (or a TLS handshake
+  failed: an untrusted server certificate, a client certificate refused);
+- Unauthenticated: the server takes API keys and the call had none, or not
+  a valid one;
 - DeadlineExceeded / Cancelled: nothing was applied.
 
 Every Error is a grpc.RpcError with grpc's ``code()`` and ``details()``, so
@@ -22,7 +25,7 @@ import grpc
 
 __all__ = ["Error", "Cancelled", "InvalidArgument", "DeadlineExceeded", "NotFound",
            "AlreadyExists", "ResourceExhausted", "FailedPrecondition", "OutOfRange",
-           "DataLoss", "Unavailable", "from_rpc_error"]
+           "DataLoss", "Unavailable", "Unauthenticated", "from_rpc_error"]
 
 
 class Error(grpc.RpcError):
@@ -93,6 +96,11 @@ class Unavailable(Error):
     """UNAVAILABLE: the server cannot be reached, or is draining."""
 
 
+class Unauthenticated(Error):
+    """UNAUTHENTICATED: no API key, or not a valid one (Client(api_key=...)
+    or LINATTN_API_KEY)."""
+
+
 _BY_CODE = {
     grpc.StatusCode.CANCELLED: Cancelled,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
@@ -104,6 +112,7 @@ _BY_CODE = {
     grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
     grpc.StatusCode.DATA_LOSS: DataLoss,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
 
 
