@@ -2,8 +2,14 @@
 # Debian 12, run as a non-root user.
 #
 #   podman build -t linattn .          (or docker build)
-#   podman run -p 50051:50051 -p 8080:8080 linattn    (gRPC, HTTP)
-# Configure with LINATTN_* environment variables (see linattn-server --help).
+#   KEY=$(deploy/make-api-keys.sh api-keys.json me)   # hashes only
+#   podman run -p 50051:50051 -p 8080:8080 \
+#     -v ./api-keys.json:/etc/linattn/api-keys.json:ro \
+#     -e LINATTN_API_KEYS=/etc/linattn/api-keys.json linattn   (gRPC, HTTP)
+# The server listens on 0.0.0.0 here, so it refuses to start without keys
+# (or --tls-client-ca, or LINATTN_ALLOW_UNAUTHENTICATED=true behind a proxy
+# that authenticates). Configure with LINATTN_* environment variables (see
+# linattn-server --help); clients send the key (LINATTN_API_KEY).
 
 FROM debian:bookworm-slim AS build
 WORKDIR /src

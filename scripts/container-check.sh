@@ -56,10 +56,27 @@ podman build --pull=never --format docker -t "$image" . > /tmp/linattn-container
 name=linattn-check-$$
 port=$(( 20000 + RANDOM % 20000 ))
 http_port=$(( port + 1 ))
-cleanup() { podman rm -f "$name" >/dev/null 2>&1 || true; }
+keys_dir=$(mktemp -d)
+cleanup() {
+  podman rm -f "$name" "$name-open" >/dev/null 2>&1 || true
+  rm -rf "$keys_dir"
+}
 trap cleanup EXIT
+# The image listens on 0.0.0.0: without keys it refuses to start, saying
+# what to give.
+podman run --name "$name-open" "$image" > "$keys_dir/open.log" 2>&1 && {
+  echo "container-check: the image served without API keys"; exit 1; }
+grep -q "is not a loopback address" "$keys_dir/open.log" || {
+  cat "$keys_dir/open.log"; exit 1; }
+echo "container-check: without API keys the image refuses to start"
+# Keys as the deployment gives them: a file of hashes, mounted read-only;
+# the clients below send the key (LINATTN_API_KEY, curl's header).
+export LINATTN_API_KEY
+LINATTN_API_KEY=$(deploy/make-api-keys.sh "$keys_dir/api-keys.json" check)
+keys_mount=(-v "$keys_dir/api-keys.json:/etc/linattn/api-keys.json:ro"
+            -e LINATTN_API_KEYS=/etc/linattn/api-keys.json)
 podman run -d --name "$name" -p "127.0.0.1:$port:50051" -p "127.0.0.1:$http_port:8080" \
-  "$image" >/dev/null
+  "${keys_mount[@]}" "$image" >/dev/null
 
 echo "container-check: waiting for health on 127.0.0.1:$port"
 for _ in $(seq 1 60); do
@@ -109,7 +126,10 @@ kill -TERM "$host_server"; wait "$host_server" || true
 [[ $(wc -c < "$tmp/container.txt") -gt 40 ]] || { echo "generate returned too little"; exit 1; }
 cmp "$tmp/container.txt" "$tmp/host.txt"
 # The same greedy text through the container's HTTP listener (OpenAI's API).
+[[ $(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$http_port/v1/models") == 401 ]] || {
+  echo "container-check: the HTTP listener answered without a key"; exit 1; }
 curl -sS --max-time 30 -H 'Content-Type: application/json' \
+  -H "Authorization: Bearer $LINATTN_API_KEY" \
   -d "{\"prompt\": \"$prompt\", \"max_tokens\": 48, \"temperature\": 0}" \
   "http://127.0.0.1:$http_port/v1/completions" > "$tmp/http.json"
 /usr/bin/python3 - "$tmp/http.json" "$tmp/container.txt" <<'PY'
@@ -139,7 +159,7 @@ start_durable() {
   podman rm -f "$name-durable" >/dev/null 2>&1 || true
   podman run -d --name "$name-durable" -p "127.0.0.1:$port:50051" \
     -v "$volume:/var/lib/linattn" -e LINATTN_STATE_DIR=/var/lib/linattn \
-    -e LINATTN_MODEL=none "$image" >/dev/null
+    -e LINATTN_MODEL=none "${keys_mount[@]}" "$image" >/dev/null
   for _ in $(seq 1 60); do
     if "$client" health --server "127.0.0.1:$port" --timeout 1 >/dev/null 2>&1; then return; fi
     sleep 0.5
@@ -170,10 +190,17 @@ done
 project=linattn-check-$$
 compose() { (cd deploy/compose && podman-compose -p "$project" -f compose.yaml "$@"); }
 compose_ledger=$(mktemp)
+# The compose file mounts deploy/compose/api-keys.json (as its header says
+# to make it); an operator's own file is kept aside and put back.
+compose_keys=deploy/compose/api-keys.json
+[[ -e $compose_keys ]] && mv "$compose_keys" "$keys_dir/operator-api-keys.json"
+cp "$keys_dir/api-keys.json" "$compose_keys"
 compose_cleanup() {
   compose down -v >/dev/null 2>&1 || true
   podman network rm -f "${project}_default" >/dev/null 2>&1 || true
-  rm -f "$compose_ledger"
+  rm -f "$compose_ledger" "$compose_keys"
+  [[ -e $keys_dir/operator-api-keys.json ]] && mv "$keys_dir/operator-api-keys.json" "$compose_keys"
+  true
 }
 trap 'cleanup; durable_cleanup; compose_cleanup' EXIT
 compose up -d > /tmp/linattn-compose-up.log 2>&1 || { tail -20 /tmp/linattn-compose-up.log; exit 1; }
@@ -201,7 +228,10 @@ play_dir=$(mktemp -d)
 play_net=linattn-play-$$
 kubectl kustomize deploy/k8s > "$play_dir/k8s.yaml" 2>/dev/null
 (cd tests/deploy && { [[ -d node_modules/yaml ]] || npm ci --no-audit --no-fund --silent; })
-node tests/deploy/podman_play.mjs "$play_dir/k8s.yaml" > "$play_dir/play.yaml"
+mkdir -p "$play_dir/api-keys"
+cp "$keys_dir/api-keys.json" "$play_dir/api-keys/keys.json"
+node tests/deploy/podman_play.mjs "$play_dir/k8s.yaml" \
+  --secret "linattn-api-keys=$play_dir/api-keys" > "$play_dir/play.yaml"
 play_cleanup() {
   podman kube down "$play_dir/play.yaml" >/dev/null 2>&1 || true
   podman volume rm -f data-redis >/dev/null 2>&1 || true
@@ -226,7 +256,7 @@ fi
 podman logs linattn-0-linattn 2>&1 | grep -q "state store redis://redis:6379" || {
   podman logs linattn-0-linattn 2>&1 | tail -20; exit 1; }
 # Sessions through the replica's pod land in the Redis pod.
-podman exec linattn-0-linattn linattn-load --server 127.0.0.1:50051 --sessions 4 \
+podman exec -e LINATTN_API_KEY linattn-0-linattn linattn-load --server 127.0.0.1:50051 --sessions 4 \
   --steps 100 --session-prefix play --no-progress | tail -1
 [[ $(podman exec redis-redis redis-cli --raw exists 'la:s:{play-0}:meta' 'la:s:{play-3}:meta') == 2 ]] || {
   echo "the sessions are not in the Redis pod"; exit 1; }
@@ -236,4 +266,4 @@ proxy_ctr=$(podman ps --filter "label=app.kubernetes.io/name=linattn-proxy" --fo
   podman ps -a; exit 1; }
 [[ $(podman exec linattn-0-linattn id -u) == 10001 ]] || { echo "the replica's pod runs as another user"; exit 1; }
 play_cleanup
-echo "container-check: OK (healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server, sessions in a volume survive SIGKILL and SIGTERM, three replicas behind HAProxy with Redis lose nothing when one is killed, the Kubernetes base's pods run under podman kube play)"
+echo "container-check: OK (refuses to serve 0.0.0.0 without keys, keys from a mounted file, healthy, non-root, attend --server matches the local recurrent result, generate matches the host's server, sessions in a volume survive SIGKILL and SIGTERM, three replicas behind HAProxy with Redis lose nothing when one is killed, the Kubernetes base's pods run under podman kube play)"

@@ -56,8 +56,9 @@ if ((python)); then
     bible-kjv
     # the real engines replicas run behind and on (tools/scaleout_check.sh):
     # Redis for the shared state store, HAProxy for session routing; and
-    # what checks deploy/ (scripts/deploy-check.sh): podman-compose
-    redis-server haproxy podman-compose
+    # what checks deploy/ (scripts/deploy-check.sh): podman-compose, which
+    # asks podman itself even for a dry run
+    redis-server haproxy podman podman-compose
     # the HTTP listener's tests: raw Server-Sent Events through curl, and
     # the explorer page in a headless Chromium (driven by playwright-core
     # from npm, tests/http)

@@ -208,7 +208,9 @@ absl::StatusOr<Tenant> ApiKeys::Authenticate(
   if (entry == nullptr) {
     return absl::UnauthenticatedError("authorization: not a valid API key");
   }
-  return Tenant::Named(entry->name, entry->admin, entry->quota);
+  TenantQuota quota = entry->quota;
+  quota.tokens_per_second = entry->tokens_per_second;
+  return Tenant::Named(entry->name, entry->admin, quota);
 }
 
 }  // namespace linattn

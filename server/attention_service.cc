@@ -38,13 +38,6 @@ void CopyAvailable(const std::vector<uint8_t>& from,
     to->Set(static_cast<int>(i), from[i] != 0);
 }
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
-                                 const absl::Status& s) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(s));
-  return reactor;
-}
-
 }  // namespace
 
 AttentionServiceImpl::AttentionServiceImpl(SessionManager* sessions,
@@ -73,27 +66,27 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::CreateSession(
     grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* request,
     v1::Session* response) {
   auto spec = FromProto(request->spec());
-  if (!spec.ok()) return Finish(ctx, spec.status());
+  if (!spec.ok()) return FinishCall(ctx, spec.status());
   auto session = sessions_->CreateSession(spec->spec, spec->epsilon,
                                           request->session_id(), TenantOf(ctx));
   if (session.ok()) ContextOf(ctx).NoteSession((*session)->id());
-  if (!session.ok()) return Finish(ctx, session.status());
+  if (!session.ok()) return FinishCall(ctx, session.status());
   if (store_ != nullptr) {
     if (absl::Status s = store_->AwaitCreate(*sessions_, **session); !s.ok()) {
-      return Finish(ctx, s);
+      return FinishCall(ctx, s);
     }
   }
   ToProto(DescribeSession(**session), response);
-  return Finish(ctx, absl::OkStatus());
+  return FinishCall(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::GetSession(
     grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* request,
     v1::Session* response) {
   auto session = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
-  if (!session.ok()) return Finish(ctx, session.status());
+  if (!session.ok()) return FinishCall(ctx, session.status());
   ToProto(DescribeSession(**session), response);
-  return Finish(ctx, absl::OkStatus());
+  return FinishCall(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
@@ -104,13 +97,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::ListSessions(
     ToProto(DescribeSession(static_cast<const AttentionSession&>(*session)),
             response->add_sessions());
   }
-  return Finish(ctx, absl::OkStatus());
+  return FinishCall(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::DeleteSession(
     grpc::CallbackServerContext* ctx, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse*) {
-  return Finish(
+  return FinishCall(
       ctx, store_ != nullptr
                ? store_->Delete(*sessions_, request->session_id(),
                                 SessionKind::kAttention, TenantOf(ctx))
@@ -122,17 +115,20 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
     grpc::CallbackServerContext* ctx, const v1::PrefillRequest* request,
     v1::PrefillResponse* response) {
   auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
-  if (!found.ok()) return Finish(ctx, found.status());
+  if (!found.ok()) return FinishCall(ctx, found.status());
   std::shared_ptr<AttentionSession> session = *std::move(found);
   const AttentionSpec& spec = session->spec();
   const uint64_t T = request->tokens();
   if (T == 0)
-    return Finish(ctx,
-                  absl::InvalidArgumentError("tokens: must be at least 1"));
+    return FinishCall(ctx,
+                      absl::InvalidArgumentError("tokens: must be at least 1"));
   if (absl::Status s = CheckSizes(spec, T, request->q_size(), request->k_size(),
                                   request->v_size());
       !s.ok()) {
-    return Finish(ctx, s);
+    return FinishCall(ctx, s);
+  }
+  if (absl::Status s = gate()->limiter().Take(TenantOf(ctx), T); !s.ok()) {
+    return FinishCall(ctx, s);
   }
   ContextOf(ctx).tokens_in.fetch_add(T, std::memory_order_relaxed);
   response->mutable_output()->Resize(
@@ -231,6 +227,7 @@ class AttentionServiceImpl::StepStreamReactor
         std::lock_guard<std::mutex> lock(mu_);
         busy_ = false;
       }
+      AddRetryHint(call_, s);
       FinishOnce(ToGrpcStatus(s));
     }
   }
@@ -337,6 +334,7 @@ class AttentionServiceImpl::DecodeReactor final
     const AttentionSpec& spec = session_->spec();
     LINATTN_RETURN_IF_ERROR(CheckSizes(spec, 1, request_.q_size(),
                                        request_.k_size(), request_.v_size()));
+    LINATTN_RETURN_IF_ERROR(service_->gate()->limiter().Take(call_->tenant, 1));
     response_.Clear();
     response_.mutable_output()->Resize(
         static_cast<int>(spec.num_heads * spec.value_dim), 0);
@@ -392,6 +390,8 @@ class AttentionServiceImpl::DecodeBatchReactor final
   absl::Status StartStep() override {
     LINATTN_ASSIGN_OR_RETURN(std::vector<Scheduler::GroupStep> group,
                              Prepare());
+    LINATTN_RETURN_IF_ERROR(service_->gate()->limiter().Take(
+        call_->tenant, static_cast<double>(group.size())));
     service_->scheduler_->StepGroup(
         std::move(group),
         [this](absl::Status status) {
@@ -478,7 +478,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
     grpc::CallbackServerContext* ctx, const v1::InspectRequest* request,
     v1::InspectResponse* response) {
   auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
-  if (!found.ok()) return Finish(ctx, found.status());
+  if (!found.ok()) return FinishCall(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   scheduler_->Run(
       *std::move(found),
@@ -508,7 +508,7 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Snapshot(
     grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* request,
     v1::SnapshotResponse* response) {
   auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
-  if (!found.ok()) return Finish(ctx, found.status());
+  if (!found.ok()) return FinishCall(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   scheduler_->Run(
       *std::move(found),
@@ -525,26 +525,26 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Restore(
     grpc::CallbackServerContext* ctx, const v1::RestoreRequest* request,
     v1::Session* response) {
   auto parsed = ParseSnapshot(request->state());
-  if (!parsed.ok()) return Finish(ctx, parsed.status());
+  if (!parsed.ok()) return FinishCall(ctx, parsed.status());
   auto session = sessions_->AdoptSession(parsed->spec, std::move(parsed->state),
                                          request->session_id(), "session_id",
                                          TenantOf(ctx));
   if (session.ok()) ContextOf(ctx).NoteSession((*session)->id());
-  if (!session.ok()) return Finish(ctx, session.status());
+  if (!session.ok()) return FinishCall(ctx, session.status());
   if (store_ != nullptr) {
     if (absl::Status s = store_->AwaitCreate(*sessions_, **session); !s.ok()) {
-      return Finish(ctx, s);
+      return FinishCall(ctx, s);
     }
   }
   ToProto(DescribeSession(**session), response);
-  return Finish(ctx, absl::OkStatus());
+  return FinishCall(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AttentionServiceImpl::Fork(
     grpc::CallbackServerContext* ctx, const v1::ForkRequest* request,
     v1::Session* response) {
   auto found = sessions_->FindAttention(request->session_id(), TenantOf(ctx));
-  if (!found.ok()) return Finish(ctx, found.status());
+  if (!found.ok()) return FinishCall(ctx, found.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   SessionManager* sessions = sessions_;
   scheduler_->Run(

@@ -10,13 +10,6 @@ namespace linattn {
 
 namespace {
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx,
-                                 const absl::Status& s) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(s));
-  return reactor;
-}
-
 void ToProto(const ModelSessionInfo& info, v1::ModelSession* out) {
   out->set_session_id(info.session_id);
   out->set_model(info.model);
@@ -89,7 +82,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(
     info->set_state_bytes(m->state_bytes());
     info->set_fingerprint(m->fingerprint_hex());
   }
-  return Finish(ctx, absl::OkStatus());
+  return FinishCall(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::CreateSession(
@@ -99,7 +92,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::CreateSession(
                                      TenantOf(ctx));
   if (info.ok()) ContextOf(ctx).NoteSession(info->session_id);
   if (info.ok()) ToProto(*info, response);
-  return Finish(ctx, info.status());
+  return FinishCall(ctx, info.status());
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::GetSession(
@@ -107,7 +100,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::GetSession(
     v1::ModelSession* response) {
   auto info = engine_->GetSession(request->session_id(), TenantOf(ctx));
   if (info.ok()) ToProto(*info, response);
-  return Finish(ctx, info.status());
+  return FinishCall(ctx, info.status());
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::ListSessions(
@@ -116,7 +109,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListSessions(
   for (const ModelSessionInfo& info : engine_->ListSessions(TenantOf(ctx))) {
     ToProto(info, response->add_sessions());
   }
-  return Finish(ctx, absl::OkStatus());
+  return FinishCall(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
@@ -125,7 +118,12 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Append(
   auto tokens =
       Tokens(*engine_, request->session_id(), TenantOf(ctx), request->text(),
              request->token_ids(), "text", "token_ids", false);
-  if (!tokens.ok()) return Finish(ctx, tokens.status());
+  if (!tokens.ok()) return FinishCall(ctx, tokens.status());
+  if (absl::Status s = gate()->limiter().Take(
+          TenantOf(ctx), static_cast<double>(tokens->size()));
+      !s.ok()) {
+    return FinishCall(ctx, s);
+  }
   ContextOf(ctx).tokens_in.fetch_add(tokens->size(), std::memory_order_relaxed);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   engine_->Append(
@@ -155,8 +153,9 @@ class GenerationServiceImpl::GenerateReactor final
     : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(GenerationEngine* engine, CallContext* call,
-                  Observability* observability)
-      : channel_(std::make_shared<Channel>(engine, call, observability)) {
+                  Observability* observability, TokenRateLimiter* limiter)
+      : channel_(std::make_shared<Channel>(engine, call, observability)),
+        limiter_(limiter) {
     channel_->reactor = this;
   }
 
@@ -180,6 +179,18 @@ class GenerationServiceImpl::GenerateReactor final
     params.stop.assign(p.stop().begin(), p.stop().end());
     params.logprobs = p.logprobs();
     params.resume_stream = p.resume_stream();
+    // Charged the prompt and max_tokens now; what it does not generate is
+    // given back when it ends.
+    if (absl::Status s = limiter_->Take(
+            tenant, static_cast<double>(tokens->size() + params.max_tokens));
+        !s.ok()) {
+      AddRetryHint(channel_->call, s);
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    channel_->limiter = limiter_;
+    channel_->tenant = tenant;
+    channel_->max_tokens = params.max_tokens;
     engine.Generate(
         request.session_id(), std::move(*tokens), std::move(params),
         [channel = channel_](const GenerateEvent& e) { channel->Push(e); },
@@ -224,6 +235,11 @@ class GenerationServiceImpl::GenerateReactor final
     GenerationEngine* const engine;
     CallContext* const call;  // valid while `reactor` is set
     Observability* const observability;
+    // The rate this generation was charged against, and for how many
+    // tokens it may generate (given back as unused at its end).
+    TokenRateLimiter* limiter = nullptr;
+    Tenant tenant;
+    uint64_t max_tokens = 0;
     // The call's start, then its last token's arrival.
     std::chrono::steady_clock::time_point last_token;
     bool had_token = false;
@@ -241,6 +257,13 @@ class GenerationServiceImpl::GenerateReactor final
 
     void Push(const GenerateEvent& e) {
       std::lock_guard<std::mutex> lock(mu);
+      if (e.finished && limiter != nullptr) {  // the call may be gone
+        if (e.completion_tokens < max_tokens) {
+          limiter->GiveBack(
+              tenant, static_cast<double>(max_tokens - e.completion_tokens));
+        }
+        limiter = nullptr;
+      }
       if (reactor == nullptr) return;
       // Usage grows event by event: the last one seen is the call's.
       if (e.prompt_tokens != 0) call->tokens_in.store(e.prompt_tokens);
@@ -294,12 +317,13 @@ class GenerationServiceImpl::GenerateReactor final
   };
 
   std::shared_ptr<Channel> channel_;
+  TokenRateLimiter* const limiter_;
 };
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
-  auto* reactor =
-      new GenerateReactor(engine_, &ContextOf(ctx), gate()->observability());
+  auto* reactor = new GenerateReactor(
+      engine_, &ContextOf(ctx), gate()->observability(), &gate()->limiter());
   reactor->Start(*request);
   return reactor;
 }
@@ -340,7 +364,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Restore(
       engine_->Restore(request->state(), request->session_id(), TenantOf(ctx));
   if (info.ok()) ContextOf(ctx).NoteSession(info->session_id);
   if (info.ok()) ToProto(*info, response);
-  return Finish(ctx, info.status());
+  return FinishCall(ctx, info.status());
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::DeleteSession(

@@ -210,8 +210,9 @@ void HttpFrontend::Route() {
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     Observability* o = gate_->observability();
-    if (o == nullptr) {
-      return SendError(res, 404, "this server keeps no metrics");
+    if (o == nullptr || !o->metrics()) {
+      return SendError(res, 404,
+                       "this server keeps no metrics (--metrics off)");
     }
     res.set_content(o->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
   });

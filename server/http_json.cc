@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/observability.h"
+#include "server/rate_limiter.h"
 
 namespace linattn {
 
@@ -80,6 +81,10 @@ json StatusErrorJson(const absl::Status& status) {
 }
 
 void SendStatus(httplib::Response& res, const absl::Status& status) {
+  // A rate refusal says when to come back (whole seconds, rounded up).
+  if (const std::optional<int64_t> ms = RetryAfterMs(status)) {
+    res.set_header("Retry-After", std::to_string((*ms + 999) / 1000));
+  }
   SendJson(res, StatusErrorJson(status), HttpStatusOf(status));
 }
 

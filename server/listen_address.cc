@@ -8,10 +8,16 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace linattn {
+
+bool ListenAddress::IsLoopback() const {
+  return host == "localhost" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
+}
 
 std::string ListenAddress::ToString() const {
   return absl::StrCat(host, ":", port);

@@ -21,6 +21,8 @@ struct ListenAddress {
   std::string host;              // as given: a name, an IPv4 address, or [IPv6]
   uint16_t port = 0;             // 0 = pick a free port
   std::string ToString() const;  // host:port, for gRPC and for logs
+  // 127.0.0.0/8, [::1] or localhost: only this machine can connect.
+  bool IsLoopback() const;
 };
 
 // "127.0.0.1:50051", "0.0.0.0:0", "[::1]:8080", "localhost:50051".

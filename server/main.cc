@@ -27,34 +27,13 @@
 #include "core/session/session_manager.h"
 #include "core/util/byte_size.h"
 #include "core/util/flag_checks.h"
+#include "core/util/openmp_spin.h"
 #include "server/listen_address.h"
 #include "server/logging.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
 namespace {
-
-// The kernels' OpenMP workers share the cores with gRPC's threads and the
-// scheduler. libgomp's default is to spin for a long while after every
-// parallel region, which takes those cores from the RPC threads (measured:
-// half of the server's CPU time spinning under load). A short spin keeps a
-// single stream's latency low and lets the threads sleep between batches.
-// libgomp reads its environment when it is loaded, so the setting is applied
-// by re-executing once; an explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
-void UseShortOpenMpSpin(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr ||
-      std::getenv("GOMP_SPINCOUNT") != nullptr) {
-    return;
-  }
-  setenv("GOMP_SPINCOUNT", "20000", 1);
-  // The binary's own path (not /proc/self/exe itself, which would rename
-  // the process "exe" in ps and top).
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return;
-  self[n] = '\0';
-  execv(self, argv);  // returns only on failure: carry on as is
-}
 
 // The built-in model, found relative to this binary as installed
 // (PREFIX/bin → PREFIX/share/linattn/models/tiny) and in the build tree
@@ -73,7 +52,7 @@ std::string BuiltinModelDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  UseShortOpenMpSpin(argv);
+  linattn::UseShortOpenMpSpin(argv);
   // A file size limit (RLIMIT_FSIZE) reached by the state dir's files is a
   // full disk to report (EFBIG → RESOURCE_EXHAUSTED), not a signal that
   // ends the server.
@@ -314,6 +293,18 @@ int main(int argc, char** argv) {
                  "one of them signed (mTLS, both listeners)")
       ->envname("LINATTN_TLS_CLIENT_CA")
       ->check(CLI::ExistingFile);
+  app.add_flag("--allow-unauthenticated", options.allow_unauthenticated,
+               "serve on a non-loopback address without --api-keys or "
+               "--tls-client-ca (refused otherwise: anyone who reaches the "
+               "server could use every session)")
+      ->envname("LINATTN_ALLOW_UNAUTHENTICATED");
+  std::string metrics = "on";
+  app.add_option("--metrics", metrics,
+                 "Prometheus metrics at /metrics: on | off (off also skips "
+                 "the latency histograms' work on every call)")
+      ->envname("LINATTN_METRICS")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   std::string http_port_file;
   app.add_option("--http-port-file", http_port_file,
                  "write the HTTP listener's bound port here once serving")
@@ -329,6 +320,7 @@ int main(int argc, char** argv) {
   }
 
   linattn::SetUpLogging(log_level, log_json, access_log == "on");
+  options.metrics = metrics == "on";
 
   options.sessions.max_state_bytes = *linattn::ParseByteSize(max_memory);
   options.transport_memory_bytes = *linattn::ParseByteSize(transport_memory);

@@ -53,8 +53,8 @@ void Feed(prometheus::Counter* counter, uint64_t now, uint64_t before) {
 
 }  // namespace
 
-Observability::Observability()
-    : registry_(std::make_shared<prometheus::Registry>()) {
+Observability::Observability(bool metrics)
+    : metrics_(metrics), registry_(std::make_shared<prometheus::Registry>()) {
   prometheus::Registry& r = *registry_;
   requests_ = &BuildCounter()
                    .Name("linattn_requests_total")
@@ -183,15 +183,17 @@ void Observability::CallEnded(const CallRecord& call) {
   const bool grpc = call.protocol == "grpc";
   (grpc ? grpc_calls_ : http_requests_).fetch_add(1);
   if (call.failed) (grpc ? grpc_failed_ : http_failed_).fetch_add(1);
-  requests_
-      ->Add({{"service", call.service_label},
-             {"method", call.method_label},
-             {"code", call.status}})
-      .Increment();
-  request_seconds_
-      ->Add({{"service", call.service_label}, {"method", call.method_label}},
-            LatencyBuckets())
-      .Observe(call.seconds);
+  if (metrics_) {
+    requests_
+        ->Add({{"service", call.service_label},
+               {"method", call.method_label},
+               {"code", call.status}})
+        .Increment();
+    request_seconds_
+        ->Add({{"service", call.service_label}, {"method", call.method_label}},
+              LatencyBuckets())
+        .Observe(call.seconds);
+  }
   if (!AccessLogOn()) return;
   // Ids are at most 128 characters; a longer one (refused) is cut, so a
   // hostile id cannot make the log line large.
@@ -209,21 +211,33 @@ void Observability::CallEnded(const CallRecord& call) {
              {"peer", call.peer}});
 }
 
-void Observability::DecodeStep(double s) { decode_step_->Observe(s); }
-void Observability::Prefill(double s) { prefill_->Observe(s); }
-void Observability::FirstToken(double s) { first_token_->Observe(s); }
-void Observability::BetweenTokens(double s) { between_tokens_->Observe(s); }
+void Observability::DecodeStep(double s) {
+  if (metrics_) decode_step_->Observe(s);
+}
+void Observability::Prefill(double s) {
+  if (metrics_) prefill_->Observe(s);
+}
+void Observability::FirstToken(double s) {
+  if (metrics_) first_token_->Observe(s);
+}
+void Observability::BetweenTokens(double s) {
+  if (metrics_) between_tokens_->Observe(s);
+}
 void Observability::SchedulerRound(size_t requests, double s) {
+  if (!metrics_) return;
   round_size_->Observe(static_cast<double>(requests));
   round_seconds_->Observe(s);
 }
 void Observability::GenerationIteration(size_t rows, double s) {
+  if (!metrics_) return;
   iteration_rows_->Observe(static_cast<double>(rows));
   iteration_seconds_->Observe(s);
 }
-void Observability::DurableCommit(double s) { durable_commit_->Observe(s); }
+void Observability::DurableCommit(double s) {
+  if (metrics_) durable_commit_->Observe(s);
+}
 void Observability::Evicted(absl::string_view kind, uint64_t sessions) {
-  if (sessions == 0) return;
+  if (sessions == 0 || !metrics_) return;
   evictions_->Add({{"kind", std::string(kind)}})
       .Increment(static_cast<double>(sessions));
 }

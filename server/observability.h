@@ -70,8 +70,11 @@ struct ServerReadings {
 
 class Observability {
  public:
-  Observability();
+  // `metrics` false: only the access log and the totals (no Prometheus
+  // updates; /metrics answers 404).
+  explicit Observability(bool metrics = true);
   ~Observability();
+  bool metrics() const { return metrics_; }
 
   // Set once before serving: how a scrape reads the server.
   void set_reader(std::function<void(ServerReadings&)> reader) {
@@ -101,6 +104,7 @@ class Observability {
   Totals totals() const;
 
  private:
+  const bool metrics_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::function<void(ServerReadings&)> reader_;
   prometheus::Family<prometheus::Counter>* requests_;

@@ -222,6 +222,18 @@ struct CompletionRun {
   int sequence = 0;            // responses: events streamed so far
   bool cleaned = false;        // Cleanup ran
   std::shared_ptr<void> slot;  // of OpenAiApiOptions::max_generations
+  // The tenant's rate was charged `charged` tokens (the prompt and n ×
+  // max_tokens); what the choices did not generate goes back at the end.
+  TokenRateLimiter* limiter = nullptr;
+  double charged = 0;
+  ~CompletionRun() {
+    if (limiter == nullptr) return;
+    double used = static_cast<double>(prompt.size());
+    for (const Choice& c : choices) {
+      used += static_cast<double>(c.completion_tokens);
+    }
+    limiter->GiveBack(tenant, charged - used);
+  }
 };
 
 OpenAiApi::OpenAiApi(GenerationEngine* engine, CallGate* gate,
@@ -863,6 +875,15 @@ void OpenAiApi::Cleanup(CompletionRun& r, bool success) {
 
 void OpenAiApi::Run(std::shared_ptr<CompletionRun> r, httplib::Response& res) {
   GenerationEngine& engine = *engine_;
+  // The tenant's rate: the prompt and every choice's max_tokens now.
+  const double charge =
+      static_cast<double>(r->prompt.size()) +
+      static_cast<double>(r->n) * static_cast<double>(r->params.max_tokens);
+  if (absl::Status s = gate_->limiter().Take(r->tenant, charge); !s.ok()) {
+    return SendStatus(res, s);
+  }
+  r->limiter = &gate_->limiter();
+  r->charged = charge;
   const bool keep = r->kind == CompletionRun::Kind::kResponse && r->store;
   // The session choice 0 runs in: a fork of the previous response's state,
   // the client's session, or a new one.
@@ -1321,6 +1342,11 @@ void OpenAiApi::RouteSessions(Routes& s) {
     if (tokens.empty()) {
       return SendError(
           res, 400, "prompt: text or token ids to append, not empty", "prompt");
+    }
+    if (absl::Status st =
+            gate_->limiter().Take(tenant, static_cast<double>(tokens.size()));
+        !st.ok()) {
+      return SendStatus(res, st);
     }
     auto info = AppendAndWait(*engine_, id, std::move(tokens), tenant);
     if (!info.ok()) return SendStatus(res, info.status());

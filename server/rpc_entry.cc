@@ -137,6 +137,20 @@ absl::Status CallGate::Admit(grpc::CallbackServerContext* ctx) const {
   return absl::OkStatus();
 }
 
+void AddRetryHint(grpc::ServerContextBase* ctx, const absl::Status& status) {
+  if (const std::optional<int64_t> ms = RetryAfterMs(status)) {
+    ctx->AddTrailingMetadata("retry-after-ms", absl::StrCat(*ms));
+  }
+}
+
+grpc::ServerUnaryReactor* FinishCall(grpc::CallbackServerContext* ctx,
+                                     const absl::Status& status) {
+  AddRetryHint(ctx, status);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
 void NoteSessionOf(grpc::CallbackServerContext* ctx,
                    const google::protobuf::Message& request) {
   const google::protobuf::FieldDescriptor* field =

@@ -40,6 +40,7 @@
 #include "server/api_keys.h"
 #include "server/call_context.h"
 #include "server/observability.h"
+#include "server/rate_limiter.h"
 #include "server/status.h"
 
 namespace linattn {
@@ -79,6 +80,8 @@ class CallGate {
   // before serving.
   void set_observability(Observability* o) { observability_ = o; }
   Observability* observability() const { return observability_; }
+  // Tenants' token rates (both front ends charge it).
+  TokenRateLimiter& limiter() const { return limiter_; }
   // UNAVAILABLE once Drain() was called.
   absl::Status Admit() const;
   // Admit(), then the call's key: UNAUTHENTICATED without a valid one; the
@@ -107,10 +110,18 @@ class CallGate {
   std::atomic<bool> draining_{false};
   const ApiKeys* keys_ = nullptr;
   Observability* observability_ = nullptr;
+  mutable TokenRateLimiter limiter_;
   mutable std::mutex mu_;
   std::condition_variable idle_;
   uint64_t in_flight_ = 0;  // guarded by mu_
 };
+
+// Adds `retry-after-ms` trailing metadata when `status` is a rate limit's
+// refusal (server/rate_limiter.h); call before the call finishes.
+void AddRetryHint(grpc::ServerContextBase* ctx, const absl::Status& status);
+// Finishes a unary call with `status` (and its retry hint).
+grpc::ServerUnaryReactor* FinishCall(grpc::CallbackServerContext* ctx,
+                                     const absl::Status& status);
 
 // Notes the request's `session_id` (when it has one) in the call's
 // context, for the access log.

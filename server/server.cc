@@ -20,6 +20,30 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   LINATTN_ASSIGN_OR_RETURN(const ListenAddress listen,
                            ParseListenAddress(options.listen, "--listen"));
   LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
+  // Sessions are users' contexts: a listener others can reach checks
+  // who calls, unless the operator says a proxy in front does.
+  const bool authenticates =
+      !options.api_keys_file.empty() || !options.tls.client_ca.empty();
+  if (!authenticates && !options.allow_unauthenticated) {
+    std::vector<std::pair<const char*, std::string>> listeners = {
+        {"--listen", options.listen}};
+    if (!options.http_listen.empty() && options.http_listen != "none") {
+      listeners.push_back({"--http-listen", options.http_listen});
+    }
+    for (const auto& [flag, text] : listeners) {
+      LINATTN_ASSIGN_OR_RETURN(const ListenAddress address,
+                               ParseListenAddress(text, flag));
+      if (address.IsLoopback()) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          flag, ": ", text,
+          " is not a loopback address, and this server checks no "
+          "credentials: anyone who reaches it could read, change or delete "
+          "every session. Give --api-keys FILE (LINATTN_API_KEYS; "
+          "deploy/README.md says how from a secret) or --tls-client-ca, or "
+          "--allow-unauthenticated to serve anyway (behind a proxy that "
+          "authenticates)"));
+    }
+  }
   std::unique_ptr<LinattnServer> server(new LinattnServer());
   if (!options.api_keys_file.empty()) {
     LINATTN_ASSIGN_OR_RETURN(server->keys_,
@@ -37,6 +61,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                        "--tls-client-ca"
                      : "");
   }
+  server->observability_ = std::make_unique<Observability>(options.metrics);
   Observability* const observability = server->observability_.get();
   server->gate_.set_observability(observability);
   // One session table (--max-sessions, --max-state-memory) and one compute
@@ -254,7 +279,8 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
         server->http_,
         HttpFrontend::Start(http, server->generation_.get(), &server->gate_));
   }
-  if (!options.metrics_listen.empty() && options.metrics_listen != "none") {
+  if (!options.metrics_listen.empty() && options.metrics_listen != "none" &&
+      options.metrics) {
     LINATTN_ASSIGN_OR_RETURN(
         const ListenAddress metrics,
         ParseListenAddress(options.metrics_listen, "--metrics-listen"));

@@ -77,6 +77,11 @@ struct ServerOptions {
   std::string metrics_listen;
   // TLS on the gRPC and HTTP listeners (server/tls.h); off when empty.
   TlsOptions tls;
+  // Serve on an address other machines can reach with no credentials
+  // checked (no API keys, no client certificates). Refused unless set.
+  bool allow_unauthenticated = false;
+  // Prometheus metrics (server/observability.h); off: /metrics is 404.
+  bool metrics = true;
   // How often the maintenance thread looks for sessions to snapshot (and,
   // for Durability::kBatch, syncs: then every durable.sync_interval).
   std::chrono::milliseconds maintenance_period{500};
@@ -143,8 +148,7 @@ class LinattnServer {
   std::unique_ptr<ApiKeys> keys_ = std::make_unique<ApiKeys>();
   std::unique_ptr<TlsIdentity> tls_;  // null without TLS
   // Metrics and access logs; outlives everything that reports to it.
-  std::unique_ptr<Observability> observability_ =
-      std::make_unique<Observability>();
+  std::unique_ptr<Observability> observability_;
   CallGate gate_;  // admission, drain and in-flight count of every call
   // The durable store observes the table, so it outlives it.
   std::unique_ptr<DurableStore> store_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <string_view>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "core/scheduler/iteration_planner.h"
@@ -777,8 +779,15 @@ void GenerationEngine::Plan(Batch& batch, Callbacks& callbacks) {
   }
   std::vector<PlanCandidate> candidates;
   candidates.reserve(rows.size());
+  // Tenants take turns where not every row fits (iteration_planner.h).
+  std::unordered_map<std::string_view, uint32_t> tenants;
   for (const Row& row : rows) {
-    candidates.push_back({row.job->seq, row.job->feed.size() - row.job->fed});
+    const std::string& owner = row.queue->session->owner();
+    const uint32_t group =
+        tenants.emplace(owner, static_cast<uint32_t>(tenants.size()))
+            .first->second;
+    candidates.push_back(
+        {row.job->seq, row.job->feed.size() - row.job->fed, group});
   }
   const std::vector<uint32_t> take = PlanIteration(
       candidates,

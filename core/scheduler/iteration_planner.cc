@@ -2,8 +2,36 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 namespace linattn {
+
+namespace {
+
+// `order` (oldest first) rearranged so that groups take turns: the oldest
+// of every group (groups in the order of their oldest), then the second
+// oldest of each, and so on. One group: `order` as it was.
+std::vector<size_t> TakingTurns(std::span<const PlanCandidate> candidates,
+                                const std::vector<size_t>& order) {
+  std::vector<std::vector<size_t>> groups;
+  std::unordered_map<uint32_t, size_t> index;
+  for (size_t i : order) {
+    auto [it, added] = index.emplace(candidates[i].group, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  if (groups.size() <= 1) return order;
+  std::vector<size_t> out;
+  out.reserve(order.size());
+  for (size_t turn = 0; out.size() < order.size(); ++turn) {
+    for (const std::vector<size_t>& g : groups) {
+      if (turn < g.size()) out.push_back(g[turn]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<uint32_t> PlanIteration(std::span<const PlanCandidate> candidates,
                                     PlanLimits limits) {
@@ -16,20 +44,22 @@ std::vector<uint32_t> PlanIteration(std::span<const PlanCandidate> candidates,
   std::stable_sort(order.begin(), order.end(), older);
   uint64_t budget = std::max<uint32_t>(limits.token_budget, 1);
   uint32_t decode_rows = 0;
-  std::vector<size_t> prompts;
+  std::vector<size_t> decodes, prompts;
   for (size_t i : order) {
-    if (candidates[i].left != 1) {
-      prompts.push_back(i);
-      continue;
-    }
-    if (budget == 0 || decode_rows == limits.max_batch) continue;
+    (candidates[i].left == 1 ? decodes : prompts).push_back(i);
+  }
+  for (size_t i : TakingTurns(candidates, decodes)) {
+    if (budget == 0 || decode_rows == limits.max_batch) break;
     ++decode_rows;
     take[i] = 1;
     budget -= 1;
   }
-  // With more prompts than tokens left, the oldest get one each (`prompts`
-  // is oldest first here).
-  if (prompts.size() > budget) prompts.resize(budget);
+  // With more prompts than tokens left, the oldest of each group in turn
+  // get one each.
+  if (prompts.size() > budget) {
+    prompts = TakingTurns(candidates, prompts);
+    prompts.resize(budget);
+  }
   std::stable_sort(prompts.begin(), prompts.end(), [&](size_t a, size_t b) {
     return candidates[a].left < candidates[b].left;
   });

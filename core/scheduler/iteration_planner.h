@@ -10,6 +10,12 @@
 // tokens left, the oldest get one token each. So running streams keep
 // flowing while long prompts are consumed piece by piece, and a new short
 // prompt is not held behind a long one.
+//
+// Candidates belong to groups (tenants, core/session/tenant.h). Where not
+// every candidate fits — more decode rows than max_batch, more prompts
+// than tokens — the groups take turns, each its oldest first, so a tenant
+// with many requests cannot hold another's out of the iteration: each of
+// g groups gets at least ⌊max_batch / g⌋ decode rows when it has them.
 #ifndef LINATTN_CORE_SCHEDULER_ITERATION_PLANNER_H_
 #define LINATTN_CORE_SCHEDULER_ITERATION_PLANNER_H_
 
@@ -20,8 +26,9 @@
 namespace linattn {
 
 struct PlanCandidate {
-  uint64_t seq = 0;   // arrival order of the request (smaller = older)
-  uint64_t left = 0;  // tokens left to feed, at least 1
+  uint64_t seq = 0;    // arrival order of the request (smaller = older)
+  uint64_t left = 0;   // tokens left to feed, at least 1
+  uint32_t group = 0;  // whose request (groups take turns)
 };
 
 struct PlanLimits {

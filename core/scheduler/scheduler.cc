@@ -148,6 +148,14 @@ Scheduler::Load Scheduler::load() const {
   return {queue_.size(), round_size_ + unfinished_.size()};
 }
 
+std::string_view Scheduler::OwnerOf(const Request& r) {
+  const AttentionSession* s =
+      r.kind == Kind::kStepGroup
+          ? (r.group.empty() ? nullptr : r.group.front().session.get())
+          : r.session.get();
+  return s == nullptr ? std::string_view() : std::string_view(s->owner());
+}
+
 bool Scheduler::RunOnce() {
   round_.clear();
   std::vector<Request> unfinished;
@@ -167,16 +175,31 @@ bool Scheduler::RunOnce() {
     // session already in the round wait for the next one. A deferred
     // request claims its sessions too, so nothing queued behind it on any
     // of them can overtake it.
+    //
+    // Tenants share a round: with g tenants queued, each takes at most
+    // ⌈max_round / g⌉ places, its oldest first, and the rest of its
+    // requests wait (claiming their sessions), so a tenant with thousands
+    // queued cannot keep another's step out of the next round. (With one
+    // tenant this is the arrival order, up to max_round.)
+    std::unordered_map<std::string_view, size_t> taken;
+    for (const Request& r : queue_) taken.emplace(OwnerOf(r), 0);
+    const size_t share = (options_.max_round + taken.size() - 1) /
+                         std::max<size_t>(1, taken.size());
     std::unordered_set<const AttentionSession*> in_round;
     std::vector<Request> deferred;
-    while (!queue_.empty() && round_.size() < options_.max_round) {
+    size_t scanned = 0;
+    const size_t queued = queue_.size();
+    while (scanned < queued && round_.size() < options_.max_round) {
       Request r = std::move(queue_.front());
       queue_.pop_front();
+      ++scanned;
       bool free = true;
       ForEachSession(
           r, [&](AttentionSession& s) { free &= !in_round.contains(&s); });
       ForEachSession(r, [&](AttentionSession& s) { in_round.insert(&s); });
-      if (free) {
+      size_t& mine = taken[OwnerOf(r)];
+      if (free && mine < share) {
+        ++mine;
         round_.push_back(std::move(r));
       } else {
         deferred.push_back(std::move(r));
@@ -356,13 +379,45 @@ void Scheduler::RunRound(std::vector<Request>& round,
                      round[b].in.tokens - round[b].prefilled;
             });
   uint64_t budget = std::max<uint64_t>(1, options_.prefill_tokens_per_round);
+  // With several tenants prefilling, the budget is first shared among the
+  // tenants the same way (what one needs less of goes to the others), then
+  // within each: a tenant with hundreds of prefills takes its share, not
+  // hundreds of shares.
+  struct TenantShare {
+    uint64_t demand = 0, left = 0;
+    size_t requests = 0;
+  };
+  std::unordered_map<std::string_view, TenantShare> tenants;
+  for (size_t i : prefill_requests) {
+    TenantShare& t = tenants[OwnerOf(round[i])];
+    t.demand += round[i].in.tokens - round[i].prefilled;
+    ++t.requests;
+  }
+  if (tenants.size() > 1) {
+    std::vector<TenantShare*> by_demand;
+    for (auto& [owner, t] : tenants) by_demand.push_back(&t);
+    std::sort(by_demand.begin(), by_demand.end(),
+              [](const TenantShare* a, const TenantShare* b) {
+                return a->demand < b->demand;
+              });
+    uint64_t left = budget;
+    for (size_t n = 0; n < by_demand.size(); ++n) {
+      TenantShare& t = *by_demand[n];
+      t.left = std::min(t.demand, left / (by_demand.size() - n));
+      left -= t.left;
+    }
+  }
   uint64_t workspace = 0;  // of the chunkwise round, for the slices so far
   std::vector<PrefillItem> prefills;
   std::vector<size_t> prefill_index;
   for (size_t n = 0; n < prefill_requests.size(); ++n) {
     const size_t i = prefill_requests[n];
     Request& r = round[i];
-    uint64_t share = budget / (prefill_requests.size() - n);
+    TenantShare* tenant = tenants.size() > 1 ? &tenants[OwnerOf(r)] : nullptr;
+    uint64_t share =
+        tenant != nullptr
+            ? std::max<uint64_t>(1, tenant->left / tenant->requests--)
+            : budget / (prefill_requests.size() - n);
     // Its chunkwise jobs: round_chunks at most per head in one Run.
     const Attention& attention = r.session->attention();
     const uint64_t C = std::max<uint32_t>(1, options_.chunkwise.chunk_size);
@@ -390,6 +445,7 @@ void Scheduler::RunRound(std::vector<Request>& round,
     }
     if (!results[i].ok() || r.in.tokens == 0) continue;
     budget -= std::min(budget, r.slice);
+    if (tenant != nullptr) tenant->left -= std::min(tenant->left, r.slice);
     workspace += per_chunk * std::min<uint64_t>(options_.chunkwise.round_chunks,
                                                 (r.slice + C - 1) / C);
     const AttentionSpec& spec = r.session->spec();

@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -153,6 +154,9 @@ class Scheduler : private ComputeExecutor::Source {
     MemoryLease copy_lease;
     uint64_t slice = 0;  // tokens this round
   };
+  // The tenant a request counts against in a round: its session's owner
+  // (a step group's first session's).
+  static std::string_view OwnerOf(const Request& r);
   // The sessions a request touches.
   static void ForEachSession(
       const Request& r, const absl::FunctionRef<void(AttentionSession&)>& f);

@@ -19,10 +19,13 @@
 namespace linattn {
 
 // What one tenant may hold at once in the session table (0 = no limit of
-// its own; the server's limits still apply).
+// its own; the server's limits still apply), and the rate of tokens its
+// requests may bring (0 = none; enforced by the server's front ends,
+// server/rate_limiter.h, not by the table).
 struct TenantQuota {
   uint64_t max_sessions = 0;
   uint64_t max_state_bytes = 0;
+  double tokens_per_second = 0;
 };
 
 class Tenant {

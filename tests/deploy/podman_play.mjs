@@ -9,13 +9,31 @@
 // stderr and left out. Containers' ports are dropped (podman 4.3 publishes
 // every containerPort on the host, where the proxy's and the replica's
 // 50051 would collide; pods reach each other on the network without them),
-// and a Deployment runs one pod. Everything else goes through unchanged.
+// and a Deployment runs one pod. A Secret volume named on the command line
+// (`--secret NAME=DIR`) becomes a read-only hostPath of DIR, which holds
+// the Secret's files (podman 4.3 plays no Secrets). Everything else goes
+// through unchanged.
 //
-//   node tests/deploy/podman_play.mjs rendered.yaml > play.yaml
+//   node tests/deploy/podman_play.mjs rendered.yaml [--secret NAME=DIR] > play.yaml
 import { readFileSync } from "node:fs";
 import { parseAllDocuments, stringify } from "yaml";
 
 const out = [];
+const secrets = {};
+for (let i = 3; i < process.argv.length; i += 2) {
+  if (process.argv[i] !== "--secret") throw new Error(`unknown argument ${process.argv[i]}`);
+  const [name, dir] = process.argv[i + 1].split("=");
+  secrets[name] = dir;
+}
+const withSecretsAsPaths = (podSpec) => {
+  for (const v of podSpec.volumes ?? []) {
+    const dir = secrets[v.secret?.secretName];
+    if (dir === undefined) continue;
+    delete v.secret;
+    v.hostPath = { path: dir, type: "Directory" };
+  }
+  return podSpec;
+};
 const unpublished = (podSpec) => {
   for (const c of podSpec.containers ?? []) {
     // Probes that name a port get its number first.
@@ -47,7 +65,7 @@ for (const doc of parseAllDocuments(readFileSync(process.argv[2], "utf8"))) {
   }
   const sts = obj;
   const pod = sts.spec.replicas === 1 ? sts.spec.serviceName : `${sts.metadata.name}-0`;
-  const spec = unpublished(structuredClone(sts.spec.template.spec));
+  const spec = withSecretsAsPaths(unpublished(structuredClone(sts.spec.template.spec)));
   spec.volumes = spec.volumes ?? [];
   for (const claim of sts.spec.volumeClaimTemplates ?? []) {
     const name = `${claim.metadata.name}-${pod}`;

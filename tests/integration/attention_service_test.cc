@@ -14,6 +14,7 @@
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "linattn/v1/attention.grpc.pb.h"
 #include "tests/attention/test_util.h"
+#include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
 
 namespace linattn {
@@ -796,10 +797,8 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
   };
   // Rounds of one token take from 20 us to over half a millisecond (a
   // parallel test run): timed here first, on a scratch session, so that
-  // the prefill lasts about 4 s at this moment's speed — still running
-  // when the step, written after it, has had a second to reach the server
-  // before SIGTERM (a step the server has not read when the drain begins
-  // is refused).
+  // the prefill lasts about 2 s at this moment's speed: still running
+  // when the step written after it waits behind it.
   int kTokens = 0;
   {
     constexpr int kProbe = 5000;
@@ -815,7 +814,7 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
     kTokens = static_cast<int>(
-        std::clamp(4.0 / seconds * kProbe, 20000.0, 2000000.0));
+        std::clamp(2.0 / seconds * kProbe, 20000.0, 2000000.0));
   }
   const v1::PrefillRequest pre = prefill_request(a.session_id(), kTokens);
   grpc::Status prefilled;
@@ -831,7 +830,18 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
       if (t.joinable()) t.join();
     }
   } join{prefill};
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The server's own gauges say when the prefill runs, and then when the
+  // step waits behind it (it has been read: a step not yet read when the
+  // drain begins would be refused).
+  auto gauges_reach = [&](const std::string& sample) {
+    for (int i = 0; i < 1000; ++i) {
+      const auto m = testing::HttpCall(server->http_port(), "GET", "/metrics");
+      if (m.raw.find("\n" + sample + "\n") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(gauges_reach("linattn_num_requests_running 1"));
   grpc::ClientContext ctx;
   auto stream = stub->Decode(&ctx);
   v1::DecodeRequest step;
@@ -839,7 +849,7 @@ TEST(AttentionServiceDrain, AStepUnderWayIsAnsweredBeforeTheStreamEnds) {
   for (int i = 0; i < 2; ++i)
     step.add_q(1.0f), step.add_k(1.0f), step.add_v(2.0f);
   ASSERT_TRUE(stream->Write(step));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(gauges_reach("linattn_num_requests_waiting 1"));
   ASSERT_EQ(kill(server->pid(), SIGTERM), 0);
   v1::DecodeResponse resp;
   ASSERT_TRUE(stream->Read(&resp)) << "the applied step was not answered";

@@ -15,6 +15,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
 #include "clients/common/connection.h"
 #include "linattn/v1/attention.grpc.pb.h"
@@ -426,6 +427,170 @@ TEST(Tenants, OverHttpTooSessionsAndStoredResponsesAreTheTenants) {
       404);
   EXPECT_EQ(HttpCall(port, "GET", "/v1/responses/" + rid, "", "key-a").status,
             200);
+}
+
+// Two tenants on one server with rounds of eight requests. A tenant
+// flooding past its token rate is refused (RESOURCE_EXHAUSTED with
+// retry-after-ms) and takes no more than its rate; a tenant with no rate
+// flooding the scheduler with long prefills gets its share of each round,
+// not all of it. Meanwhile every decode step of the other tenant, each
+// with a deadline of one second (the bound), is answered in time.
+TEST(Tenants, AFloodingTenantCannotPushAnothersStepsPastTheirDeadlines) {
+  KeyFile keys;
+  nlohmann::json flood = Key("key-flood", "flood");
+  flood["tokens_per_second"] = 20000;
+  keys.Write({flood, Key("key-hog", "hog"), Key("key-steady", "steady")});
+  auto server = ServerProcess::Start({"--api-keys", keys.path.string(),
+                                      "--model", "none", "--max-batch", "8",
+                                      "--prefill-tokens-per-round", "4096"});
+  ASSERT_NE(server, nullptr);
+  Caller steady(*server, "key-steady");
+  v1::Session mine;
+  ASSERT_TRUE(steady.Create("steady", &mine).ok());
+
+  struct Flooded {
+    std::atomic<uint64_t> admitted_tokens{0}, refused{0}, hinted{0};
+  };
+  constexpr int kThreads = 12;
+  constexpr int kTokens = 4000;
+  // Floods for `seconds` with prefills of kTokens from kThreads threads,
+  // each on a session of its own, as the tenant of `key`.
+  auto flood_with = [&](const std::string& key, double seconds, Flooded& out) {
+    std::vector<std::thread> threads;
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration<double>(seconds);
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&server, &out, until, key] {
+        Caller c(*server, key);
+        v1::Session s;
+        if (!c.Create("", &s).ok()) return;
+        v1::PrefillRequest req;
+        req.set_session_id(s.session_id());
+        req.set_tokens(kTokens);
+        for (int i = 0; i < kTokens * 2; ++i) {
+          req.add_q(0.25f), req.add_k(0.5f), req.add_v(1.0f);
+        }
+        while (std::chrono::steady_clock::now() < until) {
+          grpc::ClientContext ctx;
+          v1::PrefillResponse resp;
+          const grpc::Status st = c.attention().Prefill(&ctx, req, &resp);
+          if (st.ok()) {
+            out.admitted_tokens += kTokens;
+          } else if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+            ++out.refused;
+            if (ctx.GetServerTrailingMetadata().count("retry-after-ms") != 0) {
+              ++out.hinted;
+            }
+          }
+        }
+      });
+    }
+    return threads;
+  };
+  // The other tenant's decode steps, one stream each, deadline 1 s.
+  auto steps_within_deadline = [&](int n) {
+    int late = 0;
+    for (int i = 0; i < n; ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(1));
+      auto stream = steady.attention().Decode(&ctx);
+      v1::DecodeRequest step;
+      step.set_session_id(mine.session_id());
+      OneToken(step);
+      v1::DecodeResponse out;
+      const bool answered = stream->Write(step) && stream->Read(&out);
+      stream->WritesDone();
+      if (!answered || !stream->Finish().ok()) ++late;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return late;
+  };
+
+  {  // Past its rate: refused, with a hint, and held to the rate.
+    Flooded f;
+    const auto start = std::chrono::steady_clock::now();
+    auto threads = flood_with("key-flood", 3.0, f);
+    EXPECT_EQ(steps_within_deadline(40), 0);
+    for (auto& t : threads) t.join();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    EXPECT_GT(f.refused.load(), 0u);
+    EXPECT_EQ(f.hinted.load(), f.refused.load());
+    // A second's burst, the rate since, and the requests admitted while
+    // the bucket was not yet in debt (at most one per thread at a time).
+    EXPECT_LE(f.admitted_tokens.load(),
+              20000 * (1 + seconds) + kThreads * kTokens)
+        << "in " << seconds << " s";
+  }
+  {  // No rate, but many long prefills: the scheduler shares its rounds.
+    Flooded f;
+    auto threads = flood_with("key-hog", 3.0, f);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(steps_within_deadline(40), 0);
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(f.refused.load(), 0u);
+    EXPECT_GT(f.admitted_tokens.load(), 0u);
+  }
+}
+
+TEST(Tenants, OverHttpARateRefusalIs429WithRetryAfter) {
+  KeyFile keys;
+  nlohmann::json slow = Key("key-slow", "slow");
+  slow["tokens_per_second"] = 10;
+  keys.Write(nlohmann::json::array({slow}));
+  auto server = ServerProcess::Start({"--api-keys", keys.path.string()});
+  ASSERT_NE(server, nullptr);
+  const std::string body =
+      R"({"prompt":"In the beginning","max_tokens":20,"temperature":0})";
+  // Admitted with a full bucket (10 tokens); charged 16 + 20, so the next
+  // request finds the bucket in debt.
+  auto first = testing::HttpCall(server->http_port(), "POST", "/v1/completions",
+                                 body, "key-slow");
+  ASSERT_EQ(first.status, 200) << first.raw;
+  httplib::Client c("127.0.0.1", server->http_port());
+  c.set_bearer_token_auth("key-slow");
+  auto second = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, 429) << second->body;
+  int retry = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(second->get_header_value("Retry-After"), &retry))
+      << second->body;
+  EXPECT_GE(retry, 1);
+  EXPECT_LE(retry, 4);  // a debt of at most 26 tokens at 10 per second
+  EXPECT_NE(second->body.find("past its rate"), std::string::npos);
+}
+
+// A listener other machines can reach checks credentials, or the operator
+// says it need not: 0.0.0.0 without keys or client certificates is refused
+// at start, naming the flag and what to give.
+TEST(Tenants, ANonLoopbackListenerNeedsCredentials) {
+  KeyFile keys;
+  keys.Write(StandardKeys());
+  const std::string log = keys.path.string() + ".log";
+  for (const std::vector<std::string>& listen :
+       {std::vector<std::string>{"--listen", "0.0.0.0:0"},
+        std::vector<std::string>{"--http-listen", "0.0.0.0:0"}}) {
+    std::vector<std::string> args = listen;
+    args.insert(args.end(), {"--model", "none"});
+    EXPECT_EQ(ServerProcess::Start(args, log), nullptr);
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(listen[0] + ": 0.0.0.0:0 is not a loopback address"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("--api-keys"), std::string::npos);
+    for (const std::vector<std::string>& allowed :
+         {std::vector<std::string>{"--allow-unauthenticated"},
+          std::vector<std::string>{"--api-keys", keys.path.string()}}) {
+      std::vector<std::string> ok = args;
+      ok.insert(ok.end(), allowed.begin(), allowed.end());
+      EXPECT_NE(ServerProcess::Start(ok), nullptr) << allowed[0];
+    }
+  }
+  std::filesystem::remove(log);
 }
 
 }  // namespace

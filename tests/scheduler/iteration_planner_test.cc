@@ -45,6 +45,32 @@ TEST(IterationPlanner, WithMorePromptsThanTokensTheOldestGetOneEach) {
               ElementsAre(0, 1, 0, 1));
 }
 
+TEST(IterationPlanner, TenantsTakeTurnsWhereNotEveryRowFits) {
+  // Tenant 0 has six decode rows older than tenant 1's two; max_batch 4
+  // gives each tenant two (oldest first within each), where arrival order
+  // alone would give tenant 0 all four.
+  const PlanCandidate c[] = {
+      {.seq = 0, .left = 1, .group = 0}, {.seq = 1, .left = 1, .group = 0},
+      {.seq = 2, .left = 1, .group = 0}, {.seq = 3, .left = 1, .group = 0},
+      {.seq = 4, .left = 1, .group = 0}, {.seq = 5, .left = 1, .group = 0},
+      {.seq = 6, .left = 1, .group = 1}, {.seq = 7, .left = 1, .group = 1}};
+  EXPECT_THAT(PlanIteration(c, {.token_budget = 64, .max_batch = 4}),
+              ElementsAre(1, 1, 0, 0, 0, 0, 1, 1));
+  // More prompts than tokens: one each, tenants in turn, oldest first.
+  const PlanCandidate p[] = {{.seq = 0, .left = 50, .group = 3},
+                             {.seq = 1, .left = 50, .group = 3},
+                             {.seq = 2, .left = 50, .group = 3},
+                             {.seq = 3, .left = 50, .group = 8}};
+  EXPECT_THAT(PlanIteration(p, {.token_budget = 2, .max_batch = 8}),
+              ElementsAre(1, 0, 0, 1));
+  // One tenant: arrival order, as before tenants.
+  const PlanCandidate one[] = {{.seq = 2, .left = 1, .group = 5},
+                               {.seq = 1, .left = 1, .group = 5},
+                               {.seq = 0, .left = 1, .group = 5}};
+  EXPECT_THAT(PlanIteration(one, {.token_budget = 64, .max_batch = 2}),
+              ElementsAre(0, 1, 1));
+}
+
 TEST(IterationPlanner, DecodeRowsCanTakeTheWholeBudget) {
   const PlanCandidate c[] = {
       {.seq = 0, .left = 1}, {.seq = 1, .left = 1}, {.seq = 2, .left = 5}};

@@ -523,5 +523,70 @@ TEST(Scheduler, PrefillsBeyondTheWorkspaceCapWaitARound) {
   EXPECT_GE(stats.prefill_batches, kSessions / 4u);
 }
 
+// Tenants share rounds: with tenant A's twelve requests queued before
+// tenant B's one and rounds of four, B's runs in the first round after the
+// queue forms (A gets two places, B its one), not after all of A's.
+TEST(Scheduler, ATenantWithManyRequestsQueuedCannotKeepAnotherOut) {
+  auto manager = *SessionManager::Create({});
+  Scheduler scheduler({.max_round = 4});
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 2};
+  const Tenant a = Tenant::Named("a"), b = Tenant::Named("b");
+  WorkerHold hold(*manager, scheduler);
+  std::mutex mu;
+  std::vector<std::string> ran;  // owners, in the order their work ran
+  std::atomic<int> left{13};
+  std::promise<void> all_done;
+  auto submit = [&](const Tenant& t) {
+    auto s = *manager->CreateSession(spec, std::nullopt, "", t);
+    scheduler.Run(
+        s,
+        [&mu, &ran, owner = t.name()](Session&) {
+          std::lock_guard<std::mutex> lock(mu);
+          ran.push_back(owner);
+          return absl::OkStatus();
+        },
+        [&left, &all_done](absl::Status) {
+          if (--left == 0) all_done.set_value();
+        });
+  };
+  for (int i = 0; i < 12; ++i) submit(a);
+  submit(b);
+  hold.Release();
+  all_done.get_future().wait();
+  ASSERT_EQ(ran.size(), 13u);
+  const size_t b_at = std::find(ran.begin(), ran.end(), "b") - ran.begin();
+  EXPECT_LT(b_at, 3u) << "b's request ran after " << b_at << " of a's";
+}
+
+// Prefill tokens are shared among tenants first: b's one prefill gets half
+// a round's tokens beside a's eight, so it finishes in three rounds of 900
+// tokens, not in ten (a ninth each).
+TEST(Scheduler, PrefillTokensAreSharedAmongTenantsFirst) {
+  auto manager = *SessionManager::Create({});
+  std::atomic<int> rounds{0};
+  Scheduler scheduler(
+      {.max_round = 64,
+       .prefill_tokens_per_round = 900,
+       .on_round = [&rounds](size_t, double) { rounds.fetch_add(1); }});
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 2};
+  const testing::Tokens data = testing::RandomTokens(spec, 1000, 11);
+  WorkerHold hold(*manager, scheduler);
+  std::vector<testing::Outputs> outs(9, testing::Outputs(spec, 1000));
+  std::vector<std::promise<int>> finished(9);  // the round each ended in
+  for (int i = 0; i < 9; ++i) {
+    auto s = *manager->CreateSession(spec, std::nullopt, "",
+                                     Tenant::Named(i < 8 ? "a" : "b"));
+    scheduler.Prefill(s, data.input(), outs[i].view(),
+                      [&rounds, &finished, i](absl::Status) {
+                        finished[i].set_value(rounds.load());
+                      });
+  }
+  hold.Release();
+  const int b_round = finished[8].get_future().get();
+  for (int i = 0; i < 8; ++i) finished[i].get_future().wait();
+  // Rounds counted before the one that finished it; the gate's came first.
+  EXPECT_LE(b_round, 1 + 3) << "b's prefill took " << b_round << " rounds";
+}
+
 }  // namespace
 }  // namespace linattn
