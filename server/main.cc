@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
   // full disk to report (EFBIG → RESOURCE_EXHAUSTED), not a signal that
   // ends the server.
   signal(SIGXFSZ, SIG_IGN);
+  // A client that closes its connection while we write to it is an error
+  // on that connection, not the end of the server: OpenSSL (the HTTPS
+  // listener) writes with write(2), which raises SIGPIPE on a closed
+  // socket (gRPC's own writes ask the kernel not to).
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{
       "linattn-server: linear-attention sessions over gRPC (linattn.v1)"};
   app.set_version_flag("--version", "linattn-server " LINATTN_VERSION);
