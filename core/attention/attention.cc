@@ -56,17 +56,65 @@ absl::Status CheckFinite(absl::string_view field, const float* data,
   return absl::InternalError(absl::StrCat(field, ": finiteness check failed"));
 }
 
+// The gated and delta rules' per-token inputs: log-gates finite and ≤ 0,
+// β in [0, 2]; *beta_max receives the largest β.
+absl::Status CheckRuleInputs(const AttentionSpec& spec, const SequenceInput& in,
+                             uint64_t rows, bool check_values,
+                             float* beta_max) {
+  if (const uint64_t gates = rows * GatesPerHead(spec); gates != 0) {
+    if (in.g == nullptr) return absl::InvalidArgumentError("g: missing");
+    if (check_values) {
+      for (uint64_t i = 0; i < gates; ++i) {
+        if (!(in.g[i] <= 0.0f) || !std::isfinite(in.g[i])) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "g[", i,
+              "]: a log-gate must be finite and <= 0 (α = exp(g) in "
+              "(0, 1]), got ",
+              in.g[i]));
+        }
+      }
+    }
+  }
+  if (HasBeta(spec.rule) && rows != 0) {
+    if (in.beta == nullptr) return absl::InvalidArgumentError("beta: missing");
+    float most = 0.0f;
+    for (uint64_t i = 0; i < rows; ++i) {
+      const float b = in.beta[i];
+      if (!(b >= 0.0f && b <= 2.0f)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("beta[", i, "]: must be in [0, 2], got ", b));
+      }
+      most = std::max(most, b);
+    }
+    *beta_max = most;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-double GrownMagnitudeBound(double bound, uint64_t tokens,
-                           const InputMagnitude& m) {
-  constexpr double kRounding = 1.0 + 0x1p-20;
-  const double feature = (static_cast<double>(m.k) + 1.0) * kRounding;
-  const double per_token =
-      feature * std::max(1.0, static_cast<double>(m.v)) * kRounding;
+double GrownMagnitudeBound(const AttentionSpec& spec, double bound,
+                           uint64_t tokens, const InputMagnitude& m) {
   const double t = static_cast<double>(tokens);
-  return (bound + t * per_token) *
-         (tokens == 1 ? kRounding : std::pow(kRounding, t));
+  const double k = spec.qk_l2norm ? 1.0 : static_cast<double>(m.k);
+  const double v = static_cast<double>(m.v);
+  if (!HasBeta(spec.rule)) {
+    constexpr double kRounding = 1.0 + 0x1p-20;
+    const double feature = (k + 1.0) * kRounding;
+    const double per_token = feature * std::max(1.0, v) * kRounding;
+    return (bound + t * per_token) *
+           (tokens == 1 ? kRounding : std::pow(kRounding, t));
+  }
+  constexpr double kRounding = 1.0 + 0x1p-16;
+  const double k_norm2 =
+      spec.qk_l2norm ? 1.0 : static_cast<double>(spec.key_dim) * k * k;
+  const double beta = static_cast<double>(m.beta);
+  const double rho = std::max(1.0, beta * k_norm2 - 1.0) * kRounding;
+  const double per_token = beta * std::sqrt(k_norm2) *
+                           std::sqrt(static_cast<double>(spec.value_dim)) * v *
+                           kRounding;
+  // ‖S_T‖ ≤ ρ^T‖S_0‖ + per_token·Σ_{i<T} ρ^i ≤ ρ^T(‖S_0‖ + T·per_token).
+  return (bound + t * per_token) * (tokens == 1 ? rho : std::pow(rho, t));
 }
 
 absl::StatusOr<Attention> Attention::Create(const AttentionSpec& spec) {
@@ -90,7 +138,10 @@ absl::Status Attention::ValidateInput(const AttentionState& state,
       CheckFinite("k", in.k, rows * spec_.key_dim, check_values, &k_max));
   LINATTN_RETURN_IF_ERROR(
       CheckFinite("v", in.v, rows * spec_.value_dim, check_values, &v_max));
-  if (magnitude != nullptr) *magnitude = {k_max, v_max};
+  float beta_max = 0.0f;
+  LINATTN_RETURN_IF_ERROR(
+      CheckRuleInputs(spec_, in, rows, check_values, &beta_max));
+  if (magnitude != nullptr) *magnitude = {k_max, v_max, beta_max};
   if (spec_.feature_map == FeatureMapKind::kFavor) {
     // FAVOR+'s exponents ωᵀx̂ − ‖x̂‖²/2 are computed in fp32: past 2^50 the
     // square would leave its range and the features turn NaN.
@@ -116,6 +167,31 @@ absl::Status Attention::ValidateInput(const AttentionState& state,
         " (cosFormer weights turn negative past it)"));
   }
   return absl::OkStatus();
+}
+
+SequenceInput TokenOf(const AttentionSpec& spec, const SequenceInput& in,
+                      uint64_t t) {
+  const uint64_t rows = t * spec.num_heads;
+  SequenceInput token{in.q + rows * spec.key_dim, in.k + rows * spec.key_dim,
+                      in.v + rows * spec.value_dim, 1};
+  if (in.g != nullptr) token.g = in.g + rows * GatesPerHead(spec);
+  if (in.beta != nullptr) token.beta = in.beta + rows;
+  return token;
+}
+
+void PrepareQueryKey(const AttentionSpec& spec, const float* q, const float* k,
+                     float* q_out, float* k_out) {
+  const uint32_t d = spec.key_dim;
+  float q_mul = QueryScale(spec), k_mul = 1.0f;
+  if (spec.qk_l2norm) {
+    const VectorKernels& kernels = ActiveKernels();
+    q_mul /= std::sqrt(kernels.dot(d, q, q) + kL2NormEpsilon);
+    k_mul /= std::sqrt(kernels.dot(d, k, k) + kL2NormEpsilon);
+  }
+  for (uint32_t i = 0; i < d; ++i) {
+    q_out[i] = q[i] * q_mul;
+    k_out[i] = k[i] * k_mul;
+  }
 }
 
 void ReadOut(const AttentionSpec& spec, float log_scale, float den,

@@ -32,6 +32,11 @@ struct SequenceInput {
   const float* k = nullptr;  // (tokens, heads, d_k)
   const float* v = nullptr;  // (tokens, heads, d_v)
   uint64_t tokens = 0;
+  // Gated rules: log-gates g ≤ 0, (tokens, heads) or, with per-key gates,
+  // (tokens, heads, d_k); α = exp(g).
+  const float* g = nullptr;
+  // Delta rules: β ∈ [0, 2], (tokens, heads).
+  const float* beta = nullptr;
 };
 
 // Results out. An unavailable (token, head) has available = 0 and NaN in
@@ -47,6 +52,7 @@ struct SequenceOutput {
 struct InputMagnitude {
   float k = 0.0f;
   float v = 0.0f;
+  float beta = 0.0f;  // the largest β (delta rules)
 };
 
 // Overflow (docs/design.md, "Overflow"): a step is refused when it would
@@ -61,13 +67,20 @@ inline constexpr double kStateMagnitudeLimit = 0x1p120;
 // computed in fp32 and stays finite (√d_k·2^100 ≤ 2^105 at d_k ≤ 1024).
 inline constexpr float kMaxFavorInput = 0x1p50f;
 
-// The bound after `tokens` tokens of magnitude `m` on a state bounded by
-// `bound`. Every feature is at most max|k| + 1 (FAVOR+'s at most 1), so a
-// token adds at most (max|k| + 1)·max(max|v|, 1) to any entry of S or z;
-// decay only shrinks the state; each token's rounding is covered by a
-// factor (1 + 2^-20).
-double GrownMagnitudeBound(double bound, uint64_t tokens,
-                           const InputMagnitude& m);
+// The bound after `tokens` tokens of magnitude `m` on a state of `spec`
+// bounded by `bound` (AttentionState::magnitude_bound()).
+//  * Linear and gated rules, a bound on every entry: every feature is at
+//    most max|k| + 1 (FAVOR+'s at most 1; an L2-normalised key's at most 1),
+//    so a token adds at most (max|k| + 1)·max(max|v|, 1) to any entry of S
+//    or z; decay and gates only shrink the state.
+//  * Delta rules, a bound on each head's Frobenius norm: S_t = α(I − βkkᵀ)S
+//    + βkvᵀ with α ≤ 1 and ‖I − βkkᵀ‖₂ = max(1, |1 − β‖k‖²|) ≤ ρ =
+//    max(1, β_max·‖k‖²_max − 1), so ‖S_t‖_F ≤ ρ‖S_{t−1}‖_F + β‖k‖‖v‖ with
+//    ‖k‖² ≤ d_k·max|k|² (1 when L2-normalised) and ‖v‖ ≤ √d_v·max|v|.
+// Each token's rounding is covered by a factor (1 + 2^-20) (2^-16 for the
+// delta rules, whose step is a d_k-term dot product and a rank-1 update).
+double GrownMagnitudeBound(const AttentionSpec& spec, double bound,
+                           uint64_t tokens, const InputMagnitude& m);
 
 class Attention {
  public:
@@ -86,8 +99,9 @@ class Attention {
 
   // Everything that must hold before `in` may touch `state`: the state has
   // this layer's shape, pointers are set, every value is finite
-  // (INVALID_ARGUMENT naming e.g. "k[17]"), and cosFormer positions stay
-  // below the horizon (OUT_OF_RANGE). Reads q, k and v once, unless
+  // (INVALID_ARGUMENT naming e.g. "k[17]"), log-gates are ≤ 0 and β in
+  // [0, 2] (naming "g[i]", "beta[i]"), and cosFormer positions stay below
+  // the horizon (OUT_OF_RANGE). Reads q, k and v once, unless
   // `check_values` is false: then the caller checks finiteness itself
   // (AllFinite) before it commits any state, as the chunkwise pass does
   // while it reads the rows anyway.
@@ -104,6 +118,16 @@ class Attention {
   AttentionSpec spec_;
   FeatureMap feature_map_;
 };
+
+// Token `t` of `in` as a one-token input (its gates and β included).
+SequenceInput TokenOf(const AttentionSpec& spec, const SequenceInput& in,
+                      uint64_t t);
+
+// The gated and delta rules' q and k of one head as the update uses them:
+// L2-normalised when the spec says so (fla's l2norm, x/√(Σx² + 1e-6)), and
+// q times the spec's scale. q_out and k_out hold d_k floats each.
+void PrepareQueryKey(const AttentionSpec& spec, const float* q, const float* k,
+                     float* q_out, float* k_out);
 
 // True when none of x[0..n) is NaN or ±inf. Vectorised; no threads.
 bool AllFinite(const float* x, uint64_t n);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,9 +41,6 @@ struct ChunkwiseRunner::Job {
   uint32_t len = 0;    // L ≤ C
   float key_max = -INFINITY;
 };
-
-ChunkwiseRunner::ChunkwiseRunner(ChunkwiseOptions options)
-    : options_(options) {}
 
 absl::Status ChunkwiseRunner::Run(const Attention& attention,
                                   AttentionState& state,
@@ -130,10 +128,15 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
         "memory: allocating the working copies of a prefill failed");
   }
 
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> groups;
+  // Items share products when their rule, gate shape and widths agree.
+  std::map<std::tuple<UpdateRule, GateShape, uint32_t, uint32_t>,
+           std::vector<uint32_t>>
+      groups;
   for (uint32_t i = 0; i < items.size(); ++i) {
     if (items[i].in.tokens == 0) continue;
-    groups[{items[i].attention->feature_dim(), items[i].attention->value_dim()}]
+    const AttentionSpec& spec = items[i].attention->spec();
+    groups[{spec.rule, spec.gate, items[i].attention->feature_dim(),
+            items[i].attention->value_dim()}]
         .push_back(i);
   }
   // In place with `refused`, an item with a value that is not finite is
@@ -143,9 +146,14 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
       mode == PrefillCommit::kInPlace && refused.size() == items.size();
   std::vector<uint8_t> non_finite(items.size(), 0);
   try {
-    for (const auto& [dims, members] : groups) {
-      LINATTN_RETURN_IF_ERROR(
-          RunGroup(items, work, members, non_finite, !refuse_alone));
+    for (const auto& [key, members] : groups) {
+      if (std::get<0>(key) == UpdateRule::kLinear) {
+        LINATTN_RETURN_IF_ERROR(
+            RunGroup(items, work, members, non_finite, !refuse_alone));
+      } else {
+        LINATTN_RETURN_IF_ERROR(
+            RunRuleGroup(items, work, members, non_finite, !refuse_alone));
+      }
       // Failing as a whole, the Run stops at the first bad value.
       if (!refuse_alone && std::find(non_finite.begin(), non_finite.end(), 1) !=
                                non_finite.end()) {

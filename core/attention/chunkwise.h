@@ -1,5 +1,7 @@
 // The chunkwise evaluation order (prefill): many tokens of many sessions in
-// a few large batched matmuls on oneDNN (docs/design.md §1). Per head, a chunk
+// a few large batched matmuls on oneDNN (docs/design.md §1). The gated and
+// delta rules have their own forms (chunkwise_rules.cc); for the linear
+// rule, per head, a chunk
 // of L ≤ C rows with previous state S⁺ = [S | z]:
 //   O⁺ = diag(γ^{i+1}) Q S⁺_prev + (Q Kᵀ ⊙ D) V⁺,   D_ij = γ^{i−j}[i ≥ j]
 //   S⁺ ← γ^L S⁺_prev + (diag(γ^{L−1−j}) K)ᵀ V⁺
@@ -19,6 +21,7 @@
 #define LINATTN_CORE_ATTENTION_CHUNKWISE_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -50,6 +53,9 @@ enum class PrefillCommit { kAllOrNothing, kInPlace };
 class ChunkwiseRunner {
  public:
   explicit ChunkwiseRunner(ChunkwiseOptions options = {});
+  ~ChunkwiseRunner();
+  ChunkwiseRunner(ChunkwiseRunner&&) noexcept;
+  ChunkwiseRunner& operator=(ChunkwiseRunner&&) noexcept;
 
   // Prefills every item and advances its position. Items may differ in spec
   // and length; those with equal (d_φ, d_v) share batched matmuls. Shapes
@@ -76,6 +82,15 @@ class ChunkwiseRunner {
            (C * (3 * uint64_t{d_phi} + 2 * uint64_t{d_v} + C + 2) +
             uint64_t{d_phi} * d_v + d_phi);
   }
+  // The same for the gated and delta rules (chunkwise_rules.cc), whose
+  // rounds hold more per job; and for whichever rule `spec` has.
+  uint64_t RuleWorkspaceBytesPerJob(uint32_t d_k, uint32_t d_v) const;
+  uint64_t WorkspaceBytesPerJob(const AttentionSpec& spec) const {
+    return spec.rule == UpdateRule::kLinear
+               ? WorkspaceBytesPerJob(FeatureDim(spec), spec.value_dim)
+               : RuleWorkspaceBytesPerJob(spec.key_dim, spec.value_dim);
+  }
+  // Workspace bytes held for the linear rule's rounds.
   uint64_t workspace_bytes() const {
     return sizeof(float) *
            (q_.size() + k_.size() + kd_.size() + v_.size() + a_.size() +
@@ -98,6 +113,15 @@ class ChunkwiseRunner {
                         std::span<AttentionState* const> work,
                         const std::vector<uint32_t>& members,
                         std::span<uint8_t> non_finite, bool stop_at_non_finite);
+  // One group of gated or delta-rule items (equal rule, gate shape, d_k and
+  // d_v), chunk by chunk (chunkwise_rules.cc); the same contract as
+  // RunGroup.
+  struct RuleWorkspace;
+  absl::Status RunRuleGroup(std::span<const PrefillItem> items,
+                            std::span<AttentionState* const> work,
+                            const std::vector<uint32_t>& members,
+                            std::span<uint8_t> non_finite,
+                            bool stop_at_non_finite);
   // A round's passes, in order (the formulas are in the file comment).
   void PlanStreams(Round& r, const std::vector<uint32_t>& members) const;
   bool PlanChunks(Round& r, std::span<const uint8_t> non_finite) const;
@@ -129,7 +153,8 @@ class ChunkwiseRunner {
   AlignedBuffer z_;     // (jobs, d_φ)      Δz, then z before the chunk
   AlignedBuffer den_;   // (jobs, C)       denominators
   AlignedBuffer qlog_;  // (jobs, C)       FAVOR+ query log-scales
-  std::vector<uint8_t> unit_bad_;  // per gather unit: a non-finite input
+  std::vector<uint8_t> unit_bad_;         // per gather unit: a non-finite input
+  std::unique_ptr<RuleWorkspace> rules_;  // the gated and delta rules'
 };
 
 }  // namespace linattn

@@ -1,7 +1,7 @@
 // VectorKernels: the table of vector operations every hot loop uses — the
-// fused recurrent step, the chunkwise scan and mask, feature-map
-// exponentials, the models' SwiGLU, dot products, finiteness and magnitude
-// checks — compiled once per instruction set and chosen at run time.
+// fused recurrent steps (linear, gated, delta), the chunkwise scan and mask,
+// feature-map exponentials, the models' SwiGLU, dot products, finiteness and
+// magnitude checks — compiled once per instruction set and chosen at run time.
 //
 // kernels_impl.inc holds the one source; kernels_{generic,avx2,avx512}.cc
 // compile it with different target flags into separate namespaces, and
@@ -54,6 +54,19 @@ struct VectorKernels {
   void (*mask_rows)(uint32_t C, const float* w, float* a, float* sums);
   // Σ a[i]·b[i].
   float (*dot)(uint32_t n, const float* a, const float* b);
+  // The gated rule's fused step of one head (S read and written once):
+  //   S_i ← a_i·S_i + k_i·v  (row i, a_i = alpha[i·alpha_stride]),
+  //   num = Sᵀq
+  // alpha_stride 0 gives one gate for the head, 1 one per key channel.
+  void (*gated_step_head)(const float* alpha, uint32_t alpha_stride,
+                          const float* q, const float* k, const float* v,
+                          uint32_t d_k, uint32_t d_v, float* s, float* num);
+  // The (gated) delta rule's step of one head:
+  //   e = β(v − α·Sᵀk),  S ← α·S + k·eᵀ,  num = S_newᵀq = α·Sᵀq + (kᵀq)·e
+  // S is read twice and written once; scratch holds 2·d_v floats.
+  void (*delta_step_head)(float alpha, float beta, const float* q,
+                          const float* k, const float* v, uint32_t d_k,
+                          uint32_t d_v, float* s, float* num, float* scratch);
 };
 
 // The kernels for `isa`, or nullptr when this CPU cannot run them.

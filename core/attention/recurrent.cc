@@ -24,11 +24,43 @@ float* FeatureScratch(uint32_t d_phi) {
   return scratch.data();
 }
 
+// Token `t`, head `h` of `in` under a gated or delta rule: q and k
+// prepared (L2 norm, scale), the fused update and the read-out.
+void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
+                  AttentionState& state, const SequenceInput& in,
+                  const SequenceOutput& out, uint64_t t, uint32_t h) {
+  const uint32_t H = spec.num_heads, d_k = spec.key_dim, d_v = spec.value_dim;
+  const uint64_t row = t * H + h;
+  thread_local AlignedBuffer scratch;
+  scratch.EnsureSize(3 * uint64_t{d_k} + 2 * uint64_t{d_v});
+  float* q = scratch.data();
+  float* k = q + d_k;
+  float* alpha = k + d_k;
+  float* delta_scratch = alpha + d_k;
+  PrepareQueryKey(spec, in.q + row * d_k, in.k + row * d_k, q, k);
+  float* y = out.output + row * d_v;
+  if (spec.rule == UpdateRule::kGated) {
+    const uint32_t G = GatesPerHead(spec);
+    for (uint32_t i = 0; i < G; ++i) alpha[i] = std::exp(in.g[row * G + i]);
+    kernels.gated_step_head(alpha, G == 1 ? 0 : 1, q, k, in.v + row * d_v, d_k,
+                            d_v, state.s(h), y);
+  } else {
+    const float a =
+        spec.rule == UpdateRule::kGatedDelta ? std::exp(in.g[row]) : 1.0f;
+    kernels.delta_step_head(a, in.beta[row], q, k, in.v + row * d_v, d_k, d_v,
+                            state.s(h), y, delta_scratch);
+  }
+  ReadOut(spec, 0.0f, 0.0f, d_v, y, out.denominator + row, out.available + row);
+}
+
 // Token `t`, head `h` of `in`: features, fused state update and read-out.
 void StepHead(const VectorKernels& kernels, const Attention& attention,
               AttentionState& state, const SequenceInput& in,
               const SequenceOutput& out, uint64_t t, uint32_t h) {
   const AttentionSpec& spec = attention.spec();
+  if (spec.rule != UpdateRule::kLinear) {
+    return RuleStepHead(kernels, spec, state, in, out, t, h);
+  }
   const FeatureMap& fm = attention.feature_map();
   const uint32_t H = spec.num_heads, d_k = spec.key_dim, d_v = spec.value_dim;
   const uint32_t d_phi = fm.dim();
@@ -68,23 +100,24 @@ absl::Status CheckGrowth(const VectorKernels& kernels,
                          const Attention& attention, AttentionState& state,
                          const SequenceInput& in,
                          const InputMagnitude& magnitude, double* grown) {
-  *grown = GrownMagnitudeBound(state.magnitude_bound(), in.tokens, magnitude);
+  const AttentionSpec& spec = attention.spec();
+  *grown =
+      GrownMagnitudeBound(spec, state.magnitude_bound(), in.tokens, magnitude);
   if (*grown < kStateMagnitudeLimit) return absl::OkStatus();
-  *grown = GrownMagnitudeBound(state.MeasureMagnitude(), in.tokens, magnitude);
+  *grown =
+      GrownMagnitudeBound(spec, state.MeasureMagnitude(), in.tokens, magnitude);
   if (*grown < kStateMagnitudeLimit) return absl::OkStatus();
   // The exact magnitude leaves too little room for the bound: run the tokens
   // on a copy. The real run repeats the same operations, bit for bit.
-  const uint32_t H = attention.num_heads(), d_k = attention.key_dim(),
-                 d_v = attention.value_dim();
-  float after = INFINITY;
+  const uint32_t H = attention.num_heads(), d_v = attention.value_dim();
+  double after = INFINITY;
   try {
     AttentionState trial = state.Copy();
     std::vector<float> y(uint64_t{H} * d_v), den(H);
     std::vector<uint8_t> available(H);
     const SequenceOutput out{y.data(), den.data(), available.data()};
     for (uint64_t t = 0; t < in.tokens; ++t) {
-      const uint64_t qk = t * H * d_k, vv = t * H * d_v;
-      const SequenceInput token{in.q + qk, in.k + qk, in.v + vv, 1};
+      const SequenceInput token = TokenOf(spec, in, t);
       for (uint32_t h = 0; h < H; ++h) {
         StepHead(kernels, attention, trial, token, out, 0, h);
       }

@@ -123,4 +123,127 @@ ReferenceResult ReferenceAttention(const Attention& attention,
   return r;
 }
 
+namespace {
+
+// fla's l2norm in double: x / sqrt(Σx² + eps).
+std::vector<double> L2Normalised(const float* x, uint32_t d, bool normalise) {
+  std::vector<double> out(x, x + d);
+  if (!normalise) return out;
+  double sum = 0;
+  for (double e : out) sum += e * e;
+  const double rstd = 1.0 / std::sqrt(sum + double(kL2NormEpsilon));
+  for (double& e : out) e *= rstd;
+  return out;
+}
+
+double Norm(const std::vector<double>& x) {
+  double sum = 0;
+  for (double e : x) sum += e * e;
+  return std::sqrt(sum);
+}
+
+}  // namespace
+
+RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
+                                  const SequenceInput& in) {
+  const uint64_t T = in.tokens;
+  const uint32_t H = spec.num_heads, K = spec.key_dim, V = spec.value_dim;
+  const uint32_t G = GatesPerHead(spec);
+  const double scale = spec.scale == 0.0f ? 1.0 : double(spec.scale);
+  const bool delta = HasBeta(spec.rule);
+  RuleReferenceResult r;
+  r.output.assign(T * H * V, 0.0);
+  if (delta) {
+    r.step_scale.assign(T * H, 0.0);
+    r.growth.assign(T * H, 0.0);
+    r.query_norm.assign(T * H, 0.0);
+    r.state_norm.assign(T * H, 0.0);
+  } else {
+    r.numerator_abs.assign(T * H * V, 0.0);
+    r.numerator_gate_abs.assign(T * H * V, 0.0);
+  }
+  r.final_state.assign(uint64_t{H} * K * V, 0.0);
+  if (!delta) {
+    r.final_abs.assign(r.final_state.size(), 0.0);
+    r.final_gate_abs.assign(r.final_state.size(), 0.0);
+  }
+  for (uint32_t h = 0; h < H; ++h) {
+    std::vector<double> S(uint64_t{K} * V, 0.0);
+    // Gated rule's error magnitudes: Y = Σ_j a(j,t)|k_j||v_j|ᵀ and
+    // X = Σ_j a(j,t)·L(j,t)·|k_j||v_j|ᵀ, per (key channel, value).
+    std::vector<double> Y(S.size(), 0.0), X(S.size(), 0.0);
+    for (uint64_t t = 0; t < T; ++t) {
+      const uint64_t row = t * H + h;
+      std::vector<double> q = L2Normalised(in.q + row * K, K, spec.qk_l2norm);
+      const std::vector<double> k =
+          L2Normalised(in.k + row * K, K, spec.qk_l2norm);
+      for (double& e : q) e *= scale;
+      const float* v = in.v + row * V;
+      // h = h * exp(g): one gate per head or per key channel.
+      std::vector<double> gate(K, 1.0), log_gate(K, 0.0);
+      if (G != 0) {
+        for (uint32_t c = 0; c < K; ++c) {
+          log_gate[c] = double(in.g[row * G + (G == 1 ? 0 : c)]);
+          gate[c] = std::exp(log_gate[c]);
+        }
+      }
+      if (delta) {
+        const double beta = double(in.beta[row]);
+        double k2 = 0;
+        for (double e : k) k2 += e * e;
+        r.step_scale[row] =
+            Norm(S) * (1.0 + beta * k2) +
+            beta * std::sqrt(k2) * Norm(std::vector<double>(v, v + V));
+        r.growth[row] = gate[0] * std::max(1.0, std::abs(1.0 - beta * k2));
+        for (uint64_t e = 0; e < S.size(); ++e) S[e] *= gate[0];
+        // v' = β(v − Σ_c h_c k_c);  h += k v'ᵀ
+        std::vector<double> vp(V);
+        for (uint32_t c = 0; c < V; ++c) {
+          double hk = 0;
+          for (uint32_t i = 0; i < K; ++i) hk += S[uint64_t{i} * V + c] * k[i];
+          vp[c] = (double(v[c]) - hk) * beta;
+        }
+        for (uint32_t i = 0; i < K; ++i) {
+          for (uint32_t c = 0; c < V; ++c)
+            S[uint64_t{i} * V + c] += k[i] * vp[c];
+        }
+        r.query_norm[row] = Norm(q);
+        r.state_norm[row] = Norm(S);
+      } else {
+        for (uint32_t i = 0; i < K; ++i) {
+          for (uint32_t c = 0; c < V; ++c) {
+            const uint64_t e = uint64_t{i} * V + c;
+            const double kv = k[i] * double(v[c]);
+            S[e] = S[e] * gate[i] + kv;
+            X[e] = gate[i] * (X[e] + std::abs(log_gate[i]) * Y[e]);
+            Y[e] = gate[i] * Y[e] + std::abs(kv);
+          }
+        }
+        for (uint32_t c = 0; c < V; ++c) {
+          double n_abs = 0, n_gate = 0;
+          for (uint32_t i = 0; i < K; ++i) {
+            n_abs += std::abs(q[i]) * Y[uint64_t{i} * V + c];
+            n_gate += std::abs(q[i]) * X[uint64_t{i} * V + c];
+          }
+          r.numerator_abs[row * V + c] = n_abs;
+          r.numerator_gate_abs[row * V + c] = n_gate;
+        }
+      }
+      // o = Σ_c q_c h_c
+      for (uint32_t c = 0; c < V; ++c) {
+        double o = 0;
+        for (uint32_t i = 0; i < K; ++i) o += q[i] * S[uint64_t{i} * V + c];
+        r.output[row * V + c] = o;
+      }
+    }
+    std::copy(S.begin(), S.end(), r.final_state.begin() + uint64_t{h} * K * V);
+    if (!delta) {
+      std::copy(Y.begin(), Y.end(), r.final_abs.begin() + uint64_t{h} * K * V);
+      std::copy(X.begin(), X.end(),
+                r.final_gate_abs.begin() + uint64_t{h} * K * V);
+    }
+  }
+  return r;
+}
+
 }  // namespace linattn

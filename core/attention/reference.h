@@ -34,6 +34,34 @@ ReferenceResult ReferenceAttention(const Attention& attention,
                                    const SequenceInput& in,
                                    uint64_t start_position = 0);
 
+// The gated and delta rules (docs/design.md §1), recurrent, in double:
+// written from fla's naive recurrences (fla/ops/gla/naive.py,
+// simple_gla/naive.py, delta_rule/naive.py, gated_delta_rule/naive.py):
+//   h ← h·exp(g);  (delta) v' = β(v − hᵀk);  h ← h + k·v'ᵀ (gated: k·vᵀ);
+//   o = hᵀ(q·scale)
+// with fla's l2norm x/√(Σx² + 1e-6) on q and k when the spec asks, from an
+// empty state. Also carries what an fp32 evaluation's error bound is built
+// from (tests/attention/test_util.h derives the bound).
+struct RuleReferenceResult {
+  std::vector<double> output;  // (T, H, d_v)
+  // Gated rule, (T, H, d_v): Σ_j Σ_c |q_c k_jc| a_c(j,t)·|v_j| and the same
+  // with each term times L_c(j,t) = Σ_{s=j+1..t} |g_s,c| (the log-gate sum
+  // its product of gates spans), where a_c(j,t) = exp(−L_c(j,t)).
+  std::vector<double> numerator_abs;
+  std::vector<double> numerator_gate_abs;
+  // Delta rules, (T, H): ‖S_{t−1}‖_F·(1 + β‖k‖²) + β‖k‖‖v‖ (what one
+  // step's rounding is relative to), ρ_t = α·max(1, |1 − β‖k‖²|) (how an
+  // earlier error can grow), ‖q_t‖ and ‖S_t‖_F.
+  std::vector<double> step_scale, growth, query_norm, state_norm;
+  std::vector<double> final_state;  // (H, d_k, d_v)
+  // Gated rule, (H, d_k, d_v): the final state's Σ_j a(j,T)|k_j||v_j| and
+  // the same with each term times L(j,T), per entry.
+  std::vector<double> final_abs, final_gate_abs;
+};
+
+RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
+                                  const SequenceInput& in);
+
 }  // namespace linattn
 
 #endif  // LINATTN_CORE_ATTENTION_REFERENCE_H_

@@ -47,6 +47,41 @@ absl::StatusOr<FeatureMapKind> ParseFeatureMap(absl::string_view name) {
                    "' (expected elu1, relu, identity, favor or cosine)"));
 }
 
+absl::string_view UpdateRuleName(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kLinear:
+      return "linear";
+    case UpdateRule::kGated:
+      return "gated";
+    case UpdateRule::kDelta:
+      return "delta";
+    case UpdateRule::kGatedDelta:
+      return "gated_delta";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<UpdateRule> ParseUpdateRule(absl::string_view name) {
+  for (UpdateRule rule : {UpdateRule::kLinear, UpdateRule::kGated,
+                          UpdateRule::kDelta, UpdateRule::kGatedDelta}) {
+    if (UpdateRuleName(rule) == name) return rule;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("rule: unknown '", name,
+                   "' (expected linear, gated, delta or gated_delta)"));
+}
+
+absl::string_view GateShapeName(GateShape gate) {
+  return gate == GateShape::kKey ? "key" : "head";
+}
+
+absl::StatusOr<GateShape> ParseGateShape(absl::string_view name) {
+  if (name == "head") return GateShape::kHead;
+  if (name == "key") return GateShape::kKey;
+  return absl::InvalidArgumentError(
+      absl::StrCat("gate: unknown '", name, "' (expected head or key)"));
+}
+
 uint32_t FeatureDim(const AttentionSpec& spec) {
   switch (spec.feature_map) {
     case FeatureMapKind::kFavor:
@@ -60,6 +95,7 @@ uint32_t FeatureDim(const AttentionSpec& spec) {
 
 uint64_t StateFloatsPerHead(const AttentionSpec& spec) {
   const uint64_t d_phi = FeatureDim(spec);
+  if (spec.rule != UpdateRule::kLinear) return d_phi * spec.value_dim;
   return d_phi * spec.value_dim + d_phi;
 }
 
@@ -73,10 +109,68 @@ uint64_t FeatureMapSetupBytes(const AttentionSpec& spec) {
   return uint64_t{spec.key_dim} * spec.key_dim * sizeof(double);
 }
 
+namespace {
+
+// The gated and delta rules' own fields, and what they leave out.
+absl::Status ValidateRule(const AttentionSpec& spec) {
+  const absl::string_view rule = UpdateRuleName(spec.rule);
+  if (rule == "unknown") {
+    return absl::InvalidArgumentError("rule: unknown value");
+  }
+  if (spec.gate != GateShape::kHead && spec.gate != GateShape::kKey) {
+    return absl::InvalidArgumentError("gate: unknown value");
+  }
+  if (!std::isfinite(spec.scale) || spec.scale < 0.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scale: must be finite and >= 0 (0 = 1), got ", spec.scale));
+  }
+  if (spec.rule == UpdateRule::kLinear) {
+    if (spec.gate != GateShape::kHead) {
+      return absl::InvalidArgumentError(
+          "gate: only the gated rule takes per-key gates");
+    }
+    if (spec.qk_l2norm || spec.scale != 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.qk_l2norm ? "qk_l2norm" : "scale",
+          ": only the gated and delta rules take it (the linear rule's q "
+          "and k go through its feature map)"));
+    }
+    return absl::OkStatus();
+  }
+  if (spec.feature_map != FeatureMapKind::kIdentity || spec.premapped) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "feature_map: rule ", rule,
+        " takes q and k as given (identity; a model applies its own feature "
+        "map first)"));
+  }
+  if (!spec.unnormalized) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unnormalized: rule ", rule,
+                     " reads out S_tᵀq_t with no denominator; set it"));
+  }
+  if (spec.epsilon != 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epsilon: rule ", rule, " has no denominator"));
+  }
+  if (!spec.decay.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decay: rule ", rule,
+        " takes no fixed decay (gates come per token as log-gates g)"));
+  }
+  if (spec.gate == GateShape::kKey && spec.rule != UpdateRule::kGated) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gate: rule ", rule, " takes one gate per head"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateSpec(const AttentionSpec& spec) {
   if (auto s = CheckDim("num_heads", spec.num_heads); !s.ok()) return s;
   if (auto s = CheckDim("key_dim", spec.key_dim); !s.ok()) return s;
   if (auto s = CheckDim("value_dim", spec.value_dim); !s.ok()) return s;
+  if (auto s = ValidateRule(spec); !s.ok()) return s;
   bool known = false;
   for (FeatureMapKind kind : kAllMaps) known |= kind == spec.feature_map;
   if (!known) {

@@ -2,9 +2,12 @@
 // validation.
 //
 // A spec is plain data chosen by a client (docs/design.md §3, AttentionSpec).
-// It fixes, per session: the number of heads, the query/key and value widths,
-// the feature map φ, normalised or unnormalised read-out, ε, a per-head decay
-// γ, and the parameters of the FAVOR+ and cosFormer feature maps.
+// It fixes, per session: the state's update rule (docs/design.md §1: the
+// linear sum, per-token gates, the delta rule, or both), the number of
+// heads, the query/key and value widths, the feature map φ, normalised or
+// unnormalised read-out, ε, a per-head decay γ, the parameters of the
+// FAVOR+ and cosFormer feature maps, and for the gated and delta rules the
+// gates' shape, L2 normalisation of q and k, and q's scale.
 //
 //   AttentionSpec spec{.num_heads = 8, .key_dim = 64, .value_dim = 64};
 //   LINATTN_RETURN_IF_ERROR(ValidateSpec(spec));
@@ -48,7 +51,24 @@ inline constexpr uint64_t kMaxPosition = uint64_t{1} << 62;
 // decoding): anything beyond is not a position a session can have.
 inline constexpr uint64_t kMaxSnapshotPosition = uint64_t{1} << 53;
 
+// How a token changes a head's state S (d_k×d_v) and what it reads out
+// (docs/design.md §1); every rule but kLinear is unnormalised and keeps no z:
+//   kLinear      S_t = γ·S_{t−1} + φ(k_t)v_tᵀ, z_t = γ·z_{t−1} + φ(k_t)
+//   kGated       S_t = diag(α_t)·S_{t−1} + k_t v_tᵀ
+//   kDelta       S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀk_t)ᵀ
+//   kGatedDelta  S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀk_t)ᵀ
+// with α_t = exp(g_t), g_t ≤ 0 given per token, and o_t = S_tᵀ q_t.
+enum class UpdateRule { kLinear, kGated, kDelta, kGatedDelta };
+
+// The shape of a gated rule's log-gate g_t: one scalar per head (Mamba-2's
+// SSD, and Gated DeltaNet's only shape) or one per key channel (GLA).
+enum class GateShape { kHead, kKey };
+
+// fla's l2norm: x / sqrt(Σx² + kL2NormEpsilon).
+inline constexpr float kL2NormEpsilon = 1e-6f;
+
 struct AttentionSpec {
+  UpdateRule rule = UpdateRule::kLinear;
   uint32_t num_heads = 1;
   uint32_t key_dim = 1;    // d_k: width of q and k per head
   uint32_t value_dim = 1;  // d_v: width of v and of the output per head
@@ -67,6 +87,12 @@ struct AttentionSpec {
   // exactly as its checkpoint was trained; client sessions keep identity's
   // unnormalised-only rule.
   bool premapped = false;
+  // Gated and delta rules only: the log-gates' shape (kGatedDelta: kHead
+  // only), q and k L2-normalised per head before use, and q multiplied by
+  // `scale` after that (0 = 1; fla's layers pass d_k^{-1/2}).
+  GateShape gate = GateShape::kHead;
+  bool qk_l2norm = false;
+  float scale = 0.0f;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
 };
@@ -75,6 +101,29 @@ struct AttentionSpec {
 absl::string_view FeatureMapName(FeatureMapKind kind);
 // Parses the public spelling; INVALID_ARGUMENT naming `feature_map` otherwise.
 absl::StatusOr<FeatureMapKind> ParseFeatureMap(absl::string_view name);
+
+// "linear", "gated", "delta", "gated_delta"; and "head", "key".
+absl::string_view UpdateRuleName(UpdateRule rule);
+absl::StatusOr<UpdateRule> ParseUpdateRule(absl::string_view name);
+absl::string_view GateShapeName(GateShape gate);
+absl::StatusOr<GateShape> ParseGateShape(absl::string_view name);
+
+// Whether a rule takes log-gates g_t, and β_t.
+inline bool HasGates(UpdateRule rule) {
+  return rule == UpdateRule::kGated || rule == UpdateRule::kGatedDelta;
+}
+inline bool HasBeta(UpdateRule rule) {
+  return rule == UpdateRule::kDelta || rule == UpdateRule::kGatedDelta;
+}
+// Log-gates per (token, head): 0 without gates, 1 per head, d_k per key.
+inline uint32_t GatesPerHead(const AttentionSpec& spec) {
+  if (!HasGates(spec.rule)) return 0;
+  return spec.gate == GateShape::kKey ? spec.key_dim : 1;
+}
+// q's multiplier (1 when unset).
+inline float QueryScale(const AttentionSpec& spec) {
+  return spec.scale == 0.0f ? 1.0f : spec.scale;
+}
 
 // OK, or INVALID_ARGUMENT whose message starts with the offending field.
 absl::Status ValidateSpec(const AttentionSpec& spec);
@@ -87,7 +136,8 @@ inline float HeadDecay(const AttentionSpec& spec, uint32_t h) {
   return spec.decay.empty() ? 1.0f : spec.decay[h];
 }
 
-// Floats of recurrent state per head: S (d_φ×d_v) then z (d_φ).
+// Floats of recurrent state per head: S (d_φ×d_v) then z (d_φ); the gated
+// and delta rules keep S alone.
 uint64_t StateFloatsPerHead(const AttentionSpec& spec);
 
 // Bytes a prepared feature map holds beyond the spec (FAVOR+'s m×d_k

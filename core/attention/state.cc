@@ -25,6 +25,8 @@ AttentionState::AttentionState(const AttentionSpec& spec)
       feature_dim_(FeatureDim(spec)),
       value_dim_(spec.value_dim),
       has_key_shift_(spec.feature_map == FeatureMapKind::kFavor),
+      has_z_(spec.rule == UpdateRule::kLinear),
+      bound_is_norm_(HasBeta(spec.rule)),
       head_stride_(StateFloatsPerHead(spec)),
       shift_offset_(uint64_t{spec.num_heads} * StateFloatsPerHead(spec)),
       block_(StateFloats(spec)) {
@@ -42,11 +44,13 @@ void AttentionState::Reset() {
   magnitude_bound_ = 0.0;
 }
 
-float AttentionState::MeasureMagnitude() {
+double AttentionState::MeasureMagnitude() {
   const uint32_t bits =
       ActiveKernels().max_abs_bits(shift_offset_, block_.data());
-  const float most =
-      bits >= 0x7f800000u ? INFINITY : std::bit_cast<float>(bits);
+  double most = bits >= 0x7f800000u ? INFINITY : std::bit_cast<float>(bits);
+  if (bound_is_norm_) {
+    most *= std::sqrt(static_cast<double>(feature_dim_) * value_dim_);
+  }
   magnitude_bound_ = most;
   return most;
 }
@@ -57,6 +61,8 @@ AttentionState AttentionState::Copy() const {
   out.feature_dim_ = feature_dim_;
   out.value_dim_ = value_dim_;
   out.has_key_shift_ = has_key_shift_;
+  out.has_z_ = has_z_;
+  out.bound_is_norm_ = bound_is_norm_;
   out.head_stride_ = head_stride_;
   out.shift_offset_ = shift_offset_;
   out.position_ = position_;
@@ -68,7 +74,7 @@ AttentionState AttentionState::Copy() const {
 void AttentionState::CopyFrom(const AttentionState& other) {
   if (block_.size() != other.block_.size() || num_heads_ != other.num_heads_ ||
       feature_dim_ != other.feature_dim_ || value_dim_ != other.value_dim_ ||
-      has_key_shift_ != other.has_key_shift_) {
+      has_key_shift_ != other.has_key_shift_ || has_z_ != other.has_z_) {
     *this = other.Copy();
     return;
   }
@@ -81,7 +87,8 @@ void AttentionState::CopyFrom(const AttentionState& other) {
 bool AttentionState::Matches(const AttentionSpec& spec) const {
   return num_heads_ == spec.num_heads && feature_dim_ == FeatureDim(spec) &&
          value_dim_ == spec.value_dim &&
-         has_key_shift_ == (spec.feature_map == FeatureMapKind::kFavor);
+         has_key_shift_ == (spec.feature_map == FeatureMapKind::kFavor) &&
+         has_z_ == (spec.rule == UpdateRule::kLinear);
 }
 
 }  // namespace linattn

@@ -421,10 +421,8 @@ void Scheduler::RunRound(std::vector<Request>& round,
     // Its chunkwise jobs: round_chunks at most per head in one Run.
     const Attention& attention = r.session->attention();
     const uint64_t C = std::max<uint32_t>(1, options_.chunkwise.chunk_size);
-    const uint64_t per_chunk =
-        uint64_t{attention.num_heads()} *
-        runner_.WorkspaceBytesPerJob(attention.feature_dim(),
-                                     attention.value_dim());
+    const uint64_t per_chunk = uint64_t{attention.num_heads()} *
+                               runner_.WorkspaceBytesPerJob(attention.spec());
     const uint64_t room = options_.prefill_workspace_bytes > workspace
                               ? options_.prefill_workspace_bytes - workspace
                               : 0;

@@ -1,9 +1,11 @@
 #include "core/session/snapshot.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/attention.h"
@@ -25,6 +27,11 @@ constexpr uint32_t kSpecTag = SnapshotTag("SPEC");
 constexpr uint32_t kModelTag = SnapshotTag("MODL");
 constexpr uint32_t kStateTag = SnapshotTag("STAT");
 constexpr uint32_t kSamplerTag = SnapshotTag("SMPL");
+// RULE (attention sessions of the gated and delta rules; required, so a
+// reader that does not know it refuses the blob rather than misread it):
+// rule u8, gate u8, qk_l2norm u8, scale f32.
+constexpr uint32_t kRuleTag = SnapshotTag("RULE");
+constexpr uint64_t kRuleSectionBytes = 1 + 1 + 1 + 4;
 // SMPL: seed u64, draws u64, set u8.
 constexpr uint64_t kSamplerSectionBytes = 8 + 8 + 1;
 
@@ -310,7 +317,34 @@ uint64_t ContainerBytes(uint64_t sections, uint64_t payload) {
   return kHeaderBytes + kTableEntryBytes * sections + payload + 4;
 }
 
-absl::StatusOr<AttentionSpec> ReadSpec(absl::string_view section) {
+// The sections an attention snapshot's `wanted` (SPEC first) name, with
+// RULE appended when the blob has one (*rule then points at it).
+absl::StatusOr<std::vector<absl::string_view>> FindSpecSections(
+    const std::vector<SnapshotSection>& sections, bool with_state,
+    std::optional<absl::string_view>* rule) {
+  const bool has_rule =
+      std::any_of(sections.begin(), sections.end(),
+                  [](const SnapshotSection& s) { return s.tag == kRuleTag; });
+  std::vector<absl::string_view> found;
+  if (with_state) {
+    LINATTN_ASSIGN_OR_RETURN(
+        found, has_rule
+                   ? FindSections(sections, {kSpecTag, kStateTag, kRuleTag})
+                   : FindSections(sections, {kSpecTag, kStateTag}));
+  } else {
+    LINATTN_ASSIGN_OR_RETURN(
+        found, has_rule ? FindSections(sections, {kSpecTag, kRuleTag})
+                        : FindSections(sections, {kSpecTag}));
+  }
+  if (has_rule) {
+    *rule = found.back();
+    found.pop_back();
+  }
+  return found;
+}
+
+absl::StatusOr<AttentionSpec> ReadSpec(absl::string_view section,
+                                       std::optional<absl::string_view> rule) {
   SectionReader r(section, "SPEC");
   AttentionSpec spec;
   uint8_t map = 0, unnormalized = 0;
@@ -334,6 +368,22 @@ absl::StatusOr<AttentionSpec> ReadSpec(absl::string_view section) {
   LINATTN_RETURN_IF_ERROR(r.Get(&spec.seed, "seed"));
   LINATTN_RETURN_IF_ERROR(r.Get(&spec.horizon, "horizon"));
   LINATTN_RETURN_IF_ERROR(r.Done());
+  if (rule.has_value()) {
+    SectionReader rr(*rule, "RULE");
+    uint8_t kind = 0, gate = 0, l2norm = 0;
+    LINATTN_RETURN_IF_ERROR(rr.Get(&kind, "rule"));
+    LINATTN_RETURN_IF_ERROR(rr.Get(&gate, "gate"));
+    LINATTN_RETURN_IF_ERROR(rr.Get(&l2norm, "qk_l2norm"));
+    LINATTN_RETURN_IF_ERROR(rr.Get(&spec.scale, "scale"));
+    LINATTN_RETURN_IF_ERROR(rr.Done());
+    if (kind == 0 || kind > static_cast<uint8_t>(UpdateRule::kGatedDelta) ||
+        gate > static_cast<uint8_t>(GateShape::kKey) || l2norm > 1) {
+      return Malformed("rule section is malformed");
+    }
+    spec.rule = static_cast<UpdateRule>(kind);
+    spec.gate = static_cast<GateShape>(gate);
+    spec.qk_l2norm = l2norm == 1;
+  }
   if (absl::Status s = ValidateSpec(spec); !s.ok()) {
     return Malformed(absl::StrCat("spec is invalid: ", s.message()));
   }
@@ -354,47 +404,76 @@ void PutSpec(SnapshotWriter& w, const AttentionSpec& spec) {
   w.Put<uint32_t>(spec.horizon);
 }
 
+void PutRule(SnapshotWriter& w, const AttentionSpec& spec) {
+  if (spec.rule == UpdateRule::kLinear) return;
+  w.Put<uint8_t>(static_cast<uint8_t>(spec.rule));
+  w.Put<uint8_t>(static_cast<uint8_t>(spec.gate));
+  w.Put<uint8_t>(spec.qk_l2norm ? 1 : 0);
+  w.Put<float>(spec.scale);
+}
+
+// SPEC, then STAT when `state_bytes` is set, then RULE for the gated and
+// delta rules (the linear rule's snapshots are as they always were).
+std::vector<SnapshotWriter::Section> SpecSections(
+    const AttentionSpec& spec, std::optional<uint64_t> state_bytes) {
+  std::vector<SnapshotWriter::Section> sections = {
+      {kSpecTag, SpecSectionBytes(spec)}};
+  if (state_bytes.has_value()) {
+    sections.push_back({kStateTag, StateSectionBytes(1, *state_bytes)});
+  }
+  if (spec.rule != UpdateRule::kLinear) {
+    sections.push_back({kRuleTag, kRuleSectionBytes});
+  }
+  return sections;
+}
+
 }  // namespace
 
 uint64_t SnapshotBytes(const AttentionSpec& spec) {
-  return ContainerBytes(
-      2, SpecSectionBytes(spec) + StateSectionBytes(1, StateBytes(spec)));
+  const std::vector<SnapshotWriter::Section> sections =
+      SpecSections(spec, StateBytes(spec));
+  uint64_t payload = 0;
+  for (const SnapshotWriter::Section& s : sections) payload += s.size;
+  return ContainerBytes(sections.size(), payload);
 }
 
 std::string SerializeSnapshot(const AttentionSpec& spec,
                               const AttentionState& state) {
-  const SnapshotWriter::Section sections[] = {
-      {kSpecTag, SpecSectionBytes(spec)},
-      {kStateTag, StateSectionBytes(1, state.bytes())}};
+  const std::vector<SnapshotWriter::Section> sections =
+      SpecSections(spec, state.bytes());
   SnapshotWriter w(SnapshotKind::kAttentionSession, sections);
   PutSpec(w, spec);
   w.Put<uint32_t>(1);
   w.PutState(state);
+  PutRule(w, spec);
   return w.Finish();
 }
 
 std::string SerializeSpec(const AttentionSpec& spec) {
-  const SnapshotWriter::Section sections[] = {
-      {kSpecTag, SpecSectionBytes(spec)}};
+  const std::vector<SnapshotWriter::Section> sections =
+      SpecSections(spec, std::nullopt);
   SnapshotWriter w(SnapshotKind::kAttentionSession, sections);
   PutSpec(w, spec);
+  PutRule(w, spec);
   return w.Finish();
 }
 
 absl::StatusOr<AttentionSpec> ParseSpec(absl::string_view blob) {
   LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotSection> sections,
                            OpenSnapshot(blob, SnapshotKind::kAttentionSession));
+  std::optional<absl::string_view> rule;
   LINATTN_ASSIGN_OR_RETURN(std::vector<absl::string_view> found,
-                           FindSections(sections, {kSpecTag}));
-  return ReadSpec(found[0]);
+                           FindSpecSections(sections, false, &rule));
+  return ReadSpec(found[0], rule);
 }
 
 absl::StatusOr<ParsedSnapshot> ParseSnapshot(absl::string_view blob) {
   LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotSection> sections,
                            OpenSnapshot(blob, SnapshotKind::kAttentionSession));
+  std::optional<absl::string_view> rule;
   LINATTN_ASSIGN_OR_RETURN(std::vector<absl::string_view> found,
-                           FindSections(sections, {kSpecTag, kStateTag}));
-  LINATTN_ASSIGN_OR_RETURN(AttentionSpec spec, ReadSpec(found[0]));
+                           FindSpecSections(sections, true, &rule));
+  LINATTN_ASSIGN_OR_RETURN(AttentionSpec spec, ReadSpec(found[0], rule));
   // The state is allocated only once the blob has shown it holds every
   // float of it: no blob makes us allocate more than its own size.
   if (found[1].size() != StateSectionBytes(1, StateBytes(spec))) {
@@ -554,19 +633,20 @@ absl::Status CheckRestoredState(const AttentionState& state,
   }
   const uint32_t d_phi = state.feature_dim(), d_v = state.value_dim();
   const uint64_t s_floats = uint64_t{d_phi} * d_v;
+  const uint64_t head_floats = s_floats + (state.has_z() ? d_phi : 0);
   for (uint32_t h = 0; h < state.num_heads(); ++h) {
-    if (!AllFinite(state.s(h), s_floats + d_phi)) {
+    if (!AllFinite(state.s(h), head_floats)) {
       return bad("holds NaN or Inf sums");
     }
-    const float* z = state.z(h);
     bool zero = true;
-    for (uint64_t i = 0; i < s_floats + d_phi && zero; ++i) {
+    for (uint64_t i = 0; i < head_floats && zero; ++i) {
       zero = state.s(h)[i] == 0.0f;
     }
     if (position == 0 && !zero) {
       return bad("is at position 0 but holds sums (it has seen no token)");
     }
-    if (nonnegative_features) {
+    if (nonnegative_features && state.has_z()) {
+      const float* z = state.z(h);
       for (uint32_t i = 0; i < d_phi; ++i) {
         if (z[i] < 0.0f) {
           return bad(absl::StrCat("holds z[", i, "] = ", z[i], " in head ", h,

@@ -26,6 +26,10 @@
 //        scales per head as AttentionState lays them out)
 //   SMPL (model, optional): the session's random stream: seed u64, draws
 //        u64, set u8 (SamplerPosition)
+//   RULE (attention, gated and delta rules only; required): rule u8 (1
+//        gated, 2 delta, 3 gated delta), gate u8 (0 head, 1 key),
+//        qk_l2norm u8, scale f32 — a linear session's blob has none, as
+//        before the rules existed
 // A reader skips a section it does not know unless its required bit is set,
 // so a later writer can add optional sections old readers still accept.
 //

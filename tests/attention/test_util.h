@@ -86,6 +86,17 @@ inline double FeatureError(const AttentionSpec& spec,
   return 8.0 * kUnitRoundoff;
 }
 
+// |got − want| ≤ bound, or a failure naming `where` (counted in *failures;
+// false once five have been reported).
+inline bool WithinBound(double got, double want, double bound,
+                        const std::string& where, int* failures) {
+  if (std::abs(got - want) <= bound) return true;
+  ADD_FAILURE() << where << ": " << got << " vs reference " << want
+                << " (|diff| " << std::abs(got - want) << " > bound " << bound
+                << ")";
+  return ++*failures < 5;
+}
+
 // Checks every (token, head) of `got` against the reference within the bound
 // above; `what` names the evaluation order in failure messages.
 inline void ExpectMatchesReference(const Attention& attention,
@@ -146,13 +157,11 @@ inline void ExpectMatchesReference(const Attention& attention,
           bound = e * (N_abs + std::abs(y) * D_abs) / margin +
                   2 * kUnitRoundoff * std::abs(y);
         }
-        const double got_y = got.output[row * d_v + c];
-        if (!(std::abs(got_y - y) <= bound)) {
-          ADD_FAILURE() << what << ": token " << t << " head " << h
-                        << " column " << c << ": " << got_y << " vs reference "
-                        << y << " (|diff| " << std::abs(got_y - y)
-                        << " > bound " << bound << ")";
-          if (++failures >= 5) break;
+        if (!WithinBound(
+                got.output[row * d_v + c], y, bound,
+                absl::StrCat(what, ": token ", t, " head ", h, " column ", c),
+                &failures)) {
+          break;
         }
       }
     }

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/attention/recurrent.h"
+#include "tests/attention/rule_bounds.h"
 #include "tests/attention/test_util.h"
 
 namespace linattn {
@@ -44,6 +45,59 @@ TEST(Snapshot, RoundTripsSpecPositionAndStateExactly) {
   ASSERT_EQ(parsed->state.size(), state.size());
   EXPECT_EQ(0, std::memcmp(parsed->state.data(), state.data(), state.bytes()));
   EXPECT_EQ(Crc32("123456789"), 0xcbf43926u);  // the CRC-32 check value
+}
+
+// Sessions of the gated and delta rules carry their rule in a RULE
+// section (required: a reader that does not know it refuses the blob); the
+// linear rule's blobs have none, byte for byte as before.
+TEST(Snapshot, TheGatedAndDeltaRulesRoundTripWithTheirRuleSection) {
+  for (auto [rule, gate] : {std::pair{UpdateRule::kGated, GateShape::kKey},
+                            {UpdateRule::kGated, GateShape::kHead},
+                            {UpdateRule::kDelta, GateShape::kHead},
+                            {UpdateRule::kGatedDelta, GateShape::kHead}}) {
+    AttentionSpec spec{.rule = rule,
+                       .num_heads = 2,
+                       .key_dim = 4,
+                       .value_dim = 3,
+                       .feature_map = FeatureMapKind::kIdentity,
+                       .unnormalized = true};
+    spec.gate = gate;
+    spec.qk_l2norm = rule != UpdateRule::kGated;
+    spec.scale = 0.5f;
+    Attention attention = *Attention::Create(spec);
+    AttentionState state = attention.NewState();
+    const testing::RuleTokens data =
+        testing::RandomRuleTokens(spec, 5, 2, {.k_scale = 0.5f});
+    testing::Outputs o(spec, 5);
+    ASSERT_TRUE(StepSequence(attention, state, data.input(), o.view()).ok());
+    const std::string blob = SerializeSnapshot(spec, state);
+    EXPECT_EQ(blob.size(), SnapshotBytes(spec));
+    EXPECT_NE(blob.find("RULE"), std::string::npos);
+    auto parsed = ParseSnapshot(blob);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->spec, spec);
+    EXPECT_EQ(parsed->state.bytes(), state.bytes());
+    EXPECT_EQ(0,
+              std::memcmp(parsed->state.data(), state.data(), state.bytes()));
+    auto spec_only = ParseSpec(SerializeSpec(spec));
+    ASSERT_TRUE(spec_only.ok()) << spec_only.status();
+    EXPECT_EQ(*spec_only, spec);
+    // A rule no session has, under a valid checksum, is refused. RULE is
+    // the last section: rule u8, gate u8, qk_l2norm u8, scale f32, then the
+    // CRC.
+    std::string bad = SerializeSpec(spec);
+    bad[bad.size() - 4 - 7] = 9;
+    const uint32_t crc =
+        Crc32(absl::string_view(bad).substr(0, bad.size() - 4));
+    std::memcpy(bad.data() + bad.size() - 4, &crc, 4);
+    auto refused = ParseSpec(bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("rule section"));
+  }
+  const std::string linear =
+      WarmSnapshot({.num_heads = 1, .key_dim = 2, .value_dim = 2});
+  EXPECT_EQ(linear.find("RULE"), std::string::npos);
 }
 
 TEST(Snapshot, TheEightTableCrcMatchesTheBitwiseDefinition) {

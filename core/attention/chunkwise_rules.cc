@@ -1,0 +1,382 @@
+// The chunkwise order of the gated and delta rules (docs/design.md §1,
+// "Chunkwise forms"). Per head, a chunk of L ≤ C rows after a state S, with
+// b_i the cumulative log-gate of row i inside the chunk (summed in double;
+// 0 without gates), Γ_ij = exp(b_i − b_j) for j ≤ i (0 above), and b_L the
+// chunk's last:
+//
+//   gated:        O = (Q ⊙ e^{b}) S + (Q Kᵀ ⊙ Γ) V
+//                 S ← diag(e^{b_L}) S + (K ⊙ e^{b_L − b})ᵀ V
+//   (gated) delta, fla's WY / UT-transform form:
+//                 T = (I + strict_lower(diag(β) K Kᵀ ⊙ Γ))⁻¹
+//                 U = T (β ⊙ V),  W = T (β ⊙ e^{b} ⊙ K)
+//                 U ← U − W S
+//                 O = (Q ⊙ e^{b}) S + (Q Kᵀ ⊙ Γ) U
+//                 S ← e^{b_L} S + (K ⊙ e^{b_L − b})ᵀ U
+//
+// Every exponent is ≤ 0, so no factor can overflow whatever the gates. With
+// a gate per key channel Γ is not a matrix scaling of Q Kᵀ: the intra-chunk
+// scores are computed in sub-chunks of kSubChunk rows. Row block I starting
+// at row r takes the columns before r as (Q_I ⊙ e^{b − b_r})(K ⊙ e^{b_r − b})ᵀ
+// (both exponents ≤ 0) and its own diagonal block term by term with
+// e^{b_ic − b_jc}.
+//
+// The products run as batched oneDNN matmuls: the intra-chunk ones over
+// every (session, head, chunk) of a round at once, the state-carrying ones
+// over every (session, head) at each chunk index in turn.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention/chunkwise.h"
+#include "core/attention/kernels.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+
+namespace {
+
+// Rows per sub-chunk of the per-key gated scores.
+constexpr uint32_t kSubChunk = 16;
+// Jobs per round at most (a round holds at least one chunk of every stream).
+constexpr uint64_t kRuleJobsPerRound = 256;
+
+float ExpOf(double x) { return std::exp(static_cast<float>(x)); }
+
+}  // namespace
+
+struct ChunkwiseRunner::RuleWorkspace {
+  AlignedBuffer qh;  // (jobs, C, d_k)  prepared q (L2 norm, scale)
+  AlignedBuffer kh;  // (jobs, C, d_k)  prepared k
+  AlignedBuffer qt;  // (jobs, C, d_k)  q ⊙ e^{b}
+  AlignedBuffer kt;  // (jobs, C, d_k)  k ⊙ e^{b_L − b}
+  AlignedBuffer kb;  // (jobs, C, d_k)  −β ⊙ e^{b} ⊙ k, then −W (delta)
+  AlignedBuffer vb;  // (jobs, C, d_v)  β ⊙ v (delta)
+  AlignedBuffer u;   // (jobs, C, d_v)  V (gated) or U (delta)
+  AlignedBuffer o;   // (jobs, C, d_v)  outputs
+  AlignedBuffer a;   // (jobs, C, C)    masked scores Q Kᵀ ⊙ Γ
+  AlignedBuffer t;   // (jobs, C, C)    K Kᵀ, then T (delta)
+  AlignedBuffer end;      // (jobs, G)      e^{b_L}: per key channel or one
+  AlignedBuffer s;        // (streams, d_k, d_v) the states, packed
+  std::vector<double> b;  // (jobs, C, G) cumulative log-gates
+};
+
+// Here, where RuleWorkspace is complete.
+ChunkwiseRunner::ChunkwiseRunner(ChunkwiseOptions options)
+    : options_(options) {}
+ChunkwiseRunner::~ChunkwiseRunner() = default;
+ChunkwiseRunner::ChunkwiseRunner(ChunkwiseRunner&&) noexcept = default;
+ChunkwiseRunner& ChunkwiseRunner::operator=(ChunkwiseRunner&&) noexcept =
+    default;
+
+uint64_t ChunkwiseRunner::RuleWorkspaceBytesPerJob(uint32_t d_k,
+                                                   uint32_t d_v) const {
+  const uint64_t C = options_.chunk_size;
+  return sizeof(float) * (C * (5 * uint64_t{d_k} + 3 * uint64_t{d_v} + 2 * C +
+                               2 * uint64_t{d_k}) +
+                          uint64_t{d_k} * (d_v + 1));
+}
+
+absl::Status ChunkwiseRunner::RunRuleGroup(
+    std::span<const PrefillItem> items, std::span<AttentionState* const> work,
+    const std::vector<uint32_t>& members, std::span<uint8_t> non_finite,
+    bool stop_at_non_finite) {
+  if (rules_ == nullptr) rules_ = std::make_unique<RuleWorkspace>();
+  RuleWorkspace& ws = *rules_;
+  const AttentionSpec& spec = items[members[0]].attention->spec();
+  const bool delta = HasBeta(spec.rule);
+  const bool per_key = GatesPerHead(spec) > 1;
+  const uint32_t gates = GatesPerHead(spec);
+  const uint32_t G = per_key ? spec.key_dim : 1;  // b's width per row
+  const uint32_t K = spec.key_dim, V = spec.value_dim;
+  const uint64_t C = options_.chunk_size;
+
+  // Values first: a member whose input is not finite, or whose gates or β
+  // are out of range, is marked and left out (Run names it).
+  struct RuleStream {
+    uint32_t item, head;
+  };
+  std::vector<RuleStream> streams;
+  uint64_t longest = 0;
+  for (uint32_t i : members) {
+    if (!items[i].attention->ValidateInput(*work[i], items[i].in).ok()) {
+      non_finite[i] = 1;
+      if (stop_at_non_finite) return absl::OkStatus();
+      continue;
+    }
+    for (uint32_t h = 0; h < spec.num_heads; ++h) streams.push_back({i, h});
+    longest = std::max(longest, items[i].in.tokens);
+  }
+  if (streams.empty()) return absl::OkStatus();
+  const uint64_t n_s = streams.size();
+  const uint64_t total_chunks = (longest + C - 1) / C;
+  const uint64_t per_round = std::clamp<uint64_t>(
+      kRuleJobsPerRound / n_s, 1, std::max<uint32_t>(1, options_.round_chunks));
+
+  const uint64_t S_floats = uint64_t{K} * V;
+  ws.s.EnsureSize(n_s * S_floats);
+  for (uint64_t st = 0; st < n_s; ++st) {
+    std::memcpy(ws.s.data() + st * S_floats,
+                work[streams[st].item]->s(streams[st].head),
+                S_floats * sizeof(float));
+  }
+  const uint64_t max_jobs = n_s * std::min(per_round, total_chunks);
+  ws.qh.EnsureSize(max_jobs * C * K);
+  ws.kh.EnsureSize(max_jobs * C * K);
+  ws.qt.EnsureSize(max_jobs * C * K);
+  ws.kt.EnsureSize(max_jobs * C * K);
+  ws.u.EnsureSize(max_jobs * C * V);
+  ws.o.EnsureSize(max_jobs * C * V);
+  ws.a.EnsureSize(max_jobs * C * C);
+  ws.end.EnsureSize(max_jobs * G);
+  if (delta) {
+    ws.kb.EnsureSize(max_jobs * C * K);
+    ws.vb.EnsureSize(max_jobs * C * V);
+    ws.t.EnsureSize(max_jobs * C * C);
+  }
+  if (ws.b.size() < max_jobs * C * G) ws.b.resize(max_jobs * C * G);
+  const VectorKernels& kernels = ActiveKernels();
+
+  for (uint64_t c0 = 0; c0 < total_chunks; c0 += per_round) {
+    const uint64_t nc = std::min(per_round, total_chunks - c0);
+    const int64_t jobs = static_cast<int64_t>(nc * n_s);
+    // Job j is chunk c0 + j / n_s of stream j % n_s: the jobs of one chunk
+    // index are contiguous, so the state-carrying products batch over
+    // streams.
+    auto rows_of = [&](int64_t j, uint64_t* start) {
+      const RuleStream& st = streams[j % n_s];
+      *start = (c0 + j / n_s) * C;
+      const uint64_t tokens = items[st.item].in.tokens;
+      return *start >= tokens ? uint64_t{0} : std::min(C, tokens - *start);
+    };
+
+    // Gather: prepared q and k, cumulative log-gates, scaled copies.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < jobs; ++j) {
+      const RuleStream& st = streams[j % n_s];
+      const SequenceInput& in = items[st.item].in;
+      const uint32_t H = spec.num_heads;
+      uint64_t start = 0;
+      const uint64_t L = rows_of(j, &start);
+      float* qh = ws.qh.data() + j * C * K;
+      float* kh = ws.kh.data() + j * C * K;
+      float* u = ws.u.data() + j * C * V;
+      double* b = ws.b.data() + j * C * G;
+      std::fill(qh + L * K, qh + C * K, 0.0f);
+      std::fill(kh + L * K, kh + C * K, 0.0f);
+      std::fill(u + L * V, u + C * V, 0.0f);
+      std::vector<double> run(G, 0.0);
+      for (uint64_t i = 0; i < C; ++i) {
+        if (i < L) {
+          const uint64_t row = (start + i) * H + st.head;
+          PrepareQueryKey(spec, in.q + row * K, in.k + row * K, qh + i * K,
+                          kh + i * K);
+          float* vrow = delta ? ws.vb.data() + (j * C + i) * V : u + i * V;
+          const float beta = delta ? in.beta[row] : 1.0f;
+          for (uint32_t c = 0; c < V; ++c) vrow[c] = beta * in.v[row * V + c];
+          if (gates != 0) {
+            for (uint32_t c = 0; c < G; ++c) {
+              run[c] += static_cast<double>(in.g[row * gates + c]);
+            }
+          }
+        } else if (delta) {
+          std::fill(ws.vb.data() + (j * C + i) * V,
+                    ws.vb.data() + (j * C + i + 1) * V, 0.0f);
+        }
+        std::copy(run.begin(), run.end(), b + i * G);
+      }
+      // b_L: the last real row's (padding rows keep it).
+      const double* b_end = b + (C - 1) * G;
+      float* end = ws.end.data() + j * G;
+      for (uint32_t c = 0; c < G; ++c) end[c] = ExpOf(b_end[c]);
+      float* qt = ws.qt.data() + j * C * K;
+      float* kt = ws.kt.data() + j * C * K;
+      float* kb = delta ? ws.kb.data() + j * C * K : nullptr;
+      for (uint64_t i = 0; i < C; ++i) {
+        const uint64_t row = (start + i) * H + st.head;
+        const float beta = delta && i < L ? in.beta[row] : 0.0f;
+        for (uint32_t c = 0; c < K; ++c) {
+          const uint32_t gc = per_key ? c : 0;
+          const float up = ExpOf(b[i * G + gc]);
+          qt[i * K + c] = qh[i * K + c] * up;
+          kt[i * K + c] = kh[i * K + c] * ExpOf(b_end[gc] - b[i * G + gc]);
+          if (delta) kb[i * K + c] = -beta * up * kh[i * K + c];
+        }
+      }
+    }
+
+    // Intra-chunk scores A = Q Kᵀ ⊙ Γ (and K Kᵀ for the delta rules).
+    const MatmulShape scores{.m = static_cast<int64_t>(C),
+                             .k = K,
+                             .n = static_cast<int64_t>(C),
+                             .transpose_b = true};
+    if (!per_key) {
+      LINATTN_RETURN_IF_ERROR(
+          Gemm(scores, jobs, ws.qh.data(), ws.kh.data(), ws.a.data()));
+    }
+    if (delta) {
+      LINATTN_RETURN_IF_ERROR(
+          Gemm(scores, jobs, ws.kh.data(), ws.kh.data(), ws.t.data()));
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < jobs; ++j) {
+      const double* b = ws.b.data() + j * C * G;
+      float* a = ws.a.data() + j * C * C;
+      if (per_key) {
+        const float* qh = ws.qh.data() + j * C * K;
+        const float* kh = ws.kh.data() + j * C * K;
+        std::vector<float> qs(kSubChunk * K), ks(C * K);
+        for (uint64_t r = 0; r < C; r += kSubChunk) {
+          const uint64_t rows = std::min<uint64_t>(kSubChunk, C - r);
+          const double* br = b + r * K;
+          // Columns before the block, through row r's reference point.
+          for (uint64_t i = 0; i < rows; ++i) {
+            for (uint32_t c = 0; c < K; ++c) {
+              qs[i * K + c] =
+                  qh[(r + i) * K + c] * ExpOf(b[(r + i) * K + c] - br[c]);
+            }
+          }
+          for (uint64_t jj = 0; jj < r; ++jj) {
+            for (uint32_t c = 0; c < K; ++c) {
+              ks[jj * K + c] = kh[jj * K + c] * ExpOf(br[c] - b[jj * K + c]);
+            }
+          }
+          for (uint64_t i = 0; i < rows; ++i) {
+            float* arow = a + (r + i) * C;
+            for (uint64_t jj = 0; jj < r; ++jj) {
+              arow[jj] = kernels.dot(K, qs.data() + i * K, ks.data() + jj * K);
+            }
+            // The diagonal block, term by term.
+            for (uint64_t jj = r; jj <= r + i; ++jj) {
+              float sum = 0.0f;
+              for (uint32_t c = 0; c < K; ++c) {
+                sum += qh[(r + i) * K + c] * kh[jj * K + c] *
+                       ExpOf(b[(r + i) * K + c] - b[jj * K + c]);
+              }
+              arow[jj] = sum;
+            }
+            std::fill(arow + r + i + 1, arow + C, 0.0f);
+          }
+        }
+      } else {
+        for (uint64_t i = 0; i < C; ++i) {
+          float* arow = a + i * C;
+          for (uint64_t jj = 0; jj <= i; ++jj) {
+            arow[jj] *= ExpOf(b[i] - b[jj]);
+          }
+          std::fill(arow + i + 1, arow + C, 0.0f);
+        }
+      }
+      if (!delta) continue;
+      // T = (I + M)⁻¹ with M = strict_lower(diag(β)·K Kᵀ ⊙ Γ), by forward
+      // substitution as fla does: row i of T − I is −M_i − Σ_m M_im (T − I)_m
+      // over j < m < i.
+      const RuleStream& st = streams[j % n_s];
+      const SequenceInput& in = items[st.item].in;
+      uint64_t start = 0;
+      const uint64_t L = rows_of(j, &start);
+      float* t = ws.t.data() + j * C * C;
+      for (uint64_t i = 0; i < C; ++i) {
+        const float beta =
+            i < L ? in.beta[(start + i) * spec.num_heads + st.head] : 0.0f;
+        float* trow = t + i * C;
+        for (uint64_t jj = 0; jj < i; ++jj) {
+          trow[jj] *= beta * ExpOf(b[i] - b[jj]);  // M_ij
+        }
+      }
+      std::vector<float> m(C);
+      for (uint64_t i = 0; i < C; ++i) {
+        float* trow = t + i * C;
+        std::copy(trow, trow + i, m.begin());
+        for (uint64_t jj = 0; jj < i; ++jj) {
+          float x = -m[jj];
+          for (uint64_t mm = jj + 1; mm < i; ++mm) {
+            x -= m[mm] * t[mm * C + jj];
+          }
+          trow[jj] = x;
+        }
+        trow[i] = 1.0f;
+        std::fill(trow + i + 1, trow + C, 0.0f);
+      }
+    }
+    if (delta) {
+      // U = T (β ⊙ V); W' = T (−β ⊙ e^{b} ⊙ K) = −W.
+      const MatmulShape tv{
+          .m = static_cast<int64_t>(C), .k = static_cast<int64_t>(C), .n = V};
+      LINATTN_RETURN_IF_ERROR(
+          Gemm(tv, jobs, ws.t.data(), ws.vb.data(), ws.u.data()));
+      const MatmulShape tk{
+          .m = static_cast<int64_t>(C), .k = static_cast<int64_t>(C), .n = K};
+      // kb is both input and output: the product goes to qh's slots, which
+      // the scores no longer need, and becomes −W there.
+      LINATTN_RETURN_IF_ERROR(
+          Gemm(tk, jobs, ws.t.data(), ws.kb.data(), ws.qh.data()));
+    }
+
+    // Chunk by chunk, every stream at once: the state carries.
+    const int64_t batch = static_cast<int64_t>(n_s);
+    for (uint64_t ci = 0; ci < nc; ++ci) {
+      const uint64_t first = ci * n_s;
+      float* qt = ws.qt.data() + first * C * K;
+      float* kt = ws.kt.data() + first * C * K;
+      float* u = ws.u.data() + first * C * V;
+      float* o = ws.o.data() + first * C * V;
+      float* a = ws.a.data() + first * C * C;
+      if (delta) {
+        // U ← U − W S
+        LINATTN_RETURN_IF_ERROR(Gemm(
+            {.m = static_cast<int64_t>(C), .k = K, .n = V, .accumulate = true},
+            batch, ws.qh.data() + first * C * K, ws.s.data(), u));
+      }
+      LINATTN_RETURN_IF_ERROR(
+          Gemm({.m = static_cast<int64_t>(C), .k = K, .n = V}, batch, qt,
+               ws.s.data(), o));
+      LINATTN_RETURN_IF_ERROR(Gemm({.m = static_cast<int64_t>(C),
+                                    .k = static_cast<int64_t>(C),
+                                    .n = V,
+                                    .accumulate = true},
+                                   batch, a, u, o));
+#pragma omp parallel for schedule(static)
+      for (int64_t st = 0; st < batch; ++st) {
+        float* s = ws.s.data() + st * S_floats;
+        const float* end = ws.end.data() + (first + st) * G;
+        if (per_key) {
+          for (uint32_t c = 0; c < K; ++c) {
+            kernels.scale(V, end[c], s + uint64_t{c} * V);
+          }
+        } else {
+          kernels.scale(S_floats, end[0], s);
+        }
+      }
+      LINATTN_RETURN_IF_ERROR(Gemm({.m = K,
+                                    .k = static_cast<int64_t>(C),
+                                    .n = V,
+                                    .transpose_a = true,
+                                    .accumulate = true},
+                                   batch, kt, u, ws.s.data()));
+    }
+
+    // Read-out: the rows each job holds.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < jobs; ++j) {
+      const RuleStream& st = streams[j % n_s];
+      const SequenceOutput& out = items[st.item].out;
+      uint64_t start = 0;
+      const uint64_t L = rows_of(j, &start);
+      for (uint64_t i = 0; i < L; ++i) {
+        const uint64_t row = (start + i) * spec.num_heads + st.head;
+        float* y = out.output + row * V;
+        std::memcpy(y, ws.o.data() + (j * C + i) * V, V * sizeof(float));
+        linattn::ReadOut(spec, 0.0f, 0.0f, V, y, out.denominator + row,
+                         out.available + row);
+      }
+    }
+  }
+  for (uint64_t st = 0; st < n_s; ++st) {
+    std::memcpy(work[streams[st].item]->s(streams[st].head),
+                ws.s.data() + st * S_floats, S_floats * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace linattn
