@@ -14,21 +14,52 @@ namespace linattn {
 namespace {
 
 // The three tensors of a request hold tokens × heads × dim floats each.
-absl::Status CheckSizes(const AttentionSpec& spec, uint64_t tokens, int q,
-                        int k, int v) {
-  const uint64_t qk = tokens * spec.num_heads * spec.key_dim;
-  const uint64_t vv = tokens * spec.num_heads * spec.value_dim;
-  auto check = [&](const char* field, int got, uint64_t want, const char* dim) {
+using FloatField = google::protobuf::RepeatedField<float>;
+
+// The sizes of a request's tensors for `tokens` tokens of `spec`, and the
+// input they make: q, k, v always; g and beta exactly when the rule takes
+// them (docs/design.md §1).
+absl::StatusOr<SequenceInput> InputOf(const AttentionSpec& spec,
+                                      uint64_t tokens, const FloatField& q,
+                                      const FloatField& k, const FloatField& v,
+                                      const FloatField& g,
+                                      const FloatField& beta) {
+  const uint64_t rows = tokens * spec.num_heads;
+  const uint64_t gates = GatesPerHead(spec);
+  auto check = [&](const char* field, int got, uint64_t want,
+                   absl::string_view dim) {
     return uint64_t(got) == want
                ? absl::OkStatus()
-               : absl::InvalidArgumentError(
-                     absl::StrCat(field, ": expected ", want,
-                                  " floats (tokens ", tokens, " × num_heads ",
-                                  spec.num_heads, " × ", dim, "), got ", got));
+               : absl::InvalidArgumentError(absl::StrCat(
+                     field, ": expected ", want, " floats (tokens ", tokens,
+                     " × num_heads ", spec.num_heads, dim, "), got ", got));
   };
-  if (absl::Status s = check("q", q, qk, "key_dim"); !s.ok()) return s;
-  if (absl::Status s = check("k", k, qk, "key_dim"); !s.ok()) return s;
-  return check("v", v, vv, "value_dim");
+  LINATTN_RETURN_IF_ERROR(
+      check("q", q.size(), rows * spec.key_dim, " × key_dim"));
+  LINATTN_RETURN_IF_ERROR(
+      check("k", k.size(), rows * spec.key_dim, " × key_dim"));
+  LINATTN_RETURN_IF_ERROR(
+      check("v", v.size(), rows * spec.value_dim, " × value_dim"));
+  const absl::string_view rule = UpdateRuleName(spec.rule);
+  if (gates == 0 && !g.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("g: rule ", rule, " takes no log-gates"));
+  }
+  if (gates != 0) {
+    LINATTN_RETURN_IF_ERROR(check("g", g.size(), rows * gates,
+                                  gates == 1 ? "" : " × key_dim (gate key)"));
+  }
+  if (!HasBeta(spec.rule) && !beta.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("beta: rule ", rule, " takes no beta"));
+  }
+  if (HasBeta(spec.rule)) {
+    LINATTN_RETURN_IF_ERROR(check("beta", beta.size(), rows, ""));
+  }
+  SequenceInput in{q.data(), k.data(), v.data(), tokens};
+  if (gates != 0) in.g = g.data();
+  if (HasBeta(spec.rule)) in.beta = beta.data();
+  return in;
 }
 
 void CopyAvailable(const std::vector<uint8_t>& from,
@@ -122,11 +153,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
   if (T == 0)
     return FinishCall(ctx,
                       absl::InvalidArgumentError("tokens: must be at least 1"));
-  if (absl::Status s = CheckSizes(spec, T, request->q_size(), request->k_size(),
-                                  request->v_size());
-      !s.ok()) {
-    return FinishCall(ctx, s);
-  }
+  absl::StatusOr<SequenceInput> in =
+      InputOf(spec, T, request->q(), request->k(), request->v(), request->g(),
+              request->beta());
+  if (!in.ok()) return FinishCall(ctx, in.status());
   if (absl::Status s = gate()->limiter().Take(TenantOf(ctx), T); !s.ok()) {
     return FinishCall(ctx, s);
   }
@@ -136,15 +166,13 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
   response->mutable_denominator()->Resize(static_cast<int>(T * spec.num_heads),
                                           0);
   std::vector<uint8_t> available(T * spec.num_heads);
-  const SequenceInput in{request->q().data(), request->k().data(),
-                         request->v().data(), T};
   const SequenceOutput out{response->mutable_output()->mutable_data(),
                            response->mutable_denominator()->mutable_data(),
                            available.data()};
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   AttentionSession* raw = session.get();
   scheduler_->Prefill(
-      std::move(session), in, out,
+      std::move(session), *in, out,
       [reactor, response, raw, available = std::move(available),
        o = gate()->observability(),
        start = ContextOf(ctx).start](absl::Status status) mutable {
@@ -332,8 +360,10 @@ class AttentionServiceImpl::DecodeReactor final
     call_->NoteSession(request_.session_id());
     call_->tokens_in.fetch_add(1, std::memory_order_relaxed);
     const AttentionSpec& spec = session_->spec();
-    LINATTN_RETURN_IF_ERROR(CheckSizes(spec, 1, request_.q_size(),
-                                       request_.k_size(), request_.v_size()));
+    LINATTN_ASSIGN_OR_RETURN(
+        const SequenceInput in,
+        InputOf(spec, 1, request_.q(), request_.k(), request_.v(), request_.g(),
+                request_.beta()));
     LINATTN_RETURN_IF_ERROR(service_->gate()->limiter().Take(call_->tenant, 1));
     response_.Clear();
     response_.mutable_output()->Resize(
@@ -341,8 +371,6 @@ class AttentionServiceImpl::DecodeReactor final
     response_.mutable_denominator()->Resize(static_cast<int>(spec.num_heads),
                                             0);
     available_.assign(spec.num_heads, 0);
-    const SequenceInput in{request_.q().data(), request_.k().data(),
-                           request_.v().data(), 1};
     const SequenceOutput out{response_.mutable_output()->mutable_data(),
                              response_.mutable_denominator()->mutable_data(),
                              available_.data()};
@@ -431,11 +459,9 @@ class AttentionServiceImpl::DecodeBatchReactor final
       call_->NoteSession(step.session_id());
       call_->tokens_in.fetch_add(1, std::memory_order_relaxed);
       const AttentionSpec& spec = (*found)->spec();
-      if (absl::Status s =
-              CheckSizes(spec, 1, step.q_size(), step.k_size(), step.v_size());
-          !s.ok()) {
-        return prefix(s);
-      }
+      absl::StatusOr<SequenceInput> in =
+          InputOf(spec, 1, step.q(), step.k(), step.v(), step.g(), step.beta());
+      if (!in.ok()) return prefix(in.status());
       v1::DecodeResponse& r = *response_.add_steps();
       r.mutable_output()->Resize(
           static_cast<int>(spec.num_heads * spec.value_dim), 0);
@@ -443,7 +469,7 @@ class AttentionServiceImpl::DecodeBatchReactor final
       available_[i].assign(spec.num_heads, 0);
       group.push_back(
           {*found,
-           {step.q().data(), step.k().data(), step.v().data(), 1},
+           *in,
            {r.mutable_output()->mutable_data(),
             r.mutable_denominator()->mutable_data(), available_[i].data()},
            step.has_expected_position()
@@ -488,8 +514,10 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Inspect(
             uint64_t{state.feature_dim()} * state.value_dim();
         for (uint32_t h = 0; h < state.num_heads(); ++h) {
           response->mutable_s()->Add(state.s(h), state.s(h) + s_floats);
-          response->mutable_z()->Add(state.z(h),
-                                     state.z(h) + state.feature_dim());
+          if (state.has_z()) {
+            response->mutable_z()->Add(state.z(h),
+                                       state.z(h) + state.feature_dim());
+          }
           if (state.has_key_shift())
             response->add_key_log_scale(state.key_shift(h));
         }

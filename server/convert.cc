@@ -24,6 +24,30 @@ absl::StatusOr<SpecRequest> FromProto(const v1::AttentionSpec& proto) {
   s.feature_dim = proto.feature_dim();
   s.seed = proto.seed();
   s.horizon = proto.horizon();
+  if (!proto.rule().empty()) {
+    auto rule = ParseUpdateRule(proto.rule());
+    if (!rule.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.", rule.status().message()));
+    }
+    s.rule = *rule;
+  }
+  if (!proto.gate().empty()) {
+    auto gate = ParseGateShape(proto.gate());
+    if (!gate.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.", gate.status().message()));
+    }
+    s.gate = *gate;
+  }
+  s.qk_l2norm = proto.qk_l2norm();
+  s.scale = proto.scale();
+  // The gated and delta rules take q and k as given: an unset feature map
+  // is identity for them, and their read-out is unnormalised.
+  if (s.rule != UpdateRule::kLinear && proto.feature_map().empty()) {
+    s.feature_map = FeatureMapKind::kIdentity;
+    s.unnormalized = true;
+  }
   return out;
 }
 
@@ -38,6 +62,12 @@ void ToProto(const AttentionSpec& spec, v1::AttentionSpec* proto) {
   proto->set_feature_dim(FeatureDim(spec));
   proto->set_seed(spec.seed);
   proto->set_horizon(spec.horizon);
+  proto->set_rule(std::string(UpdateRuleName(spec.rule)));
+  if (spec.rule == UpdateRule::kGated) {
+    proto->set_gate(std::string(GateShapeName(spec.gate)));
+  }
+  proto->set_qk_l2norm(spec.qk_l2norm);
+  proto->set_scale(spec.scale);
 }
 
 void ToProto(const SessionInfo& info, v1::Session* proto) {

@@ -64,6 +64,25 @@ start_server() {
   exit 1
 }
 
+# The sum of the server's session positions (0 when it lists none).
+positions() {
+  "$bin/linattn" sessions list --server "127.0.0.1:$port" 2>/dev/null |
+    awk '{ sum += $4 } END { print sum + 0 }'
+}
+
+# Waits (up to 30 s) until the positions move past where they stood.
+wait_for_steps() {
+  local before
+  before="$(positions)"
+  for _ in $(seq 1 600); do
+    if (( $(positions) > before )); then return 0; fi
+    if ! kill -0 "$load_pid" 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "crash_check: the load did not start stepping within 30 s" >&2
+  exit 1
+}
+
 check() {
   if [[ ! -s "$ledger" ]]; then return 0; fi
   if ! "$bin/linattn-load" --server "127.0.0.1:$port" --check \
@@ -85,7 +104,10 @@ for round in $(seq 1 "$rounds"); do
     --session-prefix crash --ledger "$ledger" --no-progress \
     > "$work/load.txt" 2>&1 &
   load_pid=$!
-  # Somewhere between 0.3 and 2.3 s into the run.
+  # Once the load is stepping (its sessions' positions move: a busy machine
+  # can take longer than the delay below to start a client), somewhere
+  # between 0.3 and 2.3 s into the run.
+  wait_for_steps
   sleep "$(( RANDOM % 2000 / 1000 )).$(( RANDOM % 1000 + 300 ))"
   kill -9 "$server_pid"
   wait "$server_pid" 2>/dev/null || true

@@ -23,6 +23,34 @@ absl::Status CheckRank3(const NpyArray& a, const std::string& flag) {
   return absl::OkStatus();
 }
 
+// Reads a rule's per-token input from `path` when the rule takes it (shape
+// (T, H) for one value per head, (T, H, width) otherwise), and refuses one
+// the rule does not take.
+absl::Status ReadRuleInput(const std::string& path, const std::string& flag,
+                           bool taken, std::vector<int64_t> rows,
+                           uint32_t width, NpyArray* out) {
+  if (!taken) {
+    if (!path.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": this rule takes no such input"));
+    }
+    return absl::OkStatus();
+  }
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": required by this rule"));
+  }
+  LINATTN_ASSIGN_OR_RETURN(*out, ReadNpy(path));
+  std::vector<int64_t> want = rows;
+  if (width > 1) want.push_back(width);
+  if (out->shape != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected shape (", absl::StrJoin(want, ", "),
+                     "), got (", absl::StrJoin(out->shape, ", "), ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Attend(const AttendOptions& o) {
@@ -52,8 +80,18 @@ absl::Status Attend(const AttendOptions& o) {
   spec.num_heads = static_cast<uint32_t>(H);
   spec.key_dim = static_cast<uint32_t>(q.shape[2]);
   spec.value_dim = static_cast<uint32_t>(v.shape[2]);
-  LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
-  spec.unnormalized = o.unnormalized;
+  LINATTN_ASSIGN_OR_RETURN(spec.rule, ParseUpdateRule(o.rule));
+  const bool linear = spec.rule == UpdateRule::kLinear;
+  if (!o.gate.empty()) {
+    LINATTN_ASSIGN_OR_RETURN(spec.gate, ParseGateShape(o.gate));
+  }
+  spec.qk_l2norm = o.qk_l2norm;
+  spec.scale = o.scale;
+  LINATTN_ASSIGN_OR_RETURN(
+      spec.feature_map, ParseFeatureMap(!o.feature_map.empty() ? o.feature_map
+                                        : linear               ? "elu1"
+                                                               : "identity"));
+  spec.unnormalized = o.unnormalized || !linear;
   spec.epsilon = o.epsilon.value_or(0.0f);
   if (o.decay.size() == 1) {
     spec.decay.assign(spec.num_heads, o.decay[0]);
@@ -67,10 +105,18 @@ absl::Status Attend(const AttendOptions& o) {
     spec.horizon = static_cast<uint32_t>(std::max<int64_t>(T, 1));
   }
   LINATTN_ASSIGN_OR_RETURN(Attention attention, Attention::Create(spec));
+  // The rule's per-token inputs.
+  NpyArray g, beta;
+  LINATTN_RETURN_IF_ERROR(ReadRuleInput(o.g_path, "--g", HasGates(spec.rule),
+                                        {T, H}, GatesPerHead(spec), &g));
+  LINATTN_RETURN_IF_ERROR(ReadRuleInput(o.beta_path, "--beta",
+                                        HasBeta(spec.rule), {T, H}, 1, &beta));
 
   std::vector<float> y(uint64_t(T) * H * spec.value_dim), den(uint64_t(T) * H);
   std::vector<uint8_t> available(uint64_t(T) * H);
   SequenceInput in{q.data.data(), k.data.data(), v.data.data(), uint64_t(T)};
+  if (!g.data.empty()) in.g = g.data.data();
+  if (!beta.data.empty()) in.beta = beta.data.data();
   SequenceOutput out{y.data(), den.data(), available.data()};
   const std::string mode =
       !o.mode.empty() ? o.mode : (o.server.empty() ? "chunkwise" : "prefill");
@@ -106,6 +152,11 @@ absl::Status Attend(const AttendOptions& o) {
     } else if (mode == "chunkwise") {
       ChunkwiseRunner runner({.chunk_size = o.chunk});
       LINATTN_RETURN_IF_ERROR(runner.Run(attention, state, in, out));
+    } else if (mode == "quadratic" && !linear) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--mode quadratic: the materialised kernel is the linear rule's; "
+          "rule ",
+          o.rule, " runs recurrent or chunkwise"));
     } else if (mode == "quadratic") {
       LINATTN_RETURN_IF_ERROR(QuadraticAttention(attention, in, out));
     } else {

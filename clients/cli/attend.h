@@ -3,6 +3,8 @@
 //
 //   Q, K: float32 (T, H, d_k);  V: float32 (T, H, d_v)  →  Y: (T, H, d_v)
 // with NaN where a head's output is unavailable (zero denominator, ε = 0).
+// The gated and delta rules (--rule) also read log-gates G, (T, H) or
+// (T, H, d_k), and β, (T, H) (docs/design.md §1).
 #ifndef LINATTN_CLIENTS_CLI_ATTEND_H_
 #define LINATTN_CLIENTS_CLI_ATTEND_H_
 
@@ -18,7 +20,13 @@ namespace linattn {
 
 struct AttendOptions {
   std::string q_path, k_path, v_path, out_path;
-  std::string feature_map = "elu1";
+  std::string g_path, beta_path;  // the gated and delta rules' inputs
+  // Empty: elu1 for the linear rule, identity for the others.
+  std::string feature_map;
+  std::string rule = "linear";  // linear | gated | delta | gated_delta
+  std::string gate;             // head | key (gated; default head)
+  bool qk_l2norm = false;
+  float scale = 0.0f;  // q's multiplier for the gated and delta rules (0 = 1)
   // Local: recurrent | chunkwise | quadratic. With `server`: decode (one
   // Decode stream) | prefill (Prefill requests) in a temporary session.
   // Empty: chunkwise locally, prefill (its server-side twin) with `server`.

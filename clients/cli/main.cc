@@ -119,8 +119,26 @@ int main(int argc, char** argv) {
   at->add_option("--v", attend.v_path, "values .npy (T, H, d_v)")->required();
   at->add_option("--out", attend.out_path, "output .npy (T, H, d_v)")
       ->required();
+  at->add_option("--rule", attend.rule,
+                 "update rule: linear | gated | delta | gated_delta "
+                 "(default: linear; docs/design.md §1)")
+      ->check(CLI::IsMember({"linear", "gated", "delta", "gated_delta"}));
+  at->add_option("--g", attend.g_path,
+                 "log-gates .npy, ≤ 0 (gated, gated_delta): (T, H), or "
+                 "(T, H, d_k) with --gate key");
+  at->add_option("--beta", attend.beta_path,
+                 "β .npy in [0, 2] (delta, gated_delta): (T, H)");
+  at->add_option("--gate", attend.gate,
+                 "gated rule's gates: head (one per head, default) | key (one "
+                 "per key channel)")
+      ->check(CLI::IsMember({"head", "key"}));
+  at->add_flag("--qk-l2norm", attend.qk_l2norm,
+               "gated and delta rules: L2-normalise q and k per head");
+  at->add_option("--scale", attend.scale,
+                 "gated and delta rules: multiply q by this (default 1)");
   at->add_option("--feature-map", attend.feature_map,
-                 "elu1 | relu | identity | favor | cosine (default: elu1)")
+                 "elu1 | relu | identity | favor | cosine (default: elu1; "
+                 "identity for the gated and delta rules)")
       ->check(CLI::IsMember({"elu1", "relu", "identity", "favor", "cosine"}));
   at->add_option("--mode", attend.mode,
                  "evaluation order: recurrent | chunkwise | quadratic locally, "

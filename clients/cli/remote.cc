@@ -97,6 +97,12 @@ absl::StatusOr<v1::Session> RemoteAttention::CreateSession(
   s->set_feature_dim(spec.feature_dim);
   s->set_seed(spec.seed);
   s->set_horizon(spec.horizon);
+  if (spec.rule != UpdateRule::kLinear) {
+    s->set_rule(std::string(UpdateRuleName(spec.rule)));
+    s->set_gate(std::string(GateShapeName(spec.gate)));
+    s->set_qk_l2norm(spec.qk_l2norm);
+    s->set_scale(spec.scale);
+  }
   req.set_session_id(session_id.empty() ? NewSessionId() : session_id);
   grpc::ClientContext ctx;
   NameSession(ctx, req.session_id());
@@ -165,6 +171,23 @@ absl::StatusOr<std::string> RemoteAttention::Snapshot(
   return std::move(*resp.mutable_state());
 }
 
+namespace {
+
+// Tokens [t0, t0 + n)'s log-gates and β, for the rules that take them.
+void AddRuleInputs(const AttentionSpec& spec, const SequenceInput& in,
+                   uint64_t t0, uint64_t n,
+                   google::protobuf::RepeatedField<float>* g,
+                   google::protobuf::RepeatedField<float>* beta) {
+  const uint64_t rows = uint64_t{spec.num_heads}, gates = GatesPerHead(spec);
+  if (gates != 0)
+    g->Add(in.g + t0 * rows * gates, in.g + (t0 + n) * rows * gates);
+  if (HasBeta(spec.rule)) {
+    beta->Add(in.beta + t0 * rows, in.beta + (t0 + n) * rows);
+  }
+}
+
+}  // namespace
+
 absl::Status RemoteAttention::Prefill(const std::string& session_id,
                                       const AttentionSpec& spec,
                                       const SequenceInput& in,
@@ -180,6 +203,7 @@ absl::Status RemoteAttention::Prefill(const std::string& session_id,
     req.mutable_q()->Add(in.q + t0 * qk, in.q + (t0 + n) * qk);
     req.mutable_k()->Add(in.k + t0 * qk, in.k + (t0 + n) * qk);
     req.mutable_v()->Add(in.v + t0 * vv, in.v + (t0 + n) * vv);
+    AddRuleInputs(spec, in, t0, n, req.mutable_g(), req.mutable_beta());
     grpc::ClientContext ctx;
     NameSession(ctx, session_id);
     v1::PrefillResponse resp;
@@ -211,6 +235,7 @@ absl::Status RemoteAttention::Decode(const std::string& session_id,
     req.mutable_q()->Add(in.q + t * qk, in.q + (t + 1) * qk);
     req.mutable_k()->Add(in.k + t * qk, in.k + (t + 1) * qk);
     req.mutable_v()->Add(in.v + t * vv, in.v + (t + 1) * vv);
+    AddRuleInputs(spec, in, t, 1, req.mutable_g(), req.mutable_beta());
     v1::DecodeResponse resp;
     if (!stream->Write(req) || !stream->Read(&resp)) break;
     CopyOut(resp, t * H, spec.num_heads, spec.value_dim, out);

@@ -57,21 +57,20 @@ absl::Status CheckFinite(absl::string_view field, const float* data,
 }
 
 // The gated and delta rules' per-token inputs: log-gates finite and ≤ 0,
-// β in [0, 2]; *beta_max receives the largest β.
+// β in [0, 2]; *beta_max receives the largest β. Read whatever
+// check_values says (a few floats per token and head), so that a chunkwise
+// prefill run in slices names them by their index in the whole request.
 absl::Status CheckRuleInputs(const AttentionSpec& spec, const SequenceInput& in,
-                             uint64_t rows, bool check_values,
-                             float* beta_max) {
+                             uint64_t rows, float* beta_max) {
   if (const uint64_t gates = rows * GatesPerHead(spec); gates != 0) {
     if (in.g == nullptr) return absl::InvalidArgumentError("g: missing");
-    if (check_values) {
-      for (uint64_t i = 0; i < gates; ++i) {
-        if (!(in.g[i] <= 0.0f) || !std::isfinite(in.g[i])) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "g[", i,
-              "]: a log-gate must be finite and <= 0 (α = exp(g) in "
-              "(0, 1]), got ",
-              in.g[i]));
-        }
+    for (uint64_t i = 0; i < gates; ++i) {
+      if (!(in.g[i] <= 0.0f) || !std::isfinite(in.g[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("g[", i,
+                         "]: a log-gate must be finite and <= 0 (α = exp(g) in "
+                         "(0, 1]), got ",
+                         in.g[i]));
       }
     }
   }
@@ -139,8 +138,7 @@ absl::Status Attention::ValidateInput(const AttentionState& state,
   LINATTN_RETURN_IF_ERROR(
       CheckFinite("v", in.v, rows * spec_.value_dim, check_values, &v_max));
   float beta_max = 0.0f;
-  LINATTN_RETURN_IF_ERROR(
-      CheckRuleInputs(spec_, in, rows, check_values, &beta_max));
+  LINATTN_RETURN_IF_ERROR(CheckRuleInputs(spec_, in, rows, &beta_max));
   if (magnitude != nullptr) *magnitude = {k_max, v_max, beta_max};
   if (spec_.feature_map == FeatureMapKind::kFavor) {
     // FAVOR+'s exponents ωᵀx̂ − ‖x̂‖²/2 are computed in fp32: past 2^50 the

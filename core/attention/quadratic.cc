@@ -12,6 +12,11 @@ absl::Status QuadraticAttention(const Attention& attention,
                                 const SequenceInput& in,
                                 const SequenceOutput& out,
                                 uint64_t start_position) {
+  if (attention.spec().rule != UpdateRule::kLinear) {
+    return absl::InvalidArgumentError(
+        "rule: the materialised causal kernel is the linear rule's; the gated "
+        "and delta rules run recurrent or chunkwise");
+  }
   AttentionState probe = attention.NewState();
   probe.set_position(start_position);
   LINATTN_RETURN_IF_ERROR(attention.ValidateInput(probe, in));

@@ -447,12 +447,11 @@ void Scheduler::RunRound(std::vector<Request>& round,
     workspace += per_chunk * std::min<uint64_t>(options_.chunkwise.round_chunks,
                                                 (r.slice + C - 1) / C);
     const AttentionSpec& spec = r.session->spec();
-    const uint64_t qk = uint64_t{spec.num_heads} * spec.key_dim;
     const uint64_t vv = uint64_t{spec.num_heads} * spec.value_dim;
     const uint64_t t0 = r.prefilled;
-    prefills.push_back({&r.session->attention(), &*r.copy,
-                        SequenceInput{r.in.q + t0 * qk, r.in.k + t0 * qk,
-                                      r.in.v + t0 * vv, r.slice},
+    SequenceInput slice = TokenOf(spec, r.in, t0);
+    slice.tokens = r.slice;
+    prefills.push_back({&r.session->attention(), &*r.copy, slice,
                         SequenceOutput{r.out.output + t0 * vv,
                                        r.out.denominator + t0 * spec.num_heads,
                                        r.out.available + t0 * spec.num_heads}});

@@ -134,6 +134,11 @@ void DurableStore::Group::AddStep(const AttentionSession& session,
   AppendFloats(payload, in.q, qk);
   AppendFloats(payload, in.k, qk);
   AppendFloats(payload, in.v, vv);
+  // The gated and delta rules' log-gates and β follow (none for the
+  // linear rule, whose records are as they were).
+  const uint64_t gates = uint64_t{spec.num_heads} * GatesPerHead(spec);
+  if (gates != 0) AppendFloats(payload, in.g, gates);
+  if (HasBeta(spec.rule)) AppendFloats(payload, in.beta, spec.num_heads);
   Add(DurableRecord::kStep, session, std::move(payload));
 }
 
@@ -1543,7 +1548,10 @@ absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
           Replayed& r = mit->second;
           const uint64_t qk = uint64_t{r.spec.num_heads} * r.spec.key_dim;
           const uint64_t vv = uint64_t{r.spec.num_heads} * r.spec.value_dim;
-          if (floats.size() != (2 * qk + vv) * sizeof(float)) {
+          const uint64_t gates =
+              uint64_t{r.spec.num_heads} * GatesPerHead(r.spec);
+          const uint64_t betas = HasBeta(r.spec.rule) ? r.spec.num_heads : 0;
+          if (floats.size() != (2 * qk + vv + gates + betas) * sizeof(float)) {
             return absl::DataLossError(absl::StrCat(
                 "journal: record ", m.seq, " (step, session '", m.session_id,
                 "') in ", journal_dir_,
@@ -1554,10 +1562,10 @@ absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
             LINATTN_ASSIGN_OR_RETURN(r.attention, attention_of(r.spec));
           }
           const float* q = reinterpret_cast<const float*>(floats.data());
-          items.push_back(StepItem{r.attention.get(),
-                                   &*r.state,
-                                   SequenceInput{q, q + qk, q + 2 * qk, 1},
-                                   {}});
+          SequenceInput token{q, q + qk, q + 2 * qk, 1};
+          if (gates != 0) token.g = q + 2 * qk + vv;
+          if (betas != 0) token.beta = q + 2 * qk + vv + gates;
+          items.push_back(StepItem{r.attention.get(), &*r.state, token, {}});
           out_floats += vv;
           out_heads += r.spec.num_heads;
           r.tail_bytes +=

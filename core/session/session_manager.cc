@@ -421,7 +421,10 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::Commit(
 absl::StatusOr<std::shared_ptr<AttentionSession>> SessionManager::CreateSession(
     AttentionSpec spec, std::optional<float> epsilon,
     absl::string_view requested_id, const Tenant& tenant) {
-  spec.epsilon = epsilon.value_or(options_.default_epsilon);
+  // The gated and delta rules have no denominator: the server's default ε
+  // is the linear rule's.
+  spec.epsilon = epsilon.value_or(
+      spec.rule == UpdateRule::kLinear ? options_.default_epsilon : 0.0f);
   if (absl::Status s = ValidateSpec(spec); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   }

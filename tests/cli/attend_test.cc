@@ -13,6 +13,8 @@
 #include <random>
 
 #include "clients/cli/npy.h"
+#include "core/attention/reference.h"
+#include "tests/attention/rule_bounds.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -77,6 +79,79 @@ TEST_F(AttendTest, OrdersAgreeThroughFiles) {
       EXPECT_NEAR(results[0][i], results[2][i], 2e-5) << map;
     }
   }
+}
+
+// The gated and delta rules through files (--rule, --g, --beta): the
+// recurrent and chunkwise orders each within the bound of the float64
+// reference.
+TEST_F(AttendTest, TheGatedAndDeltaRulesThroughFiles) {
+  struct RuleRun {
+    std::string rule, gate;
+    bool l2norm;
+  };
+  for (const RuleRun& run :
+       {RuleRun{"gated", "key", false}, RuleRun{"gated", "head", true},
+        RuleRun{"delta", "", true}, RuleRun{"gated_delta", "", true}}) {
+    AttentionSpec spec{.rule = *ParseUpdateRule(run.rule),
+                       .num_heads = H,
+                       .key_dim = D,
+                       .value_dim = D,
+                       .feature_map = FeatureMapKind::kIdentity,
+                       .unnormalized = true};
+    if (!run.gate.empty()) spec.gate = *ParseGateShape(run.gate);
+    spec.qk_l2norm = run.l2norm;
+    spec.scale = 0.5f;
+    testing::RuleTokens data = testing::RandomRuleTokens(spec, T, 3, {});
+    data.q = q_;
+    data.k = k_;
+    data.v = v_;
+    if (!data.g.empty()) {
+      std::vector<int64_t> shape = {T, H};
+      if (GatesPerHead(spec) > 1) shape.push_back(D);
+      ASSERT_TRUE(WriteNpy(Path("g.npy"), shape, data.g.data()).ok());
+    }
+    if (!data.beta.empty()) {
+      ASSERT_TRUE(WriteNpy(Path("beta.npy"), {T, H}, data.beta.data()).ok());
+    }
+    const RuleReferenceResult ref = ReferenceRule(spec, data.input());
+    for (const std::string mode : {"recurrent", "chunkwise"}) {
+      AttendOptions o = Options(mode, "y.npy");
+      o.rule = run.rule;
+      o.gate = run.gate;
+      o.qk_l2norm = run.l2norm;
+      o.scale = 0.5f;
+      if (!data.g.empty()) o.g_path = Path("g.npy");
+      if (!data.beta.empty()) o.beta_path = Path("beta.npy");
+      const absl::Status s = linattn::Attend(o);
+      ASSERT_TRUE(s.ok()) << run.rule << " " << mode << ": " << s;
+      auto y = ReadNpy(o.out_path);
+      ASSERT_TRUE(y.ok());
+      testing::Outputs got(spec, T);
+      got.output = y->data;
+      std::fill(got.available.begin(), got.available.end(), 1);
+      testing::ExpectRuleMatchesReference(spec, data, ref, got, o.chunk,
+                                          run.rule + " " + mode);
+    }
+  }
+  // What a rule does not take, or lacks, is named.
+  AttendOptions o = Options("recurrent", "y.npy");
+  o.rule = "delta";
+  EXPECT_THAT(std::string(linattn::Attend(o).message()), HasSubstr("--beta"));
+  o.beta_path = Path("beta.npy");
+  o.g_path = Path("g.npy");
+  EXPECT_THAT(std::string(linattn::Attend(o).message()),
+              HasSubstr("--g: this rule takes no such input"));
+  o = Options("recurrent", "y.npy");
+  o.rule = "gated";
+  o.gate = "key";
+  o.g_path = Path("beta.npy");  // (T, H), not (T, H, d_k)
+  EXPECT_THAT(std::string(linattn::Attend(o).message()),
+              HasSubstr("--g: expected shape"));
+  o = Options("quadratic", "y.npy");
+  o.rule = "gated";
+  o.g_path = Path("beta.npy");
+  EXPECT_THAT(std::string(linattn::Attend(o).message()),
+              HasSubstr("--mode quadratic"));
 }
 
 TEST_F(AttendTest, UnavailableIsNaN) {

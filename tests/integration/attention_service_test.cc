@@ -14,6 +14,7 @@
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "linattn/v1/attention.grpc.pb.h"
 #include "tests/attention/test_util.h"
+#include "tests/integration/attention_calls.h"
 #include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
 
@@ -436,23 +437,10 @@ TEST_F(AttentionServiceTest, SnapshotRestoreAndForkContinueBitIdentically) {
   ASSERT_TRUE(
       DecodeStream(*stub_, a.session_id(), data, spec, 0, 25).status.ok());
 
-  grpc::ClientContext snap_ctx;
-  v1::SnapshotRequest snap_req;
-  snap_req.set_session_id(a.session_id());
-  v1::SnapshotResponse snap;
-  ASSERT_TRUE(stub_->Snapshot(&snap_ctx, snap_req, &snap).ok());
-  grpc::ClientContext restore_ctx;
-  v1::RestoreRequest restore_req;
-  restore_req.set_state(snap.state());
-  restore_req.set_session_id("restored");
-  v1::Session restored;
-  ASSERT_TRUE(stub_->Restore(&restore_ctx, restore_req, &restored).ok());
+  const v1::Session restored =
+      testing::SnapshotAndRestore(*stub_, a.session_id(), "restored");
   EXPECT_EQ(restored.position(), 25u);
-  grpc::ClientContext fork_ctx;
-  v1::ForkRequest fork_req;
-  fork_req.set_session_id(a.session_id());
-  v1::Session forked;
-  ASSERT_TRUE(stub_->Fork(&fork_ctx, fork_req, &forked).ok());
+  const v1::Session forked = testing::ForkOf(*stub_, a.session_id());
   EXPECT_EQ(forked.position(), 25u);
 
   std::vector<StreamResult> next;
