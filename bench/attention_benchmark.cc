@@ -1,6 +1,7 @@
 // Engine benchmarks (numbers, not pass/fail): decode step vs the machine's
 // read-modify-write bandwidth, chunkwise prefill vs oneDNN's large-GEMM
-// peak, and chunkwise vs token-by-token prefill.
+// peak, and chunkwise vs token-by-token prefill; the same for the gated and
+// delta rules.
 //
 //   build/bin/attention_benchmark --benchmark_out=bench.json
 //   --benchmark_out_format=json /usr/bin/python3 bench/report.py bench.json #
@@ -8,7 +9,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/machine_limits.h"
@@ -244,6 +247,144 @@ void BM_RecurrentPrefill(benchmark::State& st) {
 }
 BENCHMARK(BM_RecurrentPrefill)
     ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// --- The gated and delta rules ------------------------------------------
+// Rule cases: 1 gated (a gate per head), 2 gated (a gate per key channel),
+// 3 delta, 4 gated delta; the delta rules with L2-normalised q and k.
+AttentionSpec RuleSpec(int64_t rule, uint32_t d) {
+  AttentionSpec spec{.rule = rule <= 2   ? UpdateRule::kGated
+                             : rule == 3 ? UpdateRule::kDelta
+                                         : UpdateRule::kGatedDelta,
+                     .num_heads = kHeads,
+                     .key_dim = d,
+                     .value_dim = d,
+                     .feature_map = FeatureMapKind::kIdentity,
+                     .unnormalized = true};
+  if (rule == 2) spec.gate = GateShape::kKey;
+  spec.qk_l2norm = rule >= 3;
+  spec.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return spec;
+}
+
+const char* RuleName(int64_t rule) {
+  switch (rule) {
+    case 1:
+      return "gated_head";
+    case 2:
+      return "gated_key";
+    case 3:
+      return "delta";
+    default:
+      return "gated_delta";
+  }
+}
+
+// Per-token inputs of T tokens: q, k, v, log-gates in [−0.1, 0] and β in
+// [0, 1] (each only where the rule takes it).
+struct RuleInputs {
+  RuleInputs(const AttentionSpec& spec, uint64_t tokens)
+      : T(tokens),
+        q(Random(T * kHeads * spec.key_dim, 1)),
+        k(Random(T * kHeads * spec.key_dim, 2)),
+        v(Random(T * kHeads * spec.value_dim, 3)) {
+    if (HasGates(spec.rule)) {
+      g = Random(T * kHeads * GatesPerHead(spec), 4);
+      for (float& x : g) x = -0.05f * (x + 1.0f);
+    }
+    if (HasBeta(spec.rule)) {
+      beta = Random(T * kHeads, 5);
+      for (float& x : beta) x = 0.5f * (x + 1.0f);
+    }
+  }
+  SequenceInput token(const AttentionSpec& spec, uint64_t t) const {
+    SequenceInput all{q.data(), k.data(), v.data(), T};
+    if (!g.empty()) all.g = g.data();
+    if (!beta.empty()) all.beta = beta.data();
+    return TokenOf(spec, all, t);
+  }
+  SequenceInput all(const AttentionSpec& spec) const {
+    SequenceInput in = token(spec, 0);
+    in.tokens = T;
+    return in;
+  }
+  uint64_t T;
+  std::vector<float> q, k, v, g, beta;
+};
+
+// (d) One decode step of B sessions under a rule; arguments rule, d, B.
+// frac_of_rmw counts one read and one write of S per step (what the
+// gated step moves; the delta step reads S once more, so its bound is
+// lower).
+void BM_RuleDecodeStep(benchmark::State& st) {
+  const AttentionSpec spec = RuleSpec(st.range(0), st.range(1));
+  const uint32_t B = st.range(2);
+  const Attention attention = *Attention::Create(spec);
+  const RuleInputs inputs(spec, B);  // token b is session b's
+  std::vector<AttentionState> states;
+  for (uint32_t b = 0; b < B; ++b) states.push_back(attention.NewState());
+  std::vector<float> y(uint64_t(B) * kHeads * spec.value_dim), den(B * kHeads);
+  std::vector<uint8_t> avail(B * kHeads);
+  std::vector<StepItem> items;
+  for (uint32_t b = 0; b < B; ++b) {
+    items.push_back({&attention,
+                     &states[b],
+                     inputs.token(spec, b),
+                     {y.data() + uint64_t(b) * kHeads * spec.value_dim,
+                      den.data() + b * kHeads, avail.data() + b * kHeads}});
+  }
+  const uint64_t state_bytes = uint64_t(B) * states[0].bytes();
+  for (auto _ : st) {
+    if (!StepBatch(items).ok()) st.SkipWithError("step failed");
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double rmw = bench::RmwBandwidth(state_bytes);  // right after
+  st.counters["us_per_session_step"] = benchmark::Counter(
+      double(st.iterations()) * B * 1e-6,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  st.counters["rmw_GBps"] = rmw / 1e9;
+  st.counters["frac_of_rmw"] = benchmark::Counter(
+      2.0 * state_bytes * st.iterations() / rmw, benchmark::Counter::kIsRate);
+  st.SetLabel(std::string(RuleName(st.range(0))) + " " + ActiveKernels().name);
+}
+BENCHMARK(BM_RuleDecodeStep)
+    ->ArgsProduct({{1, 2, 3, 4}, {64, 128}, {1, 64}})
+    ->UseRealTime();
+
+// (e) Chunkwise prefill of T tokens into one fresh session under a rule;
+// arguments rule, d, T. GFLOPs counts the matmuls executed.
+void BM_RuleChunkwisePrefill(benchmark::State& st) {
+  const AttentionSpec spec = RuleSpec(st.range(0), st.range(1));
+  const uint64_t T = st.range(2);
+  const Attention attention = *Attention::Create(spec);
+  const RuleInputs inputs(spec, T);
+  std::vector<float> y(T * kHeads * spec.value_dim), den(T * kHeads);
+  std::vector<uint8_t> avail(T * kHeads);
+  ChunkwiseRunner runner({.chunk_size = 64, .round_chunks = 16});
+  AttentionState state = attention.NewState();
+  double flops = 0;
+  for (auto _ : st) {
+    state.Reset();
+    if (!runner
+             .Run(attention, state, inputs.all(spec),
+                  {y.data(), den.data(), avail.data()})
+             .ok()) {
+      st.SkipWithError("prefill failed");
+    }
+    flops += runner.last_matmul_flops();
+  }
+  const double peak = bench::LargeGemmGflops();  // right after
+  st.SetItemsProcessed(int64_t(st.iterations()) * T);
+  st.counters["GFLOPs"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  st.counters["gemm_peak_GFLOPs"] = peak;
+  st.counters["frac_of_peak"] =
+      benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsRate);
+  st.SetLabel(RuleName(st.range(0)));
+}
+BENCHMARK(BM_RuleChunkwisePrefill)
+    ->ArgsProduct({{1, 2, 3, 4}, {64, 128}, {4096, 16384}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

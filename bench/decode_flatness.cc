@@ -2,7 +2,7 @@
 // positions of that same session (default 1,000 and 1,000,000), in this
 // process or through a linattn-server, as JSON.
 //
-//   decode_flatness [--server ADDR] [--heads 8] [--dim 64]
+//   decode_flatness [--server ADDR] [--heads 8] [--dim 64] [--rule R]
 //                   [--positions 1000,1000000] [--steps 100] [--repeats 41]
 //
 // The session is advanced to each position by real prefills of random
@@ -17,8 +17,8 @@
 // over rounds of the last position's time over the first's within the same
 // round. The session's first min(steps, first position) tokens are decoded
 // untimed as a warm-up. Nothing about the state depends on the position:
-// its size is H·(d² + d) floats whatever the context, which is what this
-// measures.
+// its size is H·(d² + d) floats (H·d² for the gated and delta rules)
+// whatever the context, which is what this measures.
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -53,30 +53,42 @@ void Check(const absl::Status& s) {
 struct TokenPool {
   TokenPool(const AttentionSpec& spec, uint64_t seed)
       : qk(uint64_t(spec.num_heads) * spec.key_dim),
-        vv(uint64_t(spec.num_heads) * spec.value_dim) {
+        vv(uint64_t(spec.num_heads) * spec.value_dim),
+        gg(uint64_t(spec.num_heads) * GatesPerHead(spec)),
+        bb(HasBeta(spec.rule) ? spec.num_heads : 0) {
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> dist(-1, 1);
     for (auto* x : {&q, &k}) x->resize(kPoolTokens * qk);
     v.resize(kPoolTokens * vv);
+    g.resize(kPoolTokens * gg);
+    beta.resize(kPoolTokens * bb);
     for (auto* x : {&q, &k, &v}) {
       for (float& f : *x) f = dist(rng);
     }
+    // Log-gates in [−0.1, 0], β in [0, 1].
+    for (float& f : g) f = -0.05f * (dist(rng) + 1.0f);
+    for (float& f : beta) f = 0.5f * (dist(rng) + 1.0f);
   }
   // Tokens [first, first + n) copied into contiguous buffers.
   void Fill(uint64_t first, uint64_t n, std::vector<float>& bq,
-            std::vector<float>& bk, std::vector<float>& bv) const {
+            std::vector<float>& bk, std::vector<float>& bv,
+            std::vector<float>& bg, std::vector<float>& bbeta) const {
     bq.resize(n * qk);
     bk.resize(n * qk);
     bv.resize(n * vv);
+    bg.resize(n * gg);
+    bbeta.resize(n * bb);
     for (uint64_t i = 0; i < n; ++i) {
       const uint64_t r = (first + i) % kPoolTokens;
       std::copy_n(q.begin() + r * qk, qk, bq.begin() + i * qk);
       std::copy_n(k.begin() + r * qk, qk, bk.begin() + i * qk);
       std::copy_n(v.begin() + r * vv, vv, bv.begin() + i * vv);
+      std::copy_n(g.begin() + r * gg, gg, bg.begin() + i * gg);
+      std::copy_n(beta.begin() + r * bb, bb, bbeta.begin() + i * bb);
     }
   }
-  const uint64_t qk, vv;
-  std::vector<float> q, k, v;
+  const uint64_t qk, vv, gg, bb;
+  std::vector<float> q, k, v, g, beta;
 };
 
 // One session, local or remote: advance by prefill, decode one by one.
@@ -166,6 +178,12 @@ int Main(int argc, char** argv) {
                  "linattn-server address (loopback); in process if unset");
   app.add_option("--heads", heads)->capture_default_str();
   app.add_option("--dim", dim, "key and value width")->capture_default_str();
+  std::string rule = "linear";
+  app.add_option("--rule", rule,
+                 "update rule: linear | gated | delta | gated_delta (the "
+                 "delta rules with L2-normalised q and k)")
+      ->check(CLI::IsMember({"linear", "gated", "delta", "gated_delta"}))
+      ->capture_default_str();
   app.add_option("--positions", positions, "increasing positions")
       ->delimiter(',')
       ->capture_default_str();
@@ -186,8 +204,15 @@ int Main(int argc, char** argv) {
         "--positions: strictly increasing, comma-separated"));
   }
 
-  const AttentionSpec spec{
-      .num_heads = heads, .key_dim = dim, .value_dim = dim};
+  AttentionSpec spec{.rule = *ParseUpdateRule(rule),
+                     .num_heads = heads,
+                     .key_dim = dim,
+                     .value_dim = dim};
+  if (spec.rule != UpdateRule::kLinear) {
+    spec.feature_map = FeatureMapKind::kIdentity;
+    spec.unnormalized = true;
+    spec.qk_l2norm = HasBeta(spec.rule);
+  }
   const TokenPool pool(spec, 1);
   std::unique_ptr<Target> target;
   if (server.empty()) {
@@ -195,14 +220,16 @@ int Main(int argc, char** argv) {
   } else {
     target = std::make_unique<RemoteTarget>(server, spec);
   }
-  std::vector<float> q, k, v, y, den;
+  std::vector<float> q, k, v, g, beta, y, den;
   std::vector<uint8_t> avail;
   auto run = [&](Target& t, uint64_t first, uint64_t n, bool decode) {
-    pool.Fill(first, n, q, k, v);
+    pool.Fill(first, n, q, k, v, g, beta);
     y.resize(n * pool.vv);
     den.resize(n * heads);
     avail.resize(n * heads);
-    const SequenceInput in{q.data(), k.data(), v.data(), n};
+    SequenceInput in{q.data(), k.data(), v.data(), n};
+    if (!g.empty()) in.g = g.data();
+    if (!beta.empty()) in.beta = beta.data();
     const SequenceOutput out{y.data(), den.data(), avail.data()};
     Check(decode ? t.Decode(in, out) : t.Prefill(in, out));
   };
@@ -251,6 +278,7 @@ int Main(int argc, char** argv) {
       {"where", server.empty() ? "in-process" : "server"},
       {"heads", heads},
       {"dim", dim},
+      {"rule", rule},
       {"points", points},
       {"prefill_seconds", prefill_seconds},
       {"last_over_first", median_ratio},

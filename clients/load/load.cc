@@ -63,26 +63,46 @@ class InputPool {
  public:
   static constexpr uint64_t kRows = 4096;
 
-  InputPool(uint64_t seed, uint64_t qk, uint64_t vv)
-      : qk_(qk), vv_(vv), row_(2 * qk + vv), data_(kRows * row_) {
+  // Rows of q, k (qk floats each), v (vv), and for the gated and delta
+  // rules gg log-gates in [−0.1, 0] and bb β in [0, 1].
+  InputPool(uint64_t seed, const AttentionSpec& spec)
+      : qk_(uint64_t{spec.num_heads} * spec.key_dim),
+        vv_(uint64_t{spec.num_heads} * spec.value_dim),
+        gg_(uint64_t{spec.num_heads} * GatesPerHead(spec)),
+        bb_(HasBeta(spec.rule) ? spec.num_heads : 0),
+        row_(2 * qk_ + vv_ + gg_ + bb_),
+        data_(kRows * row_) {
     uint64_t x = seed * 0x9e3779b97f4a7c15ull;
     for (float& f : data_) {
       f = static_cast<float>(
           static_cast<double>(SplitMix(x) >> 40) / double(1ull << 23) - 1.0);
     }
+    for (uint64_t r = 0; r < kRows; ++r) {
+      float* row = data_.data() + r * row_ + 2 * qk_ + vv_;
+      for (uint64_t i = 0; i < gg_; ++i) row[i] = -0.05f * (row[i] + 1.0f);
+      for (uint64_t i = gg_; i < gg_ + bb_; ++i)
+        row[i] = 0.5f * (row[i] + 1.0f);
+    }
   }
 
-  // Token `token` of session `session`: q, k (qk floats each), v (vv).
-  void Token(uint32_t session, uint64_t token, float* q, float* k,
-             float* v) const {
+  // Token `token` of session `session`: q, k (qk floats each), v (vv), and
+  // its gates (gg) and β (bb) where the rule takes them.
+  void Token(uint32_t session, uint64_t token, float* q, float* k, float* v,
+             float* g = nullptr, float* beta = nullptr) const {
     uint64_t x = (uint64_t(session) << 40) ^ token;
     const float* row = data_.data() + (SplitMix(x) % kRows) * row_;
     std::memcpy(q, row, qk_ * sizeof(float));
     std::memcpy(k, row + qk_, qk_ * sizeof(float));
     std::memcpy(v, row + 2 * qk_, vv_ * sizeof(float));
+    if (g != nullptr) std::memcpy(g, row + 2 * qk_ + vv_, gg_ * sizeof(float));
+    if (beta != nullptr) {
+      std::memcpy(beta, row + 2 * qk_ + vv_ + gg_, bb_ * sizeof(float));
+    }
   }
   uint64_t qk() const { return qk_; }
   uint64_t vv() const { return vv_; }
+  uint64_t gg() const { return gg_; }
+  uint64_t bb() const { return bb_; }
 
  private:
   static uint64_t SplitMix(uint64_t& x) {
@@ -92,21 +112,51 @@ class InputPool {
     return z ^ (z >> 31);
   }
 
-  const uint64_t qk_, vv_, row_;
+  const uint64_t qk_, vv_, gg_, bb_, row_;
   std::vector<float> data_;
 };
+
+// The sessions' spec these options give.
+absl::StatusOr<AttentionSpec> LoadSpec(const LoadOptions& o) {
+  AttentionSpec spec{
+      .num_heads = o.heads, .key_dim = o.dim, .value_dim = o.dim};
+  LINATTN_ASSIGN_OR_RETURN(spec.rule, ParseUpdateRule(o.rule));
+  if (spec.rule != UpdateRule::kLinear) {
+    // The gated and delta rules take q and k as given; the delta rules'
+    // keys are L2-normalised, as DeltaNet's are.
+    spec.feature_map = FeatureMapKind::kIdentity;
+    spec.unnormalized = true;
+    spec.qk_l2norm = HasBeta(spec.rule);
+  } else {
+    LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
+    // identity has no normalised form (its weights can cancel in z).
+    spec.unnormalized =
+        o.unnormalized || spec.feature_map == FeatureMapKind::kIdentity;
+  }
+  if (spec.feature_map == FeatureMapKind::kCosine) {
+    spec.horizon = o.horizon != 0 ? o.horizon : o.prefill + o.steps;
+  }
+  if (absl::Status s = ValidateSpec(spec); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the session spec these options give is not valid: ", s.message()));
+  }
+  return spec;
+}
 
 // The Prefill request of session s's first `tokens` inputs.
 void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
                   const std::string& id, v1::PrefillRequest* request) {
   request->set_session_id(id);
   request->set_tokens(o.prefill);
-  std::vector<float> q(pool.qk()), k(pool.qk()), v(pool.vv());
+  std::vector<float> q(pool.qk()), k(pool.qk()), v(pool.vv()), g(pool.gg()),
+      beta(pool.bb());
   for (uint64_t t = 0; t < o.prefill; ++t) {
-    pool.Token(s, t, q.data(), k.data(), v.data());
+    pool.Token(s, t, q.data(), k.data(), v.data(), g.data(), beta.data());
     request->mutable_q()->Add(q.begin(), q.end());
     request->mutable_k()->Add(k.begin(), k.end());
     request->mutable_v()->Add(v.begin(), v.end());
+    request->mutable_g()->Add(g.begin(), g.end());
+    request->mutable_beta()->Add(beta.begin(), beta.end());
   }
 }
 
@@ -124,9 +174,13 @@ void FillStep(const InputPool& pool, uint32_t s, const std::string& id,
   request->mutable_q()->Resize(static_cast<int>(pool.qk()), 0.0f);
   request->mutable_k()->Resize(static_cast<int>(pool.qk()), 0.0f);
   request->mutable_v()->Resize(static_cast<int>(pool.vv()), 0.0f);
+  request->mutable_g()->Resize(static_cast<int>(pool.gg()), 0.0f);
+  request->mutable_beta()->Resize(static_cast<int>(pool.bb()), 0.0f);
   pool.Token(s, token, request->mutable_q()->mutable_data(),
              request->mutable_k()->mutable_data(),
-             request->mutable_v()->mutable_data());
+             request->mutable_v()->mutable_data(),
+             request->mutable_g()->mutable_data(),
+             request->mutable_beta()->mutable_data());
 }
 
 struct SessionRecord {
@@ -657,19 +711,7 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
     return absl::InvalidArgumentError(
         "--ledger: needs --session-prefix (sessions the run keeps)");
   }
-  AttentionSpec spec{
-      .num_heads = o.heads, .key_dim = o.dim, .value_dim = o.dim};
-  LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
-  // identity has no normalised form (its weights can cancel in z).
-  spec.unnormalized =
-      o.unnormalized || spec.feature_map == FeatureMapKind::kIdentity;
-  if (spec.feature_map == FeatureMapKind::kCosine) {
-    spec.horizon = o.horizon != 0 ? o.horizon : o.prefill + o.steps;
-  }
-  if (absl::Status s = ValidateSpec(spec); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the session spec these options give is not valid: ", s.message()));
-  }
+  LINATTN_ASSIGN_OR_RETURN(AttentionSpec spec, LoadSpec(o));
   const uint64_t qk = uint64_t(o.heads) * o.dim, vv = qk;
   const uint32_t concurrency = Streams(o);
   const uint32_t verify = std::min(o.verify, o.sessions);
@@ -708,7 +750,8 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
       if (session.ok() &&
           (session->spec().num_heads() != o.heads ||
            session->spec().key_dim() != o.dim ||
-           session->spec().feature_map() != FeatureMapName(spec.feature_map))) {
+           session->spec().feature_map() != FeatureMapName(spec.feature_map) ||
+           session->spec().rule() != UpdateRuleName(spec.rule))) {
         return absl::FailedPreconditionError(
             absl::StrCat("--session-prefix: session '", id,
                          "' exists with another spec than these options give"));
@@ -721,7 +764,7 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
         session->spec().epsilon();  // the server's default, for the verifier
   }
 
-  const InputPool pool(o.seed, qk, vv);
+  const InputPool pool(o.seed, spec);
   LoadRun run(o, pool, remote.stub(), records, verify);
   run.Execute(concurrency, o.batch);
   const double elapsed_s = run.elapsed_seconds();
@@ -753,30 +796,80 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
 
   // Recompute the sampled sessions locally. Decode-only sessions run the
   // same kernel as the server, so they must match bit for bit. After a
-  // prefill, both sides carry fp32 rounding of the chunkwise order: each
-  // output is within e·Σ_j|w_j||v_j| of the truth, e = (3n + 2d_φ + 16)·u
-  // (tests/attention/test_util.h), so the two are within twice that. For
-  // normalised read-outs Σ|w||v| / Σw ≤ max|v| = 1 here; unnormalised, the
-  // sum itself is computed by a second local pass over |v| (and |q|, |k|
-  // for identity, whose features are signed).
+  // prefill, both sides carry fp32 rounding of the chunkwise order, each
+  // within a bound of the truth (tests/attention/test_util.h and
+  // rule_bounds.h derive them), so the two are within twice that:
+  //  * linear rule: e·Σ_j|w_j||v_j|, e = (3n + 2d_φ + 16)·u. For normalised
+  //    read-outs Σ|w||v| / Σw ≤ max|v| = 1 here; unnormalised, the sum
+  //    itself is computed by a second local pass over |v| (and |q|, |k| for
+  //    identity, whose features are signed).
+  //  * gated rule: u·((4n + 2d_k + 2C + 32)·N + 4·N_g), N the same pass
+  //    over |q|, |k|, |v| with the session's gates, N_g ≤ that pass with
+  //    open gates (each term's L·e^{−L} ≤ 1).
+  //  * delta rules (L2-normalised keys, β ≤ 1, α ≤ 1: no step grows an
+  //    error): ‖q‖·Δ_t + (2d_k + 8)·u·‖q‖‖S_t‖ with Δ_t = Δ_{t−1} +
+  //    u·(4(d_k + C) + 16 + 4·B_t)·(2‖S_{t−1}‖ + β‖v‖), the norms taken from
+  //    a local token-by-token pass.
   LINATTN_ASSIGN_OR_RETURN(Attention attention, Attention::Create(spec));
   const bool exact = o.prefill == 0;
+  const uint64_t gg = pool.gg(), bb = pool.bb();
+  const uint64_t C = ChunkwiseOptions{}.chunk_size;
+  constexpr double u = 0x1.0p-24;
   auto run_local = [&](const SequenceInput& in, uint64_t prefix, uint64_t steps,
                        float* y) -> absl::Status {
     std::vector<float> den((prefix + steps) * o.heads);
     std::vector<uint8_t> avail((prefix + steps) * o.heads);
     AttentionState state = attention.NewState();
     if (prefix > 0) {
+      SequenceInput head = in;
+      head.tokens = prefix;
       ChunkwiseRunner runner;
-      LINATTN_RETURN_IF_ERROR(runner.Run(attention, state,
-                                         {in.q, in.k, in.v, prefix},
-                                         {y, den.data(), avail.data()}));
+      LINATTN_RETURN_IF_ERROR(
+          runner.Run(attention, state, head, {y, den.data(), avail.data()}));
     }
-    return StepSequence(
-        attention, state,
-        {in.q + prefix * qk, in.k + prefix * qk, in.v + prefix * vv, steps},
-        {y + prefix * vv, den.data() + prefix * o.heads,
-         avail.data() + prefix * o.heads});
+    SequenceInput tail = TokenOf(spec, in, prefix);
+    tail.tokens = steps;
+    return StepSequence(attention, state, tail,
+                        {y + prefix * vv, den.data() + prefix * o.heads,
+                         avail.data() + prefix * o.heads});
+  };
+  // The delta rules' bound per output row (t, h), from a local pass.
+  auto delta_bounds = [&](const SequenceInput& in, uint64_t total,
+                          std::vector<double>* bound) -> absl::Status {
+    AttentionState state = attention.NewState();
+    std::vector<float> y(vv), den(o.heads);
+    std::vector<uint8_t> avail(o.heads);
+    std::vector<double> error(o.heads, 0.0), norm(o.heads, 0.0),
+        window(o.heads, 0.0);
+    bound->assign(total * o.heads, 0.0);
+    for (uint64_t t = 0; t < total; ++t) {
+      const SequenceInput token = TokenOf(spec, in, t);
+      LINATTN_RETURN_IF_ERROR(
+          Step(attention, state, token, {y.data(), den.data(), avail.data()}));
+      for (uint32_t h = 0; h < o.heads; ++h) {
+        if (token.g != nullptr) {
+          window[h] += std::abs(double(token.g[h]));
+          if (t >= C)
+            window[h] -= std::abs(double(in.g[(t - C) * o.heads + h]));
+        }
+        double v_norm = 0, s_norm = 0;
+        for (uint32_t c = 0; c < o.dim; ++c) {
+          v_norm += double(token.v[h * o.dim + c]) * token.v[h * o.dim + c];
+        }
+        const float* sh = state.s(h);
+        for (uint64_t e = 0; e < uint64_t{o.dim} * o.dim; ++e) {
+          s_norm += double(sh[e]) * sh[e];
+        }
+        const double kappa =
+            4.0 * (o.dim + C) + 16 + 4 * std::max(window[h], 0.0);
+        error[h] +=
+            u * kappa * (2 * norm[h] + token.beta[h] * std::sqrt(v_norm));
+        norm[h] = std::sqrt(s_norm);
+        // ‖q‖ ≤ 1: L2-normalised, scale 1.
+        (*bound)[t * o.heads + h] = error[h] + (2.0 * o.dim + 8) * u * norm[h];
+      }
+    }
+    return absl::OkStatus();
   };
   for (uint32_t s = 0; s < verify; ++s) {
     const SessionRecord& rec = records[s];
@@ -786,29 +879,48 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
     // A continued session's earlier steps are recomputed too (step by step,
     // as the server ran them).
     const uint64_t total = prefix + rec.start + rec.steps_done;
-    std::vector<float> q(total * qk), k(total * qk), v(total * vv);
+    std::vector<float> q(total * qk), k(total * qk), v(total * vv),
+        g(total * gg), beta(total * bb);
     for (uint64_t t = 0; t < total; ++t) {
-      pool.Token(rec.index, t, &q[t * qk], &k[t * qk], &v[t * vv]);
+      pool.Token(rec.index, t, &q[t * qk], &k[t * qk], &v[t * vv],
+                 g.data() + t * gg, beta.data() + t * bb);
     }
+    SequenceInput in{q.data(), k.data(), v.data(), total};
+    if (gg != 0) in.g = g.data();
+    if (bb != 0) in.beta = beta.data();
     std::vector<float> y(total * vv);
-    LINATTN_RETURN_IF_ERROR(run_local({q.data(), k.data(), v.data(), total},
-                                      prefix, rec.start + rec.steps_done,
-                                      y.data()));
-    std::vector<float> magnitude;  // Σ|w||v| per output, unnormalised
-    if (!exact && spec.unnormalized) {
-      auto abs_of = [](std::vector<float> x) {
-        for (float& f : x) f = std::abs(f);
-        return x;
-      };
+    LINATTN_RETURN_IF_ERROR(
+        run_local(in, prefix, rec.start + rec.steps_done, y.data()));
+    // Σ|w||v| per output (linear, unnormalised; gated: N and the open-gate
+    // pass), or the delta rules' bound per row.
+    std::vector<float> magnitude, open_magnitude;
+    std::vector<double> row_bound;
+    auto abs_of = [](std::vector<float> x) {
+      for (float& f : x) f = std::abs(f);
+      return x;
+    };
+    if (!exact && HasBeta(spec.rule)) {
+      LINATTN_RETURN_IF_ERROR(delta_bounds(in, total, &row_bound));
+    } else if (!exact && spec.unnormalized) {
       const bool signed_features =
           spec.feature_map == FeatureMapKind::kIdentity;
       const std::vector<float> aq = signed_features ? abs_of(q) : q;
       const std::vector<float> ak = signed_features ? abs_of(k) : k;
       const std::vector<float> av = abs_of(v);
+      SequenceInput abs_in = in;
+      abs_in.q = aq.data();
+      abs_in.k = ak.data();
+      abs_in.v = av.data();
       magnitude.resize(total * vv);
-      LINATTN_RETURN_IF_ERROR(
-          run_local({aq.data(), ak.data(), av.data(), total}, prefix,
-                    rec.start + rec.steps_done, magnitude.data()));
+      LINATTN_RETURN_IF_ERROR(run_local(
+          abs_in, prefix, rec.start + rec.steps_done, magnitude.data()));
+      if (gg != 0) {
+        const std::vector<float> open(g.size(), 0.0f);
+        abs_in.g = open.data();
+        open_magnitude.resize(total * vv);
+        LINATTN_RETURN_IF_ERROR(run_local(
+            abs_in, prefix, rec.start + rec.steps_done, open_magnitude.data()));
+      }
     }
     const float* expected = y.data() + (prefix + rec.start) * vv;
     bool match = true;
@@ -816,15 +928,25 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
       match = std::memcmp(expected, rec.outputs.data(),
                           rec.outputs.size() * sizeof(float)) == 0;
     } else {
-      const double e =
-          (3.0 * total + 2.0 * attention.feature_dim() + 16) * 0x1.0p-24;
       for (size_t i = 0; i < rec.outputs.size() && match; ++i) {
-        // The magnitude pass is fp32 itself, within a relative e ≪ 1% of
-        // the true sum: 1% covers it.
-        const double scale =
-            magnitude.empty() ? 1.0 : 1.01 * magnitude[prefix * vv + i];
-        match =
-            std::abs(double(expected[i]) - rec.outputs[i]) <= 2.0 * e * scale;
+        const uint64_t at = (prefix + rec.start) * vv + i;  // in y
+        const double n = double(at / vv + 1);               // tokens seen
+        double bound;
+        // The magnitude passes are fp32 themselves, within a relative
+        // error ≪ 1% of the true sums: 1% covers them.
+        if (!row_bound.empty()) {
+          bound = 1.01 * row_bound[at / o.dim] +
+                  2 * u * std::abs(double(expected[i]));
+        } else if (!open_magnitude.empty()) {
+          bound = 1.01 * u *
+                  ((4 * n + 2.0 * o.dim + 2.0 * C + 32) * magnitude[at] +
+                   4 * open_magnitude[at]);
+        } else {
+          const double e =
+              (3.0 * total + 2.0 * attention.feature_dim() + 16) * u;
+          bound = e * (magnitude.empty() ? 1.0 : 1.01 * magnitude[at]);
+        }
+        match = std::abs(double(expected[i]) - rec.outputs[i]) <= 2.0 * bound;
       }
     }
     ++summary.verified_sessions;
@@ -882,7 +1004,8 @@ absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& o) {
   if (!serving)
     return absl::UnavailableError(absl::StrCat(o.server, " is not SERVING"));
   const uint64_t qk = uint64_t(o.heads) * o.dim, vv = qk;
-  const InputPool pool(o.seed, qk, vv);
+  LINATTN_ASSIGN_OR_RETURN(const AttentionSpec spec, LoadSpec(o));
+  const InputPool pool(o.seed, spec);
   LedgerCheck check;
   for (const auto& [id, value] : ledger.items()) {
     if (!value.is_number_unsigned()) {
@@ -923,7 +1046,8 @@ absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& o) {
     LINATTN_ASSIGN_OR_RETURN(Attention attention,
                              Attention::Create(parsed->spec));
     AttentionState state = attention.NewState();
-    std::vector<float> q(qk), k(qk), v(vv), y(vv), den(o.heads);
+    std::vector<float> q(qk), k(qk), v(vv), g(pool.gg()), beta(pool.bb()),
+        y(vv), den(o.heads);
     std::vector<uint8_t> avail(o.heads);
     if (parsed->spec.num_heads != o.heads || parsed->spec.key_dim != o.dim ||
         parsed->spec.value_dim != o.dim) {
@@ -931,10 +1055,12 @@ absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& o) {
           "--check: session '", id, "' has another shape than --heads/--dim"));
     }
     for (uint64_t t = 0; t < position; ++t) {
-      pool.Token(index, t, q.data(), k.data(), v.data());
-      LINATTN_RETURN_IF_ERROR(Step(attention, state,
-                                   {q.data(), k.data(), v.data(), 1},
-                                   {y.data(), den.data(), avail.data()}));
+      pool.Token(index, t, q.data(), k.data(), v.data(), g.data(), beta.data());
+      SequenceInput token{q.data(), k.data(), v.data(), 1};
+      if (!g.empty()) token.g = g.data();
+      if (!beta.empty()) token.beta = beta.data();
+      LINATTN_RETURN_IF_ERROR(
+          Step(attention, state, token, {y.data(), den.data(), avail.data()}));
     }
     if (state.size() != parsed->state.size() ||
         std::memcmp(state.data(), parsed->state.data(),
@@ -971,6 +1097,7 @@ nlohmann::json SummaryJson(const LoadSummary& s, const LoadOptions& o) {
           {"heads", o.heads},
           {"dim", o.dim},
           {"feature_map", o.feature_map},
+          {"rule", o.rule},
           {"concurrency", Streams(o)},
           {"batch", std::max<uint32_t>(o.batch, 1)},
           {"mode", o.rate > 0 ? "open" : "closed"},

@@ -33,6 +33,10 @@ struct LoadOptions {
   uint32_t heads = 8;
   uint32_t dim = 64;  // key_dim = value_dim
   std::string feature_map = "elu1";
+  // linear | gated | delta | gated_delta: the gated and delta rules with
+  // identity features, log-gates in [−0.1, 0] and β in [0, 1] from the
+  // input pool, the delta rules' q and k L2-normalised.
+  std::string rule = "linear";
   bool unnormalized = false;  // y = φ(q)ᵀS (identity always is)
   uint32_t horizon = 0;       // cosine: M (0 = prefill + steps)
   uint32_t concurrency = 0;   // streams at once (0 = all of them; Streams())

@@ -40,6 +40,12 @@ int main(int argc, char** argv) {
                  "always unnormalized)")
       ->check(CLI::IsMember({"elu1", "relu", "favor", "cosine", "identity"}))
       ->capture_default_str();
+  app.add_option("--rule", o.rule,
+                 "update rule: linear | gated | delta | gated_delta (the "
+                 "gated and delta rules with per-token gates and β from the "
+                 "input pool; --feature-map is the linear rule's)")
+      ->check(CLI::IsMember({"linear", "gated", "delta", "gated_delta"}))
+      ->capture_default_str();
   app.add_flag("--unnormalized", o.unnormalized,
                "sessions read out y = φ(q)ᵀS, no denominator");
   app.add_option("--horizon", o.horizon,

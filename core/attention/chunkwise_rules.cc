@@ -41,8 +41,6 @@ constexpr uint32_t kSubChunk = 16;
 // Jobs per round at most (a round holds at least one chunk of every stream).
 constexpr uint64_t kRuleJobsPerRound = 256;
 
-float ExpOf(double x) { return std::exp(static_cast<float>(x)); }
-
 }  // namespace
 
 struct ChunkwiseRunner::RuleWorkspace {
@@ -188,19 +186,29 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
       // b_L: the last real row's (padding rows keep it).
       const double* b_end = b + (C - 1) * G;
       float* end = ws.end.data() + j * G;
-      for (uint32_t c = 0; c < G; ++c) end[c] = ExpOf(b_end[c]);
+      for (uint32_t c = 0; c < G; ++c) end[c] = static_cast<float>(b_end[c]);
+      kernels.exp_shifted(G, 0.0f, 1.0f, end);
       float* qt = ws.qt.data() + j * C * K;
       float* kt = ws.kt.data() + j * C * K;
       float* kb = delta ? ws.kb.data() + j * C * K : nullptr;
+      // e^{b_i} and e^{b_L − b_i} per row: one exp each for a gate per
+      // head, the vectorised exp over the channels for a gate per key
+      // (every exponent ≤ 0).
+      std::vector<float> up(G), down(G);
       for (uint64_t i = 0; i < C; ++i) {
         const uint64_t row = (start + i) * H + st.head;
         const float beta = delta && i < L ? in.beta[row] : 0.0f;
+        for (uint32_t c = 0; c < G; ++c) {
+          up[c] = static_cast<float>(b[i * G + c]);
+          down[c] = static_cast<float>(b_end[c] - b[i * G + c]);
+        }
+        kernels.exp_shifted(G, 0.0f, 1.0f, up.data());
+        kernels.exp_shifted(G, 0.0f, 1.0f, down.data());
         for (uint32_t c = 0; c < K; ++c) {
           const uint32_t gc = per_key ? c : 0;
-          const float up = ExpOf(b[i * G + gc]);
-          qt[i * K + c] = qh[i * K + c] * up;
-          kt[i * K + c] = kh[i * K + c] * ExpOf(b_end[gc] - b[i * G + gc]);
-          if (delta) kb[i * K + c] = -beta * up * kh[i * K + c];
+          qt[i * K + c] = qh[i * K + c] * up[gc];
+          kt[i * K + c] = kh[i * K + c] * down[gc];
+          if (delta) kb[i * K + c] = -beta * up[gc] * kh[i * K + c];
         }
       }
     }
@@ -222,6 +230,12 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
     for (int64_t j = 0; j < jobs; ++j) {
       const double* b = ws.b.data() + j * C * G;
       float* a = ws.a.data() + j * C * C;
+      float* t = delta ? ws.t.data() + j * C * C : nullptr;
+      const RuleStream& st = streams[j % n_s];
+      const SequenceInput& in = items[st.item].in;
+      uint64_t start = 0;
+      const uint64_t L = rows_of(j, &start);
+      std::vector<float> e(std::max<uint64_t>(C, K)), qk(K);
       if (per_key) {
         const float* qh = ws.qh.data() + j * C * K;
         const float* kh = ws.kh.data() + j * C * K;
@@ -229,16 +243,24 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
         for (uint64_t r = 0; r < C; r += kSubChunk) {
           const uint64_t rows = std::min<uint64_t>(kSubChunk, C - r);
           const double* br = b + r * K;
-          // Columns before the block, through row r's reference point.
+          // Columns before the block, through row r's reference point:
+          // (q_i ⊙ e^{b_i − b_r})·(k_j ⊙ e^{b_r − b_j}), both exponents ≤ 0.
           for (uint64_t i = 0; i < rows; ++i) {
             for (uint32_t c = 0; c < K; ++c) {
-              qs[i * K + c] =
-                  qh[(r + i) * K + c] * ExpOf(b[(r + i) * K + c] - br[c]);
+              e[c] = static_cast<float>(b[(r + i) * K + c] - br[c]);
+            }
+            kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
+            for (uint32_t c = 0; c < K; ++c) {
+              qs[i * K + c] = qh[(r + i) * K + c] * e[c];
             }
           }
           for (uint64_t jj = 0; jj < r; ++jj) {
             for (uint32_t c = 0; c < K; ++c) {
-              ks[jj * K + c] = kh[jj * K + c] * ExpOf(br[c] - b[jj * K + c]);
+              e[c] = static_cast<float>(br[c] - b[jj * K + c]);
+            }
+            kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
+            for (uint32_t c = 0; c < K; ++c) {
+              ks[jj * K + c] = kh[jj * K + c] * e[c];
             }
           }
           for (uint64_t i = 0; i < rows; ++i) {
@@ -246,54 +268,51 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
             for (uint64_t jj = 0; jj < r; ++jj) {
               arow[jj] = kernels.dot(K, qs.data() + i * K, ks.data() + jj * K);
             }
-            // The diagonal block, term by term.
+            // The diagonal block, term by term: Σ_c q_c k_c e^{b_ic − b_jc}.
             for (uint64_t jj = r; jj <= r + i; ++jj) {
-              float sum = 0.0f;
               for (uint32_t c = 0; c < K; ++c) {
-                sum += qh[(r + i) * K + c] * kh[jj * K + c] *
-                       ExpOf(b[(r + i) * K + c] - b[jj * K + c]);
+                e[c] = static_cast<float>(b[(r + i) * K + c] - b[jj * K + c]);
+                qk[c] = qh[(r + i) * K + c] * kh[jj * K + c];
               }
-              arow[jj] = sum;
+              kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
+              arow[jj] = kernels.dot(K, qk.data(), e.data());
             }
             std::fill(arow + r + i + 1, arow + C, 0.0f);
           }
         }
       } else {
+        // Γ row by row (one vectorised exp per row), on the scores and, for
+        // the delta rules, on M = diag(β) K Kᵀ below the diagonal.
         for (uint64_t i = 0; i < C; ++i) {
-          float* arow = a + i * C;
           for (uint64_t jj = 0; jj <= i; ++jj) {
-            arow[jj] *= ExpOf(b[i] - b[jj]);
+            e[jj] = static_cast<float>(b[i] - b[jj]);
           }
+          kernels.exp_shifted(static_cast<uint32_t>(i + 1), 0.0f, 1.0f,
+                              e.data());
+          float* arow = a + i * C;
+          for (uint64_t jj = 0; jj <= i; ++jj) arow[jj] *= e[jj];
           std::fill(arow + i + 1, arow + C, 0.0f);
+          if (delta) {
+            const float beta =
+                i < L ? in.beta[(start + i) * spec.num_heads + st.head] : 0.0f;
+            float* trow = t + i * C;
+            for (uint64_t jj = 0; jj < i; ++jj) trow[jj] *= beta * e[jj];
+          }
         }
       }
       if (!delta) continue;
-      // T = (I + M)⁻¹ with M = strict_lower(diag(β)·K Kᵀ ⊙ Γ), by forward
-      // substitution as fla does: row i of T − I is −M_i − Σ_m M_im (T − I)_m
-      // over j < m < i.
-      const RuleStream& st = streams[j % n_s];
-      const SequenceInput& in = items[st.item].in;
-      uint64_t start = 0;
-      const uint64_t L = rows_of(j, &start);
-      float* t = ws.t.data() + j * C * C;
-      for (uint64_t i = 0; i < C; ++i) {
-        const float beta =
-            i < L ? in.beta[(start + i) * spec.num_heads + st.head] : 0.0f;
-        float* trow = t + i * C;
-        for (uint64_t jj = 0; jj < i; ++jj) {
-          trow[jj] *= beta * ExpOf(b[i] - b[jj]);  // M_ij
-        }
-      }
-      std::vector<float> m(C);
+      // T = (I + M)⁻¹ by forward substitution as fla does: row i of T − I
+      // is −M_i − Σ_m M_im (T − I)_m over j < m < i.
+      // Row by row, as vector updates with the rows above.
+      std::vector<float>& m = e;
       for (uint64_t i = 0; i < C; ++i) {
         float* trow = t + i * C;
         std::copy(trow, trow + i, m.begin());
-        for (uint64_t jj = 0; jj < i; ++jj) {
-          float x = -m[jj];
-          for (uint64_t mm = jj + 1; mm < i; ++mm) {
-            x -= m[mm] * t[mm * C + jj];
-          }
-          trow[jj] = x;
+        for (uint64_t jj = 0; jj < i; ++jj) trow[jj] = -m[jj];
+        for (uint64_t mm = 1; mm < i; ++mm) {
+          const float coef = m[mm];
+          const float* above = t + mm * C;  // (T − I)_mm, zero from mm on
+          for (uint64_t jj = 0; jj < mm; ++jj) trow[jj] -= coef * above[jj];
         }
         trow[i] = 1.0f;
         std::fill(trow + i + 1, trow + C, 0.0f);

@@ -41,7 +41,12 @@ void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
   float* y = out.output + row * d_v;
   if (spec.rule == UpdateRule::kGated) {
     const uint32_t G = GatesPerHead(spec);
-    for (uint32_t i = 0; i < G; ++i) alpha[i] = std::exp(in.g[row * G + i]);
+    if (G == 1) {
+      alpha[0] = std::exp(in.g[row]);
+    } else {  // g ≤ 0: the vectorised exp of the feature maps
+      std::copy_n(in.g + row * G, G, alpha);
+      kernels.exp_shifted(G, 0.0f, 1.0f, alpha);
+    }
     kernels.gated_step_head(alpha, G == 1 ? 0 : 1, q, k, in.v + row * d_v, d_k,
                             d_v, state.s(h), y);
   } else {

@@ -17,6 +17,7 @@
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
 #include "nlohmann/json.hpp"
+#include "tests/attention/rule_bounds.h"
 #include "tests/attention/test_util.h"
 #include "tests/integration/server_process.h"
 #include "tests/util/temp_dir.h"
@@ -33,6 +34,18 @@ class CliRemoteTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
   }
   std::string Path(const std::string& name) const { return dir_.Path(name); }
+  // `o` through the server in both modes: decode.npy, then prefill.npy.
+  void AttendDecodeAndPrefill(AttendOptions o) const {
+    o.server = server_->address();
+    o.mode = "decode";
+    o.out_path = Path("decode.npy");
+    const absl::Status decoded = Attend(o);
+    ASSERT_TRUE(decoded.ok()) << decoded;
+    o.mode = "prefill";
+    o.out_path = Path("prefill.npy");
+    const absl::Status prefilled = Attend(o);
+    ASSERT_TRUE(prefilled.ok()) << prefilled;
+  }
 
   std::unique_ptr<testing::ServerProcess> server_;
   testing::TempDir dir_;
@@ -50,15 +63,8 @@ TEST_F(CliRemoteTest, AttendThroughServerSessions) {
   o.q_path = Path("q.npy");
   o.k_path = Path("k.npy");
   o.v_path = Path("v.npy");
-  o.server = server_->address();
   o.epsilon = 0.0f;
-
-  o.mode = "decode";
-  o.out_path = Path("decode.npy");
-  ASSERT_TRUE(Attend(o).ok());
-  o.mode = "prefill";
-  o.out_path = Path("prefill.npy");
-  ASSERT_TRUE(Attend(o).ok());
+  AttendDecodeAndPrefill(o);
 
   // Decode equals the local recurrent step bit for bit; prefill matches the
   // reference within the fp32 bound.
@@ -82,6 +88,8 @@ TEST_F(CliRemoteTest, AttendThroughServerSessions) {
   testing::ExpectMatchesReference(attention, ref, via_prefill,
                                   "attend --mode prefill");
 
+  o.mode = "prefill";
+  o.out_path = Path("prefill.npy");
   o.server.clear();
   EXPECT_THAT(std::string(Attend(o).message()), HasSubstr("give --server"));
   o.server = server_->address();
@@ -147,6 +155,31 @@ TEST_F(CliRemoteTest, HealthCommandExitCodes) {
       0, std::system(
              (bin + " health --server 127.0.0.1:1 --timeout 0.5 2> /dev/null")
                  .c_str()));
+}
+
+// Load runs of the gated and delta rules, decode-only (bit for bit) and
+// after a prefill (within the rule's bound), on Decode and DecodeBatch
+// streams: every sampled session recomputed locally.
+TEST_F(CliRemoteTest, LoadRunsOfTheGatedAndDeltaRulesVerify) {
+  for (const std::string rule : {"gated", "delta", "gated_delta"}) {
+    for (uint32_t prefill : {0u, 150u}) {
+      LoadOptions o;
+      o.server = server_->address();
+      o.rule = rule;
+      o.sessions = 8;
+      o.steps = 40;
+      o.prefill = prefill;
+      o.batch = prefill == 0 ? 0 : 4;
+      o.duration_s = 120;
+      o.progress = false;
+      auto summary = RunLoad(o);
+      ASSERT_TRUE(summary.ok()) << summary.status();
+      EXPECT_TRUE(summary->ok()) << rule << "\n" << SummaryText(*summary, o);
+      EXPECT_EQ(summary->verified_sessions, 8u) << rule;
+      EXPECT_EQ(summary->mismatched_sessions, 0u) << rule;
+      EXPECT_EQ(SummaryJson(*summary, o)["rule"], rule);
+    }
+  }
 }
 
 // A short verified load run, as CI runs it: 32 sessions × 200 steps, plus a
@@ -344,6 +377,49 @@ TEST(CliSessionsTest, ListAndDeleteSessionsOfBothServices) {
   std::ifstream unknown_in(kept);
   std::string said((std::istreambuf_iterator<char>(unknown_in)), {});
   EXPECT_THAT(said, HasSubstr("unknown command 'bogus'"));
+}
+
+// `linattn attend --rule … --server`: Decode through the server equals the
+// local recurrent order bit for bit, Prefill the reference within its bound.
+TEST_F(CliRemoteTest, AttendWithARuleThroughTheServer) {
+  AttentionSpec spec{.rule = UpdateRule::kGatedDelta,
+                     .num_heads = 2,
+                     .key_dim = 8,
+                     .value_dim = 8,
+                     .feature_map = FeatureMapKind::kIdentity,
+                     .unnormalized = true};
+  spec.qk_l2norm = true;
+  const int64_t T = 40;
+  const testing::RuleTokens data = testing::RandomRuleTokens(spec, T, 12, {});
+  ASSERT_TRUE(WriteNpy(Path("q.npy"), {T, 2, 8}, data.q.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("k.npy"), {T, 2, 8}, data.k.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("v.npy"), {T, 2, 8}, data.v.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("g.npy"), {T, 2}, data.g.data()).ok());
+  ASSERT_TRUE(WriteNpy(Path("beta.npy"), {T, 2}, data.beta.data()).ok());
+  AttendOptions o;
+  o.q_path = Path("q.npy");
+  o.k_path = Path("k.npy");
+  o.v_path = Path("v.npy");
+  o.g_path = Path("g.npy");
+  o.beta_path = Path("beta.npy");
+  o.rule = "gated_delta";
+  o.qk_l2norm = true;
+  AttendDecodeAndPrefill(o);
+  Attention attention = *Attention::Create(spec);
+  AttentionState state = attention.NewState();
+  testing::Outputs local(spec, T);
+  ASSERT_TRUE(StepSequence(attention, state, data.input(), local.view()).ok());
+  auto decoded = ReadNpy(Path("decode.npy"));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->data, local.output);
+  auto prefilled = ReadNpy(Path("prefill.npy"));
+  ASSERT_TRUE(prefilled.ok());
+  testing::Outputs got(spec, T);
+  got.output = prefilled->data;
+  std::fill(got.available.begin(), got.available.end(), 1);
+  testing::ExpectRuleMatchesReference(spec, data,
+                                      ReferenceRule(spec, data.input()), got,
+                                      64, "attend --rule gated_delta, prefill");
 }
 
 TEST_F(CliRemoteTest, AttendWithAServerAndNoModePrefills) {
