@@ -381,6 +381,64 @@ class Attention(InsideTest):
             self.assert_within(state.s, S, e * S_abs, "S")
             self.assert_within(state.z, z, e * z, "z")
 
+    def test_the_gated_delta_rule_decodes_prefills_and_batches(self):
+        # The rule in float64 from fla's naive_recurrent_gated_delta_rule,
+        # with fla's l2norm: h = h·e^g; v' = β(v − hᵀk); h += k v'ᵀ; o = hᵀq.
+        T, P = 30, 12
+        q, k, v = self.tokens(T)
+        rng = np.random.default_rng(5)
+        g = (-0.2 * rng.random((T, self.H))).astype(np.float32)
+        beta = rng.random((T, self.H)).astype(np.float32)
+
+        def l2(x):
+            x = x.astype(np.float64)
+            return x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)
+        qn, kn = l2(q), l2(k)
+        h = np.zeros((self.H, self.DK, self.DV))
+        want = np.zeros((T, self.H, self.DV))
+        # The forward error bound of tests/attention/rule_bounds.h: keys of
+        # norm 1, β ≤ 1 and α ≤ 1 grow no error, each step adds at most
+        # u·κ·(2‖S‖ + β‖v‖) to ‖ΔS‖ (κ = 4(d_k + C) + 16 + 4·Σ|g| over a
+        # chunk), and the read-out adds (2d_k + 8)·u·‖S‖ (‖q‖ ≤ 1).
+        u, C = 2.0 ** -24, 64
+        err, bound = np.zeros(self.H), np.zeros((T, self.H))
+        for t in range(T):
+            norm_before = np.sqrt((h * h).sum(axis=(1, 2)))
+            h *= np.exp(g[t].astype(np.float64))[:, None, None]
+            uk = np.einsum("hkv,hk->hv", h, kn[t])
+            e = (v[t] - uk) * beta[t][:, None]
+            h += kn[t][:, :, None] * e[:, None, :]
+            want[t] = np.einsum("hkv,hk->hv", h, qn[t])
+            kappa = 4 * (self.DK + C) + 16 + 4 * np.abs(g[max(0, t - C + 1):t + 1]).sum(0)
+            err += u * kappa * (2 * norm_before + beta[t] * np.linalg.norm(v[t], axis=-1))
+            bound[t] = err + (2 * self.DK + 8) * u * np.sqrt((h * h).sum(axis=(1, 2)))
+        with self.session(rule="gated_delta", qk_l2norm=True) as s:
+            self.assertEqual(s.spec.rule, "gated_delta")
+            self.assertEqual(s.spec.feature_map, "identity")
+            self.assertTrue(s.spec.unnormalized)
+            first = s.prefill(q[:P], k[:P], v[:P], g=g[:P], beta=beta[:P])
+            rest = s.decode(q[P:], k[P:], v[P:], g=g[P:], beta=beta[P:])
+            got = np.concatenate([first.output, rest.output])
+            self.assertTrue((np.abs(got - want) <= bound[:, :, None]).all(),
+                            np.abs(got - want).max())
+            state = s.inspect()
+            self.assertIsNone(state.z)
+            self.assertEqual(state.s.shape, (self.H, self.DK, self.DV))
+            self.assertTrue(np.sqrt(((state.s - h) ** 2).sum(axis=(1, 2)) <= bound[-1]).all())
+            with self.assertRaises(linattn_client.InvalidArgument) as bad:
+                s.decode(q[0], k[0], v[0], g=np.ones(self.H), beta=beta[0])
+            self.assertIn("g[0]", str(bad.exception))
+            self.assertEqual(s.info().position, T)
+            # One DecodeBatch message over two sessions equals each alone.
+            with self.session(rule="gated_delta", qk_l2norm=True) as a, \
+                    self.session(rule="gated_delta", qk_l2norm=True) as b, \
+                    self.session(rule="gated_delta", qk_l2norm=True) as alone:
+                outs = self.client.decode_batch([(a, q[0], k[0], v[0], None, g[0], beta[0]),
+                                                 (b, q[1], k[1], v[1], None, g[1], beta[1])])
+                one = alone.decode(q[1], k[1], v[1], g=g[1], beta=beta[1])
+                np.testing.assert_array_equal(outs[1].output, one.output)
+                self.assertEqual((a.position, b.position), (1, 1))
+
     def test_a_kept_decode_stream(self):
         T = 6
         q, k, v = self.tokens(T)

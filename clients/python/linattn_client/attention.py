@@ -39,6 +39,14 @@ class AttentionSpec:
     epsilon: added to the denominator; None = the server's default (the
     session's spec then reports the value), 0 = exact (a zero denominator is
     reported as unavailable). decay: γ per head in [0, 1]; empty = none.
+
+    rule: "linear" (the above, the default), "gated", "delta" or
+    "gated_delta" (docs/design.md §1): unnormalised, identity features (leave
+    feature_map and unnormalized at their defaults), per-token log-gates g
+    (gated rules) and β (delta rules) passed to decode and prefill. gate:
+    "head" (one log-gate per head, the default) or "key" (one per key
+    channel, gated only). qk_l2norm: q and k L2-normalised per head first;
+    scale: q's multiplier after that (0 = 1).
     """
     num_heads: int
     key_dim: int
@@ -50,6 +58,10 @@ class AttentionSpec:
     feature_dim: int = 0
     seed: int = 0
     horizon: int = 0
+    rule: str = "linear"
+    gate: str = ""
+    qk_l2norm: bool = False
+    scale: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "decay", tuple(float(g) for g in self.decay))
@@ -62,6 +74,11 @@ class AttentionSpec:
                              feature_dim=self.feature_dim, seed=self.seed, horizon=self.horizon)
         if self.epsilon is not None:
             m.epsilon = self.epsilon
+        if self.rule not in ("", "linear"):
+            m.rule, m.gate, m.qk_l2norm, m.scale = (self.rule, self.gate, self.qk_l2norm,
+                                                    self.scale)
+            if self.feature_map == "elu1" and not self.unnormalized:
+                m.feature_map = ""  # the rule's own: identity, unnormalised
         return m
 
     @classmethod
@@ -70,7 +87,8 @@ class AttentionSpec:
                    feature_map=m.feature_map or "elu1", unnormalized=m.unnormalized,
                    epsilon=m.epsilon if m.HasField("epsilon") else None,
                    decay=tuple(m.decay), feature_dim=m.feature_dim, seed=m.seed,
-                   horizon=m.horizon)
+                   horizon=m.horizon, rule=m.rule or "linear", gate=m.gate,
+                   qk_l2norm=m.qk_l2norm, scale=m.scale)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +131,8 @@ class AttentionOutput:
 class SessionState:
     """A session's state as stored (Inspect).
 
-    s: (num_heads, d_φ, value_dim); z: (num_heads, d_φ). For FAVOR+ the true
+    s: (num_heads, d_φ, value_dim); z: (num_heads, d_φ), None for the gated
+    and delta rules (which keep S alone). For FAVOR+ the true
     sums are exp(key_log_scale[h]) times s[h] and z[h]; key_log_scale is None
     for the other feature maps.
     """
@@ -150,6 +169,18 @@ def _inputs(spec, q, k, v):
     return q, k, v, single
 
 
+def _rule_inputs(spec, tokens, single, g, beta):
+    """g and β as float32 arrays of (tokens, heads[, key_dim]) and (tokens,
+    heads), or None where not given; their sizes are the server's to check
+    against the rule (it names the field)."""
+    def shaped(x):
+        if x is None:
+            return None
+        a = np.asarray(x, dtype=np.float32)
+        return a[np.newaxis] if single else a
+    return shaped(g), shaped(beta)
+
+
 def _output(spec, tokens, resp, single):
     H, dv = spec.num_heads, spec.value_dim
     out = AttentionOutput(output=_rpc.floats(resp.output, (tokens, H, dv)),
@@ -161,11 +192,15 @@ def _output(spec, tokens, resp, single):
     return out
 
 
-def _decode_request(session_id, q, k, v, expected_position=None):
+def _decode_request(session_id, q, k, v, expected_position=None, g=None, beta=None):
     req = pb.DecodeRequest(session_id=session_id)
     _rpc.set_floats(req, "q", q)
     _rpc.set_floats(req, "k", k)
     _rpc.set_floats(req, "v", v)
+    if g is not None:
+        _rpc.set_floats(req, "g", g)
+    if beta is not None:
+        _rpc.set_floats(req, "beta", beta)
     if expected_position is not None:
         req.expected_position = expected_position
     return req
@@ -203,10 +238,12 @@ class Session(_rpc.SessionHandle):
         self.position = info.position
         return info
 
-    def decode(self, q, k, v, *, expected_position=None):
+    def decode(self, q, k, v, *, g=None, beta=None, expected_position=None):
         """Steps the session through one token ((heads, dim) arrays) or
         several ((tokens, heads, dim)), one Decode message each on one stream;
-        returns an AttentionOutput of the same leading shape.
+        returns an AttentionOutput of the same leading shape. The gated and
+        delta rules also take g ((heads,), or (heads, key_dim) with gate
+        "key"; a tokens axis first for several) and beta ((heads,)).
 
         expected_position: the position the first token must follow; the
         server refuses the step (FailedPrecondition) if the session stands
@@ -219,7 +256,8 @@ class Session(_rpc.SessionHandle):
         """
         _inputs(self.spec, q, k, v)  # a bad shape opens no stream
         with Decoder(self, self._client.timeout) as decoder:
-            return decoder.decode(q, k, v, expected_position=expected_position)
+            return decoder.decode(q, k, v, g=g, beta=beta,
+                                  expected_position=expected_position)
 
     def decoder(self, *, timeout=None):
         """A Decode stream kept open for many calls (a context manager):
@@ -232,14 +270,19 @@ class Session(_rpc.SessionHandle):
         (default: none)."""
         return Decoder(self, timeout)
 
-    def prefill(self, q, k, v):
+    def prefill(self, q, k, v, *, g=None, beta=None):
         """Runs a whole sequence at once through the chunkwise path (one
         Prefill request, all of it or none). Shapes as decode."""
         q, k, v, single = _inputs(self.spec, q, k, v)
+        g, beta = _rule_inputs(self.spec, q.shape[0], single, g, beta)
         req = pb.PrefillRequest(session_id=self.id, tokens=q.shape[0])
         _rpc.set_floats(req, "q", q)
         _rpc.set_floats(req, "k", k)
         _rpc.set_floats(req, "v", v)
+        if g is not None:
+            _rpc.set_floats(req, "g", g)
+        if beta is not None:
+            _rpc.set_floats(req, "beta", beta)
         resp = self._call(self._stub.Prefill, req)
         self.position = resp.position
         return _output(self.spec, q.shape[0], resp, single)
@@ -251,7 +294,8 @@ class Session(_rpc.SessionHandle):
         info = SessionInfo.from_proto(resp.session)
         H, dphi, dv = info.spec.num_heads, info.feature_dim, info.spec.value_dim
         self.position = resp.position
-        return SessionState(s=_rpc.floats(resp.s, (H, dphi, dv)), z=_rpc.floats(resp.z, (H, dphi)),
+        z = _rpc.floats(resp.z, (H, dphi)) if len(resp.z) else None
+        return SessionState(s=_rpc.floats(resp.s, (H, dphi, dv)), z=z,
                             position=resp.position,
                             key_log_scale=(_rpc.floats(resp.key_log_scale, (H,))
                                            if len(resp.key_log_scale) else None),
@@ -303,17 +347,19 @@ class Decoder:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    def decode(self, q, k, v, *, expected_position=None):
+    def decode(self, q, k, v, *, g=None, beta=None, expected_position=None):
         """As Session.decode, on this stream."""
         if self._closed:
             raise ValueError("this Decoder is closed")
         session = self._session
         q, k, v, single = _inputs(session.spec, q, k, v)
+        g, beta = _rule_inputs(session.spec, q.shape[0], single, g, beta)
         T, H, dv = q.shape[0], session.spec.num_heads, session.spec.value_dim
         for t in range(T):
             self._requests.put(_decode_request(
                 session.id, q[t], k[t], v[t],
-                None if expected_position is None else expected_position + t))
+                None if expected_position is None else expected_position + t,
+                None if g is None else g[t], None if beta is None else beta[t]))
         output = np.empty((T, H, dv), dtype=np.float32)
         denominator = np.empty((T, H), dtype=np.float32)
         available = np.empty((T, H), dtype=bool)
