@@ -20,9 +20,11 @@
 // (both exponents ≤ 0) and its own diagonal block term by term with
 // e^{b_ic − b_jc}.
 //
-// The products run as batched oneDNN matmuls: the intra-chunk ones over
-// every (session, head, chunk) of a round at once, the state-carrying ones
-// over every (session, head) at each chunk index in turn.
+// The products run as batched oneDNN matmuls over every (session, head,
+// chunk) of a round at once; the gated rule's states between chunks are an
+// elementwise scan, as the linear rule's. The delta rules' U needs the state
+// before its chunk, so their state-carrying products run over every
+// (session, head) at each chunk index in turn.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -54,8 +56,9 @@ struct ChunkwiseRunner::RuleWorkspace {
   AlignedBuffer o;   // (jobs, C, d_v)  outputs
   AlignedBuffer a;   // (jobs, C, C)    masked scores Q Kᵀ ⊙ Γ
   AlignedBuffer t;   // (jobs, C, C)    K Kᵀ, then T (delta)
-  AlignedBuffer end;      // (jobs, G)      e^{b_L}: per key channel or one
-  AlignedBuffer s;        // (streams, d_k, d_v) the states, packed
+  AlignedBuffer end;  // (jobs, G)      e^{b_L}: per key channel or one
+  AlignedBuffer s;    // (streams, d_k, d_v) the states, packed
+  AlignedBuffer ds;   // (jobs, d_k, d_v) gated: ΔS, then S before the chunk
   std::vector<double> b;  // (jobs, C, G) cumulative log-gates
 };
 
@@ -72,7 +75,7 @@ uint64_t ChunkwiseRunner::RuleWorkspaceBytesPerJob(uint32_t d_k,
   const uint64_t C = options_.chunk_size;
   return sizeof(float) * (C * (5 * uint64_t{d_k} + 3 * uint64_t{d_v} + 2 * C +
                                2 * uint64_t{d_k}) +
-                          uint64_t{d_k} * (d_v + 1));
+                          uint64_t{d_k} * (2 * uint64_t{d_v} + 1));
 }
 
 absl::Status ChunkwiseRunner::RunRuleGroup(
@@ -127,6 +130,7 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
   ws.o.EnsureSize(max_jobs * C * V);
   ws.a.EnsureSize(max_jobs * C * C);
   ws.end.EnsureSize(max_jobs * G);
+  if (!delta) ws.ds.EnsureSize(max_jobs * S_floats);
   if (delta) {
     ws.kb.EnsureSize(max_jobs * C * K);
     ws.vb.EnsureSize(max_jobs * C * V);
@@ -332,9 +336,47 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           Gemm(tk, jobs, ws.t.data(), ws.kb.data(), ws.qh.data()));
     }
 
+    // The gated rule needs the state before each chunk only for that
+    // chunk's read-out: ΔS = K̃ᵀV for every job at once, a scan of the
+    // states along each stream, then O = Q̃·S_before + A·V for every job at
+    // once. The delta rules' U depends on the state: chunk by chunk.
+    if (!delta) {
+      float* ds = ws.ds.data();
+      LINATTN_RETURN_IF_ERROR(Gemm(
+          {.m = K, .k = static_cast<int64_t>(C), .n = V, .transpose_a = true},
+          jobs, ws.kt.data(), ws.u.data(), ds));
+      // (S, ΔS_c) ← (e^{b_L}·S + ΔS_c, S): each job's slot then holds the
+      // state before its chunk, and the stream's S the state after all.
+#pragma omp parallel for schedule(static)
+      for (int64_t st = 0; st < static_cast<int64_t>(n_s); ++st) {
+        float* state = ws.s.data() + st * S_floats;
+        for (uint64_t ci = 0; ci < nc; ++ci) {
+          const uint64_t j = ci * n_s + st;
+          const float* end = ws.end.data() + j * G;
+          float* slot = ds + j * S_floats;
+          if (per_key) {
+            for (uint32_t c = 0; c < K; ++c) {
+              kernels.scan_step(V, end[c], state + uint64_t{c} * V,
+                                slot + uint64_t{c} * V);
+            }
+          } else {
+            kernels.scan_step(S_floats, end[0], state, slot);
+          }
+        }
+      }
+      LINATTN_RETURN_IF_ERROR(
+          Gemm({.m = static_cast<int64_t>(C), .k = K, .n = V}, jobs,
+               ws.qt.data(), ds, ws.o.data()));
+      LINATTN_RETURN_IF_ERROR(Gemm({.m = static_cast<int64_t>(C),
+                                    .k = static_cast<int64_t>(C),
+                                    .n = V,
+                                    .accumulate = true},
+                                   jobs, ws.a.data(), ws.u.data(),
+                                   ws.o.data()));
+    }
     // Chunk by chunk, every stream at once: the state carries.
     const int64_t batch = static_cast<int64_t>(n_s);
-    for (uint64_t ci = 0; ci < nc; ++ci) {
+    for (uint64_t ci = 0; delta && ci < nc; ++ci) {
       const uint64_t first = ci * n_s;
       float* qt = ws.qt.data() + first * C * K;
       float* kt = ws.kt.data() + first * C * K;
