@@ -74,7 +74,8 @@ AttentionState AttentionState::Copy() const {
 void AttentionState::CopyFrom(const AttentionState& other) {
   if (block_.size() != other.block_.size() || num_heads_ != other.num_heads_ ||
       feature_dim_ != other.feature_dim_ || value_dim_ != other.value_dim_ ||
-      has_key_shift_ != other.has_key_shift_ || has_z_ != other.has_z_) {
+      has_key_shift_ != other.has_key_shift_ || has_z_ != other.has_z_ ||
+      bound_is_norm_ != other.bound_is_norm_) {
     *this = other.Copy();
     return;
   }
@@ -88,7 +89,8 @@ bool AttentionState::Matches(const AttentionSpec& spec) const {
   return num_heads_ == spec.num_heads && feature_dim_ == FeatureDim(spec) &&
          value_dim_ == spec.value_dim &&
          has_key_shift_ == (spec.feature_map == FeatureMapKind::kFavor) &&
-         has_z_ == (spec.rule == UpdateRule::kLinear);
+         has_z_ == (spec.rule == UpdateRule::kLinear) &&
+         bound_is_norm_ == HasBeta(spec.rule);
 }
 
 }  // namespace linattn
