@@ -119,13 +119,12 @@ class LocalTarget : public Target {
   absl::Status Decode(const SequenceInput& in,
                       const SequenceOutput& out) override {
     const uint32_t H = attention_.num_heads();
-    const uint64_t qk = uint64_t(H) * attention_.key_dim();
     const uint64_t vv = uint64_t(H) * attention_.value_dim();
     for (uint64_t t = 0; t < in.tokens; ++t) {
-      LINATTN_RETURN_IF_ERROR(Step(
-          attention_, state_, {in.q + t * qk, in.k + t * qk, in.v + t * vv, 1},
-          {out.output + t * vv, out.denominator + t * H,
-           out.available + t * H}));
+      LINATTN_RETURN_IF_ERROR(
+          Step(attention_, state_, TokenOf(attention_.spec(), in, t),
+               {out.output + t * vv, out.denominator + t * H,
+                out.available + t * H}));
     }
     return absl::OkStatus();
   }

@@ -195,7 +195,12 @@ compose_ledger=$(mktemp)
 compose_keys=deploy/compose/api-keys.json
 [[ -e $compose_keys ]] && mv "$compose_keys" "$keys_dir/operator-api-keys.json"
 cp "$keys_dir/api-keys.json" "$compose_keys"
+compose_cleaned=0
 compose_cleanup() {
+  # Once: podman-compose run again without the keys file would make a
+  # directory in its place.
+  ((compose_cleaned)) && return 0
+  compose_cleaned=1
   compose down -v >/dev/null 2>&1 || true
   podman network rm -f "${project}_default" >/dev/null 2>&1 || true
   rm -f "$compose_ledger" "$compose_keys"

@@ -46,11 +46,17 @@ done
 echo "deploy/haproxy/haproxy.cfg: valid"
 
 # podman-compose reads the compose file and says what it would run (a dry
-# run still makes the project's volume and network: removed after).
+# run still makes the project's volume and network: removed after). It
+# reads a copy, beside a keys file of its own: for a bind mount whose file
+# is missing podman-compose makes a directory, which must not land in the
+# source tree.
 project=linattn-deploy-check-$$
 trap 'rm -rf "$work"; podman volume rm -f "${project}_redis-data" >/dev/null 2>&1 || true;
       podman network rm -f "${project}_default" >/dev/null 2>&1 || true' EXIT
-(cd deploy/compose &&
+mkdir -p "$work/deploy"
+cp -r deploy/compose deploy/images "$work/deploy/"
+echo '{"keys": []}' > "$work/deploy/compose/api-keys.json"
+(cd "$work/deploy/compose" &&
   podman-compose --dry-run -p "$project" -f compose.yaml up -d > "$work/compose.txt" 2>&1) || {
   cat "$work/compose.txt" >&2
   echo "deploy-check: podman-compose cannot read deploy/compose/compose.yaml" >&2
