@@ -177,12 +177,12 @@ SequenceInput TokenOf(const AttentionSpec& spec, const SequenceInput& in,
   return token;
 }
 
-void PrepareQueryKey(const AttentionSpec& spec, const float* q, const float* k,
-                     float* q_out, float* k_out) {
+void PrepareQueryKey(const AttentionSpec& spec, const VectorKernels& kernels,
+                     const float* q, const float* k, float* q_out,
+                     float* k_out) {
   const uint32_t d = spec.key_dim;
   float q_mul = QueryScale(spec), k_mul = 1.0f;
   if (spec.qk_l2norm) {
-    const VectorKernels& kernels = ActiveKernels();
     q_mul /= std::sqrt(kernels.dot(d, q, q) + kL2NormEpsilon);
     k_mul /= std::sqrt(kernels.dot(d, k, k) + kL2NormEpsilon);
   }
@@ -190,6 +190,11 @@ void PrepareQueryKey(const AttentionSpec& spec, const float* q, const float* k,
     q_out[i] = q[i] * q_mul;
     k_out[i] = k[i] * k_mul;
   }
+}
+
+void PrepareQueryKey(const AttentionSpec& spec, const float* q, const float* k,
+                     float* q_out, float* k_out) {
+  PrepareQueryKey(spec, ActiveKernels(), q, k, q_out, k_out);
 }
 
 void ReadOut(const AttentionSpec& spec, float log_scale, float den,

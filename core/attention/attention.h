@@ -26,6 +26,8 @@
 
 namespace linattn {
 
+struct VectorKernels;
+
 // Tokens in, row-major float32 (docs/design.md §3 layouts).
 struct SequenceInput {
   const float* q = nullptr;  // (tokens, heads, d_k)
@@ -128,6 +130,10 @@ SequenceInput TokenOf(const AttentionSpec& spec, const SequenceInput& in,
 // q times the spec's scale. q_out and k_out hold d_k floats each.
 void PrepareQueryKey(const AttentionSpec& spec, const float* q, const float* k,
                      float* q_out, float* k_out);
+// The same with the kernel table the caller holds.
+void PrepareQueryKey(const AttentionSpec& spec, const VectorKernels& kernels,
+                     const float* q, const float* k, float* q_out,
+                     float* k_out);
 
 // True when none of x[0..n) is NaN or ±inf. Vectorised; no threads.
 bool AllFinite(const float* x, uint64_t n);

@@ -15,9 +15,14 @@
 //
 // Every exponent is ≤ 0, so no factor can overflow whatever the gates. With
 // a gate per key channel Γ is not a matrix scaling of Q Kᵀ: the intra-chunk
-// scores are computed in sub-chunks of kSubChunk rows. Row block I starting
-// at row r takes the columns before r as (Q_I ⊙ e^{b − b_r})(K ⊙ e^{b_r − b})ᵀ
-// (both exponents ≤ 0) and its own diagonal block term by term with
+// scores are computed in row blocks. Block I starting at row r is one
+// product (Q_I ⊙ e^{b − b_{r−1}})(K_{≤I} ⊙ e^{b_{r−1} − b})ᵀ over all of
+// the round's jobs (b_{−1} = 0): the columns before r have both exponents
+// ≤ 0, and the block's own columns exponents in [0, kGateSubChunkSpan] when
+// the gates' span inside the block allows. A round takes the largest block (the
+// whole chunk, halved down to kGateSubChunk rows) within which every job's
+// gates span at most that; a block of kGateSubChunk rows that still spans more
+// leaves its own columns out of the product and is done term by term with
 // e^{b_ic − b_jc}.
 //
 // The products run as batched oneDNN matmuls over every (session, head,
@@ -38,8 +43,6 @@ namespace linattn {
 
 namespace {
 
-// Rows per sub-chunk of the per-key gated scores.
-constexpr uint32_t kSubChunk = 16;
 // Jobs per round at most (a round holds at least one chunk of every stream).
 constexpr uint64_t kRuleJobsPerRound = 256;
 
@@ -59,7 +62,13 @@ struct ChunkwiseRunner::RuleWorkspace {
   AlignedBuffer end;  // (jobs, G)      e^{b_L}: per key channel or one
   AlignedBuffer s;    // (streams, d_k, d_v) the states, packed
   AlignedBuffer ds;   // (jobs, d_k, d_v) gated: ΔS, then S before the chunk
-  std::vector<double> b;  // (jobs, C, G) cumulative log-gates
+  AlignedBuffer qs;   // (jobs, C, d_k)   per key: a row block's scaled q
+  AlignedBuffer ks;   // (jobs, C, d_k)   per key: the keys up to it, scaled
+  AlignedBuffer sc;   // (jobs, C, C)     per key: their product
+  std::vector<uint8_t> slow;    // (jobs) per key: diagonal term by term
+  std::vector<uint64_t> block;  // (jobs) per key: the largest row block
+  std::vector<uint8_t> bad;     // (jobs) a value that is not finite
+  std::vector<double> b;        // (jobs, C, G) cumulative log-gates
 };
 
 // Here, where RuleWorkspace is complete.
@@ -75,7 +84,9 @@ uint64_t ChunkwiseRunner::RuleWorkspaceBytesPerJob(uint32_t d_k,
   const uint64_t C = options_.chunk_size;
   return sizeof(float) * (C * (5 * uint64_t{d_k} + 3 * uint64_t{d_v} + 2 * C +
                                2 * uint64_t{d_k}) +
-                          uint64_t{d_k} * (2 * uint64_t{d_v} + 1));
+                          uint64_t{d_k} * (2 * uint64_t{d_v} + 1) +
+                          C * (2 * uint64_t{d_k} + C)) +
+         2;
 }
 
 absl::Status ChunkwiseRunner::RunRuleGroup(
@@ -92,19 +103,16 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
   const uint32_t K = spec.key_dim, V = spec.value_dim;
   const uint64_t C = options_.chunk_size;
 
-  // Values first: a member whose input is not finite, or whose gates or β
-  // are out of range, is marked and left out (Run names it).
+  // Shapes, gates and β were checked by Run; finiteness is checked row by
+  // row as the gather reads the input. A member with a value that is not
+  // finite is marked (Run names it) and its jobs run on: its rows meet only
+  // its own in the batched products.
   struct RuleStream {
     uint32_t item, head;
   };
   std::vector<RuleStream> streams;
   uint64_t longest = 0;
   for (uint32_t i : members) {
-    if (!items[i].attention->ValidateInput(*work[i], items[i].in).ok()) {
-      non_finite[i] = 1;
-      if (stop_at_non_finite) return absl::OkStatus();
-      continue;
-    }
     for (uint32_t h = 0; h < spec.num_heads; ++h) streams.push_back({i, h});
     longest = std::max(longest, items[i].in.tokens);
   }
@@ -131,12 +139,20 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
   ws.a.EnsureSize(max_jobs * C * C);
   ws.end.EnsureSize(max_jobs * G);
   if (!delta) ws.ds.EnsureSize(max_jobs * S_floats);
+  if (per_key) {
+    ws.qs.EnsureSize(max_jobs * C * K);
+    ws.ks.EnsureSize(max_jobs * C * K);
+    ws.sc.EnsureSize(max_jobs * C * C);
+    if (ws.slow.size() < max_jobs) ws.slow.resize(max_jobs);
+    if (ws.block.size() < max_jobs) ws.block.resize(max_jobs);
+  }
   if (delta) {
     ws.kb.EnsureSize(max_jobs * C * K);
     ws.vb.EnsureSize(max_jobs * C * V);
     ws.t.EnsureSize(max_jobs * C * C);
   }
   if (ws.b.size() < max_jobs * C * G) ws.b.resize(max_jobs * C * G);
+  if (ws.bad.size() < max_jobs) ws.bad.resize(max_jobs);
   const VectorKernels& kernels = ActiveKernels();
 
   for (uint64_t c0 = 0; c0 < total_chunks; c0 += per_round) {
@@ -168,11 +184,15 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
       std::fill(kh + L * K, kh + C * K, 0.0f);
       std::fill(u + L * V, u + C * V, 0.0f);
       std::vector<double> run(G, 0.0);
+      bool bad = false;
       for (uint64_t i = 0; i < C; ++i) {
         if (i < L) {
           const uint64_t row = (start + i) * H + st.head;
-          PrepareQueryKey(spec, in.q + row * K, in.k + row * K, qh + i * K,
-                          kh + i * K);
+          bad |= !kernels.all_finite(K, in.q + row * K) ||
+                 !kernels.all_finite(K, in.k + row * K) ||
+                 !kernels.all_finite(V, in.v + row * V);
+          PrepareQueryKey(spec, kernels, in.q + row * K, in.k + row * K,
+                          qh + i * K, kh + i * K);
           float* vrow = delta ? ws.vb.data() + (j * C + i) * V : u + i * V;
           const float beta = delta ? in.beta[row] : 1.0f;
           for (uint32_t c = 0; c < V; ++c) vrow[c] = beta * in.v[row * V + c];
@@ -215,6 +235,12 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           if (delta) kb[i * K + c] = -beta * up[gc] * kh[i * K + c];
         }
       }
+      ws.bad[j] = bad;
+    }
+    for (int64_t j = 0; j < jobs; ++j) {
+      if (!ws.bad[j]) continue;
+      non_finite[streams[j % n_s].item] = 1;
+      if (stop_at_non_finite) return absl::OkStatus();
     }
 
     // Intra-chunk scores A = Q Kᵀ ⊙ Γ (and K Kᵀ for the delta rules).
@@ -230,49 +256,106 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
       LINATTN_RETURN_IF_ERROR(
           Gemm(scores, jobs, ws.kh.data(), ws.kh.data(), ws.t.data()));
     }
+    if (per_key) {
+      // The row block: the largest every job allows. Block I starting at
+      // row r refers to b_{r−1} (0 before the chunk), so within it the
+      // keys' exponents reach b_{r−1} − b_{r+rows−1}.
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < jobs; ++j) {
-      const double* b = ws.b.data() + j * C * G;
-      float* a = ws.a.data() + j * C * C;
-      float* t = delta ? ws.t.data() + j * C * C : nullptr;
-      const RuleStream& st = streams[j % n_s];
-      const SequenceInput& in = items[st.item].in;
-      uint64_t start = 0;
-      const uint64_t L = rows_of(j, &start);
-      std::vector<float> e(std::max<uint64_t>(C, K)), qk(K);
-      if (per_key) {
-        const float* qh = ws.qh.data() + j * C * K;
-        const float* kh = ws.kh.data() + j * C * K;
-        std::vector<float> qs(kSubChunk * K), ks(C * K);
-        for (uint64_t r = 0; r < C; r += kSubChunk) {
-          const uint64_t rows = std::min<uint64_t>(kSubChunk, C - r);
-          const double* br = b + r * K;
-          // Columns before the block, through row r's reference point:
-          // (q_i ⊙ e^{b_i − b_r})·(k_j ⊙ e^{b_r − b_j}), both exponents ≤ 0.
-          for (uint64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < jobs; ++j) {
+        const double* b = ws.b.data() + j * C * K;
+        uint64_t size = C;
+        for (;;) {
+          double span = 0;
+          for (uint64_t r = 0; r < C; r += size) {
+            const double* last = b + (std::min(C, r + size) - 1) * K;
             for (uint32_t c = 0; c < K; ++c) {
-              e[c] = static_cast<float>(b[(r + i) * K + c] - br[c]);
-            }
-            kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
-            for (uint32_t c = 0; c < K; ++c) {
-              qs[i * K + c] = qh[(r + i) * K + c] * e[c];
+              span =
+                  std::max(span, (r == 0 ? 0.0 : b[(r - 1) * K + c]) - last[c]);
             }
           }
-          for (uint64_t jj = 0; jj < r; ++jj) {
-            for (uint32_t c = 0; c < K; ++c) {
-              e[c] = static_cast<float>(br[c] - b[jj * K + c]);
-            }
-            kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
-            for (uint32_t c = 0; c < K; ++c) {
-              ks[jj * K + c] = kh[jj * K + c] * e[c];
-            }
+          if (span <= kGateSubChunkSpan || size <= kGateSubChunk) break;
+          size = std::max<uint64_t>(kGateSubChunk, (size + 1) / 2);
+        }
+        ws.block[j] = size;
+      }
+      const uint64_t block =
+          *std::min_element(ws.block.begin(), ws.block.begin() + jobs);
+      // Block by block, every job at once: qs = Q_I ⊙ e^{b − b_{r−1}} (for
+      // the first block that is q̃ = Q ⊙ e^{b}, already made) and
+      // ks = K_{<r+rows} ⊙ e^{b_{r−1} − b}, their product, then the rows
+      // into A (the file comment). A whole-chunk block writes A directly.
+      for (uint64_t r = 0; r < C; r += block) {
+        const uint64_t rows = std::min<uint64_t>(block, C - r);
+        const uint64_t cols = r + rows;
+        const bool whole = rows == C;
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < jobs; ++j) {
+          const double* b = ws.b.data() + j * C * K;
+          const double* bref = r == 0 ? nullptr : b + (r - 1) * K;
+          const float* qh = ws.qh.data() + j * C * K;
+          const float* kh = ws.kh.data() + j * C * K;
+          float* qs = ws.qs.data() + j * rows * K;
+          float* ks = ws.ks.data() + j * cols * K;
+          auto ref = [&](uint32_t c) { return bref ? bref[c] : 0.0; };
+          double span = 0;
+          for (uint32_t c = 0; c < K; ++c) {
+            span = std::max(span, ref(c) - b[(cols - 1) * K + c]);
           }
+          const bool slow = span > kGateSubChunkSpan;
+          ws.slow[j] = slow;
+          for (uint64_t i = 0; r > 0 && i < rows; ++i) {
+            float* e = qs + i * K;
+            for (uint32_t c = 0; c < K; ++c) {
+              e[c] = static_cast<float>(b[(r + i) * K + c] - ref(c));
+            }
+            kernels.exp_shifted(K, 0.0f, 1.0f, e);
+            for (uint32_t c = 0; c < K; ++c) e[c] *= qh[(r + i) * K + c];
+          }
+          const uint64_t scaled = slow ? r : cols;
+          for (uint64_t jj = 0; jj < scaled; ++jj) {
+            float* e = ks + jj * K;
+            for (uint32_t c = 0; c < K; ++c) {
+              e[c] = static_cast<float>(ref(c) - b[jj * K + c]);
+            }
+            kernels.exp_shifted(K, 0.0f, 1.0f, e);
+            for (uint32_t c = 0; c < K; ++c) e[c] *= kh[jj * K + c];
+          }
+          std::fill(ks + scaled * K, ks + cols * K, 0.0f);
+        }
+        // The first block's rows of Q ⊙ e^{b} sit in q̃ with a stride of C
+        // rows per job: as one product only when the block is the chunk.
+        const float* lhs = ws.qs.data();
+        if (r == 0 && whole) lhs = ws.qt.data();
+        if (r == 0 && !whole) {
+#pragma omp parallel for schedule(static)
+          for (int64_t j = 0; j < jobs; ++j) {
+            std::memcpy(ws.qs.data() + j * rows * K, ws.qt.data() + j * C * K,
+                        rows * K * sizeof(float));
+          }
+        }
+        float* product = whole ? ws.a.data() : ws.sc.data();
+        LINATTN_RETURN_IF_ERROR(Gemm({.m = static_cast<int64_t>(rows),
+                                      .k = K,
+                                      .n = static_cast<int64_t>(cols),
+                                      .transpose_b = true},
+                                     jobs, lhs, ws.ks.data(), product));
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < jobs; ++j) {
+          const double* b = ws.b.data() + j * C * K;
+          const float* qh = ws.qh.data() + j * C * K;
+          const float* kh = ws.kh.data() + j * C * K;
+          const float* sc = product + j * rows * cols;
+          float* a = ws.a.data() + j * C * C;
+          std::vector<float> e, qk;
           for (uint64_t i = 0; i < rows; ++i) {
             float* arow = a + (r + i) * C;
-            for (uint64_t jj = 0; jj < r; ++jj) {
-              arow[jj] = kernels.dot(K, qs.data() + i * K, ks.data() + jj * K);
-            }
+            if (!whole)
+              std::copy(sc + i * cols, sc + i * cols + r + i + 1, arow);
+            std::fill(arow + r + i + 1, arow + C, 0.0f);
+            if (!ws.slow[j]) continue;
             // The diagonal block, term by term: Σ_c q_c k_c e^{b_ic − b_jc}.
+            e.resize(K);
+            qk.resize(K);
             for (uint64_t jj = r; jj <= r + i; ++jj) {
               for (uint32_t c = 0; c < K; ++c) {
                 e[c] = static_cast<float>(b[(r + i) * K + c] - b[jj * K + c]);
@@ -281,12 +364,23 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
               kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
               arow[jj] = kernels.dot(K, qk.data(), e.data());
             }
-            std::fill(arow + r + i + 1, arow + C, 0.0f);
           }
         }
-      } else {
-        // Γ row by row (one vectorised exp per row), on the scores and, for
-        // the delta rules, on M = diag(β) K Kᵀ below the diagonal.
+      }
+    } else {
+      // Γ row by row (one vectorised exp per row), on the scores and, for
+      // the delta rules, on M = diag(β) K Kᵀ below the diagonal; for the
+      // delta rules then T = (I + M)⁻¹.
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < jobs; ++j) {
+        const double* b = ws.b.data() + j * C;
+        float* a = ws.a.data() + j * C * C;
+        float* t = delta ? ws.t.data() + j * C * C : nullptr;
+        const RuleStream& st = streams[j % n_s];
+        const SequenceInput& in = items[st.item].in;
+        uint64_t start = 0;
+        const uint64_t L = rows_of(j, &start);
+        std::vector<float> e(C);
         for (uint64_t i = 0; i < C; ++i) {
           for (uint64_t jj = 0; jj <= i; ++jj) {
             e[jj] = static_cast<float>(b[i] - b[jj]);
@@ -303,23 +397,23 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
             for (uint64_t jj = 0; jj < i; ++jj) trow[jj] *= beta * e[jj];
           }
         }
-      }
-      if (!delta) continue;
-      // T = (I + M)⁻¹ by forward substitution as fla does: row i of T − I
-      // is −M_i − Σ_m M_im (T − I)_m over j < m < i.
-      // Row by row, as vector updates with the rows above.
-      std::vector<float>& m = e;
-      for (uint64_t i = 0; i < C; ++i) {
-        float* trow = t + i * C;
-        std::copy(trow, trow + i, m.begin());
-        for (uint64_t jj = 0; jj < i; ++jj) trow[jj] = -m[jj];
-        for (uint64_t mm = 1; mm < i; ++mm) {
-          const float coef = m[mm];
-          const float* above = t + mm * C;  // (T − I)_mm, zero from mm on
-          for (uint64_t jj = 0; jj < mm; ++jj) trow[jj] -= coef * above[jj];
+        if (!delta) continue;
+        // T = (I + M)⁻¹ by forward substitution as fla does: row i of T − I
+        // is −M_i − Σ_m M_im (T − I)_m over j < m < i.
+        // Row by row, as vector updates with the rows above.
+        std::vector<float>& m = e;
+        for (uint64_t i = 0; i < C; ++i) {
+          float* trow = t + i * C;
+          std::copy(trow, trow + i, m.begin());
+          for (uint64_t jj = 0; jj < i; ++jj) trow[jj] = -m[jj];
+          for (uint64_t mm = 1; mm < i; ++mm) {
+            const float coef = m[mm];
+            const float* above = t + mm * C;  // (T − I)_mm, zero from mm on
+            for (uint64_t jj = 0; jj < mm; ++jj) trow[jj] -= coef * above[jj];
+          }
+          trow[i] = 1.0f;
+          std::fill(trow + i + 1, trow + C, 0.0f);
         }
-        trow[i] = 1.0f;
-        std::fill(trow + i + 1, trow + C, 0.0f);
       }
     }
     if (delta) {

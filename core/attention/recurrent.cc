@@ -37,7 +37,7 @@ void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
   float* k = q + d_k;
   float* alpha = k + d_k;
   float* delta_scratch = alpha + d_k;
-  PrepareQueryKey(spec, in.q + row * d_k, in.k + row * d_k, q, k);
+  PrepareQueryKey(spec, kernels, in.q + row * d_k, in.k + row * d_k, q, k);
   float* y = out.output + row * d_v;
   if (spec.rule == UpdateRule::kGated) {
     const uint32_t G = GatesPerHead(spec);

@@ -96,7 +96,8 @@ TEST_P(RuleOrders, MatchTheReference) {
           c.name + " recurrent " + kernels->name + " d=" + std::to_string(d_k));
       testing::ExpectStateMatches(spec, data, ref, state, 1, c.name);
     }
-    for (uint32_t C : {1u, 16u, 64u}) {
+    // 40: sub-chunks of 16, 16 and 8 rows for gates per key.
+    for (uint32_t C : {1u, 16u, 40u, 64u}) {
       ChunkwiseRunner runner({.chunk_size = C, .round_chunks = 2});
       AttentionState state = attention->NewState();
       Outputs out(spec, T);
@@ -356,6 +357,53 @@ TEST(Rules, BadGatesAndBetasAreRefusedAndChangeNothing) {
     const absl::Status s = StepSequence(attention, state, in, out.view());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("missing"), std::string::npos) << s.message();
+  }
+}
+
+// A value that is not finite in q, k or v is found by the chunkwise
+// gather: all or nothing the Run fails naming it; in place with `refused`
+// only that item is refused and the other completes, equal to a run alone.
+TEST(Rules, NonFiniteInputsAreNamedByTheChunkwiseGather) {
+  for (const Case& c : AllCases()) {
+    const AttentionSpec spec = SpecOf(c, 2, 16, 8);
+    auto attention = *Attention::Create(spec);
+    const uint64_t T = 150;
+    const RuleTokens good =
+        testing::RandomRuleTokens(spec, T, 3, {.k_scale = KeyScaleFor(spec)});
+    for (const char* field : {"q", "k", "v"}) {
+      RuleTokens bad = good;
+      std::vector<float>& values =
+          field[0] == 'q' ? bad.q : (field[0] == 'k' ? bad.k : bad.v);
+      // In the third chunk of 64: found in a later round than the first.
+      const uint64_t at = values.size() * 140 / T + 5;
+      values[at] = NAN;
+      const std::string where = absl::StrCat("items[1].", field, "[", at, "]");
+      AttentionState s_good = attention.NewState(),
+                     s_bad = attention.NewState();
+      Outputs o_good(spec, T), o_bad(spec, T);
+      const PrefillItem items[] = {
+          {&attention, &s_good, good.input(), o_good.view()},
+          {&attention, &s_bad, bad.input(), o_bad.view()}};
+      ChunkwiseRunner runner({.chunk_size = 64, .round_chunks = 1});
+      const absl::Status all = runner.Run(items);
+      EXPECT_EQ(all.code(), absl::StatusCode::kInvalidArgument) << c.name;
+      EXPECT_NE(all.message().find(where), std::string::npos) << all.message();
+      EXPECT_EQ(s_good.position(), 0u);
+      EXPECT_EQ(s_bad.position(), 0u);
+      std::vector<absl::Status> refused(2);
+      ASSERT_TRUE(runner.Run(items, PrefillCommit::kInPlace, refused).ok());
+      EXPECT_TRUE(refused[0].ok()) << refused[0];
+      EXPECT_EQ(refused[1].code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(refused[1].message().find(where), std::string::npos)
+          << refused[1].message();
+      AttentionState alone = attention.NewState();
+      Outputs o_alone(spec, T);
+      ASSERT_TRUE(
+          runner.Run(attention, alone, good.input(), o_alone.view()).ok());
+      EXPECT_EQ(0, std::memcmp(alone.data(), s_good.data(), alone.bytes()))
+          << c.name << " " << field;
+      EXPECT_EQ(o_alone.output, o_good.output) << c.name << " " << field;
+    }
   }
 }
 
