@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -64,7 +65,13 @@ absl::Status CheckRuleInputs(const AttentionSpec& spec, const SequenceInput& in,
                              uint64_t rows, float* beta_max) {
   if (const uint64_t gates = rows * GatesPerHead(spec); gates != 0) {
     if (in.g == nullptr) return absl::InvalidArgumentError("g: missing");
+    // Branch-free first (vectorises); the index only when one is out.
+    uint32_t out = 0;
     for (uint64_t i = 0; i < gates; ++i) {
+      out |=
+          static_cast<uint32_t>(!((in.g[i] <= 0.0f) & (in.g[i] >= -FLT_MAX)));
+    }
+    for (uint64_t i = 0; out != 0 && i < gates; ++i) {
       if (!(in.g[i] <= 0.0f) || !std::isfinite(in.g[i])) {
         return absl::InvalidArgumentError(
             absl::StrCat("g[", i,

@@ -168,74 +168,97 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
       return *start >= tokens ? uint64_t{0} : std::min(C, tokens - *start);
     };
 
-    // Gather: prepared q and k, cumulative log-gates, scaled copies.
+    // Gather: prepared q and k, cumulative log-gates, scaled copies. A
+    // unit is one member's chunk, all heads: the caller's (token, head)
+    // rows are read in order, each once.
+    const uint32_t H = spec.num_heads;
+    const int64_t units = jobs / H;
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < jobs; ++j) {
-      const RuleStream& st = streams[j % n_s];
-      const SequenceInput& in = items[st.item].in;
-      const uint32_t H = spec.num_heads;
+    for (int64_t unit = 0; unit < units; ++unit) {
+      const int64_t j0 = unit * H;  // its heads' jobs: j0 .. j0 + H − 1
+      const SequenceInput& in = items[streams[j0 % n_s].item].in;
       uint64_t start = 0;
-      const uint64_t L = rows_of(j, &start);
-      float* qh = ws.qh.data() + j * C * K;
-      float* kh = ws.kh.data() + j * C * K;
-      float* u = ws.u.data() + j * C * V;
-      double* b = ws.b.data() + j * C * G;
-      std::fill(qh + L * K, qh + C * K, 0.0f);
-      std::fill(kh + L * K, kh + C * K, 0.0f);
-      std::fill(u + L * V, u + C * V, 0.0f);
-      std::vector<double> run(G, 0.0);
+      const uint64_t L = rows_of(j0, &start);
+      std::vector<double> run(uint64_t{H} * G, 0.0);
       bool bad = false;
       for (uint64_t i = 0; i < C; ++i) {
-        if (i < L) {
-          const uint64_t row = (start + i) * H + st.head;
-          bad |= !kernels.all_finite(K, in.q + row * K) ||
-                 !kernels.all_finite(K, in.k + row * K) ||
-                 !kernels.all_finite(V, in.v + row * V);
-          PrepareQueryKey(spec, kernels, in.q + row * K, in.k + row * K,
-                          qh + i * K, kh + i * K);
-          float* vrow = delta ? ws.vb.data() + (j * C + i) * V : u + i * V;
-          const float beta = delta ? in.beta[row] : 1.0f;
-          for (uint32_t c = 0; c < V; ++c) vrow[c] = beta * in.v[row * V + c];
-          if (gates != 0) {
-            for (uint32_t c = 0; c < G; ++c) {
-              run[c] += static_cast<double>(in.g[row * gates + c]);
+        for (uint32_t h = 0; h < H; ++h) {
+          const int64_t j = j0 + h;
+          float* vrow = (delta ? ws.vb.data() : ws.u.data()) + (j * C + i) * V;
+          double* bh = run.data() + uint64_t{h} * G;
+          if (i < L) {
+            const uint64_t row = (start + i) * H + h;
+            bad |= !kernels.all_finite(K, in.q + row * K) ||
+                   !kernels.all_finite(K, in.k + row * K) ||
+                   !kernels.all_finite(V, in.v + row * V);
+            PrepareQueryKey(spec, kernels, in.q + row * K, in.k + row * K,
+                            ws.qh.data() + (j * C + i) * K,
+                            ws.kh.data() + (j * C + i) * K);
+            const float beta = delta ? in.beta[row] : 1.0f;
+            for (uint32_t c = 0; c < V; ++c) {
+              vrow[c] = beta * in.v[row * V + c];
+            }
+            for (uint32_t c = 0; gates != 0 && c < G; ++c) {
+              bh[c] += static_cast<double>(in.g[row * gates + c]);
+            }
+          } else {
+            std::fill(ws.qh.data() + (j * C + i) * K,
+                      ws.qh.data() + (j * C + i + 1) * K, 0.0f);
+            std::fill(ws.kh.data() + (j * C + i) * K,
+                      ws.kh.data() + (j * C + i + 1) * K, 0.0f);
+            std::fill(vrow, vrow + V, 0.0f);
+            if (delta) {
+              std::fill(ws.u.data() + (j * C + i) * V,
+                        ws.u.data() + (j * C + i + 1) * V, 0.0f);
             }
           }
-        } else if (delta) {
-          std::fill(ws.vb.data() + (j * C + i) * V,
-                    ws.vb.data() + (j * C + i + 1) * V, 0.0f);
+          std::copy(bh, bh + G, ws.b.data() + (j * C + i) * G);
         }
-        std::copy(run.begin(), run.end(), b + i * G);
       }
-      // b_L: the last real row's (padding rows keep it).
-      const double* b_end = b + (C - 1) * G;
-      float* end = ws.end.data() + j * G;
-      for (uint32_t c = 0; c < G; ++c) end[c] = static_cast<float>(b_end[c]);
-      kernels.exp_shifted(G, 0.0f, 1.0f, end);
-      float* qt = ws.qt.data() + j * C * K;
-      float* kt = ws.kt.data() + j * C * K;
-      float* kb = delta ? ws.kb.data() + j * C * K : nullptr;
-      // e^{b_i} and e^{b_L − b_i} per row: one exp each for a gate per
-      // head, the vectorised exp over the channels for a gate per key
-      // (every exponent ≤ 0).
       std::vector<float> up(G), down(G);
-      for (uint64_t i = 0; i < C; ++i) {
-        const uint64_t row = (start + i) * H + st.head;
-        const float beta = delta && i < L ? in.beta[row] : 0.0f;
-        for (uint32_t c = 0; c < G; ++c) {
-          up[c] = static_cast<float>(b[i * G + c]);
-          down[c] = static_cast<float>(b_end[c] - b[i * G + c]);
-        }
-        kernels.exp_shifted(G, 0.0f, 1.0f, up.data());
-        kernels.exp_shifted(G, 0.0f, 1.0f, down.data());
-        for (uint32_t c = 0; c < K; ++c) {
-          const uint32_t gc = per_key ? c : 0;
-          qt[i * K + c] = qh[i * K + c] * up[gc];
-          kt[i * K + c] = kh[i * K + c] * down[gc];
-          if (delta) kb[i * K + c] = -beta * up[gc] * kh[i * K + c];
+      for (uint32_t h = 0; h < H; ++h) {
+        const int64_t j = j0 + h;
+        ws.bad[j] = bad;
+        const double* b = ws.b.data() + j * C * G;
+        const float* qh = ws.qh.data() + j * C * K;
+        const float* kh = ws.kh.data() + j * C * K;
+        // b_L: the last real row's (padding rows keep it).
+        const double* b_end = b + (C - 1) * G;
+        float* end = ws.end.data() + j * G;
+        for (uint32_t c = 0; c < G; ++c) end[c] = static_cast<float>(b_end[c]);
+        kernels.exp_shifted(G, 0.0f, 1.0f, end);
+        float* qt = ws.qt.data() + j * C * K;
+        float* kt = ws.kt.data() + j * C * K;
+        float* kb = delta ? ws.kb.data() + j * C * K : nullptr;
+        // e^{b_i} and e^{b_L − b_i} per row: one exp each for a gate per
+        // head, the vectorised exp over the channels for a gate per key
+        // (every exponent ≤ 0).
+        for (uint64_t i = 0; i < C; ++i) {
+          const float beta =
+              delta && i < L ? in.beta[(start + i) * H + h] : 0.0f;
+          for (uint32_t c = 0; c < G; ++c) {
+            up[c] = static_cast<float>(b[i * G + c]);
+            down[c] = static_cast<float>(b_end[c] - b[i * G + c]);
+          }
+          kernels.exp_shifted(G, 0.0f, 1.0f, up.data());
+          kernels.exp_shifted(G, 0.0f, 1.0f, down.data());
+          if (per_key) {
+            for (uint32_t c = 0; c < K; ++c) {
+              qt[i * K + c] = qh[i * K + c] * up[c];
+              kt[i * K + c] = kh[i * K + c] * down[c];
+            }
+          } else {
+            const float u0 = up[0], d0 = down[0], w0 = -beta * up[0];
+            for (uint32_t c = 0; c < K; ++c) {
+              qt[i * K + c] = qh[i * K + c] * u0;
+              kt[i * K + c] = kh[i * K + c] * d0;
+            }
+            for (uint32_t c = 0; delta && c < K; ++c) {
+              kb[i * K + c] = w0 * kh[i * K + c];
+            }
+          }
         }
       }
-      ws.bad[j] = bad;
     }
     for (int64_t j = 0; j < jobs; ++j) {
       if (!ws.bad[j]) continue;
@@ -398,22 +421,8 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           }
         }
         if (!delta) continue;
-        // T = (I + M)⁻¹ by forward substitution as fla does: row i of T − I
-        // is −M_i − Σ_m M_im (T − I)_m over j < m < i.
-        // Row by row, as vector updates with the rows above.
-        std::vector<float>& m = e;
-        for (uint64_t i = 0; i < C; ++i) {
-          float* trow = t + i * C;
-          std::copy(trow, trow + i, m.begin());
-          for (uint64_t jj = 0; jj < i; ++jj) trow[jj] = -m[jj];
-          for (uint64_t mm = 1; mm < i; ++mm) {
-            const float coef = m[mm];
-            const float* above = t + mm * C;  // (T − I)_mm, zero from mm on
-            for (uint64_t jj = 0; jj < mm; ++jj) trow[jj] -= coef * above[jj];
-          }
-          trow[i] = 1.0f;
-          std::fill(trow + i + 1, trow + C, 0.0f);
-        }
+        // T = (I + M)⁻¹ by forward substitution as fla does.
+        kernels.unit_lower_inverse(static_cast<uint32_t>(C), t, e.data());
       }
     }
     if (delta) {
@@ -511,19 +520,22 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
                                    batch, kt, u, ws.s.data()));
     }
 
-    // Read-out: the rows each job holds.
+    // Read-out: the rows each unit holds, in the caller's order.
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < jobs; ++j) {
-      const RuleStream& st = streams[j % n_s];
-      const SequenceOutput& out = items[st.item].out;
+    for (int64_t unit = 0; unit < units; ++unit) {
+      const int64_t j0 = unit * H;
+      const SequenceOutput& out = items[streams[j0 % n_s].item].out;
       uint64_t start = 0;
-      const uint64_t L = rows_of(j, &start);
+      const uint64_t L = rows_of(j0, &start);
       for (uint64_t i = 0; i < L; ++i) {
-        const uint64_t row = (start + i) * spec.num_heads + st.head;
-        float* y = out.output + row * V;
-        std::memcpy(y, ws.o.data() + (j * C + i) * V, V * sizeof(float));
-        linattn::ReadOut(spec, 0.0f, 0.0f, V, y, out.denominator + row,
-                         out.available + row);
+        for (uint32_t h = 0; h < H; ++h) {
+          const uint64_t row = (start + i) * H + h;
+          float* y = out.output + row * V;
+          std::memcpy(y, ws.o.data() + ((j0 + h) * C + i) * V,
+                      V * sizeof(float));
+          linattn::ReadOut(spec, 0.0f, 0.0f, V, y, out.denominator + row,
+                           out.available + row);
+        }
       }
     }
   }

@@ -67,6 +67,12 @@ struct VectorKernels {
   void (*delta_step_head)(float alpha, float beta, const float* q,
                           const float* k, const float* v, uint32_t d_k,
                           uint32_t d_v, float* s, float* num, float* scratch);
+  // The delta rules' UT transform of one chunk: t (n×n, row-major) holds M
+  // strictly below its diagonal on entry and T = (I + M)⁻¹ on return, by
+  // forward substitution row by row (row i of T − I is −M_i − Σ_m M_im·
+  // (T − I)_m over m < i). Above the diagonal is ignored on entry and 0 on
+  // return. scratch holds n floats.
+  void (*unit_lower_inverse)(uint32_t n, float* t, float* scratch);
 };
 
 // The kernels for `isa`, or nullptr when this CPU cannot run them.

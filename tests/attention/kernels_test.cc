@@ -225,5 +225,40 @@ TEST(Kernels, ScanStepAndScale) {
   }
 }
 
+// T = (I + M)⁻¹ for a strictly lower M: (I + M)·T = I to within the
+// rounding of the substitution, whose row i sums i terms of |M||T|
+// (γ_n·Σ|M||T| per entry, n = 64), and the upper triangle comes back 0
+// whatever it held.
+TEST(Kernels, UnitLowerInverseInvertsIPlusM) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    for (uint32_t n : {1u, 5u, 16u, 33u, 64u}) {
+      std::mt19937 rng(n);
+      std::uniform_real_distribution<float> unit(-0.3f, 0.3f);
+      std::vector<float> m(n * n), t(n * n), scratch(n);
+      for (float& x : m) x = unit(rng);
+      t = m;  // the upper triangle holds garbage on entry
+      kernels->unit_lower_inverse(n, t.data(), scratch.data());
+      for (uint32_t i = 0; i < n; ++i) {
+        for (uint32_t j = 0; j < n; ++j) {
+          if (j > i) {
+            ASSERT_EQ(t[i * n + j], 0.0f) << kernels->name;
+            continue;
+          }
+          // ((I + M)·T)_ij in double, and Σ|(I + M)_ir||T_rj| for the bound.
+          double sum = 0, abs_sum = 0;
+          for (uint32_t r = j; r <= i; ++r) {
+            const double a = r == i ? 1.0 : m[i * n + r];
+            sum += a * t[r * n + j];
+            abs_sum += std::abs(a * t[r * n + j]);
+          }
+          const double want = i == j ? 1.0 : 0.0;
+          EXPECT_NEAR(sum, want, 2.0 * n * kU * abs_sum + 4 * kU)
+              << kernels->name << " n=" << n << " (" << i << "," << j << ")";
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace linattn
