@@ -23,7 +23,8 @@
 // whole chunk, halved down to kGateSubChunk rows) within which every job's
 // gates span at most that; a block of kGateSubChunk rows that still spans more
 // leaves its own columns out of the product and is done term by term with
-// e^{b_ic − b_jc}.
+// e^{b_ic − b_jc}. A whole-chunk block takes its keys as
+// K̃ ⊙ e^{−b_L} (K̃ = K ⊙ e^{b_L − b}, e^{−b_L} ≤ e^τ).
 //
 // The products run as batched oneDNN matmuls over every (session, head,
 // chunk) of a round at once; the gated rule's states between chunks are an
@@ -333,6 +334,22 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
             }
             kernels.exp_shifted(K, 0.0f, 1.0f, e);
             for (uint32_t c = 0; c < K; ++c) e[c] *= qh[(r + i) * K + c];
+          }
+          if (whole && !slow) {
+            // K ⊙ e^{−b} = K̃ ⊙ e^{−b_L}: one exp per channel, e^{−b_L} ≤ e^τ.
+            float* inv = qs;  // unused by a whole block
+            const double* b_end = b + (C - 1) * K;
+            for (uint32_t c = 0; c < K; ++c) {
+              inv[c] = static_cast<float>(-b_end[c]);
+            }
+            kernels.exp_shifted(K, 0.0f, 1.0f, inv);
+            const float* kt = ws.kt.data() + j * C * K;
+            for (uint64_t jj = 0; jj < C; ++jj) {
+              for (uint32_t c = 0; c < K; ++c) {
+                ks[jj * K + c] = kt[jj * K + c] * inv[c];
+              }
+            }
+            continue;
           }
           const uint64_t scaled = slow ? r : cols;
           for (uint64_t jj = 0; jj < scaled; ++jj) {

@@ -12,13 +12,14 @@
 //   per step (2u each, 4n·u); chunkwise, each factor exp(x) of a rounded
 //   exponent x (|x| ≤ L_c(j,t) overall, u·|x| each, two per term at most
 //   twice over: 4u·L_c(j,t)) and one rounding per chunk crossed; with a
-//   gate per key channel, a sub-chunk's diagonal block as one product adds
-//   2u·τ (its two exponents sum to L_c(j,t) + 2·(b_r − b_j), the second
-//   part at most τ = kGateSubChunkSpan)
+//   gate per key channel, a row block as one product adds 2u·τ (its
+//   exponents sum to L_c(j,t) + 2·(b_r − b_j), the second part at most
+//   τ = kGateSubChunkSpan) and 3u for the whole-chunk block's keys, one
+//   more rounded exp and product (K̃ ⊙ e^{−b_L})
 //   sums: the read-out's d_k terms, the state's n terms (recurrent) or a
 //   chunk's C terms per chunk crossed (chunkwise, ≤ n + 3n/C)
-// so |õ − o| ≤ u·((4n + 2d_k + 2C + 32 + 2τ)·N_abs + 4·N_gate) + 2u·|o|
-// (τ = 0 recurrent), with
+// so |õ − o| ≤ u·((4n + 2d_k + 2C + 32 + 2τ + 3)·N_abs + 4·N_gate) +
+// 2u·|o| (τ and the 3 only chunkwise), with
 // N_abs = Σ|q_c k_jc| a_c |v_j| and N_gate the same with each term times
 // L_c(j,t) (the reference reports both). The final state's entries
 // likewise, with Σ a|k||v| and Σ a·L|k||v| per entry.
@@ -137,10 +138,9 @@ inline std::vector<double> DeltaStateErrors(const AttentionSpec& spec,
 // |terms| and of |terms|·(log-gate span) the reference reports.
 inline double GatedBound(double n, uint32_t K, uint32_t C, double abs_sum,
                          double gate_abs_sum) {
-  const double tau = C > 1 ? kGateSubChunkSpan : 0.0;
-  return kUnitRoundoff *
-         ((4 * n + 2.0 * K + 2.0 * C + 32 + 2 * tau) * abs_sum +
-          4 * gate_abs_sum);
+  const double blocks = C > 1 ? 2.0 * kGateSubChunkSpan + 3 : 0.0;
+  return kUnitRoundoff * ((4 * n + 2.0 * K + 2.0 * C + 32 + blocks) * abs_sum +
+                          4 * gate_abs_sum);
 }
 
 inline void ExpectRuleMatchesReference(const AttentionSpec& spec,

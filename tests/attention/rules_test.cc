@@ -82,32 +82,40 @@ TEST_P(RuleOrders, MatchTheReference) {
     auto attention = Attention::Create(spec);
     ASSERT_TRUE(attention.ok()) << attention.status();
     const uint64_t T = 150;
-    const RuleTokens data = testing::RandomRuleTokens(
-        spec, T, 7 + d_k, {.k_scale = KeyScaleFor(spec)});
-    const RuleReferenceResult ref = ReferenceRule(spec, data.input());
-    for (const VectorKernels* kernels : SupportedKernels()) {
-      ScopedKernelsOverride use(kernels);
-      AttentionState state = attention->NewState();
-      Outputs out(spec, T);
-      ASSERT_TRUE(
-          StepSequence(*attention, state, data.input(), out.view()).ok());
-      testing::ExpectRuleMatchesReference(
-          spec, data, ref, out, 1,
-          c.name + " recurrent " + kernels->name + " d=" + std::to_string(d_k));
-      testing::ExpectStateMatches(spec, data, ref, state, 1, c.name);
-    }
-    // 40: sub-chunks of 16, 16 and 8 rows for gates per key.
-    for (uint32_t C : {1u, 16u, 40u, 64u}) {
-      ChunkwiseRunner runner({.chunk_size = C, .round_chunks = 2});
-      AttentionState state = attention->NewState();
-      Outputs out(spec, T);
-      ASSERT_TRUE(runner.Run(*attention, state, data.input(), out.view()).ok());
-      EXPECT_EQ(state.position(), T);
-      testing::ExpectRuleMatchesReference(
-          spec, data, ref, out, C,
-          c.name + " chunkwise C=" + std::to_string(C) +
-              " d=" + std::to_string(d_k));
-      testing::ExpectStateMatches(spec, data, ref, state, C, c.name);
+    // Gates in [−1, 0] and in [−0.05, 0]: per key channel, the first
+    // makes row blocks of 16 rows and term-by-term diagonals, the second
+    // whole-chunk blocks.
+    for (const float log_gate_min : {-1.0f, -0.05f}) {
+      const RuleTokens data = testing::RandomRuleTokens(
+          spec, T, 7 + d_k,
+          {.k_scale = KeyScaleFor(spec), .log_gate_min = log_gate_min});
+      const RuleReferenceResult ref = ReferenceRule(spec, data.input());
+      for (const VectorKernels* kernels : SupportedKernels()) {
+        ScopedKernelsOverride use(kernels);
+        AttentionState state = attention->NewState();
+        Outputs out(spec, T);
+        ASSERT_TRUE(
+            StepSequence(*attention, state, data.input(), out.view()).ok());
+        testing::ExpectRuleMatchesReference(spec, data, ref, out, 1,
+                                            c.name + " recurrent " +
+                                                kernels->name +
+                                                " d=" + std::to_string(d_k));
+        testing::ExpectStateMatches(spec, data, ref, state, 1, c.name);
+      }
+      // 40: sub-chunks of 16, 16 and 8 rows for gates per key.
+      for (uint32_t C : {1u, 16u, 40u, 64u}) {
+        ChunkwiseRunner runner({.chunk_size = C, .round_chunks = 2});
+        AttentionState state = attention->NewState();
+        Outputs out(spec, T);
+        ASSERT_TRUE(
+            runner.Run(*attention, state, data.input(), out.view()).ok());
+        EXPECT_EQ(state.position(), T);
+        testing::ExpectRuleMatchesReference(
+            spec, data, ref, out, C,
+            c.name + " chunkwise C=" + std::to_string(C) +
+                " d=" + std::to_string(d_k));
+        testing::ExpectStateMatches(spec, data, ref, state, C, c.name);
+      }
     }
   }
 }
