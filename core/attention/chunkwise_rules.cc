@@ -29,8 +29,10 @@
 // The products run as batched oneDNN matmuls over every (session, head,
 // chunk) of a round at once; the gated rule's states between chunks are an
 // elementwise scan, as the linear rule's. The delta rules' U needs the state
-// before its chunk, so their state-carrying products run over every
-// (session, head) at each chunk index in turn.
+// before its chunk, so their two state-carrying products (U ← U − W S and
+// S ← e^{b_L} S + K̃ᵀU) run over every (session, head) at each chunk index in
+// turn; each chunk's state before it is kept, and the read-out products run
+// over every job at once afterwards.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -62,7 +64,7 @@ struct ChunkwiseRunner::RuleWorkspace {
   AlignedBuffer t;   // (jobs, C, C)    K Kᵀ, then T (delta)
   AlignedBuffer end;  // (jobs, G)      e^{b_L}: per key channel or one
   AlignedBuffer s;    // (streams, d_k, d_v) the states, packed
-  AlignedBuffer ds;   // (jobs, d_k, d_v) gated: ΔS, then S before the chunk
+  AlignedBuffer ds;   // (jobs, d_k, d_v) (gated: ΔS, then) S before the chunk
   AlignedBuffer qs;   // (jobs, C, d_k)   per key: a row block's scaled q
   AlignedBuffer ks;   // (jobs, C, d_k)   per key: the keys up to it, scaled
   AlignedBuffer sc;   // (jobs, C, C)     per key: their product
@@ -139,7 +141,7 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
   ws.o.EnsureSize(max_jobs * C * V);
   ws.a.EnsureSize(max_jobs * C * C);
   ws.end.EnsureSize(max_jobs * G);
-  if (!delta) ws.ds.EnsureSize(max_jobs * S_floats);
+  ws.ds.EnsureSize(max_jobs * S_floats);
   if (per_key) {
     ws.qs.EnsureSize(max_jobs * C * K);
     ws.ks.EnsureSize(max_jobs * C * K);
@@ -456,12 +458,14 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           Gemm(tk, jobs, ws.t.data(), ws.kb.data(), ws.qh.data()));
     }
 
-    // The gated rule needs the state before each chunk only for that
-    // chunk's read-out: ΔS = K̃ᵀV for every job at once, a scan of the
-    // states along each stream, then O = Q̃·S_before + A·V for every job at
-    // once. The delta rules' U depends on the state: chunk by chunk.
+    // The read-out needs the state before each chunk only: each job's
+    // slot receives it, and O = Q̃·S_before + A·U runs for every job at once
+    // afterwards. The gated rule: ΔS = K̃ᵀV for every job at once and a
+    // scan of the states along each stream. The delta rules' U depends on
+    // the state: chunk by chunk, every stream at once, only U ← U − W S and
+    // S ← e^{b_L}·S + K̃ᵀU carry.
+    float* ds = ws.ds.data();
     if (!delta) {
-      float* ds = ws.ds.data();
       LINATTN_RETURN_IF_ERROR(Gemm(
           {.m = K, .k = static_cast<int64_t>(C), .n = V, .transpose_a = true},
           jobs, ws.kt.data(), ws.u.data(), ds));
@@ -484,58 +488,40 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           }
         }
       }
-      LINATTN_RETURN_IF_ERROR(
-          Gemm({.m = static_cast<int64_t>(C), .k = K, .n = V}, jobs,
-               ws.qt.data(), ds, ws.o.data()));
-      LINATTN_RETURN_IF_ERROR(Gemm({.m = static_cast<int64_t>(C),
-                                    .k = static_cast<int64_t>(C),
-                                    .n = V,
-                                    .accumulate = true},
-                                   jobs, ws.a.data(), ws.u.data(),
-                                   ws.o.data()));
     }
-    // Chunk by chunk, every stream at once: the state carries.
     const int64_t batch = static_cast<int64_t>(n_s);
+    const bool decays = gates != 0;
     for (uint64_t ci = 0; delta && ci < nc; ++ci) {
       const uint64_t first = ci * n_s;
-      float* qt = ws.qt.data() + first * C * K;
-      float* kt = ws.kt.data() + first * C * K;
       float* u = ws.u.data() + first * C * V;
-      float* o = ws.o.data() + first * C * V;
-      float* a = ws.a.data() + first * C * C;
-      if (delta) {
-        // U ← U − W S
-        LINATTN_RETURN_IF_ERROR(Gemm(
-            {.m = static_cast<int64_t>(C), .k = K, .n = V, .accumulate = true},
-            batch, ws.qh.data() + first * C * K, ws.s.data(), u));
-      }
-      LINATTN_RETURN_IF_ERROR(
-          Gemm({.m = static_cast<int64_t>(C), .k = K, .n = V}, batch, qt,
-               ws.s.data(), o));
-      LINATTN_RETURN_IF_ERROR(Gemm({.m = static_cast<int64_t>(C),
-                                    .k = static_cast<int64_t>(C),
-                                    .n = V,
-                                    .accumulate = true},
-                                   batch, a, u, o));
+      // U ← U − W S
+      LINATTN_RETURN_IF_ERROR(Gemm(
+          {.m = static_cast<int64_t>(C), .k = K, .n = V, .accumulate = true},
+          batch, ws.qh.data() + first * C * K, ws.s.data(), u));
+      // The slot ← S; S ← e^{b_L}·S (gated delta; e^{0} = 1 otherwise).
 #pragma omp parallel for schedule(static)
       for (int64_t st = 0; st < batch; ++st) {
-        float* s = ws.s.data() + st * S_floats;
-        const float* end = ws.end.data() + (first + st) * G;
-        if (per_key) {
-          for (uint32_t c = 0; c < K; ++c) {
-            kernels.scale(V, end[c], s + uint64_t{c} * V);
-          }
-        } else {
-          kernels.scale(S_floats, end[0], s);
-        }
+        float* state = ws.s.data() + st * S_floats;
+        std::memcpy(ds + (first + st) * S_floats, state,
+                    S_floats * sizeof(float));
+        if (decays) kernels.scale(S_floats, ws.end.data()[first + st], state);
       }
+      // S ← S + K̃ᵀU
       LINATTN_RETURN_IF_ERROR(Gemm({.m = K,
                                     .k = static_cast<int64_t>(C),
                                     .n = V,
                                     .transpose_a = true,
                                     .accumulate = true},
-                                   batch, kt, u, ws.s.data()));
+                                   batch, ws.kt.data() + first * C * K, u,
+                                   ws.s.data()));
     }
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = static_cast<int64_t>(C), .k = K, .n = V},
+                                 jobs, ws.qt.data(), ds, ws.o.data()));
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = static_cast<int64_t>(C),
+                                  .k = static_cast<int64_t>(C),
+                                  .n = V,
+                                  .accumulate = true},
+                                 jobs, ws.a.data(), ws.u.data(), ws.o.data()));
 
     // Read-out: the rows each unit holds, in the caller's order.
 #pragma omp parallel for schedule(static)
