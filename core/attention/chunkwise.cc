@@ -128,15 +128,21 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
         "memory: allocating the working copies of a prefill failed");
   }
 
-  // Items share products when their rule, gate shape and widths agree.
-  std::map<std::tuple<UpdateRule, GateShape, uint32_t, uint32_t>,
+  // Items share products when their rule, gate shape and widths agree; the
+  // gated and delta rules' rounds also take one head count and one
+  // preparation of q and k (L2 norm, scale) for the whole group, while the
+  // linear rule's carry each item's own spec per stream.
+  std::map<std::tuple<UpdateRule, GateShape, uint32_t, uint32_t, uint32_t, bool,
+                      float>,
            std::vector<uint32_t>>
       groups;
   for (uint32_t i = 0; i < items.size(); ++i) {
     if (items[i].in.tokens == 0) continue;
     const AttentionSpec& spec = items[i].attention->spec();
+    const bool linear = spec.rule == UpdateRule::kLinear;
     groups[{spec.rule, spec.gate, items[i].attention->feature_dim(),
-            items[i].attention->value_dim()}]
+            items[i].attention->value_dim(), linear ? 0 : spec.num_heads,
+            linear ? false : spec.qk_l2norm, linear ? 0.0f : spec.scale}]
         .push_back(i);
   }
   // In place with `refused`, an item with a value that is not finite is

@@ -32,11 +32,11 @@
 
 namespace linattn {
 
-// The gated rule with a gate per key channel scores a chunk in sub-chunks of
-// kGateSubChunk rows. A sub-chunk's own diagonal block runs as one product
-// through its first row's cumulative log-gate when every channel's gates
-// span at most kGateSubChunkSpan inside it (factors up to e^8), and term by
-// term with e^{b_i − b_j} otherwise (chunkwise_rules.cc).
+// The gated rule with a gate per key channel scores a chunk in row blocks of
+// at least kGateSubChunk rows. A block runs as one product through the
+// cumulative log-gate of the row before it when every channel's gates span
+// at most kGateSubChunkSpan inside it (factors up to e^8), and its diagonal
+// block term by term with e^{b_i − b_j} otherwise (chunkwise_rules.cc).
 inline constexpr uint32_t kGateSubChunk = 16;
 inline constexpr float kGateSubChunkSpan = 8.0f;
 

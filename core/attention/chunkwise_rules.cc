@@ -19,12 +19,17 @@
 // product (Q_I ⊙ e^{b − b_{r−1}})(K_{≤I} ⊙ e^{b_{r−1} − b})ᵀ over all of
 // the round's jobs (b_{−1} = 0): the columns before r have both exponents
 // ≤ 0, and the block's own columns exponents in [0, kGateSubChunkSpan] when
-// the gates' span inside the block allows. A round takes the largest block (the
-// whole chunk, halved down to kGateSubChunk rows) within which every job's
-// gates span at most that; a block of kGateSubChunk rows that still spans more
-// leaves its own columns out of the product and is done term by term with
-// e^{b_ic − b_jc}. A whole-chunk block takes its keys as
-// K̃ ⊙ e^{−b_L} (K̃ = K ⊙ e^{b_L − b}, e^{−b_L} ≤ e^τ).
+// the gates' span inside the block allows. A round takes the largest block
+// (the whole chunk, halved down to kGateSubChunk rows) within which every
+// job's gates span at most that; a job's block that still spans more (one
+// of kGateSubChunk rows, or a larger one whose halving does not nest) leaves
+// its own columns out of the product and is done term by term with
+// e^{b_ic − b_jc}. A whole-chunk block takes its keys as K̃ ⊙ e^{−b_L}
+// (K̃ = K ⊙ e^{b_L − b}, e^{−b_L} ≤ e^τ). Keys are thus scaled by up to e^τ:
+// a finite key above FLT_MAX/e^τ (~1e35) turns its scores infinite, and
+// those outputs come back unavailable. Because the block is the round's,
+// per-key results depend (within the error bound) on the other sessions
+// of the round.
 //
 // The products run as batched oneDNN matmuls over every (session, head,
 // chunk) of a round at once; the gated rule's states between chunks are an
@@ -89,7 +94,7 @@ uint64_t ChunkwiseRunner::RuleWorkspaceBytesPerJob(uint32_t d_k,
                                2 * uint64_t{d_k}) +
                           uint64_t{d_k} * (2 * uint64_t{d_v} + 1) +
                           C * (2 * uint64_t{d_k} + C)) +
-         2;
+         sizeof(uint64_t) + 2;  // block, slow and bad
 }
 
 absl::Status ChunkwiseRunner::RunRuleGroup(
@@ -98,8 +103,12 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
     bool stop_at_non_finite) {
   if (rules_ == nullptr) rules_ = std::make_unique<RuleWorkspace>();
   RuleWorkspace& ws = *rules_;
+  // Run groups members by rule, gate shape, widths, head count and the
+  // preparation of q and k: one spec stands for all.
   const AttentionSpec& spec = items[members[0]].attention->spec();
   const bool delta = HasBeta(spec.rule);
+  // A gate per key channel comes with the gated rule only (spec.cc refuses
+  // it for the delta rules): kb, T and a scalar e^{b_L} serve those.
   const bool per_key = GatesPerHead(spec) > 1;
   const uint32_t gates = GatesPerHead(spec);
   const uint32_t G = per_key ? spec.key_dim : 1;  // b's width per row

@@ -37,7 +37,8 @@ struct VectorKernels {
   // ELU(x)+1: out = x ≥ 0 ? x + 1 : exp(x), with a vectorised exp accurate
   // to 2 ulp (subnormal results included).
   void (*elu1)(uint32_t n, const float* x, float* out);
-  // a ← scale·exp(a − shift) for a ≤ shift (FAVOR+ features); same exp.
+  // a ← scale·exp(a − shift) for a − shift ≤ 88 (FAVOR+ features, the
+  // gates' factors); same exp.
   void (*exp_shifted)(uint32_t n, float shift, float scale, float* a);
   // out = SiLU(gate)·up = gate / (1 + exp(−gate)) · up (the SwiGLU MLP of
   // the model layers); same exp.

@@ -231,7 +231,7 @@ TEST(Kernels, ScanStepAndScale) {
 // whatever it held.
 TEST(Kernels, UnitLowerInverseInvertsIPlusM) {
   for (const VectorKernels* kernels : SupportedKernels()) {
-    for (uint32_t n : {1u, 5u, 16u, 33u, 64u}) {
+    for (uint32_t n : {1u, 5u, 16u, 32u, 33u, 64u, 128u}) {
       std::mt19937 rng(n);
       std::uniform_real_distribution<float> unit(-0.3f, 0.3f);
       std::vector<float> m(n * n), t(n * n), scratch(n);

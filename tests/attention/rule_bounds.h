@@ -13,13 +13,14 @@
 //   exponent x (|x| ≤ L_c(j,t) overall, u·|x| each, two per term at most
 //   twice over: 4u·L_c(j,t)) and one rounding per chunk crossed; with a
 //   gate per key channel, a row block as one product adds 2u·τ (its
-//   exponents sum to L_c(j,t) + 2·(b_r − b_j), the second part at most
+//   exponents sum to L_c(j,t) + 2·(b_{r−1} − b_j), the second part at most
 //   τ = kGateSubChunkSpan) and 3u for the whole-chunk block's keys, one
-//   more rounded exp and product (K̃ ⊙ e^{−b_L})
+//   more rounded exp and product (K̃ ⊙ e^{−b_L}); chunkwise at any C, C = 1
+//   included, so the allowance goes with the gate shape, not the order
 //   sums: the read-out's d_k terms, the state's n terms (recurrent) or a
 //   chunk's C terms per chunk crossed (chunkwise, ≤ n + 3n/C)
 // so |õ − o| ≤ u·((4n + 2d_k + 2C + 32 + 2τ + 3)·N_abs + 4·N_gate) +
-// 2u·|o| (τ and the 3 only chunkwise), with
+// 2u·|o| (2τ + 3 only with a gate per key channel), with
 // N_abs = Σ|q_c k_jc| a_c |v_j| and N_gate the same with each term times
 // L_c(j,t) (the reference reports both). The final state's entries
 // likewise, with Σ a|k||v| and Σ a·L|k||v| per entry.
@@ -136,9 +137,9 @@ inline std::vector<double> DeltaStateErrors(const AttentionSpec& spec,
 
 // The gated rule's bound on one entry after n tokens, from the sums of
 // |terms| and of |terms|·(log-gate span) the reference reports.
-inline double GatedBound(double n, uint32_t K, uint32_t C, double abs_sum,
-                         double gate_abs_sum) {
-  const double blocks = C > 1 ? 2.0 * kGateSubChunkSpan + 3 : 0.0;
+inline double GatedBound(double n, uint32_t K, uint32_t C, bool per_key,
+                         double abs_sum, double gate_abs_sum) {
+  const double blocks = per_key ? 2.0 * kGateSubChunkSpan + 3 : 0.0;
   return kUnitRoundoff * ((4 * n + 2.0 * K + 2.0 * C + 32 + blocks) * abs_sum +
                           4 * gate_abs_sum);
 }
@@ -172,8 +173,8 @@ inline void ExpectRuleMatchesReference(const AttentionSpec& spec,
                    (2.0 * K + 8) * kUnitRoundoff * ref.query_norm[row] *
                        ref.state_norm[row];
         } else {
-          bound += GatedBound(double(t + 1), K, C, ref.numerator_abs[e],
-                              ref.numerator_gate_abs[e]);
+          bound += GatedBound(double(t + 1), K, C, GatesPerHead(spec) > 1,
+                              ref.numerator_abs[e], ref.numerator_gate_abs[e]);
         }
         if (!WithinBound(
                 got.output[e], y, bound,
@@ -204,8 +205,8 @@ inline void ExpectStateMatches(const AttentionSpec& spec,
       if (!state_error.empty()) {
         bound += state_error[(data.tokens - 1) * H + h];
       } else {
-        bound += GatedBound(double(data.tokens), K, C, ref.final_abs[at],
-                            ref.final_gate_abs[at]);
+        bound += GatedBound(double(data.tokens), K, C, GatesPerHead(spec) > 1,
+                            ref.final_abs[at], ref.final_gate_abs[at]);
       }
       if (!WithinBound(s[e], want, bound,
                        absl::StrCat(what, ": state head ", h, " entry ", e),

@@ -368,6 +368,64 @@ TEST(Rules, BadGatesAndBetasAreRefusedAndChangeNothing) {
   }
 }
 
+// One chunkwise Run over sessions whose specs share the rule and widths but
+// not the head count, the L2 normalisation or the scale, and (gates per
+// key) whose gates span little or much: each matches its own reference.
+TEST(Rules, MixedSpecsInOneRunEachMatchTheirReference) {
+  struct Member {
+    Case c;
+    uint32_t heads;
+    float log_gate_min;
+  };
+  const std::vector<Member> members = {
+      {{"gated_key", UpdateRule::kGated, GateShape::kKey}, 2, -0.02f},
+      {{"gated_key", UpdateRule::kGated, GateShape::kKey}, 3, -1.5f},
+      {{"gated_key_l2", UpdateRule::kGated, GateShape::kKey, true, 0.25f},
+       2,
+       -0.02f},
+      {{"gated_head", UpdateRule::kGated}, 1, -1.0f},
+      {{"gated_head", UpdateRule::kGated}, 4, -1.0f},
+      {{"delta_l2", UpdateRule::kDelta, GateShape::kHead, true, 0.125f},
+       2,
+       -1.0f},
+      {{"delta_raw", UpdateRule::kDelta}, 3, -1.0f},
+      {{"gated_delta_l2", UpdateRule::kGatedDelta, GateShape::kHead, true,
+        0.125f},
+       5,
+       -1.0f},
+  };
+  const uint64_t lengths[] = {150, 70, 129, 64, 100, 90, 33, 140};
+  std::vector<Attention> attentions;
+  std::vector<RuleTokens> data;
+  std::vector<Outputs> outs;
+  std::vector<AttentionState> states;
+  for (size_t m = 0; m < members.size(); ++m) {
+    const AttentionSpec spec = SpecOf(members[m].c, members[m].heads, 16, 24);
+    attentions.push_back(*Attention::Create(spec));
+    data.push_back(
+        testing::RandomRuleTokens(spec, lengths[m], 50 + m,
+                                  {.k_scale = KeyScaleFor(spec),
+                                   .log_gate_min = members[m].log_gate_min}));
+    outs.emplace_back(spec, lengths[m]);
+  }
+  for (const Attention& a : attentions) states.push_back(a.NewState());
+  std::vector<PrefillItem> items;
+  for (size_t m = 0; m < members.size(); ++m) {
+    items.push_back(
+        {&attentions[m], &states[m], data[m].input(), outs[m].view()});
+  }
+  ChunkwiseRunner runner({.chunk_size = 64, .round_chunks = 1});
+  ASSERT_TRUE(runner.Run(items).ok());
+  for (size_t m = 0; m < members.size(); ++m) {
+    const AttentionSpec& spec = attentions[m].spec();
+    const RuleReferenceResult ref = ReferenceRule(spec, data[m].input());
+    const std::string what =
+        absl::StrCat(members[m].c.name, " H=", members[m].heads, " in a mix");
+    testing::ExpectRuleMatchesReference(spec, data[m], ref, outs[m], 64, what);
+    testing::ExpectStateMatches(spec, data[m], ref, states[m], 64, what);
+  }
+}
+
 // A value that is not finite in q, k or v is found by the chunkwise
 // gather: all or nothing the Run fails naming it; in place with `refused`
 // only that item is refused and the other completes, equal to a run alone.
