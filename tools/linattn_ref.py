@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch reference of the flash-linear-attention `linear_attn` language model.
+"""PyTorch reference of flash-linear-attention language models: `linear_attn`
+and `gated_deltanet`.
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -14,9 +15,20 @@ Architecture (fla LinearAttentionForCausalLM, one block per layer):
 with linattn the causal linear attention (current token included), q scaled by
 d_phi^-1/2, normalised  y = s*q.S / (s*q.z + 1e-10)  or unnormalised  s*q.S.
 
+gated_deltanet (fla GatedDeltaNetForCausalLM) has the same block with the token
+mixer of fla/layers/gated_deltanet.py and its kernel
+fla/ops/gated_delta_rule/fused_recurrent.py: q, k, v through causal depthwise
+convolutions of conv_size taps and SiLU; per value head, g = -exp(A_log) *
+softplus(a_proj(x) + dt_bias), beta = sigmoid(b_proj(x)) (x2 with
+allow_neg_eigval); q and k L2-normalised (eps 1e-6), q scaled by head_dim^-1/2;
+    S = exp(g) S;  u = beta (v - S^T k);  S = S + k u^T;  o = S^T q
+value head hv reading q/k head hv // (num_v_heads / num_heads); then
+RMSNorm(o) * silu(g_proj(x)) per head (one weight for all heads) and o_proj.
+
 Usage:
     linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
+    linattn_ref.py random --out DIR --model-type gated_deltanet [--num-v-heads 8] ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -125,11 +137,39 @@ def write_safetensors(path, tensors, dtype="F32"):
 
 
 class Config:
+    """The fields of fla's LinearAttentionConfig or GatedDeltaNetConfig (with
+    their defaults) that change the math; refuses the parts this reference
+    does not build."""
+
     def __init__(self, d):
         self.raw = d
+        self.model_type = d.get("model_type", "linear_attn")
+        if self.model_type not in ("linear_attn", "gated_deltanet"):
+            raise ValueError(f"model_type {self.model_type!r} not supported")
+        gdn = self.model_type == "gated_deltanet"
         self.hidden_size = d.get("hidden_size", 2048)
-        self.num_hidden_layers = d.get("num_hidden_layers", 24)
-        self.num_heads = d.get("num_heads", 4)
+        self.num_hidden_layers = d.get("num_hidden_layers", 21 if gdn else 24)
+        self.num_heads = d.get("num_heads", 6 if gdn else 4)
+        self.hidden_ratio = d.get("hidden_ratio", 4) or 4
+        self.intermediate_size = d.get("intermediate_size")
+        if self.intermediate_size is None:
+            i = int(self.hidden_size * self.hidden_ratio * 2 / 3)
+            self.intermediate_size = 256 * ((i + 256 - 1) // 256)
+        self.norm_eps = d.get("norm_eps", 1e-6)
+        self.vocab_size = d.get("vocab_size", 32000)
+        self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
+        if d.get("hidden_act", "swish") != "swish":
+            raise ValueError(f"hidden_act {d.get('hidden_act')!r} not supported")
+        # Parts of fla's configs this reference does not build.
+        for field in ("attn", "attnres_block_size"):
+            if d.get(field) is not None:
+                raise ValueError(f"{field} is not supported by this reference")
+        if gdn:
+            self._gated_deltanet(d)
+        else:
+            self._linear_attn(d)
+
+    def _linear_attn(self, d):
         self.num_kv_heads = d.get("num_kv_heads") or self.num_heads
         self.expand_k = d.get("expand_k", 1)
         self.expand_v = d.get("expand_v", 1)
@@ -138,17 +178,9 @@ class Config:
         self.norm_q = bool(d.get("norm_q", False))
         self.norm_k = bool(d.get("norm_k", False))
         self.norm_feature_map = bool(d.get("norm_feature_map", False))
-        self.hidden_ratio = d.get("hidden_ratio", 4) or 4
-        self.intermediate_size = d.get("intermediate_size")
-        if self.intermediate_size is None:
-            i = int(self.hidden_size * self.hidden_ratio * 2 / 3)
-            self.intermediate_size = 256 * ((i + 256 - 1) // 256)
-        self.norm_eps = d.get("norm_eps", 1e-6)
         self.elementwise_affine = d.get("elementwise_affine", True)
         if self.elementwise_affine is None:
             self.elementwise_affine = True
-        self.vocab_size = d.get("vocab_size", 32000)
-        self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
         self.key_dim = int(self.hidden_size * self.expand_k)
         self.value_dim = int(self.hidden_size * self.expand_v)
         self.head_k_dim = self.key_dim // self.num_heads
@@ -156,10 +188,24 @@ class Config:
         self.groups = self.num_heads // self.num_kv_heads
         if self.feature_map not in FEATURE_MAPS:
             raise ValueError(f"feature_map {self.feature_map!r} not supported")
-        # Parts of fla's LinearAttentionConfig this reference does not build.
-        for field in ("attn", "attnres_block_size"):
-            if d.get(field) is not None:
-                raise ValueError(f"{field} is not supported by this reference")
+
+    def _gated_deltanet(self, d):
+        # GatedDeltaNet.__init__: head_v_dim = int(head_dim * expand_v), and
+        # num_v_heads (default num_heads) a multiple of num_heads.
+        self.head_k_dim = d.get("head_dim", 256)
+        self.expand_v = d.get("expand_v", 2.0)
+        self.num_v_heads = d.get("num_v_heads") or self.num_heads
+        self.head_v_dim = int(self.head_k_dim * self.expand_v)
+        if not math.isclose(self.head_k_dim * self.expand_v, self.head_v_dim, rel_tol=1e-5):
+            raise ValueError("head_dim * expand_v must be an integer")
+        if self.num_v_heads % self.num_heads != 0:
+            raise ValueError("num_v_heads must be a multiple of num_heads")
+        self.key_dim = self.num_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.use_gate = bool(d.get("use_gate", True))
+        self.use_short_conv = bool(d.get("use_short_conv", True))
+        self.conv_size = d.get("conv_size", 4)
+        self.allow_neg_eigval = bool(d.get("allow_neg_eigval", False))
 
 
 def load_config(model_dir):
@@ -315,6 +361,119 @@ class LinearAttention(nn.Module):
             o = o / ((q * z).sum(-1, keepdim=True) + 1e-10)
         return self.finish(o), (s, z)
 
+    def new_state(self, batch, dtype):
+        c = self.c
+        dphi = self.qkv(torch.zeros(1, c.hidden_size, dtype=dtype))[0].shape[-1]
+        return (torch.zeros(batch, c.num_heads, dphi, c.head_v_dim, dtype=dtype),
+                torch.zeros(batch, c.num_heads, dphi, dtype=dtype))
+
+
+class ShortConvolution(nn.Module):
+    """fla/modules/conv/short_conv.py as GatedDeltaNet builds it: a depthwise
+    causal Conv1d(C, C, W, groups=C, padding=W-1, bias=False), weight
+    (C, 1, W), then SiLU. y_t = silu(sum_j w[:, 0, j] x_{t-(W-1)+j}), inputs
+    before the sequence 0 (or the cache: the W-1 inputs before it)."""
+
+    def __init__(self, channels, width):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(channels, 1, width))
+
+    def forward(self, x, cache):
+        """x (B, T, C), cache (B, W-1, C) -> y (B, T, C), new cache."""
+        width = self.weight.shape[-1]
+        xx = torch.cat([cache, x], dim=1)
+        w = self.weight[:, 0, :]  # (C, W)
+        y = torch.stack([(xx[:, t:t + width] * w.t()).sum(1) for t in range(x.shape[1])], dim=1)
+        return F.silu(y), xx[:, xx.shape[1] - (width - 1):]
+
+
+def gated_delta_recurrence(q, k, v, g, beta, s):
+    """fused_recurrent_gated_delta_rule's loop over tokens (state K-first):
+    q, k (B, T, H, K) prepared, v (B, T, H, V), g and beta (B, T, H), s
+    (B, H, K, V) -> o (B, T, H, V), s."""
+    outs = []
+    for t in range(q.shape[1]):
+        s = s * g[:, t].exp()[..., None, None]
+        u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", s, k[:, t]))
+        s = s + k[:, t, :, :, None] * u[:, :, None, :]
+        outs.append(torch.einsum("bhkv,bhk->bhv", s, q[:, t]))
+    return torch.stack(outs, dim=1), s
+
+
+class GatedDeltaNet(nn.Module):
+    """fla/layers/gated_deltanet.py (GatedDeltaNet.forward) with the
+    recurrence of fla/ops/gated_delta_rule/fused_recurrent.py, token by token
+    (the file docstring has the formulas)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        D = c.hidden_size
+        self.q_proj = nn.Linear(D, c.key_dim, bias=False)
+        self.k_proj = nn.Linear(D, c.key_dim, bias=False)
+        self.v_proj = nn.Linear(D, c.value_dim, bias=False)
+        self.a_proj = nn.Linear(D, c.num_v_heads, bias=False)
+        self.b_proj = nn.Linear(D, c.num_v_heads, bias=False)
+        self.A_log = nn.Parameter(torch.zeros(c.num_v_heads))
+        self.dt_bias = nn.Parameter(torch.zeros(c.num_v_heads))
+        if c.use_short_conv:
+            self.q_conv1d = ShortConvolution(c.key_dim, c.conv_size)
+            self.k_conv1d = ShortConvolution(c.key_dim, c.conv_size)
+            self.v_conv1d = ShortConvolution(c.value_dim, c.conv_size)
+        if c.use_gate:
+            self.g_proj = nn.Linear(D, c.value_dim, bias=False)
+        self.o_norm = RMSNorm(c.head_v_dim, c.norm_eps)
+        self.o_proj = nn.Linear(c.value_dim, D, bias=False)
+
+    def new_state(self, batch, dtype):
+        c = self.c
+        s = torch.zeros(batch, c.num_v_heads, c.head_k_dim, c.head_v_dim, dtype=dtype)
+        if not c.use_short_conv:
+            return (s,)
+        w = c.conv_size - 1
+        return (s, torch.zeros(batch, w, c.key_dim, dtype=dtype),
+                torch.zeros(batch, w, c.key_dim, dtype=dtype),
+                torch.zeros(batch, w, c.value_dim, dtype=dtype))
+
+    def run(self, x, state):
+        """x (B, T, hidden) after the state -> (B, T, hidden), new state."""
+        c = self.c
+        B, T, _ = x.shape
+        s = state[0]
+        if c.use_short_conv:
+            q, cq = self.q_conv1d(self.q_proj(x), state[1])
+            k, ck = self.k_conv1d(self.k_proj(x), state[2])
+            v, cv = self.v_conv1d(self.v_proj(x), state[3])
+        else:
+            q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
+        q = q.unflatten(-1, (c.num_heads, c.head_k_dim))
+        k = k.unflatten(-1, (c.num_heads, c.head_k_dim))
+        v = v.unflatten(-1, (c.num_v_heads, c.head_v_dim))
+        beta = self.b_proj(x).sigmoid()
+        if c.allow_neg_eigval:
+            beta = beta * 2
+        g = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)
+        # The kernel's i_h = i_hv // (HV // H).
+        groups = c.num_v_heads // c.num_heads
+        q = q.repeat_interleave(groups, dim=2)
+        k = k.repeat_interleave(groups, dim=2)
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+        q = q * c.head_k_dim ** -0.5
+        o, s = gated_delta_recurrence(q, k, v, g, beta, s)
+        o = self.o_norm(o)
+        if c.use_gate:
+            o = o * F.silu(self.g_proj(x).unflatten(-1, (c.num_v_heads, c.head_v_dim)))
+        out = self.o_proj(o.flatten(-2))
+        return out, ((s, cq, ck, cv) if c.use_short_conv else (s,))
+
+    def forward(self, x):
+        return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
+
+    def step(self, x, state):
+        out, state = self.run(x[:, None], state)
+        return out[:, 0], state
+
 
 class MLP(nn.Module):
     def __init__(self, c):
@@ -331,7 +490,7 @@ class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.attn_norm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.attn = LinearAttention(c)
+        self.attn = GatedDeltaNet(c) if c.model_type == "gated_deltanet" else LinearAttention(c)
         self.mlp_norm = RMSNorm(c.hidden_size, c.norm_eps)
         self.mlp = MLP(c)
 
@@ -370,12 +529,7 @@ class LinearAttentionLM(nn.Module):
         return self.lm_head(self.model.norm(x))
 
     def new_state(self, batch, dtype=torch.float32):
-        c = self.c
-        dphi = self.model.layers[0].attn.qkv(
-            torch.zeros(1, c.hidden_size, dtype=dtype))[0].shape[-1]
-        return [(torch.zeros(batch, c.num_heads, dphi, c.head_v_dim, dtype=dtype),
-                 torch.zeros(batch, c.num_heads, dphi, dtype=dtype))
-                for _ in range(c.num_hidden_layers)]
+        return [layer.attn.new_state(batch, dtype) for layer in self.model.layers]
 
     def step(self, tokens, states):
         """One token per sequence, tokens (B,) -> logits (B, vocab), new states."""
@@ -390,7 +544,7 @@ class LinearAttentionLM(nn.Module):
         sd = {k: v.detach().float().numpy() for k, v in self.state_dict().items()}
         if self.c.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
-        if self.c.tie_feature_map_qk:
+        if getattr(self.c, "tie_feature_map_qk", False):
             for k in [k for k in sd if ".attn.feature_map_k." in k]:
                 sd.pop(k)
         return sd
@@ -401,9 +555,18 @@ def load_model(model_dir, dtype=torch.float32):
     model = LinearAttentionLM(c)
     tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
     sd = model.state_dict()
+    # Checkpoints written before fla's GatedMLP split (February 2025) hold one
+    # mlp.gate_proj of 2I rows, the gate's I rows first, and no up_proj.
+    for name in [n for n in tensors if n.endswith(".mlp.gate_proj.weight")]:
+        up = name.replace(".gate_proj.", ".up_proj.")
+        if up not in tensors and tensors[name].shape[0] == 2 * c.intermediate_size:
+            fused = tensors.pop(name)
+            tensors[name] = fused[:c.intermediate_size]
+            tensors[up] = fused[c.intermediate_size:]
     for name in list(sd):
         src = name
-        if name not in tensors and c.tie_feature_map_qk and ".feature_map_k." in name:
+        if name not in tensors and getattr(c, "tie_feature_map_qk", False) and \
+                ".feature_map_k." in name:
             src = name.replace(".feature_map_k.", ".feature_map_q.")
         if name not in tensors and c.tie_word_embeddings and name == "lm_head.weight":
             src = "model.embeddings.weight"
@@ -422,6 +585,16 @@ def random_model(config, seed):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
+            elif name.endswith(".A_log"):
+                # fla's init: A ~ U(0, 16), kept away from 0 here.
+                p.copy_(torch.empty_like(p).uniform_(0.5, 16).log())
+            elif name.endswith(".dt_bias"):
+                # fla's init: the softplus inverse of dt ~ logU(1e-3, 0.1).
+                dt = torch.exp(torch.rand_like(p) * (math.log(0.1) - math.log(1e-3)) +
+                               math.log(1e-3))
+                p.copy_(dt + torch.log(-torch.expm1(-dt)))
+            elif name.endswith("conv1d.weight"):
+                p.normal_(0, 1 / math.sqrt(p.shape[-1]))
             elif p.dim() == 2:
                 p.normal_(0, 1 / math.sqrt(p.shape[1]))
             else:
@@ -452,6 +625,20 @@ def cmd_logits(args):
 
 
 def cmd_random(args):
+    if args.model_type == "gated_deltanet":
+        config = {
+            "model_type": "gated_deltanet", "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
+            "num_v_heads": args.num_v_heads, "head_dim": args.head_dim,
+            "expand_v": args.expand_v, "use_gate": not args.no_gate,
+            "use_short_conv": not args.no_short_conv, "conv_size": args.conv_size,
+            "allow_neg_eigval": args.allow_neg_eigval, "hidden_act": "swish",
+            "hidden_ratio": 4, "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
+            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
+            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
+        }
+        save_model(random_model(config, args.seed), args.out, args.dtype)
+        return
     config = {
         "model_type": "linear_attn", "hidden_size": args.hidden_size,
         "num_hidden_layers": args.layers, "num_heads": args.num_heads,
@@ -536,6 +723,7 @@ def main():
     a.set_defaults(fn=cmd_logits)
     r = sub.add_parser("random", help="write a random fla-layout model")
     r.add_argument("--out", required=True)
+    r.add_argument("--model-type", default="linear_attn", choices=["linear_attn", "gated_deltanet"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
@@ -551,6 +739,13 @@ def main():
     r.add_argument("--norm-q", action="store_true")
     r.add_argument("--norm-k", action="store_true")
     r.add_argument("--no-affine", action="store_true", help="elementwise_affine = false")
+    r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet")
+    r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
+    r.add_argument("--conv-size", type=int, default=4, help="gated_deltanet")
+    r.add_argument("--no-gate", action="store_true", help="gated_deltanet: use_gate = false")
+    r.add_argument("--no-short-conv", action="store_true",
+                   help="gated_deltanet: use_short_conv = false")
+    r.add_argument("--allow-neg-eigval", action="store_true", help="gated_deltanet")
     r.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(fn=cmd_random)

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Known answers for tools/linattn_ref.py's gated_deltanet mixer.
+
+Each expected value is worked out by hand from fla's definitions
+(fla/layers/gated_deltanet.py, fla/ops/gated_delta_rule/fused_recurrent.py,
+fla/modules/conv/short_conv.py), not by running code, so that the reference
+the C++ forward will be checked against is itself checked against fla.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF_PATH = os.path.join(HERE, "..", "..", "tools", "linattn_ref.py")
+spec = importlib.util.spec_from_file_location("linattn_ref", REF_PATH)
+ref = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ref)
+torch = ref.torch
+
+
+def t(values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def silu(x):
+    return x / (1 + math.exp(-x))
+
+
+def small_config(**over):
+    c = {"model_type": "gated_deltanet", "hidden_size": 4, "num_hidden_layers": 1,
+         "num_heads": 2, "head_dim": 2, "expand_v": 1, "vocab_size": 8,
+         "use_short_conv": False}
+    c.update(over)
+    return ref.Config(c)
+
+
+class RecurrenceTest(unittest.TestCase):
+    def test_two_tokens_by_hand(self):
+        # One head, K = 2, V = 1, S0 = [[2], [0]].
+        # Token 1: exp(g) = 0.5, k = [1, 0], v = 3, beta = 0.5, q = [1, 1]:
+        #   S = 0.5 S0 = [[1], [0]]; S^T k = 1; u = 0.5 (3 - 1) = 1;
+        #   S = [[1], [0]] + [1, 0]^T * 1 = [[2], [0]]; o = S^T q = 2.
+        # Token 2: g = 0, k = [0, 1], v = -1, beta = 1, q = [1, 2]:
+        #   S^T k = 0; u = -1; S = [[2], [-1]]; o = 2 - 2 = 0.
+        q = t([[[[1, 1]], [[1, 2]]]])
+        k = t([[[[1, 0]], [[0, 1]]]])
+        v = t([[[[3]], [[-1]]]])
+        g = t([[[math.log(0.5)], [0.0]]])
+        beta = t([[[0.5], [1.0]]])
+        s0 = t([[[[2], [0]]]])
+        o, s = ref.gated_delta_recurrence(q, k, v, g, beta, s0)
+        self.assertEqual(o.flatten().tolist(), [2.0, 0.0])
+        self.assertEqual(s.flatten().tolist(), [2.0, -1.0])
+
+
+class ShortConvolutionTest(unittest.TestCase):
+    def test_taps_in_time_order_then_silu(self):
+        # W = 3, weight [w0, w1, w2] = [1, 2, 3], x = [1, 0, 0]:
+        # y_t = silu(w0 x_{t-2} + w1 x_{t-1} + w2 x_t) -> silu(3), silu(2), silu(1);
+        # the cache keeps the last W - 1 = 2 inputs, [0, 0].
+        conv = ref.ShortConvolution(1, 3).double()
+        with torch.no_grad():
+            conv.weight.copy_(t([[[1, 2, 3]]]))
+        y, cache = conv(t([[[1], [0], [0]]]), torch.zeros(1, 2, 1, dtype=torch.float64))
+        for got, want in zip(y.flatten().tolist(), [silu(3), silu(2), silu(1)]):
+            self.assertAlmostEqual(got, want, places=14)
+        self.assertEqual(cache.flatten().tolist(), [0.0, 0.0])
+        # Continuing from that cache with x = 5: silu(w2 * 5) = silu(15).
+        y2, _ = conv(t([[[5]]]), cache)
+        self.assertAlmostEqual(y2.item(), silu(15), places=12)
+
+
+class LayerTest(unittest.TestCase):
+    def mixer(self, **over):
+        m = ref.GatedDeltaNet(small_config(**over)).double()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.zero_()
+            m.o_norm.weight.fill_(1)
+        return m
+
+    def test_gate_and_beta_formulas(self):
+        # g = -exp(A_log) softplus(a + dt_bias): A_log = ln 2, a = 0,
+        # dt_bias = 0 -> g = -2 ln 2, exp(g) = 1/4.
+        # beta = sigmoid(0) = 1/2, doubled with allow_neg_eigval.
+        # With q = k = 0 (zero projections: silu(0) = 0 and the L2 norm of 0
+        # is 0), the state only decays: S = S0 / 4 per token.
+        for neg in (False, True):
+            m = self.mixer(allow_neg_eigval=neg)
+            with torch.no_grad():
+                m.A_log.fill_(math.log(2))
+            s0 = torch.ones(1, 2, 2, 2, dtype=torch.float64)
+            _, (s,) = m.run(torch.zeros(1, 1, 4, dtype=torch.float64), (s0,))
+            self.assertTrue(torch.allclose(s, s0 / 4, rtol=0, atol=1e-15))
+
+    def test_value_heads_read_query_key_head_hv_div_group(self):
+        # num_heads 2, num_v_heads 4: value heads 0, 1 read q/k head 0 and
+        # value heads 2, 3 read head 1 (the kernel's i_h = i_hv // (HV // H)).
+        # Head 0's keys come from x, head 1's keys are zero: only value heads
+        # 0 and 1 write their state.
+        m = self.mixer(num_v_heads=4)
+        with torch.no_grad():
+            m.k_proj.weight[0:2, 0:2] = torch.eye(2, dtype=torch.float64)
+            m.v_proj.weight.fill_(1)
+            m.b_proj.weight.fill_(0)
+        x = t([[[1, 2, 3, 4]]])
+        _, (s,) = m.run(x, (torch.zeros(1, 4, 2, 2, dtype=torch.float64),))
+        written = [bool(s[0, hv].abs().sum() > 0) for hv in range(4)]
+        self.assertEqual(written, [True, True, False, False])
+
+    def test_state_after_one_token_by_hand(self):
+        # One head, K = 2, V = 1, no convolution: k = silu(x0) e0 before the
+        # norm, k̂ = silu(x0) / sqrt(silu(x0)^2 + 1e-6) e0, v = silu(x1),
+        # beta = sigmoid(50) = 1 to double precision, g ~ 0 (exp(A_log) ~ 0):
+        # from S = 0, u = beta (v - 0) = v and S = k̂ u^T.
+        m = self.mixer(num_heads=1, head_dim=2, expand_v=0.5, num_v_heads=1)
+        with torch.no_grad():
+            m.k_proj.weight[0, 0] = 1
+            m.v_proj.weight[0, 1] = 1
+            m.b_proj.weight[0, 2] = 1
+            m.A_log.fill_(-100)
+        x = t([[[2.0, 3.0, 50.0, 0.0]]])
+        _, (s,) = m.run(x, m.new_state(1, torch.float64))
+        kn = silu(2.0) / math.sqrt(silu(2.0) ** 2 + 1e-6)
+        self.assertAlmostEqual(s[0, 0, 0, 0].item(), kn * silu(3.0), places=12)
+        self.assertEqual(s[0, 0, 1, 0].item(), 0.0)
+
+    def test_prefill_equals_token_by_token(self):
+        cfg = {"model_type": "gated_deltanet", "hidden_size": 16, "num_hidden_layers": 2,
+               "num_heads": 2, "num_v_heads": 4, "head_dim": 4, "expand_v": 2,
+               "vocab_size": 20}
+        model = ref.random_model(cfg, 3).double()
+        toks = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+        with torch.no_grad():
+            whole = model(toks)[0]
+            states = model.new_state(1, torch.float64)
+            for i in range(toks.shape[1]):
+                logits, states = model.step(toks[:, i], states)
+                self.assertTrue(torch.allclose(logits[0], whole[i], rtol=0, atol=1e-12))
+
+
+class LoaderTest(unittest.TestCase):
+    def test_fused_mlp_of_older_checkpoints_is_split(self):
+        # Before February 2025 fla saved mlp.gate_proj as [2I, D], the gate's
+        # I rows first, and no up_proj.
+        cfg = {"model_type": "gated_deltanet", "hidden_size": 8, "num_hidden_layers": 1,
+               "num_heads": 2, "head_dim": 4, "expand_v": 1, "vocab_size": 16,
+               "intermediate_size": 6}
+        model = ref.random_model(cfg, 1)
+        with tempfile.TemporaryDirectory() as d:
+            ref.save_model(model, d)
+            path = os.path.join(d, "model.safetensors")
+            tensors = ref.read_safetensors(path)
+            gate = tensors.pop("model.layers.0.mlp.gate_proj.weight")
+            up = tensors.pop("model.layers.0.mlp.up_proj.weight")
+            tensors["model.layers.0.mlp.gate_proj.weight"] = ref.np.concatenate([gate, up])
+            ref.write_safetensors(path, tensors)
+            loaded = ref.load_model(d)
+        toks = torch.tensor([[1, 5, 2]])
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(toks), loaded(toks)))
+
+
+if __name__ == "__main__":
+    unittest.main()
