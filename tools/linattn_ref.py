@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch reference of flash-linear-attention language models: `linear_attn`
-and `gated_deltanet`.
+"""PyTorch reference of flash-linear-attention language models: `linear_attn`,
+`delta_net` and `gated_deltanet`.
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -25,10 +25,18 @@ allow_neg_eigval); q and k L2-normalised (eps 1e-6), q scaled by head_dim^-1/2;
 value head hv reading q/k head hv // (num_v_heads / num_heads); then
 RMSNorm(o) * silu(g_proj(x)) per head (one weight for all heads) and o_proj.
 
+delta_net (fla DeltaNetForCausalLM, fla/layers/delta_net.py) is the same
+without a gate (g = 0): q and k through the convolution with SiLU only for
+qk_activation 'silu' (relu, elu+1 or identity after it otherwise), v always
+with SiLU; qk_norm 'l2' (eps 1e-6 on the sum of squares) or 'sum' (x / sum x);
+beta = sigmoid(b_proj(x)) or 1 (use_beta), x2 with allow_neg_eigval; q scaled
+by head_k_dim^-1/2; output RMSNorm per head, times silu(g_proj(x)) with use_gate.
+
 Usage:
     linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
     linattn_ref.py random --out DIR --model-type gated_deltanet [--num-v-heads 8] ...
+    linattn_ref.py random --out DIR --model-type delta_net [--qk-norm sum] ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -144,12 +152,13 @@ class Config:
     def __init__(self, d):
         self.raw = d
         self.model_type = d.get("model_type", "linear_attn")
-        if self.model_type not in ("linear_attn", "gated_deltanet"):
+        if self.model_type not in ("linear_attn", "delta_net", "gated_deltanet"):
             raise ValueError(f"model_type {self.model_type!r} not supported")
         gdn = self.model_type == "gated_deltanet"
         self.hidden_size = d.get("hidden_size", 2048)
         self.num_hidden_layers = d.get("num_hidden_layers", 21 if gdn else 24)
-        self.num_heads = d.get("num_heads", 6 if gdn else 4)
+        self.num_heads = d.get("num_heads", {"linear_attn": 4, "delta_net": 16,
+                                             "gated_deltanet": 6}[self.model_type])
         self.hidden_ratio = d.get("hidden_ratio", 4) or 4
         self.intermediate_size = d.get("intermediate_size")
         if self.intermediate_size is None:
@@ -164,10 +173,8 @@ class Config:
         for field in ("attn", "attnres_block_size"):
             if d.get(field) is not None:
                 raise ValueError(f"{field} is not supported by this reference")
-        if gdn:
-            self._gated_deltanet(d)
-        else:
-            self._linear_attn(d)
+        {"linear_attn": self._linear_attn, "delta_net": self._delta_net,
+         "gated_deltanet": self._gated_deltanet}[self.model_type](d)
 
     def _linear_attn(self, d):
         self.num_kv_heads = d.get("num_kv_heads") or self.num_heads
@@ -188,6 +195,28 @@ class Config:
         self.groups = self.num_heads // self.num_kv_heads
         if self.feature_map not in FEATURE_MAPS:
             raise ValueError(f"feature_map {self.feature_map!r} not supported")
+
+    def _delta_net(self, d):
+        # DeltaNetConfig's defaults; DeltaNet.__init__ splits key_dim and
+        # value_dim evenly over the heads.
+        self.key_dim = int(self.hidden_size * d.get("expand_k", 1.0))
+        self.value_dim = int(self.hidden_size * d.get("expand_v", 1.0))
+        if self.key_dim % self.num_heads or self.value_dim % self.num_heads:
+            raise ValueError("key and value dims must be multiples of num_heads")
+        self.head_k_dim = self.key_dim // self.num_heads
+        self.head_v_dim = self.value_dim // self.num_heads
+        self.num_v_heads = self.num_heads
+        self.use_gate = bool(d.get("use_gate", False))
+        self.use_short_conv = bool(d.get("use_short_conv", True))
+        self.conv_size = d.get("conv_size", 4)
+        self.use_beta = bool(d.get("use_beta", True))
+        self.allow_neg_eigval = bool(d.get("allow_neg_eigval", False))
+        self.qk_activation = d.get("qk_activation", "silu")
+        self.qk_norm = d.get("qk_norm", "l2")
+        if self.qk_activation not in ("silu", "relu", "elu", "identity"):
+            raise ValueError(f"qk_activation {self.qk_activation!r} not supported")
+        if self.qk_norm not in ("l2", "sum"):
+            raise ValueError(f"qk_norm {self.qk_norm!r} not supported")
 
     def _gated_deltanet(self, d):
         # GatedDeltaNet.__init__: head_v_dim = int(head_dim * expand_v), and
@@ -369,14 +398,15 @@ class LinearAttention(nn.Module):
 
 
 class ShortConvolution(nn.Module):
-    """fla/modules/conv/short_conv.py as GatedDeltaNet builds it: a depthwise
+    """fla/modules/conv/short_conv.py as the layers build it: a depthwise
     causal Conv1d(C, C, W, groups=C, padding=W-1, bias=False), weight
-    (C, 1, W), then SiLU. y_t = silu(sum_j w[:, 0, j] x_{t-(W-1)+j}), inputs
+    (C, 1, W), then SiLU (or nothing). y_t = silu(sum_j w[:, 0, j] x_{t-(W-1)+j}), inputs
     before the sequence 0 (or the cache: the W-1 inputs before it)."""
 
-    def __init__(self, channels, width):
+    def __init__(self, channels, width, silu=True):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(channels, 1, width))
+        self.silu = silu
 
     def forward(self, x, cache):
         """x (B, T, C), cache (B, W-1, C) -> y (B, T, C), new cache."""
@@ -384,7 +414,7 @@ class ShortConvolution(nn.Module):
         xx = torch.cat([cache, x], dim=1)
         w = self.weight[:, 0, :]  # (C, W)
         y = torch.stack([(xx[:, t:t + width] * w.t()).sum(1) for t in range(x.shape[1])], dim=1)
-        return F.silu(y), xx[:, xx.shape[1] - (width - 1):]
+        return (F.silu(y) if self.silu else y), xx[:, xx.shape[1] - (width - 1):]
 
 
 def gated_delta_recurrence(q, k, v, g, beta, s):
@@ -400,25 +430,25 @@ def gated_delta_recurrence(q, k, v, g, beta, s):
     return torch.stack(outs, dim=1), s
 
 
-class GatedDeltaNet(nn.Module):
-    """fla/layers/gated_deltanet.py (GatedDeltaNet.forward) with the
-    recurrence of fla/ops/gated_delta_rule/fused_recurrent.py, token by token
-    (the file docstring has the formulas)."""
+class DeltaRuleMixer(nn.Module):
+    """What fla's DeltaNet and GatedDeltaNet layers share: q/k/v projections
+    through short convolutions (v always with SiLU, q and k with SiLU when
+    `qk_silu`; without convolutions the same activations directly), an
+    output RMSNorm per head (one weight for all heads) times silu(g_proj(x))
+    with use_gate, and o_proj. State: (S (B, HV, K, V), and with
+    convolutions the last W-1 inputs of each)."""
 
-    def __init__(self, c):
+    def __init__(self, c, qk_silu):
         super().__init__()
         self.c = c
+        self.qk_silu = qk_silu
         D = c.hidden_size
         self.q_proj = nn.Linear(D, c.key_dim, bias=False)
         self.k_proj = nn.Linear(D, c.key_dim, bias=False)
         self.v_proj = nn.Linear(D, c.value_dim, bias=False)
-        self.a_proj = nn.Linear(D, c.num_v_heads, bias=False)
-        self.b_proj = nn.Linear(D, c.num_v_heads, bias=False)
-        self.A_log = nn.Parameter(torch.zeros(c.num_v_heads))
-        self.dt_bias = nn.Parameter(torch.zeros(c.num_v_heads))
         if c.use_short_conv:
-            self.q_conv1d = ShortConvolution(c.key_dim, c.conv_size)
-            self.k_conv1d = ShortConvolution(c.key_dim, c.conv_size)
+            self.q_conv1d = ShortConvolution(c.key_dim, c.conv_size, qk_silu)
+            self.k_conv1d = ShortConvolution(c.key_dim, c.conv_size, qk_silu)
             self.v_conv1d = ShortConvolution(c.value_dim, c.conv_size)
         if c.use_gate:
             self.g_proj = nn.Linear(D, c.value_dim, bias=False)
@@ -435,37 +465,30 @@ class GatedDeltaNet(nn.Module):
                 torch.zeros(batch, w, c.key_dim, dtype=dtype),
                 torch.zeros(batch, w, c.value_dim, dtype=dtype))
 
-    def run(self, x, state):
-        """x (B, T, hidden) after the state -> (B, T, hidden), new state."""
+    def qkv(self, x, state):
+        """-> q, k (B, T, H, K), v (B, T, HV, V), the convolutions' caches."""
         c = self.c
-        B, T, _ = x.shape
-        s = state[0]
         if c.use_short_conv:
             q, cq = self.q_conv1d(self.q_proj(x), state[1])
             k, ck = self.k_conv1d(self.k_proj(x), state[2])
             v, cv = self.v_conv1d(self.v_proj(x), state[3])
+            caches = (cq, ck, cv)
         else:
-            q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
-        q = q.unflatten(-1, (c.num_heads, c.head_k_dim))
-        k = k.unflatten(-1, (c.num_heads, c.head_k_dim))
-        v = v.unflatten(-1, (c.num_v_heads, c.head_v_dim))
-        beta = self.b_proj(x).sigmoid()
-        if c.allow_neg_eigval:
-            beta = beta * 2
-        g = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)
-        # The kernel's i_h = i_hv // (HV // H).
-        groups = c.num_v_heads // c.num_heads
-        q = q.repeat_interleave(groups, dim=2)
-        k = k.repeat_interleave(groups, dim=2)
-        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
-        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-        q = q * c.head_k_dim ** -0.5
-        o, s = gated_delta_recurrence(q, k, v, g, beta, s)
+            q, k = self.q_proj(x), self.k_proj(x)
+            if self.qk_silu:
+                q, k = F.silu(q), F.silu(k)
+            v = F.silu(self.v_proj(x))
+            caches = ()
+        return (q.unflatten(-1, (c.num_heads, c.head_k_dim)),
+                k.unflatten(-1, (c.num_heads, c.head_k_dim)),
+                v.unflatten(-1, (c.num_v_heads, c.head_v_dim)), caches)
+
+    def finish(self, o, x):
+        c = self.c
         o = self.o_norm(o)
         if c.use_gate:
             o = o * F.silu(self.g_proj(x).unflatten(-1, (c.num_v_heads, c.head_v_dim)))
-        out = self.o_proj(o.flatten(-2))
-        return out, ((s, cq, ck, cv) if c.use_short_conv else (s,))
+        return self.o_proj(o.flatten(-2))
 
     def forward(self, x):
         return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
@@ -473,6 +496,69 @@ class GatedDeltaNet(nn.Module):
     def step(self, x, state):
         out, state = self.run(x[:, None], state)
         return out[:, 0], state
+
+
+def l2_normalise(x):
+    """fla's l2norm (and the kernels' in-kernel norm): x / sqrt(sum x^2 + 1e-6)."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+class GatedDeltaNet(DeltaRuleMixer):
+    """fla/layers/gated_deltanet.py (GatedDeltaNet.forward) with the
+    recurrence of fla/ops/gated_delta_rule/fused_recurrent.py, token by token
+    (the file docstring has the formulas)."""
+
+    def __init__(self, c):
+        super().__init__(c, qk_silu=True)
+        self.a_proj = nn.Linear(c.hidden_size, c.num_v_heads, bias=False)
+        self.b_proj = nn.Linear(c.hidden_size, c.num_v_heads, bias=False)
+        self.A_log = nn.Parameter(torch.zeros(c.num_v_heads))
+        self.dt_bias = nn.Parameter(torch.zeros(c.num_v_heads))
+
+    def run(self, x, state):
+        """x (B, T, hidden) after the state -> (B, T, hidden), new state."""
+        c = self.c
+        q, k, v, caches = self.qkv(x, state)
+        beta = self.b_proj(x).sigmoid()
+        if c.allow_neg_eigval:
+            beta = beta * 2
+        g = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)
+        # The kernel's i_h = i_hv // (HV // H).
+        groups = c.num_v_heads // c.num_heads
+        q = l2_normalise(q.repeat_interleave(groups, dim=2)) * c.head_k_dim ** -0.5
+        k = l2_normalise(k.repeat_interleave(groups, dim=2))
+        o, s = gated_delta_recurrence(q, k, v, g, beta, state[0])
+        return self.finish(o, x), (s, *caches)
+
+
+class DeltaNet(DeltaRuleMixer):
+    """fla/layers/delta_net.py (DeltaNet.forward) with the recurrence of
+    fla/ops/delta_rule/fused_recurrent.py: the gated delta rule's loop at
+    g = 0 (exp(0) = 1 leaves S as it is)."""
+
+    def __init__(self, c):
+        super().__init__(c, qk_silu=c.qk_activation == "silu")
+        if c.use_beta:
+            self.b_proj = nn.Linear(c.hidden_size, c.num_heads, bias=False)
+
+    def run(self, x, state):
+        c = self.c
+        q, k, v, caches = self.qkv(x, state)
+        if c.qk_activation == "relu":
+            q, k = q.relu(), k.relu()
+        elif c.qk_activation == "elu":
+            q, k = F.elu(q) + 1, F.elu(k) + 1
+        if c.qk_norm == "sum":
+            q = q / q.sum(-1, keepdim=True)
+            k = k / k.sum(-1, keepdim=True)
+        else:
+            q, k = l2_normalise(q), l2_normalise(k)
+        beta = self.b_proj(x).sigmoid() if c.use_beta else torch.ones_like(q[..., 0])
+        if c.allow_neg_eigval:
+            beta = beta * 2
+        q = q * c.head_k_dim ** -0.5
+        o, s = gated_delta_recurrence(q, k, v, torch.zeros_like(beta), beta, state[0])
+        return self.finish(o, x), (s, *caches)
 
 
 class MLP(nn.Module):
@@ -490,7 +576,8 @@ class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.attn_norm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.attn = GatedDeltaNet(c) if c.model_type == "gated_deltanet" else LinearAttention(c)
+        self.attn = {"linear_attn": LinearAttention, "delta_net": DeltaNet,
+                     "gated_deltanet": GatedDeltaNet}[c.model_type](c)
         self.mlp_norm = RMSNorm(c.hidden_size, c.norm_eps)
         self.mlp = MLP(c)
 
@@ -625,6 +712,21 @@ def cmd_logits(args):
 
 
 def cmd_random(args):
+    if args.model_type == "delta_net":
+        config = {
+            "model_type": "delta_net", "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
+            "expand_k": args.expand_k, "expand_v": args.expand_v,
+            "use_gate": args.use_gate, "use_short_conv": not args.no_short_conv,
+            "conv_size": args.conv_size, "use_beta": not args.no_beta,
+            "allow_neg_eigval": args.allow_neg_eigval, "qk_activation": args.qk_activation,
+            "qk_norm": args.qk_norm, "hidden_act": "swish", "hidden_ratio": 4,
+            "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
+            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
+            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
+        }
+        save_model(random_model(config, args.seed), args.out, args.dtype)
+        return
     if args.model_type == "gated_deltanet":
         config = {
             "model_type": "gated_deltanet", "hidden_size": args.hidden_size,
@@ -723,7 +825,8 @@ def main():
     a.set_defaults(fn=cmd_logits)
     r = sub.add_parser("random", help="write a random fla-layout model")
     r.add_argument("--out", required=True)
-    r.add_argument("--model-type", default="linear_attn", choices=["linear_attn", "gated_deltanet"])
+    r.add_argument("--model-type", default="linear_attn",
+                   choices=["linear_attn", "delta_net", "gated_deltanet"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
@@ -739,13 +842,18 @@ def main():
     r.add_argument("--norm-q", action="store_true")
     r.add_argument("--norm-k", action="store_true")
     r.add_argument("--no-affine", action="store_true", help="elementwise_affine = false")
+    r.add_argument("--use-gate", action="store_true", help="delta_net: use_gate = true")
+    r.add_argument("--no-beta", action="store_true", help="delta_net: use_beta = false")
+    r.add_argument("--qk-activation", default="silu", choices=["silu", "relu", "elu", "identity"],
+                   help="delta_net")
+    r.add_argument("--qk-norm", default="l2", choices=["l2", "sum"], help="delta_net")
     r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet")
     r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
     r.add_argument("--conv-size", type=int, default=4, help="gated_deltanet")
     r.add_argument("--no-gate", action="store_true", help="gated_deltanet: use_gate = false")
     r.add_argument("--no-short-conv", action="store_true",
-                   help="gated_deltanet: use_short_conv = false")
-    r.add_argument("--allow-neg-eigval", action="store_true", help="gated_deltanet")
+                   help="delta_net, gated_deltanet: use_short_conv = false")
+    r.add_argument("--allow-neg-eigval", action="store_true", help="delta_net, gated_deltanet")
     r.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(fn=cmd_random)

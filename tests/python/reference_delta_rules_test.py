@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Known answers for tools/linattn_ref.py's gated_deltanet mixer.
+"""Known answers for tools/linattn_ref.py's delta_net and gated_deltanet mixers.
 
 Each expected value is worked out by hand from fla's definitions
-(fla/layers/gated_deltanet.py, fla/ops/gated_delta_rule/fused_recurrent.py,
+(fla/layers/gated_deltanet.py, fla/layers/delta_net.py,
+fla/ops/gated_delta_rule/fused_recurrent.py, fla/ops/delta_rule/,
 fla/modules/conv/short_conv.py), not by running code, so that the reference
 the C++ forward will be checked against is itself checked against fla.
 """
@@ -29,6 +30,19 @@ def t(values):
 
 def silu(x):
     return x / (1 + math.exp(-x))
+
+
+def assert_prefill_equals_steps(test, config, seed=3):
+    """A random model's whole-sequence logits equal its token-by-token ones
+    (the same operations in the same order)."""
+    model = ref.random_model(config, seed).double()
+    toks = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        whole = model(toks)[0]
+        states = model.new_state(1, torch.float64)
+        for i in range(toks.shape[1]):
+            logits, states = model.step(toks[:, i], states)
+            test.assertTrue(torch.allclose(logits[0], whole[i], rtol=0, atol=1e-12))
 
 
 def small_config(**over):
@@ -131,17 +145,74 @@ class LayerTest(unittest.TestCase):
         self.assertEqual(s[0, 0, 1, 0].item(), 0.0)
 
     def test_prefill_equals_token_by_token(self):
-        cfg = {"model_type": "gated_deltanet", "hidden_size": 16, "num_hidden_layers": 2,
-               "num_heads": 2, "num_v_heads": 4, "head_dim": 4, "expand_v": 2,
-               "vocab_size": 20}
-        model = ref.random_model(cfg, 3).double()
-        toks = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+        assert_prefill_equals_steps(
+            self, {"model_type": "gated_deltanet", "hidden_size": 16, "num_hidden_layers": 2,
+                   "num_heads": 2, "num_v_heads": 4, "head_dim": 4, "expand_v": 2,
+                   "vocab_size": 20})
+
+
+def delta_net(**over):
+    # hidden 4, one head, key_dim 2, value_dim 1, every weight 0.
+    c = {"model_type": "delta_net", "hidden_size": 4, "num_hidden_layers": 1,
+         "num_heads": 1, "expand_k": 0.5, "expand_v": 0.25, "vocab_size": 8,
+         "use_short_conv": False}
+    c.update(over)
+    m = ref.DeltaNet(ref.Config(c)).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        m.o_norm.weight.fill_(1)
+        # k = x[0:2], v from x[2].
+        m.k_proj.weight[0, 0] = 1
+        m.k_proj.weight[1, 1] = 1
+        m.v_proj.weight[0, 2] = 1
+    return m
+
+
+class DeltaNetTest(unittest.TestCase):
+    def state_after(self, m, x):
+        _, state = m.run(t([[x]]), m.new_state(1, torch.float64))
+        return state[0][0, 0, :, 0].tolist()  # S (K = 2, V = 1) of the head
+
+    def test_identity_activation_leaves_keys_raw_but_v_gets_silu(self):
+        # qk_activation 'identity' with the convolution: its taps [0, 0, 0, 1]
+        # pass the current input, and only v's convolution has SiLU:
+        # k = [-2, 1] -> k̂ = [-2, 1] / sqrt(5 + 1e-6); v = silu(3);
+        # beta = sigmoid(0) = 1/2; S = k̂ (beta v).
+        m = delta_net(qk_activation="identity", use_short_conv=True)
         with torch.no_grad():
-            whole = model(toks)[0]
-            states = model.new_state(1, torch.float64)
-            for i in range(toks.shape[1]):
-                logits, states = model.step(toks[:, i], states)
-                self.assertTrue(torch.allclose(logits[0], whole[i], rtol=0, atol=1e-12))
+            for conv in (m.q_conv1d, m.k_conv1d, m.v_conv1d):
+                conv.weight[:, 0, 3] = 1
+        n = math.sqrt(5 + 1e-6)
+        got = self.state_after(m, [-2.0, 1.0, 3.0, 0.0])
+        want = [-2 / n * 0.5 * silu(3.0), 1 / n * 0.5 * silu(3.0)]
+        for g, w in zip(got, want):
+            self.assertAlmostEqual(g, w, places=14)
+
+    def test_silu_activation_on_keys(self):
+        # qk_activation 'silu' without the convolution: k = silu([-2, 1]).
+        m = delta_net()
+        ks = [silu(-2.0), silu(1.0)]
+        n = math.sqrt(ks[0] ** 2 + ks[1] ** 2 + 1e-6)
+        got = self.state_after(m, [-2.0, 1.0, 3.0, 0.0])
+        for g, kk in zip(got, ks):
+            self.assertAlmostEqual(g, kk / n * 0.5 * silu(3.0), places=14)
+
+    def test_elu_then_sum_norm_and_beta_without_projection(self):
+        # qk_activation 'elu' (elu(x) + 1), qk_norm 'sum': k = [0, 1] ->
+        # [1, 2] -> [1/3, 2/3]; use_beta false: beta = 1, doubled with
+        # allow_neg_eigval.
+        for neg, beta in ((False, 1.0), (True, 2.0)):
+            m = delta_net(qk_activation="elu", qk_norm="sum", use_beta=False,
+                          allow_neg_eigval=neg)
+            got = self.state_after(m, [0.0, 1.0, 3.0, 0.0])
+            for g, kk in zip(got, [1 / 3, 2 / 3]):
+                self.assertAlmostEqual(g, kk * beta * silu(3.0), places=14)
+
+    def test_prefill_equals_token_by_token(self):
+        assert_prefill_equals_steps(
+            self, {"model_type": "delta_net", "hidden_size": 16, "num_hidden_layers": 2,
+                   "num_heads": 2, "vocab_size": 20, "use_gate": True})
 
 
 class LoaderTest(unittest.TestCase):
