@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch reference of flash-linear-attention language models: `linear_attn`,
-`delta_net` and `gated_deltanet`.
+`gla`, `delta_net` and `gated_deltanet`.
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -25,6 +25,14 @@ allow_neg_eigval); q and k L2-normalised (eps 1e-6), q scaled by head_dim^-1/2;
 value head hv reading q/k head hv // (num_v_heads / num_heads); then
 RMSNorm(o) * silu(g_proj(x)) per head (one weight for all heads) and o_proj.
 
+gla (fla GLAForCausalLM, fla/layers/gla.py): q, k, v projections (k and v
+per key/value head, query head j reading head j // (num_heads/num_kv_heads)),
+optional short convolutions with SiLU; a low-rank gate per key channel
+gk = logsigmoid(W1 W0 x + b1) / 16 (clamped below at clamp_min), computed from
+x itself; an optional feature map on q and k after it;
+    S = diag(exp(gk)) S + k v^T;  o = (q head_k_dim^-1/2) S
+then RMSNorm per head times silu(g_proj(x)) (use_output_gate) and o_proj.
+
 delta_net (fla DeltaNetForCausalLM, fla/layers/delta_net.py) is the same
 without a gate (g = 0): q and k through the convolution with SiLU only for
 qk_activation 'silu' (relu, elu+1 or identity after it otherwise), v always
@@ -37,6 +45,7 @@ Usage:
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
     linattn_ref.py random --out DIR --model-type gated_deltanet [--num-v-heads 8] ...
     linattn_ref.py random --out DIR --model-type delta_net [--qk-norm sum] ...
+    linattn_ref.py random --out DIR --model-type gla [--num-kv-heads 2 --short-conv] ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -73,6 +82,17 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 FEATURE_MAPS = ("elu", "relu", "identity", "t2r", "hedgehog", "dpfp", "elementwise_product")
+# fla/modules/activations.py's ACT2FN entries that GLA's feature_map may name
+# (None: no map); fla's tanh-approximate gelu is not built here.
+GLA_FEATURE_MAPS = {
+    None: lambda x: x,
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "logsigmoid": lambda x: torch.nn.functional.logsigmoid(x),
+    "silu": lambda x: torch.nn.functional.silu(x),
+    "swish": lambda x: torch.nn.functional.silu(x),
+    "sqrelu": lambda x: torch.relu(x) ** 2,
+}
 
 # ---------------------------------------------------------------- safetensors
 
@@ -152,12 +172,12 @@ class Config:
     def __init__(self, d):
         self.raw = d
         self.model_type = d.get("model_type", "linear_attn")
-        if self.model_type not in ("linear_attn", "delta_net", "gated_deltanet"):
+        if self.model_type not in ("linear_attn", "gla", "delta_net", "gated_deltanet"):
             raise ValueError(f"model_type {self.model_type!r} not supported")
         gdn = self.model_type == "gated_deltanet"
         self.hidden_size = d.get("hidden_size", 2048)
         self.num_hidden_layers = d.get("num_hidden_layers", 21 if gdn else 24)
-        self.num_heads = d.get("num_heads", {"linear_attn": 4, "delta_net": 16,
+        self.num_heads = d.get("num_heads", {"linear_attn": 4, "gla": 4, "delta_net": 16,
                                              "gated_deltanet": 6}[self.model_type])
         self.hidden_ratio = d.get("hidden_ratio", 4) or 4
         self.intermediate_size = d.get("intermediate_size")
@@ -173,7 +193,7 @@ class Config:
         for field in ("attn", "attnres_block_size"):
             if d.get(field) is not None:
                 raise ValueError(f"{field} is not supported by this reference")
-        {"linear_attn": self._linear_attn, "delta_net": self._delta_net,
+        {"linear_attn": self._linear_attn, "gla": self._gla, "delta_net": self._delta_net,
          "gated_deltanet": self._gated_deltanet}[self.model_type](d)
 
     def _linear_attn(self, d):
@@ -195,6 +215,28 @@ class Config:
         self.groups = self.num_heads // self.num_kv_heads
         if self.feature_map not in FEATURE_MAPS:
             raise ValueError(f"feature_map {self.feature_map!r} not supported")
+
+    def _gla(self, d):
+        # GLAConfig's defaults and GatedLinearAttention.__init__'s split.
+        self.num_kv_heads = d.get("num_kv_heads") or self.num_heads
+        self.groups = self.num_heads // self.num_kv_heads
+        self.key_dim = int(self.hidden_size * d.get("expand_k", 0.5))
+        self.value_dim = int(self.hidden_size * d.get("expand_v", 1.0))
+        if self.key_dim % self.num_heads or self.value_dim % self.num_heads:
+            raise ValueError("key and value dims must be multiples of num_heads")
+        self.head_k_dim = self.key_dim // self.num_heads
+        self.head_v_dim = self.value_dim // self.num_heads
+        self.feature_map = d.get("feature_map")
+        if self.feature_map not in GLA_FEATURE_MAPS:
+            raise ValueError(f"feature_map {self.feature_map!r} not supported")
+        self.use_short_conv = bool(d.get("use_short_conv", False))
+        self.conv_size = d.get("conv_size", 4)
+        self.use_output_gate = bool(d.get("use_output_gate", True))
+        self.clamp_min = d.get("clamp_min")
+        self.elementwise_affine = d.get("elementwise_affine", True)
+        if self.elementwise_affine is None:
+            self.elementwise_affine = True
+        self.fuse_norm = bool(d.get("fuse_norm", True))
 
     def _delta_net(self, d):
         # DeltaNetConfig's defaults; DeltaNet.__init__ splits key_dim and
@@ -430,7 +472,104 @@ def gated_delta_recurrence(q, k, v, g, beta, s):
     return torch.stack(outs, dim=1), s
 
 
-class DeltaRuleMixer(nn.Module):
+class RecurrentMixer(nn.Module):
+    """A token mixer defined by run(x, state) -> (out, state) over T tokens
+    from a state of new_state(batch, dtype): whole sequences start from an
+    empty state, a decode step is one token."""
+
+    def forward(self, x):
+        return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
+
+    def step(self, x, state):
+        out, state = self.run(x[:, None], state)
+        return out[:, 0], state
+
+    def with_conv_states(self, s, batch, dtype, channels):
+        """(s,) and, with short convolutions, the last W-1 inputs of each."""
+        if not self.c.use_short_conv:
+            return (s,)
+        w = self.c.conv_size - 1
+        return (s, *(torch.zeros(batch, w, ch, dtype=dtype) for ch in channels))
+
+    def project_qkv(self, x, state):
+        """q, k, v projections of x (flat), through the short convolutions
+        (with their activations) when the layer has them; and the caches."""
+        if not self.c.use_short_conv:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x), ()
+        q, cq = self.q_conv1d(self.q_proj(x), state[1])
+        k, ck = self.k_conv1d(self.k_proj(x), state[2])
+        v, cv = self.v_conv1d(self.v_proj(x), state[3])
+        return q, k, v, (cq, ck, cv)
+
+
+def gated_recurrence(q, k, v, gk, s):
+    """naive_recurrent_gla's loop (fla/ops/gla/naive.py), state K-first: q, k,
+    gk (B, T, H, K) with q scaled, v (B, T, H, V), s (B, H, K, V) -> o, s."""
+    outs = []
+    for t in range(q.shape[1]):
+        s = s * gk[:, t].exp()[..., None] + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outs.append(torch.einsum("bhkv,bhk->bhv", s, q[:, t]))
+    return torch.stack(outs, dim=1), s
+
+
+class GatedLinearAttention(RecurrentMixer):
+    """fla/layers/gla.py (GatedLinearAttention.forward), token by token (the
+    file docstring has the formulas)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        D, G = c.hidden_size, c.groups
+        self.q_proj = nn.Linear(D, c.key_dim, bias=False)
+        self.k_proj = nn.Linear(D, c.key_dim // G, bias=False)
+        self.v_proj = nn.Linear(D, c.value_dim // G, bias=False)
+        if c.use_output_gate:
+            self.g_proj = nn.Linear(D, c.value_dim, bias=False)
+        if c.use_short_conv:
+            self.q_conv1d = ShortConvolution(c.key_dim, c.conv_size)
+            self.k_conv1d = ShortConvolution(c.key_dim // G, c.conv_size)
+            self.v_conv1d = ShortConvolution(c.value_dim // G, c.conv_size)
+        # gate_low_rank_dim = 16, fixed in the layer; the second has a bias.
+        self.gk_proj = nn.Sequential(nn.Linear(D, 16, bias=False),
+                                     nn.Linear(16, c.key_dim // G, bias=True))
+        self.o_proj = nn.Linear(c.value_dim, D, bias=False)
+        # The norm's name in the checkpoint depends on whether fla fused it
+        # with the gate; the math is the same (the gate is swish either way).
+        norm = RMSNorm(c.head_v_dim, c.norm_eps, c.elementwise_affine)
+        self.fused_name = c.fuse_norm and c.use_output_gate
+        if self.fused_name:
+            self.g_norm_swish_gate = norm
+        else:
+            self.g_norm = norm
+
+    def new_state(self, batch, dtype):
+        c = self.c
+        s = torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype)
+        return self.with_conv_states(s, batch, dtype, (c.key_dim, c.key_dim // c.groups,
+                                                       c.value_dim // c.groups))
+
+    def run(self, x, state):
+        c = self.c
+        q, k, v, caches = self.project_qkv(x, state)
+        gk = self.gk_proj(x)
+        q = q.unflatten(-1, (c.num_heads, c.head_k_dim))
+        # einops '(h d) -> (h g) d': query head j reads key/value head j // G.
+        k = k.unflatten(-1, (c.num_kv_heads, c.head_k_dim)).repeat_interleave(c.groups, dim=-2)
+        gk = gk.unflatten(-1, (c.num_kv_heads, c.head_k_dim)).repeat_interleave(c.groups, dim=-2)
+        v = v.unflatten(-1, (c.num_kv_heads, c.head_v_dim)).repeat_interleave(c.groups, dim=-2)
+        gk = F.logsigmoid(gk) / 16
+        if c.clamp_min is not None:
+            gk = torch.clamp_min(gk, c.clamp_min)
+        fm = GLA_FEATURE_MAPS[c.feature_map]
+        q, k = fm(q), fm(k)
+        o, s = gated_recurrence(q * c.head_k_dim ** -0.5, k, v, gk, state[0])
+        o = (self.g_norm_swish_gate if self.fused_name else self.g_norm)(o)
+        if c.use_output_gate:
+            o = o * F.silu(self.g_proj(x).unflatten(-1, (c.num_heads, c.head_v_dim)))
+        return self.o_proj(o.flatten(-2)), (s, *caches)
+
+
+class DeltaRuleMixer(RecurrentMixer):
     """What fla's DeltaNet and GatedDeltaNet layers share: q/k/v projections
     through short convolutions (v always with SiLU, q and k with SiLU when
     `qk_silu`; without convolutions the same activations directly), an
@@ -458,27 +597,16 @@ class DeltaRuleMixer(nn.Module):
     def new_state(self, batch, dtype):
         c = self.c
         s = torch.zeros(batch, c.num_v_heads, c.head_k_dim, c.head_v_dim, dtype=dtype)
-        if not c.use_short_conv:
-            return (s,)
-        w = c.conv_size - 1
-        return (s, torch.zeros(batch, w, c.key_dim, dtype=dtype),
-                torch.zeros(batch, w, c.key_dim, dtype=dtype),
-                torch.zeros(batch, w, c.value_dim, dtype=dtype))
+        return self.with_conv_states(s, batch, dtype, (c.key_dim, c.key_dim, c.value_dim))
 
     def qkv(self, x, state):
         """-> q, k (B, T, H, K), v (B, T, HV, V), the convolutions' caches."""
         c = self.c
-        if c.use_short_conv:
-            q, cq = self.q_conv1d(self.q_proj(x), state[1])
-            k, ck = self.k_conv1d(self.k_proj(x), state[2])
-            v, cv = self.v_conv1d(self.v_proj(x), state[3])
-            caches = (cq, ck, cv)
-        else:
-            q, k = self.q_proj(x), self.k_proj(x)
+        q, k, v, caches = self.project_qkv(x, state)
+        if not c.use_short_conv:
             if self.qk_silu:
                 q, k = F.silu(q), F.silu(k)
-            v = F.silu(self.v_proj(x))
-            caches = ()
+            v = F.silu(v)
         return (q.unflatten(-1, (c.num_heads, c.head_k_dim)),
                 k.unflatten(-1, (c.num_heads, c.head_k_dim)),
                 v.unflatten(-1, (c.num_v_heads, c.head_v_dim)), caches)
@@ -490,12 +618,6 @@ class DeltaRuleMixer(nn.Module):
             o = o * F.silu(self.g_proj(x).unflatten(-1, (c.num_v_heads, c.head_v_dim)))
         return self.o_proj(o.flatten(-2))
 
-    def forward(self, x):
-        return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
-
-    def step(self, x, state):
-        out, state = self.run(x[:, None], state)
-        return out[:, 0], state
 
 
 def l2_normalise(x):
@@ -576,8 +698,8 @@ class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.attn_norm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.attn = {"linear_attn": LinearAttention, "delta_net": DeltaNet,
-                     "gated_deltanet": GatedDeltaNet}[c.model_type](c)
+        self.attn = {"linear_attn": LinearAttention, "gla": GatedLinearAttention,
+                     "delta_net": DeltaNet, "gated_deltanet": GatedDeltaNet}[c.model_type](c)
         self.mlp_norm = RMSNorm(c.hidden_size, c.norm_eps)
         self.mlp = MLP(c)
 
@@ -712,6 +834,21 @@ def cmd_logits(args):
 
 
 def cmd_random(args):
+    if args.model_type == "gla":
+        config = {
+            "model_type": "gla", "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
+            "num_kv_heads": args.num_kv_heads, "expand_k": args.expand_k,
+            "expand_v": args.expand_v, "feature_map": args.gla_feature_map,
+            "use_short_conv": args.short_conv, "conv_size": args.conv_size,
+            "use_output_gate": not args.no_gate, "clamp_min": args.clamp_min,
+            "elementwise_affine": not args.no_affine, "fuse_norm": True, "hidden_act": "swish",
+            "hidden_ratio": 4, "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
+            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
+            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
+        }
+        save_model(random_model(config, args.seed), args.out, args.dtype)
+        return
     if args.model_type == "delta_net":
         config = {
             "model_type": "delta_net", "hidden_size": args.hidden_size,
@@ -826,7 +963,7 @@ def main():
     r = sub.add_parser("random", help="write a random fla-layout model")
     r.add_argument("--out", required=True)
     r.add_argument("--model-type", default="linear_attn",
-                   choices=["linear_attn", "delta_net", "gated_deltanet"])
+                   choices=["linear_attn", "gla", "delta_net", "gated_deltanet"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
@@ -842,6 +979,10 @@ def main():
     r.add_argument("--norm-q", action="store_true")
     r.add_argument("--norm-k", action="store_true")
     r.add_argument("--no-affine", action="store_true", help="elementwise_affine = false")
+    r.add_argument("--gla-feature-map", default=None,
+                   choices=[m for m in GLA_FEATURE_MAPS if m is not None], help="gla")
+    r.add_argument("--short-conv", action="store_true", help="gla: use_short_conv = true")
+    r.add_argument("--clamp-min", type=float, default=None, help="gla")
     r.add_argument("--use-gate", action="store_true", help="delta_net: use_gate = true")
     r.add_argument("--no-beta", action="store_true", help="delta_net: use_beta = false")
     r.add_argument("--qk-activation", default="silu", choices=["silu", "relu", "elu", "identity"],
@@ -850,7 +991,8 @@ def main():
     r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet")
     r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
     r.add_argument("--conv-size", type=int, default=4, help="gated_deltanet")
-    r.add_argument("--no-gate", action="store_true", help="gated_deltanet: use_gate = false")
+    r.add_argument("--no-gate", action="store_true",
+                   help="gated_deltanet: use_gate = false; gla: use_output_gate = false")
     r.add_argument("--no-short-conv", action="store_true",
                    help="delta_net, gated_deltanet: use_short_conv = false")
     r.add_argument("--allow-neg-eigval", action="store_true", help="delta_net, gated_deltanet")

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Known answers for tools/linattn_ref.py's delta_net and gated_deltanet mixers.
+"""Known answers for tools/linattn_ref.py's gla, delta_net and gated_deltanet
+mixers.
 
 Each expected value is worked out by hand from fla's definitions
-(fla/layers/gated_deltanet.py, fla/layers/delta_net.py,
+(fla/layers/gla.py, fla/ops/gla/naive.py, fla/layers/gated_deltanet.py,
+fla/layers/delta_net.py,
 fla/ops/gated_delta_rule/fused_recurrent.py, fla/ops/delta_rule/,
 fla/modules/conv/short_conv.py), not by running code, so that the reference
 the C++ forward will be checked against is itself checked against fla.
@@ -213,6 +215,89 @@ class DeltaNetTest(unittest.TestCase):
         assert_prefill_equals_steps(
             self, {"model_type": "delta_net", "hidden_size": 16, "num_hidden_layers": 2,
                    "num_heads": 2, "vocab_size": 20, "use_gate": True})
+
+
+def gla(**over):
+    # hidden 4, key_dim 2 (one key channel pair per head with 1 head), every
+    # weight 0 but the norm's.
+    c = {"model_type": "gla", "hidden_size": 4, "num_hidden_layers": 1, "num_heads": 1,
+         "expand_k": 0.5, "expand_v": 0.25, "vocab_size": 8}
+    c.update(over)
+    m = ref.GatedLinearAttention(ref.Config(c)).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for name, p in m.named_parameters():
+            if "norm" in name:
+                p.fill_(1)
+    return m
+
+
+class GlaTest(unittest.TestCase):
+    def run_one(self, m, x, s0):
+        _, state = m.run(t([[x]]), (s0,))
+        return state[0]
+
+    def test_gate_is_logsigmoid_over_16_per_key_row_then_clamped(self):
+        # gk = logsigmoid(0) / 16 = ln(1/2) / 16 on key channel 0; channel 1's
+        # bias -1e4 gives logsigmoid = -1e4 in double, a factor exp(-625):
+        # the gate scales S's rows (the key dimension). With clamp_min -0.01 the
+        # first gate becomes -0.01 and the second too.
+        m = gla()
+        with torch.no_grad():
+            m.gk_proj[1].bias.copy_(t([0.0, -1e4]))
+        s = self.run_one(m, [0.0] * 4, torch.ones(1, 1, 2, 1, dtype=torch.float64))
+        self.assertAlmostEqual(s[0, 0, 0, 0].item(), 0.5 ** (1 / 16), places=15)
+        self.assertAlmostEqual(s[0, 0, 1, 0].item() / math.exp(-625.0), 1.0, places=13)
+        m = gla(clamp_min=-0.01)
+        with torch.no_grad():
+            m.gk_proj[1].bias.copy_(t([0.0, -1e4]))
+        s = self.run_one(m, [0.0] * 4, torch.ones(1, 1, 2, 1, dtype=torch.float64))
+        for r in range(2):
+            self.assertAlmostEqual(s[0, 0, r, 0].item(), math.exp(-0.01), places=15)
+
+    def test_feature_map_on_keys_and_raw_values_without_convolution(self):
+        # feature_map relu: k = relu([-1, 2]) = [0, 2]; v = x[2] = 3 with no
+        # activation; gates exp(ln(1/2)/16) on an empty state change nothing:
+        # S = k v^T = [0, 6].
+        m = gla(feature_map="relu")
+        with torch.no_grad():
+            m.k_proj.weight[0, 0] = 1
+            m.k_proj.weight[1, 1] = 1
+            m.v_proj.weight[0, 2] = 1
+        s = self.run_one(m, [-1.0, 2.0, 3.0, 0.0], torch.zeros(1, 1, 2, 1, dtype=torch.float64))
+        self.assertEqual(s.flatten().tolist(), [0.0, 6.0])
+
+    def test_query_head_j_reads_key_value_head_j_div_groups(self):
+        # num_heads 4, num_kv_heads 2: heads 0, 1 read kv head 0, heads 2, 3
+        # kv head 1, whose keys are 0: only heads 0 and 1 write.
+        m = gla(num_heads=4, num_kv_heads=2, expand_k=2, expand_v=1)
+        with torch.no_grad():
+            m.k_proj.weight[0:2, 0:2] = torch.eye(2, dtype=torch.float64)
+            m.v_proj.weight.fill_(1)
+        s = self.run_one(m, [1.0, 2.0, 3.0, 4.0], torch.zeros(1, 4, 2, 1, dtype=torch.float64))
+        written = [bool(s[0, h].abs().sum() > 0) for h in range(4)]
+        self.assertEqual(written, [True, True, False, False])
+
+    def test_output_is_scaled_query_times_state(self):
+        # One token, no gate output, no affine norm: S = k v^T with k = [1, 0],
+        # v = 2; q = [3, 0] scaled by 2^-1/2: o = 3 * 2 / sqrt 2, and the
+        # per-head RMSNorm of a single value o is o / sqrt(o^2 + 1e-6).
+        m = gla(use_output_gate=False, elementwise_affine=False)
+        with torch.no_grad():
+            m.q_proj.weight[0, 0] = 1
+            m.k_proj.weight[0, 1] = 1
+            m.v_proj.weight[0, 2] = 1
+            m.o_proj.weight.fill_(1)
+        out, _ = m.run(t([[[3.0, 1.0, 2.0, 0.0]]]), m.new_state(1, torch.float64))
+        o = 3 * 2 / math.sqrt(2)
+        self.assertAlmostEqual(out[0, 0, 0].item(), o / math.sqrt(o * o + 1e-6), places=14)
+
+    def test_prefill_equals_token_by_token(self):
+        assert_prefill_equals_steps(
+            self, {"model_type": "gla", "hidden_size": 16, "num_hidden_layers": 2,
+                   "num_heads": 4, "num_kv_heads": 2, "use_short_conv": True,
+                   "feature_map": "relu", "vocab_size": 20})
 
 
 class LoaderTest(unittest.TestCase):
