@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch reference of flash-linear-attention language models: `linear_attn`,
-`gla`, `delta_net` and `gated_deltanet`.
+`retnet`, `gla`, `delta_net` and `gated_deltanet`.
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -25,6 +25,12 @@ allow_neg_eigval); q and k L2-normalised (eps 1e-6), q scaled by head_dim^-1/2;
 value head hv reading q/k head hv // (num_v_heads / num_heads); then
 RMSNorm(o) * silu(g_proj(x)) per head (one weight for all heads) and o_proj.
 
+retnet (fla RetNetForCausalLM, fla/layers/multiscale_retention.py): q, k, v
+projections (k, v per key/value head), an optional feature map, rotary on q
+and k at absolute positions (base 10000, GPT-NeoX halves, tables in float32),
+per head S = gamma_h S + k v^T with gamma_h = 1 - 2^(-5-h) in float32, read
+with q head_k_dim^-1/2; the output as gla's. hidden_ratio defaults to 2.
+
 gla (fla GLAForCausalLM, fla/layers/gla.py): q, k, v projections (k and v
 per key/value head, query head j reading head j // (num_heads/num_kv_heads)),
 optional short convolutions with SiLU; a low-rank gate per key channel
@@ -46,6 +52,7 @@ Usage:
     linattn_ref.py random --out DIR --model-type gated_deltanet [--num-v-heads 8] ...
     linattn_ref.py random --out DIR --model-type delta_net [--qk-norm sum] ...
     linattn_ref.py random --out DIR --model-type gla [--num-kv-heads 2 --short-conv] ...
+    linattn_ref.py random --out DIR --model-type retnet [--num-kv-heads 2] ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -82,6 +89,16 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 FEATURE_MAPS = ("elu", "relu", "identity", "t2r", "hedgehog", "dpfp", "elementwise_product")
+# transformers' ACT2FN entries that RetNet's feature_map may name (None: no
+# map); "gelu" there is the exact (erf) GELU.
+RETNET_FEATURE_MAPS = {
+    None: lambda x: x,
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "silu": lambda x: torch.nn.functional.silu(x),
+    "swish": lambda x: torch.nn.functional.silu(x),
+    "gelu": lambda x: torch.nn.functional.gelu(x),
+}
 # fla/modules/activations.py's ACT2FN entries that GLA's feature_map may name
 # (None: no map); fla's tanh-approximate gelu is not built here.
 GLA_FEATURE_MAPS = {
@@ -172,14 +189,17 @@ class Config:
     def __init__(self, d):
         self.raw = d
         self.model_type = d.get("model_type", "linear_attn")
-        if self.model_type not in ("linear_attn", "gla", "delta_net", "gated_deltanet"):
+        if self.model_type not in ("linear_attn", "retnet", "gla", "delta_net",
+                                   "gated_deltanet"):
             raise ValueError(f"model_type {self.model_type!r} not supported")
         gdn = self.model_type == "gated_deltanet"
         self.hidden_size = d.get("hidden_size", 2048)
         self.num_hidden_layers = d.get("num_hidden_layers", 21 if gdn else 24)
-        self.num_heads = d.get("num_heads", {"linear_attn": 4, "gla": 4, "delta_net": 16,
+        self.num_heads = d.get("num_heads", {"linear_attn": 4, "retnet": 8, "gla": 4,
+                                             "delta_net": 16,
                                              "gated_deltanet": 6}[self.model_type])
-        self.hidden_ratio = d.get("hidden_ratio", 4) or 4
+        ratio = 2 if self.model_type == "retnet" else 4
+        self.hidden_ratio = d.get("hidden_ratio", ratio) or ratio
         self.intermediate_size = d.get("intermediate_size")
         if self.intermediate_size is None:
             i = int(self.hidden_size * self.hidden_ratio * 2 / 3)
@@ -193,7 +213,8 @@ class Config:
         for field in ("attn", "attnres_block_size"):
             if d.get(field) is not None:
                 raise ValueError(f"{field} is not supported by this reference")
-        {"linear_attn": self._linear_attn, "gla": self._gla, "delta_net": self._delta_net,
+        {"linear_attn": self._linear_attn, "retnet": self._retnet, "gla": self._gla,
+         "delta_net": self._delta_net,
          "gated_deltanet": self._gated_deltanet}[self.model_type](d)
 
     def _linear_attn(self, d):
@@ -216,27 +237,38 @@ class Config:
         if self.feature_map not in FEATURE_MAPS:
             raise ValueError(f"feature_map {self.feature_map!r} not supported")
 
-    def _gla(self, d):
-        # GLAConfig's defaults and GatedLinearAttention.__init__'s split.
+    def _grouped_heads(self, d, expand_k, expand_v, feature_maps):
+        # The split GatedLinearAttention and MultiScaleRetention share.
         self.num_kv_heads = d.get("num_kv_heads") or self.num_heads
         self.groups = self.num_heads // self.num_kv_heads
-        self.key_dim = int(self.hidden_size * d.get("expand_k", 0.5))
-        self.value_dim = int(self.hidden_size * d.get("expand_v", 1.0))
+        self.key_dim = int(self.hidden_size * d.get("expand_k", expand_k))
+        self.value_dim = int(self.hidden_size * d.get("expand_v", expand_v))
         if self.key_dim % self.num_heads or self.value_dim % self.num_heads:
             raise ValueError("key and value dims must be multiples of num_heads")
         self.head_k_dim = self.key_dim // self.num_heads
         self.head_v_dim = self.value_dim // self.num_heads
         self.feature_map = d.get("feature_map")
-        if self.feature_map not in GLA_FEATURE_MAPS:
+        if self.feature_map not in feature_maps:
             raise ValueError(f"feature_map {self.feature_map!r} not supported")
-        self.use_short_conv = bool(d.get("use_short_conv", False))
-        self.conv_size = d.get("conv_size", 4)
         self.use_output_gate = bool(d.get("use_output_gate", True))
-        self.clamp_min = d.get("clamp_min")
         self.elementwise_affine = d.get("elementwise_affine", True)
         if self.elementwise_affine is None:
             self.elementwise_affine = True
         self.fuse_norm = bool(d.get("fuse_norm", True))
+
+    def _retnet(self, d):
+        # RetNetConfig's defaults; RetNetBlock passes no use_short_conv.
+        self._grouped_heads(d, 1.0, 2.0, RETNET_FEATURE_MAPS)
+        if self.head_k_dim % 2:
+            raise ValueError("retnet's rotary needs an even head_k_dim")
+        self.use_short_conv = False
+
+    def _gla(self, d):
+        # GLAConfig's defaults and GatedLinearAttention.__init__'s split.
+        self._grouped_heads(d, 0.5, 1.0, GLA_FEATURE_MAPS)
+        self.use_short_conv = bool(d.get("use_short_conv", False))
+        self.conv_size = d.get("conv_size", 4)
+        self.clamp_min = d.get("clamp_min")
 
     def _delta_net(self, d):
         # DeltaNetConfig's defaults; DeltaNet.__init__ splits key_dim and
@@ -512,9 +544,14 @@ def gated_recurrence(q, k, v, gk, s):
     return torch.stack(outs, dim=1), s
 
 
-class GatedLinearAttention(RecurrentMixer):
-    """fla/layers/gla.py (GatedLinearAttention.forward), token by token (the
-    file docstring has the formulas)."""
+class GroupedGatedMixer(RecurrentMixer):
+    """What fla's GatedLinearAttention and MultiScaleRetention share: q, k, v
+    projections with k and v per key/value head (query head j reads head
+    j // (num_heads/num_kv_heads), einops' '(h d) -> (h g) d'), an output
+    RMSNorm per head (one weight for all heads; fla names it
+    g_norm_swish_gate when fused with the swish output gate, g_norm
+    otherwise: the math is the same) times silu(g_proj(x)) with
+    use_output_gate, and o_proj."""
 
     def __init__(self, c):
         super().__init__()
@@ -525,6 +562,34 @@ class GatedLinearAttention(RecurrentMixer):
         self.v_proj = nn.Linear(D, c.value_dim // G, bias=False)
         if c.use_output_gate:
             self.g_proj = nn.Linear(D, c.value_dim, bias=False)
+        self.o_proj = nn.Linear(c.value_dim, D, bias=False)
+        norm = RMSNorm(c.head_v_dim, c.norm_eps, c.elementwise_affine)
+        self.fused_name = c.fuse_norm and c.use_output_gate
+        if self.fused_name:
+            self.g_norm_swish_gate = norm
+        else:
+            self.g_norm = norm
+
+    def per_kv_head(self, x, d):
+        """(..., kv_heads·d) -> (..., num_heads, d), each kv head repeated."""
+        c = self.c
+        return x.unflatten(-1, (c.num_kv_heads, d)).repeat_interleave(c.groups, dim=-2)
+
+    def finish(self, o, x):
+        c = self.c
+        o = (self.g_norm_swish_gate if self.fused_name else self.g_norm)(o)
+        if c.use_output_gate:
+            o = o * F.silu(self.g_proj(x).unflatten(-1, (c.num_heads, c.head_v_dim)))
+        return self.o_proj(o.flatten(-2))
+
+
+class GatedLinearAttention(GroupedGatedMixer):
+    """fla/layers/gla.py (GatedLinearAttention.forward), token by token (the
+    file docstring has the formulas)."""
+
+    def __init__(self, c):
+        super().__init__(c)
+        D, G = c.hidden_size, c.groups
         if c.use_short_conv:
             self.q_conv1d = ShortConvolution(c.key_dim, c.conv_size)
             self.k_conv1d = ShortConvolution(c.key_dim // G, c.conv_size)
@@ -532,15 +597,6 @@ class GatedLinearAttention(RecurrentMixer):
         # gate_low_rank_dim = 16, fixed in the layer; the second has a bias.
         self.gk_proj = nn.Sequential(nn.Linear(D, 16, bias=False),
                                      nn.Linear(16, c.key_dim // G, bias=True))
-        self.o_proj = nn.Linear(c.value_dim, D, bias=False)
-        # The norm's name in the checkpoint depends on whether fla fused it
-        # with the gate; the math is the same (the gate is swish either way).
-        norm = RMSNorm(c.head_v_dim, c.norm_eps, c.elementwise_affine)
-        self.fused_name = c.fuse_norm and c.use_output_gate
-        if self.fused_name:
-            self.g_norm_swish_gate = norm
-        else:
-            self.g_norm = norm
 
     def new_state(self, batch, dtype):
         c = self.c
@@ -551,22 +607,65 @@ class GatedLinearAttention(RecurrentMixer):
     def run(self, x, state):
         c = self.c
         q, k, v, caches = self.project_qkv(x, state)
-        gk = self.gk_proj(x)
         q = q.unflatten(-1, (c.num_heads, c.head_k_dim))
-        # einops '(h d) -> (h g) d': query head j reads key/value head j // G.
-        k = k.unflatten(-1, (c.num_kv_heads, c.head_k_dim)).repeat_interleave(c.groups, dim=-2)
-        gk = gk.unflatten(-1, (c.num_kv_heads, c.head_k_dim)).repeat_interleave(c.groups, dim=-2)
-        v = v.unflatten(-1, (c.num_kv_heads, c.head_v_dim)).repeat_interleave(c.groups, dim=-2)
-        gk = F.logsigmoid(gk) / 16
+        k = self.per_kv_head(k, c.head_k_dim)
+        v = self.per_kv_head(v, c.head_v_dim)
+        gk = F.logsigmoid(self.per_kv_head(self.gk_proj(x), c.head_k_dim)) / 16
         if c.clamp_min is not None:
             gk = torch.clamp_min(gk, c.clamp_min)
         fm = GLA_FEATURE_MAPS[c.feature_map]
         q, k = fm(q), fm(k)
         o, s = gated_recurrence(q * c.head_k_dim ** -0.5, k, v, gk, state[0])
-        o = (self.g_norm_swish_gate if self.fused_name else self.g_norm)(o)
-        if c.use_output_gate:
-            o = o * F.silu(self.g_proj(x).unflatten(-1, (c.num_heads, c.head_v_dim)))
-        return self.o_proj(o.flatten(-2)), (s, *caches)
+        return self.finish(o, x), (s, *caches)
+
+
+def retention_log_decays(num_heads):
+    """fla/ops/retention: log(1 - 2^(-5-h)) per head, computed in float32
+    whatever the model's dtype (heads from 20 on round to no decay)."""
+    h = torch.arange(num_heads, dtype=torch.float32)
+    return (1 - torch.tensor(2.0, dtype=torch.float32).pow(-5.0 - h)).log()
+
+
+def rotary(x, position, base=10000.0):
+    """fla/modules/rotary.py's RotaryEmbedding(dim = head dim) on x
+    (B, T, H, d), tokens at positions position, position + 1, ...: inv_freq,
+    positions and their products in float32 (cos and sin tables then in x's
+    dtype), GPT-NeoX halves (not interleaved):
+    [x1 cos - x2 sin, x2 cos + x1 sin]."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    t = torch.arange(position, position + x.shape[1], dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    cos = freqs.cos().to(x.dtype)[None, :, None, :]
+    sin = freqs.sin().to(x.dtype)[None, :, None, :]
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class MultiScaleRetention(GroupedGatedMixer):
+    """fla/layers/multiscale_retention.py (MultiScaleRetention.forward as
+    RetNetBlock builds it: no short convolutions), token by token: an
+    optional feature map on q and k, rotary at the tokens' absolute
+    positions, then per head S = gamma_h S + k v^T, o = (q d_k^-1/2) S with
+    gamma_h from retention_log_decays. The state carries the position."""
+
+    def new_state(self, batch, dtype):
+        c = self.c
+        return (torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype), 0)
+
+    def run(self, x, state):
+        c = self.c
+        s, position = state
+        q = self.q_proj(x).unflatten(-1, (c.num_heads, c.head_k_dim))
+        k = self.k_proj(x).unflatten(-1, (c.num_kv_heads, c.head_k_dim))
+        fm = RETNET_FEATURE_MAPS[c.feature_map]
+        q, k = rotary(fm(q), position), rotary(fm(k), position)
+        k = k.repeat_interleave(c.groups, dim=-2)
+        v = self.per_kv_head(self.v_proj(x), c.head_v_dim)
+        g = retention_log_decays(c.num_heads).to(x.dtype)
+        gk = g[None, None, :, None].expand(x.shape[0], x.shape[1], c.num_heads, c.head_k_dim)
+        o, s = gated_recurrence(q * c.head_k_dim ** -0.5, k, v, gk, s)
+        return self.finish(o, x), (s, position + x.shape[1])
 
 
 class DeltaRuleMixer(RecurrentMixer):
@@ -698,8 +797,9 @@ class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.attn_norm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.attn = {"linear_attn": LinearAttention, "gla": GatedLinearAttention,
-                     "delta_net": DeltaNet, "gated_deltanet": GatedDeltaNet}[c.model_type](c)
+        self.attn = {"linear_attn": LinearAttention, "retnet": MultiScaleRetention,
+                     "gla": GatedLinearAttention, "delta_net": DeltaNet,
+                     "gated_deltanet": GatedDeltaNet}[c.model_type](c)
         self.mlp_norm = RMSNorm(c.hidden_size, c.norm_eps)
         self.mlp = MLP(c)
 
@@ -834,6 +934,20 @@ def cmd_logits(args):
 
 
 def cmd_random(args):
+    if args.model_type == "retnet":
+        config = {
+            "model_type": "retnet", "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
+            "num_kv_heads": args.num_kv_heads, "expand_k": args.expand_k,
+            "expand_v": args.expand_v, "feature_map": args.retnet_feature_map,
+            "use_output_gate": not args.no_gate, "elementwise_affine": not args.no_affine,
+            "fuse_norm": True, "hidden_act": "swish", "hidden_ratio": 2,
+            "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
+            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
+            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
+        }
+        save_model(random_model(config, args.seed), args.out, args.dtype)
+        return
     if args.model_type == "gla":
         config = {
             "model_type": "gla", "hidden_size": args.hidden_size,
@@ -963,7 +1077,7 @@ def main():
     r = sub.add_parser("random", help="write a random fla-layout model")
     r.add_argument("--out", required=True)
     r.add_argument("--model-type", default="linear_attn",
-                   choices=["linear_attn", "gla", "delta_net", "gated_deltanet"])
+                   choices=["linear_attn", "retnet", "gla", "delta_net", "gated_deltanet"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
@@ -979,6 +1093,8 @@ def main():
     r.add_argument("--norm-q", action="store_true")
     r.add_argument("--norm-k", action="store_true")
     r.add_argument("--no-affine", action="store_true", help="elementwise_affine = false")
+    r.add_argument("--retnet-feature-map", default=None,
+                   choices=[m for m in RETNET_FEATURE_MAPS if m is not None], help="retnet")
     r.add_argument("--gla-feature-map", default=None,
                    choices=[m for m in GLA_FEATURE_MAPS if m is not None], help="gla")
     r.add_argument("--short-conv", action="store_true", help="gla: use_short_conv = true")
@@ -992,7 +1108,7 @@ def main():
     r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
     r.add_argument("--conv-size", type=int, default=4, help="gated_deltanet")
     r.add_argument("--no-gate", action="store_true",
-                   help="gated_deltanet: use_gate = false; gla: use_output_gate = false")
+                   help="gated_deltanet: use_gate = false; retnet, gla: use_output_gate = false")
     r.add_argument("--no-short-conv", action="store_true",
                    help="delta_net, gated_deltanet: use_short_conv = false")
     r.add_argument("--allow-neg-eigval", action="store_true", help="delta_net, gated_deltanet")

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""Known answers for tools/linattn_ref.py's gla, delta_net and gated_deltanet
-mixers.
+"""Known answers for tools/linattn_ref.py's retnet, gla, delta_net and
+gated_deltanet mixers.
 
 Each expected value is worked out by hand from fla's definitions
-(fla/layers/gla.py, fla/ops/gla/naive.py, fla/layers/gated_deltanet.py,
+(fla/layers/multiscale_retention.py, fla/modules/rotary.py,
+fla/ops/retention/, fla/layers/gla.py, fla/ops/gla/naive.py, fla/layers/gated_deltanet.py,
 fla/layers/delta_net.py,
 fla/ops/gated_delta_rule/fused_recurrent.py, fla/ops/delta_rule/,
 fla/modules/conv/short_conv.py), not by running code, so that the reference
@@ -298,6 +299,52 @@ class GlaTest(unittest.TestCase):
             self, {"model_type": "gla", "hidden_size": 16, "num_hidden_layers": 2,
                    "num_heads": 4, "num_kv_heads": 2, "use_short_conv": True,
                    "feature_map": "relu", "vocab_size": 20})
+
+
+class RetNetTest(unittest.TestCase):
+    def test_decays_are_float32_log_of_one_minus_two_to_minus_5_minus_h(self):
+        # gamma_h = 1 - 2^(-5-h), exact in float32 up to h = 18; its log is
+        # taken in float32. From h = 20 on 1 - 2^-25 rounds to 1: no decay.
+        g = ref.retention_log_decays(21)
+        self.assertEqual(g.dtype, torch.float32)
+        for h in (0, 1, 7):
+            want = math.log(1 - 2.0 ** (-5 - h))
+            self.assertLess(abs(g[h].item() - want), 2 ** -23 * abs(want) + 1e-12)
+        self.assertEqual(g[20].item(), 0.0)
+
+    def test_rotary_halves_at_absolute_positions(self):
+        # d = 4: inv_freq = [1, 10000^(-1/2)] = [1, 0.01]. x = [1, 0, 0, 0] at
+        # position 1: x1 = [1, 0], x2 = [0, 0] ->
+        # [x1 cos - x2 sin, x2 cos + x1 sin] = [cos 1, 0, sin 1, 0].
+        # x = [0, 1, 0, 0] at position 3 uses the second frequency:
+        # [0, cos 0.03, 0, sin 0.03].
+        x = t([[[[1, 0, 0, 0]]]])
+        got = ref.rotary(x, 1).flatten().tolist()
+        for g, w in zip(got, [math.cos(1), 0, math.sin(1), 0]):
+            self.assertAlmostEqual(g, w, places=6)  # float32 tables
+        got = ref.rotary(t([[[[0, 1, 0, 0]]]]), 3).flatten().tolist()
+        for g, w in zip(got, [0, math.cos(0.03), 0, math.sin(0.03)]):
+            self.assertAlmostEqual(g, w, places=6)
+
+    def test_state_decays_by_gamma_h_per_head(self):
+        # Zero projections (k = v = 0): S = gamma_h S0 per token.
+        c = {"model_type": "retnet", "hidden_size": 4, "num_hidden_layers": 1,
+             "num_heads": 2, "expand_k": 1, "expand_v": 0.5, "vocab_size": 8}
+        m = ref.MultiScaleRetention(ref.Config(c)).double()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.zero_()
+        s0 = torch.ones(1, 2, 2, 1, dtype=torch.float64)
+        _, (s, position) = m.run(torch.zeros(1, 2, 4, dtype=torch.float64), (s0, 5))
+        self.assertEqual(position, 7)
+        for h in range(2):
+            gamma = float(torch.tensor(1 - 2.0 ** (-5 - h), dtype=torch.float32).log().exp())
+            self.assertAlmostEqual(s[0, h, 0, 0].item(), gamma ** 2, places=7)
+
+    def test_prefill_equals_token_by_token(self):
+        assert_prefill_equals_steps(
+            self, {"model_type": "retnet", "hidden_size": 16, "num_hidden_layers": 2,
+                   "num_heads": 4, "num_kv_heads": 2, "vocab_size": 20})
 
 
 class LoaderTest(unittest.TestCase):
