@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch reference of flash-linear-attention language models: `linear_attn`,
-`retnet`, `gla`, `delta_net` and `gated_deltanet`.
+`retnet`, `gla`, `delta_net`, `gated_deltanet` and `mamba2`.
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -39,6 +39,19 @@ x itself; an optional feature map on q and k after it;
     S = diag(exp(gk)) S + k v^T;  o = (q head_k_dim^-1/2) S
 then RMSNorm per head times silu(g_proj(x)) (use_output_gate) and o_proj.
 
+mamba2 (fla Mamba2ForCausalLM, fla/models/mamba2, fla/layers/mamba2.py) has
+its own skeleton: backbone.embeddings, per layer x = x + mixer(RMSNorm(x)) (no
+MLP), backbone.norm_f, lm_head. The mixer: in_proj(x) split [z | x B C | dt];
+x B C through one causal depthwise convolution (with bias) and SiLU; per head
+h (group g = h // (num_heads/n_groups), as mamba_ssm and fla's decode path
+read it), dt = clamp(softplus(dt + dt_bias), dt_limit), A = -exp(A_log):
+    S = exp(dt A) S + dt x_h B_g^T;  y_h = S C_g + D x_h
+then RMSNorm over groups of I/n_groups channels of y*silu(z) (norm_before_gate
+false) or of y, times silu(z) after (true), or y*silu(z) without rmsnorm; and
+out_proj. fla's own CPU prefill tiles B and C over heads (head h reads group
+h % n_groups); with n_groups > 1 that disagrees with its decode and with
+mamba_ssm, and this reference follows the latter.
+
 delta_net (fla DeltaNetForCausalLM, fla/layers/delta_net.py) is the same
 without a gate (g = 0): q and k through the convolution with SiLU only for
 qk_activation 'silu' (relu, elu+1 or identity after it otherwise), v always
@@ -53,6 +66,7 @@ Usage:
     linattn_ref.py random --out DIR --model-type delta_net [--qk-norm sum] ...
     linattn_ref.py random --out DIR --model-type gla [--num-kv-heads 2 --short-conv] ...
     linattn_ref.py random --out DIR --model-type retnet [--num-kv-heads 2] ...
+    linattn_ref.py random --out DIR --model-type mamba2 [--n-groups 2] ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -190,14 +204,14 @@ class Config:
         self.raw = d
         self.model_type = d.get("model_type", "linear_attn")
         if self.model_type not in ("linear_attn", "retnet", "gla", "delta_net",
-                                   "gated_deltanet"):
+                                   "gated_deltanet", "mamba2"):
             raise ValueError(f"model_type {self.model_type!r} not supported")
         gdn = self.model_type == "gated_deltanet"
         self.hidden_size = d.get("hidden_size", 2048)
         self.num_hidden_layers = d.get("num_hidden_layers", 21 if gdn else 24)
         self.num_heads = d.get("num_heads", {"linear_attn": 4, "retnet": 8, "gla": 4,
-                                             "delta_net": 16,
-                                             "gated_deltanet": 6}[self.model_type])
+                                             "delta_net": 16, "gated_deltanet": 6,
+                                             "mamba2": None}[self.model_type])
         ratio = 2 if self.model_type == "retnet" else 4
         self.hidden_ratio = d.get("hidden_ratio", ratio) or ratio
         self.intermediate_size = d.get("intermediate_size")
@@ -205,17 +219,21 @@ class Config:
             i = int(self.hidden_size * self.hidden_ratio * 2 / 3)
             self.intermediate_size = 256 * ((i + 256 - 1) // 256)
         self.norm_eps = d.get("norm_eps", 1e-6)
+        if self.model_type == "mamba2":
+            # Mamba2Config: 1e-5; older fla wrote layer_norm_epsilon.
+            self.norm_eps = d.get("norm_eps", d.get("layer_norm_epsilon", 1e-5))
         self.vocab_size = d.get("vocab_size", 32000)
         self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
-        if d.get("hidden_act", "swish") != "swish":
-            raise ValueError(f"hidden_act {d.get('hidden_act')!r} not supported")
+        act = d.get("hidden_act", "silu" if self.model_type == "mamba2" else "swish")
+        if act not in ("swish", "silu"):
+            raise ValueError(f"hidden_act {act!r} not supported")
         # Parts of fla's configs this reference does not build.
         for field in ("attn", "attnres_block_size"):
             if d.get(field) is not None:
                 raise ValueError(f"{field} is not supported by this reference")
         {"linear_attn": self._linear_attn, "retnet": self._retnet, "gla": self._gla,
-         "delta_net": self._delta_net,
-         "gated_deltanet": self._gated_deltanet}[self.model_type](d)
+         "delta_net": self._delta_net, "gated_deltanet": self._gated_deltanet,
+         "mamba2": self._mamba2}[self.model_type](d)
 
     def _linear_attn(self, d):
         self.num_kv_heads = d.get("num_kv_heads") or self.num_heads
@@ -291,6 +309,33 @@ class Config:
             raise ValueError(f"qk_activation {self.qk_activation!r} not supported")
         if self.qk_norm not in ("l2", "sum"):
             raise ValueError(f"qk_norm {self.qk_norm!r} not supported")
+
+    def _mamba2(self, d):
+        # Mamba2Config's defaults, reading the older spellings too
+        # (time_step_limit, rms_norm); num_heads must be expand * D / head_dim.
+        self.num_hidden_layers = d.get("num_hidden_layers", 48)
+        self.expand = d.get("expand", 2)
+        self.head_dim = d.get("head_dim", 64)
+        self.intermediate_size = int(self.expand * self.hidden_size)
+        heads = int(self.expand * self.hidden_size / self.head_dim)
+        if self.num_heads is not None and self.num_heads != heads:
+            raise ValueError(f"num_heads {self.num_heads} != expand * hidden_size / head_dim")
+        self.num_heads = heads
+        if self.intermediate_size != heads * self.head_dim:
+            raise ValueError("expand * hidden_size must be a multiple of head_dim")
+        self.state_size = d.get("state_size", 128)
+        self.n_groups = d.get("n_groups", 1)
+        if self.num_heads % self.n_groups:
+            raise ValueError("num_heads must be a multiple of n_groups")
+        self.conv_kernel = d.get("conv_kernel", 4)
+        self.use_conv_bias = bool(d.get("use_conv_bias", True))
+        self.use_bias = bool(d.get("use_bias", False))
+        self.rmsnorm = bool(d.get("rmsnorm", d.get("rms_norm", True)))
+        self.norm_before_gate = bool(d.get("norm_before_gate", False))
+        self.D_has_hdim = bool(d.get("D_has_hdim", False))
+        limit = d.get("dt_limit", d.get("time_step_limit", (0.0, float("inf"))))
+        self.dt_limit = (float(limit[0]), float(limit[1]))
+        self.conv_dim = self.intermediate_size + 2 * self.n_groups * self.state_size
 
     def _gated_deltanet(self, d):
         # GatedDeltaNet.__init__: head_v_dim = int(head_dim * expand_v), and
@@ -782,6 +827,98 @@ class DeltaNet(DeltaRuleMixer):
         return self.finish(o, x), (s, *caches)
 
 
+class Mamba2Mixer(RecurrentMixer):
+    """fla/layers/mamba2.py (Mamba2), token by token (the file docstring has
+    the formulas). State: S (B, H, P, N) and the convolution's last W-1
+    inputs."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        I, H = c.intermediate_size, c.num_heads
+        self.in_proj = nn.Linear(c.hidden_size, 2 * I + 2 * c.n_groups * c.state_size + H,
+                                 bias=c.use_bias)
+        self.conv1d = nn.Conv1d(c.conv_dim, c.conv_dim, c.conv_kernel, groups=c.conv_dim,
+                                padding=c.conv_kernel - 1, bias=c.use_conv_bias)
+        self.dt_bias = nn.Parameter(torch.ones(H))
+        self.A_log = nn.Parameter(torch.zeros(H))
+        self.D = nn.Parameter(torch.ones(I if c.D_has_hdim else H))
+        if c.rmsnorm:
+            self.norm = RMSNorm(I, c.norm_eps)  # its weight; grouped below
+        self.out_proj = nn.Linear(I, c.hidden_size, bias=c.use_bias)
+
+    def new_state(self, batch, dtype):
+        c = self.c
+        return (torch.zeros(batch, c.num_heads, c.head_dim, c.state_size, dtype=dtype),
+                torch.zeros(batch, c.conv_kernel - 1, c.conv_dim, dtype=dtype))
+
+    def gated_norm(self, y, z):
+        """fla/modules/layernorm_gated.py rms_norm_ref with group_size
+        I / n_groups."""
+        c = self.c
+        if not c.rmsnorm:
+            return y * F.silu(z)
+        if not c.norm_before_gate:
+            y = y * F.silu(z)
+        g = y.unflatten(-1, (c.n_groups, -1))
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + c.norm_eps)
+        out = g.flatten(-2) * self.norm.weight
+        return out * F.silu(z) if c.norm_before_gate else out
+
+    def run(self, x, state):
+        c = self.c
+        I, H, P, N, G = c.intermediate_size, c.num_heads, c.head_dim, c.state_size, c.n_groups
+        B_, T = x.shape[0], x.shape[1]
+        s, cache = state
+        z, xbc, dt = self.in_proj(x).split([I, c.conv_dim, H], dim=-1)
+        xx = torch.cat([cache, xbc], dim=1)
+        w = self.conv1d.weight[:, 0, :]  # (C, W)
+        conv = torch.stack([(xx[:, t:t + c.conv_kernel] * w.t()).sum(1) for t in range(T)], 1)
+        if c.use_conv_bias:
+            conv = conv + self.conv1d.bias
+        cache = xx[:, xx.shape[1] - (c.conv_kernel - 1):]
+        xs, Bm, Cm = F.silu(conv).split([I, G * N, G * N], dim=-1)
+        xs = xs.unflatten(-1, (H, P))
+        # Head h reads group h // (H / G).
+        Bm = Bm.unflatten(-1, (G, N)).repeat_interleave(H // G, dim=2)
+        Cm = Cm.unflatten(-1, (G, N)).repeat_interleave(H // G, dim=2)
+        dt = torch.clamp(F.softplus(dt + self.dt_bias), c.dt_limit[0], c.dt_limit[1])
+        A = -torch.exp(self.A_log)
+        D = self.D.view(H, P) if c.D_has_hdim else self.D[:, None]
+        ys = []
+        for t in range(T):
+            s = (s * torch.exp(dt[:, t] * A)[..., None, None] +
+                 dt[:, t, :, None, None] * xs[:, t, :, :, None] * Bm[:, t, :, None, :])
+            ys.append(torch.einsum("bhpn,bhn->bhp", s, Cm[:, t]) + D * xs[:, t])
+        y = torch.stack(ys, dim=1).reshape(B_, T, I)
+        return self.out_proj(self.gated_norm(y, z)), (s, cache)
+
+
+class Mamba2Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm = RMSNorm(c.hidden_size, c.norm_eps)
+        self.mixer = Mamba2Mixer(c)
+
+    def forward(self, x):
+        return x + self.mixer(self.norm(x))
+
+    def step(self, x, state):
+        o, state = self.mixer.step(self.norm(x), state)
+        return x + o, state
+
+    def new_state(self, batch, dtype):
+        return self.mixer.new_state(batch, dtype)
+
+
+class Mamba2Backbone(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([Mamba2Block(c) for _ in range(c.num_hidden_layers)])
+        self.norm_f = RMSNorm(c.hidden_size, c.norm_eps)
+
+
 class MLP(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -812,6 +949,9 @@ class Block(nn.Module):
         x = x + o
         return x + self.mlp(self.mlp_norm(x)), state
 
+    def new_state(self, batch, dtype):
+        return self.attn.new_state(batch, dtype)
+
 
 class Backbone(nn.Module):
     def __init__(self, c):
@@ -821,33 +961,48 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(c.hidden_size, c.norm_eps)
 
 
-class LinearAttentionLM(nn.Module):
-    def __init__(self, c):
+class CausalLM(nn.Module):
+    """Embeddings, blocks (each with forward, step and new_state), a final
+    norm and lm_head; subclasses name the parts as fla's checkpoints do."""
+
+    def __init__(self, c, backbone, norm_name):
         super().__init__()
         self.c = c
-        self.model = Backbone(c)
+        self.backbone_name = "model" if isinstance(backbone, Backbone) else "backbone"
+        setattr(self, self.backbone_name, backbone)
+        self.norm_name = norm_name
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
         if c.tie_word_embeddings:
-            self.lm_head.weight = self.model.embeddings.weight
+            self.lm_head.weight = backbone.embeddings.weight
+
+    @property
+    def embeddings_name(self):
+        return f"{self.backbone_name}.embeddings.weight"
+
+    def parts(self):
+        backbone = getattr(self, self.backbone_name)
+        return backbone.embeddings, backbone.layers, getattr(backbone, self.norm_name)
 
     def forward(self, tokens):
         """tokens (B, T) -> logits (B, T, vocab)."""
-        x = self.model.embeddings(tokens)
-        for layer in self.model.layers:
+        embeddings, layers, norm = self.parts()
+        x = embeddings(tokens)
+        for layer in layers:
             x = layer(x)
-        return self.lm_head(self.model.norm(x))
+        return self.lm_head(norm(x))
 
     def new_state(self, batch, dtype=torch.float32):
-        return [layer.attn.new_state(batch, dtype) for layer in self.model.layers]
+        return [layer.new_state(batch, dtype) for layer in self.parts()[1]]
 
     def step(self, tokens, states):
         """One token per sequence, tokens (B,) -> logits (B, vocab), new states."""
-        x = self.model.embeddings(tokens)
+        embeddings, layers, norm = self.parts()
+        x = embeddings(tokens)
         out = []
-        for layer, st in zip(self.model.layers, states):
+        for layer, st in zip(layers, states):
             x, st = layer.step(x, st)
             out.append(st)
-        return self.lm_head(self.model.norm(x)), out
+        return self.lm_head(norm(x)), out
 
     def state_dict_for_export(self):
         sd = {k: v.detach().float().numpy() for k, v in self.state_dict().items()}
@@ -859,9 +1014,29 @@ class LinearAttentionLM(nn.Module):
         return sd
 
 
+class LinearAttentionLM(CausalLM):
+    """fla's *ForCausalLM of the attention-style models: model.embeddings,
+    model.layers (attn_norm, attn, mlp_norm, mlp), model.norm."""
+
+    def __init__(self, c):
+        super().__init__(c, Backbone(c), "norm")
+
+
+class Mamba2LM(CausalLM):
+    """fla's Mamba2ForCausalLM: backbone.embeddings, backbone.layers (norm,
+    mixer), backbone.norm_f."""
+
+    def __init__(self, c):
+        super().__init__(c, Mamba2Backbone(c), "norm_f")
+
+
+def new_model(c):
+    return Mamba2LM(c) if c.model_type == "mamba2" else LinearAttentionLM(c)
+
+
 def load_model(model_dir, dtype=torch.float32):
     c = load_config(model_dir)
-    model = LinearAttentionLM(c)
+    model = new_model(c)
     tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
     sd = model.state_dict()
     # Checkpoints written before fla's GatedMLP split (February 2025) hold one
@@ -878,7 +1053,10 @@ def load_model(model_dir, dtype=torch.float32):
                 ".feature_map_k." in name:
             src = name.replace(".feature_map_k.", ".feature_map_q.")
         if name not in tensors and c.tie_word_embeddings and name == "lm_head.weight":
-            src = "model.embeddings.weight"
+            src = model.embeddings_name
+        # mamba_ssm's checkpoints name the embeddings backbone.embedding.
+        if src not in tensors and src == "backbone.embeddings.weight":
+            src = "backbone.embedding.weight"
         if src not in tensors:
             raise KeyError(f"{name} missing from model.safetensors")
         sd[name] = torch.from_numpy(tensors[src].copy())
@@ -889,7 +1067,7 @@ def load_model(model_dir, dtype=torch.float32):
 def random_model(config, seed):
     torch.manual_seed(seed)
     c = Config(config)
-    model = LinearAttentionLM(c)
+    model = new_model(c)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -904,6 +1082,8 @@ def random_model(config, seed):
                 p.copy_(dt + torch.log(-torch.expm1(-dt)))
             elif name.endswith("conv1d.weight"):
                 p.normal_(0, 1 / math.sqrt(p.shape[-1]))
+            elif name.endswith("mixer.D"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))
             elif p.dim() == 2:
                 p.normal_(0, 1 / math.sqrt(p.shape[1]))
             else:
@@ -934,6 +1114,20 @@ def cmd_logits(args):
 
 
 def cmd_random(args):
+    if args.model_type == "mamba2":
+        config = {
+            "model_type": "mamba2", "hidden_size": args.hidden_size,
+            "num_hidden_layers": args.layers, "head_dim": args.head_dim, "expand": 2,
+            "state_size": args.state_size, "n_groups": args.n_groups,
+            "conv_kernel": args.conv_size, "use_conv_bias": True, "use_bias": False,
+            "rmsnorm": not args.no_rmsnorm, "norm_before_gate": args.norm_before_gate,
+            "D_has_hdim": args.d_has_hdim, "dt_limit": [0.0, float("inf")],
+            "hidden_act": "silu", "norm_eps": 1e-5, "vocab_size": args.vocab_size,
+            "tie_word_embeddings": args.tie_word_embeddings, "residual_in_fp32": True,
+            "bos_token_id": None, "eos_token_id": None,
+        }
+        save_model(random_model(config, args.seed), args.out, args.dtype)
+        return
     if args.model_type == "retnet":
         config = {
             "model_type": "retnet", "hidden_size": args.hidden_size,
@@ -1077,7 +1271,8 @@ def main():
     r = sub.add_parser("random", help="write a random fla-layout model")
     r.add_argument("--out", required=True)
     r.add_argument("--model-type", default="linear_attn",
-                   choices=["linear_attn", "retnet", "gla", "delta_net", "gated_deltanet"])
+                   choices=["linear_attn", "retnet", "gla", "delta_net", "gated_deltanet",
+                            "mamba2"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
@@ -1093,6 +1288,11 @@ def main():
     r.add_argument("--norm-q", action="store_true")
     r.add_argument("--norm-k", action="store_true")
     r.add_argument("--no-affine", action="store_true", help="elementwise_affine = false")
+    r.add_argument("--state-size", type=int, default=16, help="mamba2")
+    r.add_argument("--n-groups", type=int, default=1, help="mamba2")
+    r.add_argument("--no-rmsnorm", action="store_true", help="mamba2: rmsnorm = false")
+    r.add_argument("--norm-before-gate", action="store_true", help="mamba2")
+    r.add_argument("--d-has-hdim", action="store_true", help="mamba2: D_has_hdim = true")
     r.add_argument("--retnet-feature-map", default=None,
                    choices=[m for m in RETNET_FEATURE_MAPS if m is not None], help="retnet")
     r.add_argument("--gla-feature-map", default=None,
@@ -1104,9 +1304,10 @@ def main():
     r.add_argument("--qk-activation", default="silu", choices=["silu", "relu", "elu", "identity"],
                    help="delta_net")
     r.add_argument("--qk-norm", default="l2", choices=["l2", "sum"], help="delta_net")
-    r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet")
+    r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet, mamba2")
     r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
-    r.add_argument("--conv-size", type=int, default=4, help="gated_deltanet")
+    r.add_argument("--conv-size", type=int, default=4,
+                   help="gla, delta_net, gated_deltanet, mamba2 (conv_kernel)")
     r.add_argument("--no-gate", action="store_true",
                    help="gated_deltanet: use_gate = false; retnet, gla: use_output_gate = false")
     r.add_argument("--no-short-conv", action="store_true",

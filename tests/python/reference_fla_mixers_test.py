@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""Known answers for tools/linattn_ref.py's retnet, gla, delta_net and
-gated_deltanet mixers.
+"""Known answers for tools/linattn_ref.py's retnet, gla, delta_net,
+gated_deltanet and mamba2 mixers.
 
 Each expected value is worked out by hand from fla's definitions
-(fla/layers/multiscale_retention.py, fla/modules/rotary.py,
+(fla/layers/mamba2.py, fla/modules/layernorm_gated.py,
+fla/models/mamba2/configuration_mamba2.py,
+fla/layers/multiscale_retention.py, fla/modules/rotary.py,
 fla/ops/retention/, fla/layers/gla.py, fla/ops/gla/naive.py, fla/layers/gated_deltanet.py,
 fla/layers/delta_net.py,
 fla/ops/gated_delta_rule/fused_recurrent.py, fla/ops/delta_rule/,
@@ -345,6 +347,102 @@ class RetNetTest(unittest.TestCase):
         assert_prefill_equals_steps(
             self, {"model_type": "retnet", "hidden_size": 16, "num_hidden_layers": 2,
                    "num_heads": 4, "num_kv_heads": 2, "vocab_size": 20})
+
+
+def mamba2(**over):
+    # hidden 2, expand 2 -> I = 4, head_dim 2 -> 2 heads, state_size 1,
+    # conv taps passing the current input (weight 1 on the last tap), every
+    # other weight 0 (dt_bias 0 -> dt = softplus(0) = ln 2; A_log 0 -> A = -1).
+    c = {"model_type": "mamba2", "hidden_size": 2, "num_hidden_layers": 1, "expand": 2,
+         "head_dim": 2, "state_size": 1, "n_groups": 1, "conv_kernel": 2,
+         "vocab_size": 8, "rmsnorm": False}
+    c.update(over)
+    m = ref.Mamba2Mixer(ref.Config(c)).double()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        m.conv1d.weight[:, 0, -1] = 1
+    return m
+
+
+class Mamba2Test(unittest.TestCase):
+    def test_config_reads_infinity_and_older_names(self):
+        # fla and transformers write dt_limit as [0.0, Infinity] (not strict
+        # JSON); older fla wrote time_step_limit, rms_norm, layer_norm_epsilon.
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "config.json"), "w") as f:
+                f.write('{"model_type": "mamba2", "hidden_size": 8, "head_dim": 4,'
+                        ' "dt_limit": [0.0, Infinity]}')
+            c = ref.load_config(d)
+        self.assertEqual(c.dt_limit, (0.0, math.inf))
+        self.assertEqual((c.num_heads, c.intermediate_size, c.norm_eps), (4, 16, 1e-5))
+        c = ref.Config({"model_type": "mamba2", "hidden_size": 8, "head_dim": 4,
+                        "time_step_limit": [0.0, 0.5], "rms_norm": False,
+                        "layer_norm_epsilon": 1e-3})
+        self.assertEqual((c.dt_limit, c.rmsnorm, c.norm_eps), ((0.0, 0.5), False, 1e-3))
+
+    def test_one_step_by_hand_and_the_dt_clamp(self):
+        # in_proj rows: [z (4) | x (4) B (1) C (1) | dt (2)]. Input u = [a, b]
+        # gives x_0 = a (head 0, p = 0) and B = b through the convolution's
+        # last tap and SiLU; S_0 = 2 everywhere; dt = ln 2 (0.1 once clamped
+        # by dt_limit), A = -1:
+        #   S = exp(-dt) * 2 + dt * silu(a) * silu(b) at head 0, p = 0,
+        #   exp(-dt) * 2 where x is 0.
+        for limit, dt in (((0.0, math.inf), math.log(2)), ((0.0, 0.1), 0.1)):
+            m = mamba2(dt_limit=list(limit))
+            with torch.no_grad():
+                m.in_proj.weight[4, 0] = 1  # x_0 <- a
+                m.in_proj.weight[8, 1] = 1  # B <- b
+            a, b = 1.5, -0.5
+            s0 = torch.full((1, 2, 2, 1), 2.0, dtype=torch.float64)
+            cache = m.new_state(1, torch.float64)[1]
+            _, (s, _) = m.run(t([[[a, b]]]), (s0, cache))
+            want = math.exp(-dt) * 2 + dt * silu(a) * silu(b)
+            self.assertAlmostEqual(s[0, 0, 0, 0].item(), want, places=14)
+            self.assertAlmostEqual(s[0, 0, 1, 0].item(), math.exp(-dt) * 2, places=14)
+
+    def test_heads_read_group_h_div_heads_per_group(self):
+        # 2 heads, 2 groups would be trivial: 4 heads (head_dim 1), 2 groups:
+        # heads 0, 1 read group 0, heads 2, 3 group 1 (mamba_ssm and fla's
+        # decode; fla's CPU prefill tiles, h % G). Group 1's B is 0: heads 2
+        # and 3 only decay.
+        m = mamba2(head_dim=1, n_groups=2)
+        with torch.no_grad():
+            m.in_proj.weight[4:8, 0] = 1  # x of every head <- a
+            m.in_proj.weight[8, 1] = 1    # B of group 0 <- b; group 1's stays 0
+        s0 = torch.zeros(1, 4, 1, 1, dtype=torch.float64)
+        cache = m.new_state(1, torch.float64)[1]
+        _, (s, _) = m.run(t([[[1.0, 1.0]]]), (s0, cache))
+        written = [bool(s[0, h].abs().sum() > 0) for h in range(4)]
+        self.assertEqual(written, [True, True, False, False])
+
+    def test_gated_norm_groups_and_order(self):
+        # I = 4, 2 groups of 2 channels, weight 1, eps 1e-5: norm_before_gate
+        # false normalises y * silu(z) per group; true normalises y and gates.
+        y = t([[[1.0, 3.0, 2.0, 2.0]]])
+        z = t([[[0.5, 0.5, -1.0, 2.0]]])
+        for before in (False, True):
+            m = mamba2(rmsnorm=True, n_groups=2, norm_before_gate=before)
+            with torch.no_grad():
+                m.norm.weight.fill_(1)
+            got = m.gated_norm(y, z).flatten().tolist()
+            ys, zs = [1.0, 3.0, 2.0, 2.0], [0.5, 0.5, -1.0, 2.0]
+            gated = [a * silu(b) for a, b in zip(ys, zs)]
+            src = ys if before else gated
+            want = []
+            for g in range(2):
+                part = src[2 * g:2 * g + 2]
+                r = 1 / math.sqrt(sum(v * v for v in part) / 2 + 1e-5)
+                want += [v * r for v in part]
+            if before:
+                want = [w * silu(b) for w, b in zip(want, zs)]
+            for gv, wv in zip(got, want):
+                self.assertAlmostEqual(gv, wv, places=14)
+
+    def test_prefill_equals_token_by_token(self):
+        assert_prefill_equals_steps(
+            self, {"model_type": "mamba2", "hidden_size": 16, "num_hidden_layers": 2,
+                   "head_dim": 8, "state_size": 4, "n_groups": 2, "vocab_size": 20})
 
 
 class LoaderTest(unittest.TestCase):
