@@ -212,8 +212,9 @@ class Config:
         self.num_heads = d.get("num_heads", {"linear_attn": 4, "retnet": 8, "gla": 4,
                                              "delta_net": 16, "gated_deltanet": 6,
                                              "mamba2": None}[self.model_type])
-        ratio = 2 if self.model_type == "retnet" else 4
-        self.hidden_ratio = d.get("hidden_ratio", ratio) or ratio
+        # RetNetConfig's default is 2, the others' 4; an explicit null is 4
+        # for all (fla's GatedMLP turns hidden_ratio None into 4).
+        self.hidden_ratio = d.get("hidden_ratio", 2 if self.model_type == "retnet" else 4) or 4
         self.intermediate_size = d.get("intermediate_size")
         if self.intermediate_size is None:
             i = int(self.hidden_size * self.hidden_ratio * 2 / 3)
@@ -224,8 +225,10 @@ class Config:
             self.norm_eps = d.get("norm_eps", d.get("layer_norm_epsilon", 1e-5))
         self.vocab_size = d.get("vocab_size", 32000)
         self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
+        # fla's GatedMLP (and the output gates, which take it as gate_fn) is
+        # built for swish; mamba2's convolution takes silu or swish (the same).
         act = d.get("hidden_act", "silu" if self.model_type == "mamba2" else "swish")
-        if act not in ("swish", "silu"):
+        if act not in (("swish", "silu") if self.model_type == "mamba2" else ("swish",)):
             raise ValueError(f"hidden_act {act!r} not supported")
         # Parts of fla's configs this reference does not build.
         for field in ("attn", "attnres_block_size"):
@@ -269,16 +272,15 @@ class Config:
         if self.feature_map not in feature_maps:
             raise ValueError(f"feature_map {self.feature_map!r} not supported")
         self.use_output_gate = bool(d.get("use_output_gate", True))
-        self.elementwise_affine = d.get("elementwise_affine", True)
-        if self.elementwise_affine is None:
-            self.elementwise_affine = True
+        # fla's norms test `if elementwise_affine:`: null means no weight.
+        self.elementwise_affine = bool(d.get("elementwise_affine", True))
         self.fuse_norm = bool(d.get("fuse_norm", True))
 
     def _retnet(self, d):
         # RetNetConfig's defaults; RetNetBlock passes no use_short_conv.
         self._grouped_heads(d, 1.0, 2.0, RETNET_FEATURE_MAPS)
-        if self.head_k_dim % 2:
-            raise ValueError("retnet's rotary needs an even head_k_dim")
+        if self.head_k_dim % 2 or self.head_k_dim > 256:
+            raise ValueError("retnet takes an even head_k_dim of at most 256")
         self.use_short_conv = False
 
     def _gla(self, d):
@@ -330,7 +332,13 @@ class Config:
         self.conv_kernel = d.get("conv_kernel", 4)
         self.use_conv_bias = bool(d.get("use_conv_bias", True))
         self.use_bias = bool(d.get("use_bias", False))
-        self.rmsnorm = bool(d.get("rmsnorm", d.get("rms_norm", True)))
+        # fla applied the gated norm whatever an older config's rms_norm said
+        # (September 2024 to April 2026, but its first release honoured it):
+        # rms_norm false without rmsnorm is ambiguous and refused.
+        if "rmsnorm" not in d and d.get("rms_norm", True) is False:
+            raise ValueError("rms_norm false: fla releases disagree on its meaning; "
+                             "set rmsnorm explicitly")
+        self.rmsnorm = bool(d.get("rmsnorm", True))
         self.norm_before_gate = bool(d.get("norm_before_gate", False))
         self.D_has_hdim = bool(d.get("D_has_hdim", False))
         limit = d.get("dt_limit", d.get("time_step_limit", (0.0, float("inf"))))
@@ -1052,7 +1060,9 @@ def load_model(model_dir, dtype=torch.float32):
         if name not in tensors and getattr(c, "tie_feature_map_qk", False) and \
                 ".feature_map_k." in name:
             src = name.replace(".feature_map_k.", ".feature_map_q.")
-        if name not in tensors and c.tie_word_embeddings and name == "lm_head.weight":
+        # Tied, the embeddings win over a stored lm_head (transformers ties
+        # after loading).
+        if c.tie_word_embeddings and name == "lm_head.weight":
             src = model.embeddings_name
         # mamba_ssm's checkpoints name the embeddings backbone.embedding.
         if src not in tensors and src == "backbone.embeddings.weight":

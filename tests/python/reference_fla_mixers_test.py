@@ -377,9 +377,14 @@ class Mamba2Test(unittest.TestCase):
         self.assertEqual(c.dt_limit, (0.0, math.inf))
         self.assertEqual((c.num_heads, c.intermediate_size, c.norm_eps), (4, 16, 1e-5))
         c = ref.Config({"model_type": "mamba2", "hidden_size": 8, "head_dim": 4,
-                        "time_step_limit": [0.0, 0.5], "rms_norm": False,
+                        "time_step_limit": [0.0, 0.5], "rms_norm": True,
                         "layer_norm_epsilon": 1e-3})
-        self.assertEqual((c.dt_limit, c.rmsnorm, c.norm_eps), ((0.0, 0.5), False, 1e-3))
+        self.assertEqual((c.dt_limit, c.rmsnorm, c.norm_eps), ((0.0, 0.5), True, 1e-3))
+        # fla normed whatever rms_norm said for most of its releases, but not
+        # in its first: refused rather than guessed.
+        with self.assertRaises(ValueError):
+            ref.Config({"model_type": "mamba2", "hidden_size": 8, "head_dim": 4,
+                        "rms_norm": False})
 
     def test_one_step_by_hand_and_the_dt_clamp(self):
         # in_proj rows: [z (4) | x (4) B (1) C (1) | dt (2)]. Input u = [a, b]
@@ -446,6 +451,21 @@ class Mamba2Test(unittest.TestCase):
 
 
 class LoaderTest(unittest.TestCase):
+    def test_config_defaults_and_refusals_as_fla(self):
+        # hidden_ratio: RetNet's default 2, but null is 4 (GatedMLP) for all;
+        # D = 256: int(256 * 2 * 2/3) = 341 -> 512, int(256 * 4 * 2/3) = 682 -> 768.
+        base = {"hidden_size": 256, "num_heads": 4}
+        self.assertEqual(ref.Config(dict(base, model_type="retnet")).intermediate_size, 512)
+        self.assertEqual(ref.Config(dict(base, model_type="retnet",
+                                         hidden_ratio=None)).intermediate_size, 768)
+        # elementwise_affine null: no norm weight, as fla's `if elementwise_affine:`.
+        self.assertFalse(ref.Config(dict(base, model_type="gla",
+                                         elementwise_affine=None)).elementwise_affine)
+        for bad in ({"model_type": "gla", "hidden_act": "silu"},
+                    {"model_type": "retnet", "hidden_size": 1024, "num_heads": 2}):
+            with self.assertRaises(ValueError):
+                ref.Config(dict(base, **bad))
+
     def test_fused_mlp_of_older_checkpoints_is_split(self):
         # Before February 2025 fla saved mlp.gate_proj as [2I, D], the gate's
         # I rows first, and no up_proj.
