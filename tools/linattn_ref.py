@@ -1123,92 +1123,57 @@ def cmd_logits(args):
     np.save(args.out, out.numpy().astype(np.float64))
 
 
-def cmd_random(args):
+def random_config(args):
+    """The config.json of `random`: the fields every type shares, then the
+    type's own from the command line."""
+    config = {"model_type": args.model_type, "hidden_size": args.hidden_size,
+              "num_hidden_layers": args.layers, "vocab_size": args.vocab_size,
+              "tie_word_embeddings": args.tie_word_embeddings,
+              "bos_token_id": None, "eos_token_id": None}
     if args.model_type == "mamba2":
-        config = {
-            "model_type": "mamba2", "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.layers, "head_dim": args.head_dim, "expand": 2,
-            "state_size": args.state_size, "n_groups": args.n_groups,
-            "conv_kernel": args.conv_size, "use_conv_bias": True, "use_bias": False,
-            "rmsnorm": not args.no_rmsnorm, "norm_before_gate": args.norm_before_gate,
-            "D_has_hdim": args.d_has_hdim, "dt_limit": [0.0, float("inf")],
-            "hidden_act": "silu", "norm_eps": 1e-5, "vocab_size": args.vocab_size,
-            "tie_word_embeddings": args.tie_word_embeddings, "residual_in_fp32": True,
-            "bos_token_id": None, "eos_token_id": None,
-        }
-        save_model(random_model(config, args.seed), args.out, args.dtype)
-        return
-    if args.model_type == "retnet":
-        config = {
-            "model_type": "retnet", "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
-            "num_kv_heads": args.num_kv_heads, "expand_k": args.expand_k,
-            "expand_v": args.expand_v, "feature_map": args.retnet_feature_map,
-            "use_output_gate": not args.no_gate, "elementwise_affine": not args.no_affine,
-            "fuse_norm": True, "hidden_act": "swish", "hidden_ratio": 2,
-            "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
-            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
-            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
-        }
-        save_model(random_model(config, args.seed), args.out, args.dtype)
-        return
-    if args.model_type == "gla":
-        config = {
-            "model_type": "gla", "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
-            "num_kv_heads": args.num_kv_heads, "expand_k": args.expand_k,
-            "expand_v": args.expand_v, "feature_map": args.gla_feature_map,
-            "use_short_conv": args.short_conv, "conv_size": args.conv_size,
-            "use_output_gate": not args.no_gate, "clamp_min": args.clamp_min,
-            "elementwise_affine": not args.no_affine, "fuse_norm": True, "hidden_act": "swish",
-            "hidden_ratio": 4, "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
-            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
-            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
-        }
-        save_model(random_model(config, args.seed), args.out, args.dtype)
-        return
-    if args.model_type == "delta_net":
-        config = {
-            "model_type": "delta_net", "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
-            "expand_k": args.expand_k, "expand_v": args.expand_v,
-            "use_gate": args.use_gate, "use_short_conv": not args.no_short_conv,
-            "conv_size": args.conv_size, "use_beta": not args.no_beta,
-            "allow_neg_eigval": args.allow_neg_eigval, "qk_activation": args.qk_activation,
-            "qk_norm": args.qk_norm, "hidden_act": "swish", "hidden_ratio": 4,
-            "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
-            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
-            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
-        }
-        save_model(random_model(config, args.seed), args.out, args.dtype)
-        return
-    if args.model_type == "gated_deltanet":
-        config = {
-            "model_type": "gated_deltanet", "hidden_size": args.hidden_size,
-            "num_hidden_layers": args.layers, "num_heads": args.num_heads,
-            "num_v_heads": args.num_v_heads, "head_dim": args.head_dim,
-            "expand_v": args.expand_v, "use_gate": not args.no_gate,
-            "use_short_conv": not args.no_short_conv, "conv_size": args.conv_size,
-            "allow_neg_eigval": args.allow_neg_eigval, "hidden_act": "swish",
-            "hidden_ratio": 4, "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
-            "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
-            "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
-        }
-        save_model(random_model(config, args.seed), args.out, args.dtype)
-        return
-    config = {
-        "model_type": "linear_attn", "hidden_size": args.hidden_size,
-        "num_hidden_layers": args.layers, "num_heads": args.num_heads,
-        "num_kv_heads": args.num_kv_heads, "expand_k": args.expand_k, "expand_v": args.expand_v,
-        "feature_map": args.feature_map, "tie_feature_map_qk": args.tie_feature_map_qk,
-        "norm_q": args.norm_q, "norm_k": args.norm_k, "norm_feature_map": args.normalized,
-        "hidden_act": "swish", "hidden_ratio": 4, "intermediate_size": args.intermediate_size,
-        "norm_eps": 1e-6, "elementwise_affine": not args.no_affine,
-        "vocab_size": args.vocab_size, "tie_word_embeddings": args.tie_word_embeddings,
-        "bos_token_id": None, "eos_token_id": None, "attn_mode": "chunk",
-    }
-    model = random_model(config, args.seed)
-    save_model(model, args.out, args.dtype)
+        config.update({
+            "head_dim": args.head_dim, "expand": 2, "state_size": args.state_size,
+            "n_groups": args.n_groups, "conv_kernel": args.conv_size, "use_conv_bias": True,
+            "use_bias": False, "rmsnorm": not args.no_rmsnorm,
+            "norm_before_gate": args.norm_before_gate, "D_has_hdim": args.d_has_hdim,
+            "dt_limit": [0.0, float("inf")], "hidden_act": "silu", "norm_eps": 1e-5,
+            "residual_in_fp32": True})
+        return config
+    config.update({"num_heads": args.num_heads, "hidden_act": "swish",
+                   "hidden_ratio": 2 if args.model_type == "retnet" else 4,
+                   "intermediate_size": args.intermediate_size, "norm_eps": 1e-6,
+                   "attn_mode": "chunk"})
+    if args.model_type in ("linear_attn", "retnet", "gla"):
+        config.update({"num_kv_heads": args.num_kv_heads, "expand_k": args.expand_k,
+                       "expand_v": args.expand_v, "elementwise_affine": not args.no_affine})
+    if args.model_type in ("retnet", "gla"):
+        config.update({"use_output_gate": not args.no_gate, "fuse_norm": True})
+    if args.model_type in ("gla", "delta_net", "gated_deltanet"):
+        config["conv_size"] = args.conv_size
+    if args.model_type in ("delta_net", "gated_deltanet"):
+        config.update({"use_short_conv": not args.no_short_conv,
+                       "allow_neg_eigval": args.allow_neg_eigval})
+    if args.model_type == "linear_attn":
+        config.update({"feature_map": args.feature_map,
+                       "tie_feature_map_qk": args.tie_feature_map_qk, "norm_q": args.norm_q,
+                       "norm_k": args.norm_k, "norm_feature_map": args.normalized})
+    elif args.model_type == "retnet":
+        config["feature_map"] = args.retnet_feature_map
+    elif args.model_type == "gla":
+        config.update({"feature_map": args.gla_feature_map, "use_short_conv": args.short_conv,
+                       "clamp_min": args.clamp_min})
+    elif args.model_type == "delta_net":
+        config.update({"expand_k": args.expand_k, "expand_v": args.expand_v,
+                       "use_gate": args.use_gate, "use_beta": not args.no_beta,
+                       "qk_activation": args.qk_activation, "qk_norm": args.qk_norm})
+    else:  # gated_deltanet
+        config.update({"num_v_heads": args.num_v_heads, "head_dim": args.head_dim,
+                       "expand_v": args.expand_v, "use_gate": not args.no_gate})
+    return config
+
+
+def cmd_random(args):
+    save_model(random_model(random_config(args), args.seed), args.out, args.dtype)
 
 
 def cmd_generate(args):
