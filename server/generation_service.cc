@@ -70,8 +70,13 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(
     v1::ModelInfo* info = response->add_models();
     info->set_name(m->name());
     info->set_model_type(c.model_type);
-    info->set_feature_map(std::string(ModelFeatureMapName(c.feature_map)));
-    info->set_normalized(c.norm_feature_map);
+    if (c.is_linear_attn()) {
+      info->set_feature_map(std::string(ModelFeatureMapName(c.feature_map)));
+      info->set_normalized(c.norm_feature_map);
+    }
+    info->set_update_rule(
+        std::string(UpdateRuleName(m->attention().spec().rule)));
+    info->set_conv_window_floats(m->conv_window_floats());
     info->set_num_layers(c.num_hidden_layers);
     info->set_num_heads(c.num_heads);
     info->set_num_kv_heads(c.num_kv_heads);
@@ -179,6 +184,13 @@ class GenerationServiceImpl::GenerateReactor final
     params.stop.assign(p.stop().begin(), p.stop().end());
     params.logprobs = p.logprobs();
     params.resume_stream = p.resume_stream();
+    params.min_p = p.min_p();
+    params.presence_penalty = p.presence_penalty();
+    params.frequency_penalty = p.frequency_penalty();
+    if (p.has_repetition_penalty()) {
+      params.repetition_penalty = p.repetition_penalty();
+    }
+    if (p.has_penalty_last_n()) params.penalty_last_n = p.penalty_last_n();
     // Charged the prompt and max_tokens now; what it does not generate is
     // given back when it ends.
     if (absl::Status s = limiter_->Take(

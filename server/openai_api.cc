@@ -326,13 +326,23 @@ absl::Status OpenAiApi::ParseSampling(const json& body,
     r.params.top_logprobs = static_cast<uint32_t>(top);
   }
   r.params.logprobs = r.logprobs;
-  // What linattn does not do is refused, not ignored.
-  for (const char* field :
-       {"presence_penalty", "frequency_penalty", "repetition_penalty"}) {
-    double v = 0;
-    LINATTN_RETURN_IF_ERROR(ReadNumber(body, field, -2, 2, false, &v));
-    if (v != 0) return FieldError(field, "is not supported (only 0)");
-  }
+  // OpenAI's penalties, and llama.cpp's and vLLM's extensions (sampler.h).
+  double presence = 0, frequency = 0, repetition = 1, min_p = 0, last_n = 64;
+  LINATTN_RETURN_IF_ERROR(
+      ReadNumber(body, "presence_penalty", -2, 2, false, &presence));
+  LINATTN_RETURN_IF_ERROR(
+      ReadNumber(body, "frequency_penalty", -2, 2, false, &frequency));
+  LINATTN_RETURN_IF_ERROR(
+      ReadNumber(body, "repetition_penalty", 0, 10, false, &repetition));
+  if (repetition == 0) return FieldError("repetition_penalty", "must be > 0");
+  LINATTN_RETURN_IF_ERROR(ReadNumber(body, "min_p", 0, 1, false, &min_p));
+  LINATTN_RETURN_IF_ERROR(
+      ReadNumber(body, "repeat_last_n", -1, kMaxPenaltyWindow, true, &last_n));
+  r.params.presence_penalty = static_cast<float>(presence);
+  r.params.frequency_penalty = static_cast<float>(frequency);
+  r.params.repetition_penalty = static_cast<float>(repetition);
+  r.params.min_p = static_cast<float>(min_p);
+  r.params.penalty_last_n = static_cast<int32_t>(last_n);
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() &&
       !(body["logit_bias"].is_object() && body["logit_bias"].empty())) {
     return FieldError("logit_bias", "is not supported");

@@ -39,6 +39,11 @@ absl::Status Generate(const GenerateOptions& options, std::ostream& out,
   p->set_temperature(options.temperature);
   p->set_top_k(options.top_k);
   p->set_top_p(options.top_p);
+  p->set_min_p(options.min_p);
+  p->set_presence_penalty(options.presence_penalty);
+  p->set_frequency_penalty(options.frequency_penalty);
+  p->set_repetition_penalty(options.repeat_penalty);
+  p->set_penalty_last_n(options.repeat_last_n);
   p->set_seed(options.seed);
   for (const std::string& stop : options.stop) p->add_stop(stop);
 

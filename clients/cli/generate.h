@@ -23,6 +23,11 @@ struct GenerateOptions {
   float temperature = 0.0f;
   uint32_t top_k = 0;
   float top_p = 1.0f;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repeat_penalty = 1.0f;
+  int32_t repeat_last_n = 64;
   uint64_t seed = 0;
   std::vector<std::string> stop;
   bool usage = false;  // print token counts and speed to `info` at the end

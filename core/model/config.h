@@ -1,11 +1,15 @@
-// ModelConfig: the config.json of a flash-linear-attention (fla)
-// `linear_attn` checkpoint, parsed and checked, with the sizes it implies.
+// ModelConfig: the config.json of a flash-linear-attention (fla) checkpoint,
+// parsed and checked, with the sizes it implies. Six model types load:
+// `linear_attn`, `retnet`, `gla`, `delta_net`, `gated_deltanet` and
+// `mamba2` (docs/design.md, "Model types").
 //
-// Field names and defaults are those of fla's LinearAttentionConfig, so a
-// config.json written by fla (or by tools/linattn_ref.py) loads unchanged.
-// Anything linattn cannot serve exactly (hybrid softmax layers, another
-// activation, an unknown feature map) is refused with INVALID_ARGUMENT
-// naming the field, never approximated.
+// Field names and defaults are those of fla's config classes (and the
+// older spellings fla wrote before: rms_norm_eps, layer_norm_epsilon,
+// time_step_limit), so a config.json written by fla, transformers or
+// tools/linattn_ref.py loads unchanged; Python's non-standard `Infinity`
+// (mamba2's dt_limit) is accepted. Anything linattn cannot serve exactly
+// (hybrid softmax layers, another activation, an unknown feature map) is
+// refused with INVALID_ARGUMENT naming the field, never approximated.
 #ifndef LINATTN_CORE_MODEL_CONFIG_H_
 #define LINATTN_CORE_MODEL_CONFIG_H_
 
@@ -31,8 +35,33 @@ enum class ModelFeatureMap {
 
 absl::string_view ModelFeatureMapName(ModelFeatureMap map);
 
+enum class ModelType {
+  kLinearAttn,     // fla LinearAttention: φ(q)ᵀS (/ φ(q)ᵀz)
+  kRetNet,         // multi-scale retention: fixed per-head decay, rotary q/k
+  kGla,            // gated linear attention: low-rank per-key gates
+  kDeltaNet,       // the delta rule
+  kGatedDeltaNet,  // the gated delta rule
+  kMamba2,         // SSD: scalar decay per head, D skip, gated RMSNorm
+};
+// The config.json spelling ("linear_attn", "retnet", …).
+absl::string_view ModelTypeName(ModelType type);
+
+// An elementwise map fla applies to q and k: RetNet's and GLA's
+// feature_map (transformers' and fla's ACT2FN), DeltaNet's qk_activation.
+enum class QkActivation {
+  kNone,
+  kRelu,
+  kSigmoid,
+  kLogSigmoid,  // log σ(x)
+  kSilu,        // x·σ(x) ("silu", "swish")
+  kGelu,        // exact (erf) GELU
+  kSqRelu,      // relu(x)²
+  kElu1,        // ELU(x) + 1
+};
+
 struct ModelConfig {
-  std::string model_type;  // "linear_attn"
+  ModelType type = ModelType::kLinearAttn;
+  std::string model_type;  // ModelTypeName(type)
   uint32_t hidden_size = 0;
   uint32_t num_hidden_layers = 0;
   uint32_t num_heads = 0;
@@ -52,18 +81,64 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
 
+  // The gated and delta-rule types (every type but linear_attn). Their
+  // state has `state_heads` heads of head_k × head_v (mamba2: state_size ×
+  // head_dim); num_heads are the q/k heads (gated_deltanet's num_v_heads
+  // may be a multiple: GVA) and num_kv_heads RetNet's and GLA's k/v heads.
+  uint32_t state_heads = 0;
+  uint32_t head_k = 0, head_v = 0;
+  QkActivation qk_activation = QkActivation::kNone;  // after any silu below
+  bool silu_qk = false;    // q, k through SiLU after the projection (and conv)
+  bool silu_v = false;     // v likewise
+  bool qk_l2norm = false;  // q, k ÷ √(Σx² + 1e-6) (the rule's own step)
+  bool qk_sum_norm = false;      // delta_net qk_norm "sum": x ÷ Σx
+  bool output_gate = false;      // o = norm(o)·SiLU(g_proj(x))
+  bool fused_gate_norm = false;  // the norm is named g_norm_swish_gate
+  bool use_short_conv = false;
+  uint32_t conv_size = 0;          // the depthwise causal window W
+  std::optional<float> clamp_min;  // GLA: gk = max(gk, clamp_min)
+  bool use_beta = false;           // delta rules: β = σ(b_proj(x)), else 1
+  bool allow_neg_eigval = false;   // β ×2
+  // mamba2 (intermediate_size is expand × hidden; no MLP).
+  uint32_t state_size = 0;  // N
+  uint32_t n_groups = 0;    // G: B and C groups, head h reads h / (H / G)
+  bool use_conv_bias = false;
+  bool use_bias = false;  // in_proj and out_proj biases
+  bool rmsnorm = false;   // the gated RMSNorm (else y·SiLU(z))
+  bool norm_before_gate = false;
+  bool d_has_hdim = false;        // D per channel (intermediate) or per head
+  double dt_min = 0, dt_max = 0;  // dt_limit (dt_max may be +inf)
+
+  bool is_linear_attn() const { return type == ModelType::kLinearAttn; }
+  bool has_mlp() const { return type != ModelType::kMamba2; }
+
   // Derived sizes.
-  uint32_t key_dim() const;    // hidden·expand_k (all query heads)
-  uint32_t value_dim() const;  // hidden·expand_v
-  uint32_t head_k_dim() const { return key_dim() / num_heads; }
-  uint32_t head_v_dim() const { return value_dim() / num_heads; }
+  uint32_t key_dim() const;    // all query heads' q width
+  uint32_t value_dim() const;  // all heads' values (the o_proj input)
+  uint32_t head_k_dim() const {
+    return is_linear_attn() ? key_dim() / num_heads : head_k;
+  }
+  uint32_t head_v_dim() const {
+    return is_linear_attn() ? value_dim() / num_heads : head_v;
+  }
+  // The q, k and v projections' widths: k and v per key/value head (GQA),
+  // v per value head with gated_deltanet's GVA.
+  uint32_t q_width() const { return num_heads * head_k_dim(); }
+  uint32_t k_width() const { return num_kv_heads * head_k_dim(); }
+  uint32_t v_width() const {
+    return is_linear_attn() ? num_kv_heads * head_v_dim()
+                            : state_heads / kv_groups() * head_v;
+  }
+  // Channels of one layer's short-convolution window: q|k|v for the
+  // attention types with use_short_conv, x|B|C for mamba2, else 0.
+  uint32_t conv_channels() const;
   uint32_t kv_groups() const { return num_heads / num_kv_heads; }
   uint32_t feature_dim() const;  // d_φ per head after the feature map
   // Whether the map has weights, and whether those have biases.
   bool feature_map_has_weights() const;
   // Whether φ is never negative (then z, a sum of features, never is):
   // elu, relu, t2r and hedgehog; not identity, dpfp (fla's has −relu(x))
-  // or elementwise_product.
+  // or elementwise_product. False for the rule types (no z).
   bool features_nonnegative() const;
 };
 

@@ -8,34 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
 #include "core/attention/recurrent.h"
+#include "core/model/row_ops.h"
 #include "core/onednn/gemm.h"
 #include "core/util/row_view.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
 namespace {
-
-// Elementwise passes go parallel only above this many floats: below it a
-// parallel region (wake-up and barrier) costs more than the pass itself.
-constexpr uint64_t kParallelFloats = 1 << 16;
-
-// y = x / sqrt(mean(x²) + eps) · w (w may be null), n vectors of d.
-void RmsNorm(const float* x, uint64_t n, uint32_t d, const float* w, float eps,
-             float* y) {
-#pragma omp parallel for if (n * d >= kParallelFloats) schedule(static)
-  for (uint64_t r = 0; r < n; ++r) {
-    const float* xr = x + r * d;
-    float* yr = y + r * d;
-    float ss = 0;
-    for (uint32_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    if (w != nullptr) {
-      for (uint32_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
-    } else {
-      for (uint32_t i = 0; i < d; ++i) yr[i] = xr[i] * inv;
-    }
-  }
-}
 
 // φ of one head's raw vector x (d_k) into out (d_φ); `lin` is the learned
 // linear output for the maps that have one.
@@ -103,6 +82,15 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model,
       chunkwise_(options.chunkwise) {
   options_.max_rows = std::clamp<uint32_t>(
       options_.max_rows, 1, static_cast<uint32_t>(PackedLinear::kMaxRows));
+  const ModelConfig& c = model_->config();
+  if (c.type == ModelType::kRetNet) {
+    // fla's RotaryEmbedding: inv_freq = 1 / base^(2i/d), base 10000, in
+    // fp32 as torch computes it.
+    for (uint32_t i = 0; i < c.head_k / 2; ++i) {
+      const float e = static_cast<float>(2 * i) / static_cast<float>(c.head_k);
+      inv_freq_.push_back(1.0f / std::pow(10000.0f, e));
+    }
+  }
 }
 
 void ForwardRunner::EnsureWorkspace(uint32_t needed) {
@@ -110,24 +98,43 @@ void ForwardRunner::EnsureWorkspace(uint32_t needed) {
   const uint64_t rows = PackedLinear::Bucket(needed);
   if (rows <= capacity_) return;
   const ModelConfig& c = model_->config();
-  const uint64_t H = c.hidden_size, nh = c.num_heads;
+  const uint64_t H = c.hidden_size,
+                 nh = c.is_linear_attn() ? c.num_heads : c.state_heads;
   const uint64_t qkv = c.key_dim() + uint64_t{c.num_kv_heads} *
                                          (c.head_k_dim() + c.head_v_dim());
   x_ = AlignedBuffer(rows * H);
   xn_ = AlignedBuffer(rows * H);
-  qkv_ = AlignedBuffer(rows * qkv);
-  heads_ = AlignedBuffer(rows * nh * c.head_k_dim());
-  mapped_ = AlignedBuffer(rows * nh * 2 * c.head_k_dim());
+  if (c.is_linear_attn()) {
+    qkv_ = AlignedBuffer(rows * qkv);
+    heads_ = AlignedBuffer(rows * nh * c.head_k_dim());
+    mapped_ = AlignedBuffer(rows * nh * 2 * c.head_k_dim());
+  }
   fq_ = AlignedBuffer(rows * nh * c.feature_dim());
   fk_ = AlignedBuffer(rows * nh * c.feature_dim());
   v_ = AlignedBuffer(rows * nh * c.head_v_dim());
   o_ = AlignedBuffer(rows * nh * c.head_v_dim());
   den_ = AlignedBuffer(rows * nh);
   available_.assign(rows * nh, 0);
-  gu_ = AlignedBuffer(rows * 2 * uint64_t{c.intermediate_size});
-  act_ = AlignedBuffer(rows * uint64_t{c.intermediate_size});
+  if (c.has_mlp()) {
+    gu_ = AlignedBuffer(rows * 2 * uint64_t{c.intermediate_size});
+    act_ = AlignedBuffer(rows * uint64_t{c.intermediate_size});
+  }
   logits_rows_ = AlignedBuffer(rows * H);
   logits_out_ = AlignedBuffer(rows * uint64_t{c.vocab_size});
+  if (!c.is_linear_attn()) {
+    const uint64_t heads = c.state_heads;
+    proj_ = AlignedBuffer(rows * MixerColumnsOf(c).width);
+    g_ = AlignedBuffer(rows * heads *
+                       (c.type == ModelType::kGla ? c.head_k : 1));
+    beta_ = AlignedBuffer(rows * heads);
+    if (c.type == ModelType::kGla) {
+      low_rank_ = AlignedBuffer(rows * kGlaGateRank);
+      gk_ = AlignedBuffer(rows * c.k_width());
+    }
+    if (c.conv_channels() > 0) {
+      conv_ext_ = AlignedBuffer((rows + c.conv_size - 1) * c.conv_channels());
+    }
+  }
   capacity_ = static_cast<uint32_t>(rows);
 }
 
@@ -174,7 +181,8 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
       if (left == 0) continue;
       const uint32_t take = static_cast<uint32_t>(
           std::min<uint64_t>(left, options_.max_rows - rows));
-      pieces.push_back(Piece{i, done[i], take, rows});
+      pieces.push_back(
+          Piece{i, done[i], take, rows, items[i].state->position()});
       rows += take;
       done[i] += take;
     }
@@ -272,9 +280,16 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
                                  std::span<const Piece> pieces, uint32_t rows) {
   EnsureWorkspace(rows);
   Embed(items, pieces);
+  const ModelConfig& c = model_->config();
   for (size_t l = 0; l < model_->layers().size(); ++l) {
-    LINATTN_RETURN_IF_ERROR(AttentionBlock(items, pieces, rows, l));
-    LINATTN_RETURN_IF_ERROR(MlpBlock(model_->layers()[l], rows));
+    if (c.is_linear_attn()) {
+      LINATTN_RETURN_IF_ERROR(AttentionBlock(items, pieces, rows, l));
+    } else {
+      LINATTN_RETURN_IF_ERROR(MixerBlock(items, pieces, rows, l));
+    }
+    if (c.has_mlp()) {
+      LINATTN_RETURN_IF_ERROR(MlpBlock(model_->layers()[l], rows));
+    }
   }
   return Logits(items, pieces);
 }
@@ -304,15 +319,31 @@ absl::Status ForwardRunner::AttentionBlock(std::span<const ForwardItem> items,
   const Model& m = *model_;
   const ModelConfig& c = m.config();
   const Model::Layer& L = m.layers()[l];
-  const uint32_t H = c.hidden_size, nh = c.num_heads, dv = c.head_v_dim(),
-                 dphi = c.feature_dim();
+  const uint32_t H = c.hidden_size, nh = c.num_heads, dv = c.head_v_dim();
   RmsNorm(x_.data(), rows, H, L.attn_norm.data(), c.norm_eps, xn_.data());
   LINATTN_RETURN_IF_ERROR(L.qkv->Apply(xn_.data(), rows, qkv_.data()));
   LINATTN_RETURN_IF_ERROR(FeatureMaps(L, rows));
-  // Per row: nh heads of φ(q), φ(k) (d_φ), v and o (d_v), den and
-  // availability (one each).
-  const BlockView<const float> fq(fq_.data(), rows, nh, dphi);
-  const BlockView<const float> fk(fk_.data(), rows, nh, dphi);
+  LINATTN_RETURN_IF_ERROR(
+      RunAttention(items, pieces, rows, l, nullptr, nullptr));
+  RmsNorm(o_.data(), uint64_t{rows} * nh, dv,
+          L.head_norm.empty() ? nullptr : L.head_norm.data(), c.norm_eps,
+          o_.data());
+  return L.o->Apply(o_.data(), rows, x_.data());
+}
+
+// The layer's attention over every piece: φ(q)/q, φ(k)/k and v from fq_,
+// fk_ and v_ (rows × heads × the spec's widths), g and β (the gated and
+// delta rules) rows × heads (× d_k per key), into o_.
+absl::Status ForwardRunner::RunAttention(std::span<const ForwardItem> items,
+                                         std::span<const Piece> pieces,
+                                         uint32_t rows, size_t l,
+                                         const float* g, const float* beta) {
+  const Model& m = *model_;
+  const AttentionSpec& spec = m.attention().spec();
+  const uint32_t nh = spec.num_heads, dk = spec.key_dim, dv = spec.value_dim;
+  const uint32_t gate_width = GatesPerHead(spec);
+  const BlockView<const float> q(fq_.data(), rows, nh, dk);
+  const BlockView<const float> k(fk_.data(), rows, nh, dk);
   const BlockView<const float> v(v_.data(), rows, nh, dv);
   const BlockView<float> o(o_.data(), rows, nh, dv);
   const RowView<float> den(den_.data(), rows, nh);
@@ -320,10 +351,13 @@ absl::Status ForwardRunner::AttentionBlock(std::span<const ForwardItem> items,
   std::vector<StepItem> steps;
   std::vector<PrefillItem> prefills;
   for (const Piece& p : pieces) {
-    SequenceInput in{.q = fq.row(p.row0, 0),
-                     .k = fk.row(p.row0, 0),
-                     .v = v.row(p.row0, 0),
-                     .tokens = p.rows};
+    SequenceInput in{
+        .q = q.row(p.row0, 0),
+        .k = k.row(p.row0, 0),
+        .v = v.row(p.row0, 0),
+        .tokens = p.rows,
+        .g = g == nullptr ? nullptr : g + uint64_t{p.row0} * nh * gate_width,
+        .beta = beta == nullptr ? nullptr : beta + uint64_t{p.row0} * nh};
     SequenceOutput out{.output = o.row(p.row0, 0),
                        .denominator = den.row(p.row0),
                        .available = available.row(p.row0)};
@@ -349,10 +383,7 @@ absl::Status ForwardRunner::AttentionBlock(std::span<const ForwardItem> items,
       return s.code() == absl::StatusCode::kInvalidArgument ? not_finite(s) : s;
     }
   }
-  RmsNorm(o_.data(), uint64_t{rows} * nh, dv,
-          L.head_norm.empty() ? nullptr : L.head_norm.data(), c.norm_eps,
-          o_.data());
-  return L.o->Apply(o_.data(), rows, x_.data());
+  return absl::OkStatus();
 }
 
 // x += down(SiLU(gate)·up) with (gate|up) from rmsnorm(x).

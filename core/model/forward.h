@@ -10,6 +10,14 @@
 // and the final norm and lm_head GEMM run only for rows whose logits are
 // wanted. Every GEMM is oneDNN's sgemm over all rows of the batch.
 //
+// The gated and delta-rule types (retnet, gla, delta_net, gated_deltanet,
+// mamba2; forward_mixers.cc) replace the attention block by their mixer:
+//   rmsnorm → in_proj GEMM (every projection at once) → short convolution
+//   over each session's rows, continuing its window → q, k, v, gates and β
+//   per type → the gated/delta rule (StepBatch or chunkwise, as above)
+//   → output norm (× SiLU gate) → o_proj GEMM (+residual)
+// followed by the same MLP block (mamba2 has none).
+//
 // Long prompts go through in passes of at most `max_rows` rows, so the
 // workspaces are bounded whatever the prompt length.
 //
@@ -68,7 +76,8 @@ class ForwardRunner {
     uint32_t item;
     uint64_t first;  // index of the first token of the item in this pass
     uint32_t rows;
-    uint32_t row0;  // first row in the pass
+    uint32_t row0;      // first row in the pass
+    uint64_t position;  // the session's position before this piece
   };
   // One pass: the rows of `pieces` through every layer, as named blocks.
   absl::Status Pass(std::span<const ForwardItem> items,
@@ -78,6 +87,26 @@ class ForwardRunner {
                               std::span<const Piece> pieces, uint32_t rows,
                               size_t layer);
   absl::Status MlpBlock(const Model::Layer& layer, uint32_t rows);
+  // The gated and delta-rule types' mixer block (forward_mixers.cc): x +=
+  // o_proj(out(rule(q, k, v, g, β))) from in_proj(rmsnorm(x)).
+  absl::Status MixerBlock(std::span<const ForwardItem> items,
+                          std::span<const Piece> pieces, uint32_t rows,
+                          size_t layer);
+  // The causal depthwise convolution over the columns it covers, per
+  // piece continuing (and then advancing) its session's window.
+  void ShortConvolution(std::span<const ForwardItem> items,
+                        std::span<const Piece> pieces, size_t layer);
+  // proj_ into q_, k_, v_ (fq_, fk_, v_), g_ and beta_ per the type.
+  absl::Status MixerInputs(std::span<const Piece> pieces, uint32_t rows,
+                           const Model::Layer& layer);
+  // o_ into the o_proj input: per-head norm and gate, mamba2's D skip and
+  // grouped gated norm.
+  void MixerOutputs(uint32_t rows, const Model::Layer& layer);
+  // The layer's attention (its rule) over every piece: one-token pieces in
+  // one StepBatch, longer ones in one chunkwise prefill, in place.
+  absl::Status RunAttention(std::span<const ForwardItem> items,
+                            std::span<const Piece> pieces, uint32_t rows,
+                            size_t layer, const float* g, const float* beta);
   absl::Status Logits(std::span<const ForwardItem> items,
                       std::span<const Piece> pieces);
   // φ(q)·d_φ^−½ and φ(k) into fq_, fk_ and the values into v_, every
@@ -104,6 +133,14 @@ class ForwardRunner {
   AlignedBuffer act_;          // rows × I
   AlignedBuffer logits_rows_;  // rows × H (final-normed rows needing logits)
   AlignedBuffer logits_out_;   // rows × V
+  // The gated and delta-rule types.
+  AlignedBuffer proj_;           // rows × MixerColumns width
+  AlignedBuffer g_;              // rows × heads × (1 or d_k) log-gates
+  AlignedBuffer beta_;           // rows × heads
+  AlignedBuffer low_rank_;       // rows × 16 (GLA's gk_proj.0 output)
+  AlignedBuffer gk_;             // rows × k_width (GLA's gk_proj.1 output)
+  AlignedBuffer conv_ext_;       // (rows + W − 1) × channels
+  std::vector<float> inv_freq_;  // RetNet's rotary frequencies, head_k / 2
 };
 
 }  // namespace linattn

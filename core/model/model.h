@@ -1,14 +1,17 @@
-// Model: a loaded linear-attention language model (fla `linear_attn`
-// layout), immutable and shared by every session that uses it.
+// Model: a loaded language model of one of fla's linear-attention layouts
+// (config.h: linear_attn, retnet, gla, delta_net, gated_deltanet, mamba2),
+// immutable and shared by every session that uses it.
 //
 // A model directory holds config.json, model.safetensors (F32, F16 or BF16)
 // and optionally a SentencePiece tokenizer.model (without one the model is
 // byte-level). Load() checks every tensor's name and shape against the
 // config, converts the weights to fp32 once, and packs them for the GEMMs:
-// q/k/v projections as one (q|k|v) matrix, gate and up as one matrix.
+// every projection a layer takes from its normed input as one matrix
+// (linear_attn q|k|v; the others MixerColumns), gate and up as one matrix.
 //
-// The only per-session memory is ModelState: S and z for every layer and
-// head, nothing that grows with the context.
+// The only per-session memory is ModelState: the state of every layer and
+// head (S, and z for linear_attn) and the short convolutions' last W − 1
+// inputs, nothing that grows with the context.
 //
 //   auto model = Model::Load("models/tiny").value();
 //   ModelState state = model->NewState();
@@ -31,7 +34,9 @@
 namespace linattn {
 
 // The recurrent state of one model session: one AttentionState per layer
-// (all heads), at the same position.
+// (all heads), at the same position, and for models with short
+// convolutions each layer's window of the last W − 1 inputs (time-major:
+// W − 1 rows of conv_channels floats, oldest first; zeros at position 0).
 class ModelState {
  public:
   ModelState() = default;
@@ -44,14 +49,35 @@ class ModelState {
   uint64_t position() const {
     return layers_.empty() ? 0 : layers_[0].position();
   }
-  uint64_t bytes() const;
+  uint64_t bytes() const;  // attention states and windows
   std::vector<AttentionState>& layers() { return layers_; }
   const std::vector<AttentionState>& layers() const { return layers_; }
+  // Layer l's convolution window (empty without short convolutions).
+  std::vector<std::vector<float>>& conv() { return conv_; }
+  const std::vector<std::vector<float>>& conv() const { return conv_; }
 
  private:
   friend class Model;
   std::vector<AttentionState> layers_;
+  std::vector<std::vector<float>> conv_;
 };
+
+// Where each part of a gated or delta-rule layer's in_proj output starts,
+// in the columns of one row. Attention types: q | k | v then their extras;
+// the short convolution covers q|k|v (columns [0, conv_channels)). mamba2:
+// z | x B C | dt as its in_proj is laid out, the convolution over x B C.
+struct MixerColumns {
+  uint32_t q = 0, k = 0, v = 0;  // mamba2: C, B and x
+  uint32_t gate = 0;             // the output gate's g_proj; mamba2's z
+  uint32_t gk = 0;               // GLA: gk_proj.0 (16 wide)
+  uint32_t beta = 0;             // b_proj (delta rules with use_beta)
+  uint32_t a = 0;                // gated_deltanet's a_proj; mamba2's dt
+  uint32_t conv = 0;             // first column the convolution covers
+  uint32_t width = 0;
+};
+MixerColumns MixerColumnsOf(const ModelConfig& c);
+// GLA's low-rank gate width (fla's gate_low_rank_dim, not configurable).
+inline constexpr uint32_t kGlaGateRank = 16;
 
 class Model {
  public:
@@ -71,6 +97,22 @@ class Model {
     std::vector<float> mlp_norm;      // hidden
     std::unique_ptr<PackedLinear> gate_up;  // hidden → 2·intermediate
     std::unique_ptr<PackedLinear> down;     // intermediate → hidden, adds
+
+    // The gated and delta-rule types. attn_norm is the mixer's input norm
+    // (mamba2's `norm`), head_norm the output norm's weight (d_v, shared
+    // by the heads; mamba2's gated norm: intermediate), o the o_proj
+    // (mamba2's out_proj).
+    std::unique_ptr<PackedLinear> in_proj;  // hidden → MixerColumns width
+    std::vector<float> in_bias;             // mamba2 use_bias
+    AlignedBuffer conv;  // W × channels: tap j, channel c at j·C + c
+    std::vector<float> conv_bias;  // mamba2 use_conv_bias
+    AlignedBuffer gk_up;           // GLA gk_proj.1: k_width × 16 (out, in)
+    std::vector<float> gk_bias;    // its bias, k_width
+    std::vector<float> neg_exp_a;  // −exp(A_log) per state head (fp32)
+    std::vector<float> dt_bias;    // per state head
+    std::vector<float> d_skip;     // mamba2 D: per head or per channel
+    std::vector<float> out_bias;   // mamba2 use_bias: out_proj's bias
+    std::vector<float> log_decay;  // RetNet: log(1 − 2^(−5−h)) in fp32
   };
 
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and
@@ -99,8 +141,12 @@ class Model {
   const Attention& attention() const { return *attention_; }
 
   ModelState NewState() const;
-  // Bytes of one session's state: layers × heads × (d_φ·d_v + d_φ) × 4.
+  // Bytes of one session's state: layers × heads × (d_φ·d_v + d_φ) × 4
+  // (the rule types: heads × d_k·d_v), plus the convolution windows.
   uint64_t state_bytes() const;
+  // The attention states' part of it, and one layer's window in floats.
+  uint64_t attention_state_bytes() const;
+  uint64_t conv_window_floats() const;
   // True when `state` has this model's shape.
   bool Matches(const ModelState& state) const;
 

@@ -22,6 +22,28 @@ absl::Status ValidateSampling(const SamplingParams& p) {
         absl::StrCat("sampling.max_tokens: must be in [1, ", kMaxGenerateTokens,
                      "], got ", p.max_tokens));
   }
+  if (!(p.min_p >= 0 && p.min_p <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.min_p: must be in [0, 1], got ", p.min_p));
+  }
+  for (auto [name, v] :
+       {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+        {"frequency_penalty", p.frequency_penalty}}) {
+    if (!(v >= -2 && v <= 2)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.", name, ": must be in [-2, 2], got ", v));
+    }
+  }
+  if (!(p.repetition_penalty > 0 && p.repetition_penalty <= 10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.repetition_penalty: must be in (0, 10], got ",
+                     p.repetition_penalty));
+  }
+  if (p.penalty_last_n < -1 || p.penalty_last_n > kMaxPenaltyWindow) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.penalty_last_n: must be -1 (all) or in [0, ",
+                     kMaxPenaltyWindow, "], got ", p.penalty_last_n));
+  }
   if (p.top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
         absl::StrCat("sampling.top_logprobs: must be in [0, ", kMaxTopLogprobs,
@@ -47,7 +69,51 @@ Sampler::Sampler(const SamplingParams& params, uint64_t skip)
   rng_.discard(skip);
 }
 
-absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits) {
+bool Sampler::penalized() const {
+  return params_.penalty_last_n != 0 &&
+         (params_.presence_penalty != 0 || params_.frequency_penalty != 0 ||
+          params_.repetition_penalty != 1);
+}
+
+void Sampler::Push(int32_t token) {
+  if (!penalized()) return;
+  ++counts_[token];
+  if (params_.penalty_last_n < 0) return;  // every token counts
+  window_.push_back(token);
+  if (window_.size() > static_cast<size_t>(params_.penalty_last_n)) {
+    auto it = counts_.find(window_.front());
+    if (--it->second == 0) counts_.erase(it);
+    window_.pop_front();
+  }
+}
+
+void Sampler::Observe(std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) Push(t);
+}
+
+absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> raw) {
+  // The chosen token comes from the penalised logits; logprobs stay the
+  // model's own.
+  std::span<const float> logits = raw;
+  if (penalized() && !counts_.empty()) {
+    penalized_.assign(raw.begin(), raw.end());
+    const float r = params_.repetition_penalty;
+    for (const auto& [id, count] : counts_) {
+      if (id < 0 || static_cast<size_t>(id) >= penalized_.size()) continue;
+      float& l = penalized_[id];
+      if (r != 1.0f) l = l > 0 ? l / r : l * r;
+      l -= static_cast<float>(count) * params_.frequency_penalty +
+           params_.presence_penalty;
+    }
+    logits = penalized_;
+  }
+  absl::StatusOr<SampledToken> token = SampleFrom(logits, raw);
+  if (token.ok()) Push(token->id);
+  return token;
+}
+
+absl::StatusOr<SampledToken> Sampler::SampleFrom(std::span<const float> logits,
+                                                 std::span<const float> raw) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float max = neg_inf;
   int32_t argmax = -1;
@@ -61,27 +127,31 @@ absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> logits) {
   if (argmax < 0) {
     return absl::InternalError("the model produced no finite logit");
   }
-  // log_softmax in double: log Σ exp(l − max).
-  double sum = 0;
-  for (float l : logits) {
-    if (std::isfinite(l)) sum += std::exp(static_cast<double>(l) - max);
-  }
-  const double log_z = max + std::log(sum);
-  auto logprob = [&](int32_t id) {
-    return static_cast<float>(logits[id] - log_z);
-  };
   SampledToken result = Choose(logits, max, argmax);
+  // log_softmax of the model's own logits, in double: log Σ exp(l − max).
+  float raw_max = neg_inf;
+  for (float l : raw) {
+    if (std::isfinite(l)) raw_max = std::max(raw_max, l);
+  }
+  double sum = 0;
+  for (float l : raw) {
+    if (std::isfinite(l)) sum += std::exp(static_cast<double>(l) - raw_max);
+  }
+  const double log_z = raw_max + std::log(sum);
+  auto logprob = [&](int32_t id) {
+    return static_cast<float>(raw[id] - log_z);
+  };
   result.logprob = logprob(result.id);
   if (params_.logprobs && params_.top_logprobs > 0) {
     // The most likely tokens, apart from the sampling's own order (which
     // top_k may have cut): a heap of the best `n` over every finite logit.
     const size_t n = params_.top_logprobs;
     auto better = [&](int32_t a, int32_t b) {
-      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+      return raw[a] != raw[b] ? raw[a] > raw[b] : a < b;
     };
     std::vector<int32_t> best;
-    for (size_t i = 0; i < logits.size(); ++i) {
-      if (!std::isfinite(logits[i])) continue;
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (!std::isfinite(raw[i])) continue;
       const int32_t id = static_cast<int32_t>(i);
       if (best.size() < n) {
         best.push_back(id);
@@ -140,6 +210,14 @@ SampledToken Sampler::Choose(std::span<const float> logits, float max,
       if (cumulative >= params_.top_p) break;
     }
     keep = n;
+  }
+  if (params_.min_p > 0.0f) {
+    // p[0] = 1 is the most likely token's weight.
+    size_t n = 1;
+    while (n < keep && p[n] >= params_.min_p) ++n;
+    keep = n;
+  }
+  if (keep < order_.size()) {
     total = 0;
     for (size_t i = 0; i < keep; ++i) total += p[i];
   }

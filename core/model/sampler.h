@@ -1,9 +1,18 @@
 // Sampling the next token from a model's logits.
 //
+//   penalties            first, on a copy of the logits, for every token id
+//                        j seen c_j > 0 times in the penalty window (the last
+//                        penalty_last_n tokens this Generate fed or made; −1:
+//                        all of them), llama.cpp's order: l_j ← l_j / r when
+//                        l_j > 0, else l_j·r (repetition_penalty r, CTRL's),
+//                        then l_j ← l_j − c_j·frequency_penalty −
+//                        presence_penalty (OpenAI's)
 //   temperature 0        greedy: the highest logit (lowest id on ties)
 //   temperature T > 0    softmax(logits / T), restricted to the top_k
-//                        highest (0 = all) and then to the smallest set whose
-//                        probability reaches top_p (1 = all)
+//                        highest (0 = all), then to the smallest set whose
+//                        probability reaches top_p (1 = all), then to those
+//                        at least min_p times as likely as the most likely
+//                        (0 = all)
 //
 // A Sampler owns its random stream, seeded from `seed`: the same seed, model
 // and prompt give the same tokens. Log-probabilities reported are the
@@ -12,9 +21,11 @@
 #define LINATTN_CORE_MODEL_SAMPLER_H_
 
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -29,6 +40,13 @@ struct SamplingParams {
   float top_p = 1.0f;
   uint64_t seed = 0;
   uint32_t max_tokens = 16;
+  float min_p = 0.0f;               // [0, 1]
+  float presence_penalty = 0.0f;    // [−2, 2]
+  float frequency_penalty = 0.0f;   // [−2, 2]
+  float repetition_penalty = 1.0f;  // (0, 10]; 1 = none
+  // The penalty window: this many most recent tokens (−1: every token the
+  // Generate fed or made; 0: no window, no penalty).
+  int32_t penalty_last_n = 64;
   std::vector<std::string> stop;  // generation ends before any of these
   bool logprobs = false;
   // With logprobs: the log-probabilities of this many most likely tokens
@@ -46,6 +64,9 @@ inline constexpr size_t kMaxStopBytes = 1024;
 
 // Largest top_logprobs one Generate may ask for.
 inline constexpr uint32_t kMaxTopLogprobs = 20;
+
+// Largest penalty_last_n (above it, −1 covers the whole request).
+inline constexpr int32_t kMaxPenaltyWindow = 1 << 16;
 
 // Largest max_tokens one Generate may ask for.
 inline constexpr uint32_t kMaxGenerateTokens = 1u << 20;
@@ -81,15 +102,28 @@ class Sampler {
   // token sampled at a temperature above 0.
   uint64_t draws() const { return draws_; }
   // INTERNAL when no logit is finite (a broken model), never otherwise.
+  // The token chosen joins the penalty window.
   absl::StatusOr<SampledToken> Sample(std::span<const float> logits);
+  // Tokens fed before the first Sample (the prompt) join the window.
+  void Observe(std::span<const int32_t> tokens);
 
  private:
+  bool penalized() const;
+  // Sample's choice from `logits` (penalised) with logprobs from `raw`.
+  absl::StatusOr<SampledToken> SampleFrom(std::span<const float> logits,
+                                          std::span<const float> raw);
+  void Push(int32_t token);
   // The token drawn (greedy at temperature 0), without its logprob.
   SampledToken Choose(std::span<const float> logits, float max, int32_t argmax);
   SamplingParams params_;
   std::mt19937_64 rng_;
   uint64_t draws_ = 0;
   std::vector<std::pair<float, int32_t>> order_;
+  // The penalty window's tokens (oldest first) and their counts; the
+  // logits with the penalties applied.
+  std::deque<int32_t> window_;
+  std::unordered_map<int32_t, uint32_t> counts_;
+  std::vector<float> penalized_;
 };
 
 }  // namespace linattn

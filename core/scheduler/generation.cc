@@ -619,6 +619,8 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
   } else {
     job.joining = job.input;
   }
+  // The tokens this Generate feeds start its penalty window.
+  job.sampler->Observe(job.feed);
   return StartResult::kStarted;
 }
 

@@ -27,6 +27,7 @@ constexpr uint32_t kSpecTag = SnapshotTag("SPEC");
 constexpr uint32_t kModelTag = SnapshotTag("MODL");
 constexpr uint32_t kStateTag = SnapshotTag("STAT");
 constexpr uint32_t kSamplerTag = SnapshotTag("SMPL");
+constexpr uint32_t kConvTag = SnapshotTag("CONV");
 // RULE (attention sessions of the gated and delta rules; required, so a
 // reader that does not know it refuses the blob rather than misread it):
 // rule u8, gate u8, qk_l2norm u8, scale f32.
@@ -504,14 +505,24 @@ uint64_t ModelSectionBytes(const Model& model) {
   return 8 + 4 + model.name().size() + 4;
 }
 
+// CONV: the short convolutions' windows, one per layer (models that have
+// them; required, so a reader that does not know it refuses the blob).
+uint64_t ConvSectionBytes(const Model& model) {
+  const uint64_t w = model.conv_window_floats();
+  return w == 0 ? 0
+                : 4 + uint64_t{model.config().num_hidden_layers} *
+                          (8 + w * sizeof(float));
+}
+
 }  // namespace
 
 uint64_t ModelSnapshotBytes(const Model& model) {
-  return ContainerBytes(3,
+  const uint64_t conv = ConvSectionBytes(model);
+  return ContainerBytes(conv > 0 ? 4 : 3,
                         ModelSectionBytes(model) +
                             StateSectionBytes(model.config().num_hidden_layers,
-                                              model.state_bytes()) +
-                            kSamplerSectionBytes);
+                                              model.attention_state_bytes()) +
+                            kSamplerSectionBytes + conv);
 }
 
 std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
@@ -519,10 +530,14 @@ std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
                                    const SamplerPosition& sampler) {
   // SMPL is optional: a reader that does not know it restores the context
   // and starts random streams afresh.
-  const SnapshotWriter::Section sections[] = {
+  std::vector<SnapshotWriter::Section> sections = {
       {kModelTag, ModelSectionBytes(model)},
-      {kStateTag, StateSectionBytes(state.layers().size(), state.bytes())},
+      {kStateTag,
+       StateSectionBytes(state.layers().size(), model.attention_state_bytes())},
       {kSamplerTag, kSamplerSectionBytes, /*required=*/false}};
+  if (const uint64_t conv = ConvSectionBytes(model); conv > 0) {
+    sections.push_back({kConvTag, conv});
+  }
   SnapshotWriter w(SnapshotKind::kModelSession, sections);
   w.Put<uint64_t>(model.fingerprint());
   w.Put<uint32_t>(static_cast<uint32_t>(model.name().size()));
@@ -533,16 +548,78 @@ std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
   w.Put<uint64_t>(sampler.seed);
   w.Put<uint64_t>(sampler.draws);
   w.Put<uint8_t>(sampler.set ? 1 : 0);
+  if (!state.conv().empty()) {
+    w.Put<uint32_t>(static_cast<uint32_t>(state.conv().size()));
+    for (const std::vector<float>& window : state.conv()) {
+      w.Put<uint64_t>(window.size());
+      w.PutBytes(window.data(), window.size() * sizeof(float));
+    }
+  }
   return w.Finish();
 }
+
+namespace {
+
+// The CONV section into `state`'s windows: present exactly when the model
+// has windows, of their size, and finite (they are inputs the model saw).
+absl::Status ReadConvWindows(std::optional<absl::string_view> conv,
+                             const Model& model, ModelState& state) {
+  if (state.conv().empty()) {
+    if (conv.has_value()) {
+      return Malformed("holds convolution windows; the model has none");
+    }
+    return absl::OkStatus();
+  }
+  if (!conv.has_value()) {
+    return Malformed("has no convolution windows; the model needs them");
+  }
+  if (conv->size() != ConvSectionBytes(model)) {
+    return Malformed(absl::StrCat("holds ", conv->size(),
+                                  " bytes of convolution windows; the model "
+                                  "needs ",
+                                  ConvSectionBytes(model)));
+  }
+  SectionReader r(*conv, "CONV");
+  uint32_t count = 0;
+  LINATTN_RETURN_IF_ERROR(r.Get(&count, "window count"));
+  if (count != state.conv().size()) {
+    return Malformed(absl::StrCat("holds ", count, " convolution windows; ",
+                                  state.conv().size(), " expected"));
+  }
+  for (std::vector<float>& window : state.conv()) {
+    uint64_t floats = 0;
+    LINATTN_RETURN_IF_ERROR(r.Get(&floats, "window floats"));
+    if (floats != window.size()) {
+      return Malformed(absl::StrCat("holds a convolution window of ", floats,
+                                    " floats; the model needs ",
+                                    window.size()));
+    }
+    LINATTN_ASSIGN_OR_RETURN(absl::string_view bytes,
+                             r.Bytes(floats * sizeof(float), "window"));
+    std::memcpy(window.data(), bytes.data(), bytes.size());
+    if (!AllFinite(window.data(), window.size())) {
+      return Malformed("holds a convolution window that is not finite");
+    }
+  }
+  return r.Done();
+}
+
+}  // namespace
 
 absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
     absl::string_view blob,
     std::span<const std::shared_ptr<const Model>> models) {
   LINATTN_ASSIGN_OR_RETURN(std::vector<SnapshotSection> sections,
                            OpenSnapshot(blob, SnapshotKind::kModelSession));
-  LINATTN_ASSIGN_OR_RETURN(std::vector<absl::string_view> found,
-                           FindSections(sections, {kModelTag, kStateTag}));
+  // CONV is there for models with short convolutions (ReadConvWindows
+  // checks it is there exactly when the model has them).
+  const bool has_conv =
+      std::any_of(sections.begin(), sections.end(),
+                  [](const SnapshotSection& s) { return s.tag == kConvTag; });
+  LINATTN_ASSIGN_OR_RETURN(
+      std::vector<absl::string_view> found,
+      has_conv ? FindSections(sections, {kModelTag, kStateTag, kConvTag})
+               : FindSections(sections, {kModelTag, kStateTag}));
   SectionReader r(found[0], "MODL");
   uint64_t fingerprint = 0;
   uint32_t name_len = 0;
@@ -567,11 +644,11 @@ absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
         ", loaded ", model->fingerprint_hex(), ")"));
   }
   if (found[1].size() != StateSectionBytes(model->config().num_hidden_layers,
-                                           model->state_bytes())) {
+                                           model->attention_state_bytes())) {
     return Malformed(absl::StrCat(
         "holds ", found[1].size(), " bytes of state; model '", name, "' needs ",
         StateSectionBytes(model->config().num_hidden_layers,
-                          model->state_bytes())));
+                          model->attention_state_bytes())));
   }
   ParsedModelSnapshot parsed;
   parsed.model = model;
@@ -590,6 +667,9 @@ absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
     LINATTN_RETURN_IF_ERROR(CheckRestoredState(
         layer, model->config().features_nonnegative(), 0, "snapshot"));
   }
+  LINATTN_RETURN_IF_ERROR(ReadConvWindows(
+      has_conv ? std::optional<absl::string_view>(found[2]) : std::nullopt,
+      *model, parsed.state));
   if (pending < -1 || (pending >= 0 && static_cast<uint32_t>(pending) >=
                                            model->config().vocab_size)) {
     return Malformed(absl::StrCat("holds pending token ", pending,

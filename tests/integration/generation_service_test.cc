@@ -48,6 +48,23 @@ std::string LocalGreedy(const std::string& prompt, uint32_t max_tokens,
   return text.get_future().get();
 }
 
+// What the engine gives in this process for `params`.
+std::string LocalWith(const std::string& prompt, SamplingParams params) {
+  static std::shared_ptr<const Model> model =
+      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
+  GenerationEngine engine({model});
+  auto s = engine.CreateSession("", "").value();
+  std::promise<std::string> text;
+  std::string acc;
+  engine.Generate(s.session_id,
+                  std::vector<int32_t>(prompt.begin(), prompt.end()), params,
+                  [&](const GenerateEvent& e) {
+                    acc += e.text;
+                    if (e.finished) text.set_value(acc);
+                  });
+  return text.get_future().get();
+}
+
 class GenerationServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -123,6 +140,51 @@ TEST_F(GenerationServiceTest, StreamedTextIsWhatTheModelGivesLocally) {
   EXPECT_EQ(g.messages.back().usage().prompt_tokens(), prompt.size());
   EXPECT_EQ(g.messages.back().usage().completion_tokens(), 40u);
   EXPECT_EQ(g.messages.back().position(), prompt.size() + 40);
+}
+
+// Penalties and min_p reach the engine as sent: the stream is the local
+// engine's with the same settings, and the penalties change greedy text.
+TEST_F(GenerationServiceTest, PenaltiesAndMinPReachTheSampler) {
+  const std::string prompt = "And the LORD spake unto Moses, saying,";
+  const SamplingParams penalised{.temperature = 0.7f,
+                                 .seed = 9,
+                                 .max_tokens = 48,
+                                 .min_p = 0.05f,
+                                 .presence_penalty = 0.4f,
+                                 .frequency_penalty = 0.3f,
+                                 .repetition_penalty = 1.2f,
+                                 .penalty_last_n = 32};
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_session_id(Create().session_id());
+  req.set_prompt(prompt);
+  v1::SamplingParams* p = req.mutable_sampling();
+  p->set_temperature(0.7f);
+  p->set_seed(9);
+  p->set_max_tokens(48);
+  p->set_min_p(0.05f);
+  p->set_presence_penalty(0.4f);
+  p->set_frequency_penalty(0.3f);
+  p->set_repetition_penalty(1.2f);
+  p->set_penalty_last_n(32);
+  auto reader = stub_->Generate(&ctx, req);
+  std::string text;
+  for (v1::GenerateResponse r; reader->Read(&r);) text += r.text();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, LocalWith(prompt, penalised));
+  const SamplingParams greedy{.max_tokens = 48};
+  SamplingParams greedy_penalised = greedy;
+  greedy_penalised.presence_penalty = 2.0f;
+  EXPECT_NE(LocalWith(prompt, greedy), LocalWith(prompt, greedy_penalised));
+  // An out-of-range penalty is refused, naming the field.
+  grpc::ClientContext bad_ctx;
+  p->set_repetition_penalty(0.0f);
+  auto bad = stub_->Generate(&bad_ctx, req);
+  for (v1::GenerateResponse r; bad->Read(&r);) {
+  }
+  const grpc::Status refused = bad->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("repetition_penalty"));
 }
 
 TEST_F(GenerationServiceTest, ConcurrentStreamsEachGetTheirOwnContinuation) {

@@ -324,6 +324,49 @@ TEST_F(OpenAiHttpTest, ASessionIsContinuedWithOnlyItsNewText) {
   EXPECT_EQ(Call(port_, "DELETE", "/v1/sessions/copy").status, 404);
 }
 
+// OpenAI's penalties and llama.cpp's repetition_penalty, repeat_last_n and
+// min_p give what the same settings give over gRPC.
+TEST_F(OpenAiHttpTest, PenaltiesAndMinPMatchGrpc) {
+  const std::string prompt = "In the beginning God created";
+  auto stub = v1::GenerationService::NewStub(server_->Channel());
+  std::string id;
+  {
+    grpc::ClientContext c;
+    v1::ModelSession s;
+    ASSERT_TRUE(stub->CreateSession(&c, {}, &s).ok());
+    id = s.session_id();
+  }
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_session_id(id);
+  req.set_prompt(prompt);
+  v1::SamplingParams* p = req.mutable_sampling();
+  p->set_max_tokens(40);
+  p->set_temperature(0.8f);
+  p->set_seed(4);
+  p->set_presence_penalty(0.5f);
+  p->set_frequency_penalty(0.25f);
+  p->set_repetition_penalty(1.3f);
+  p->set_penalty_last_n(16);
+  p->set_min_p(0.1f);
+  auto reader = stub->Generate(&ctx, req);
+  std::string grpc_text;
+  for (v1::GenerateResponse m; reader->Read(&m);) grpc_text += m.text();
+  ASSERT_TRUE(reader->Finish().ok());
+  const json body = {{"prompt", prompt},
+                     {"max_tokens", 40},
+                     {"temperature", 0.8},
+                     {"seed", 4},
+                     {"presence_penalty", 0.5},
+                     {"frequency_penalty", 0.25},
+                     {"repetition_penalty", 1.3},
+                     {"repeat_last_n", 16},
+                     {"min_p", 0.1}};
+  Reply r = Call(port_, "POST", "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(Text(r), grpc_text);
+}
+
 TEST_F(OpenAiHttpTest, AFailedRequestLeavesTheSessionAsItWas) {
   const std::string id = NewSession(port_);
   ASSERT_EQ(Call(port_, "POST", "/v1/sessions/" + id + "/append",
@@ -340,7 +383,11 @@ TEST_F(OpenAiHttpTest, AFailedRequestLeavesTheSessionAsItWas) {
       {{{"stop", 3}}, "stop"},
       {{{"n", 2}}, "n"},
       {{{"prompt", {65, 99999999}}}, "prompt"},
-      {{{"presence_penalty", 0.5}}, "presence_penalty"},
+      {{{"presence_penalty", 2.5}}, "presence_penalty"},
+      {{{"frequency_penalty", "x"}}, "frequency_penalty"},
+      {{{"repetition_penalty", 0}}, "repetition_penalty"},
+      {{{"min_p", 1.5}}, "min_p"},
+      {{{"repeat_last_n", -2}}, "repeat_last_n"},
       {{{"logprobs", 99}}, "logprobs"},
       {{{"seed", "x"}}, "seed"},
       {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},

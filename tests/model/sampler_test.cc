@@ -131,6 +131,100 @@ TEST(SamplerTest, ValidationNamesTheField) {
               HasSubstr("sampling.stop[1]"));
   lengthy.stop[1].resize(kMaxStopBytes);
   EXPECT_TRUE(ValidateSampling(lengthy).ok());
+  EXPECT_THAT(ValidateSampling(SamplingParams{.min_p = 1.5f}).message(),
+              HasSubstr("sampling.min_p"));
+  EXPECT_THAT(ValidateSampling(SamplingParams{.min_p = NAN}).message(),
+              HasSubstr("sampling.min_p"));
+  EXPECT_THAT(
+      ValidateSampling(SamplingParams{.presence_penalty = 2.5f}).message(),
+      HasSubstr("sampling.presence_penalty"));
+  EXPECT_THAT(
+      ValidateSampling(SamplingParams{.frequency_penalty = -3}).message(),
+      HasSubstr("sampling.frequency_penalty"));
+  EXPECT_THAT(
+      ValidateSampling(SamplingParams{.repetition_penalty = 0}).message(),
+      HasSubstr("sampling.repetition_penalty"));
+  EXPECT_THAT(ValidateSampling(SamplingParams{.penalty_last_n = -2}).message(),
+              HasSubstr("sampling.penalty_last_n"));
+  EXPECT_THAT(
+      ValidateSampling(SamplingParams{.penalty_last_n = kMaxPenaltyWindow + 1})
+          .message(),
+      HasSubstr("sampling.penalty_last_n"));
+}
+
+// llama.cpp's order on the logits of tokens in the window: the repetition
+// penalty (divide positive, multiply negative), then OpenAI's frequency
+// (per occurrence) and presence (once) penalties.
+TEST(SamplerTest, PenaltiesMoveTheLogitsOfTokensInTheWindow) {
+  const std::vector<float> logits = {3.0f, 2.9f, 0.0f};
+  auto greedy_after = [&](SamplingParams p, std::vector<int32_t> seen) {
+    Sampler s(p);
+    s.Observe(seen);
+    return s.Sample(logits).value().id;
+  };
+  // 3 − 0.2 = 2.8 < 2.9.
+  EXPECT_EQ(greedy_after({.presence_penalty = 0.2f}, {0}), 1);
+  EXPECT_EQ(greedy_after({.presence_penalty = 0.05f}, {0}), 0);
+  // 3 − 2·0.06 = 2.88 < 2.9; once: 2.94.
+  EXPECT_EQ(greedy_after({.frequency_penalty = 0.06f}, {0, 0}), 1);
+  EXPECT_EQ(greedy_after({.frequency_penalty = 0.06f}, {0}), 0);
+  // 3 / 1.1 = 2.73 < 2.9; negative logits are multiplied: −1·1.1 < −1.05.
+  EXPECT_EQ(greedy_after({.repetition_penalty = 1.1f}, {0}), 1);
+  {
+    Sampler s(SamplingParams{.repetition_penalty = 1.1f});
+    s.Observe(std::vector<int32_t>{0});
+    EXPECT_EQ(s.Sample(std::vector<float>{-1.0f, -1.05f}).value().id, 1);
+  }
+  // Negative penalties favour what was seen.
+  EXPECT_EQ(greedy_after({.presence_penalty = -0.2f}, {1}), 1);
+  // The window is the last penalty_last_n tokens; −1 is all; 0 none.
+  EXPECT_EQ(
+      greedy_after({.presence_penalty = 1, .penalty_last_n = 2}, {0, 5, 6}), 0);
+  EXPECT_EQ(
+      greedy_after({.presence_penalty = 1, .penalty_last_n = 3}, {0, 5, 6}), 1);
+  EXPECT_EQ(greedy_after({.presence_penalty = 1, .penalty_last_n = -1},
+                         std::vector<int32_t>(5000, 0)),
+            1);
+  EXPECT_EQ(greedy_after({.presence_penalty = 1, .penalty_last_n = 0}, {0}), 0);
+}
+
+// Each token sampled joins the window; the logprobs reported stay the
+// model's own.
+TEST(SamplerTest, SampledTokensJoinTheWindowAndLogprobsStayRaw) {
+  const std::vector<float> logits = {1.0f, 1.0f, 1.0f, 0.0f};
+  Sampler s(SamplingParams{.presence_penalty = 2.0f});
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto t = s.Sample(logits).value();
+    ids.push_back(t.id);
+    const double z = std::log(3 * std::exp(1.0) + 1);
+    EXPECT_NEAR(t.logprob, logits[t.id] - z, 1e-6);
+  }
+  // 0, 1, 2 each once (penalised to −1), then 3 (0 > −1).
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+// min_p keeps the tokens at least min_p times as likely as the most
+// likely one, at the sampling temperature.
+TEST(SamplerTest, MinPDropsTheUnlikelyTail) {
+  // Relative probabilities at T = 1: 1, 0.5, 0.04.
+  const std::vector<float> logits = {0.0f, std::log(0.5f), std::log(0.04f)};
+  std::map<int32_t, int> with, without;
+  Sampler cut(SamplingParams{.temperature = 1, .seed = 3, .min_p = 0.1f});
+  Sampler all(SamplingParams{.temperature = 1, .seed = 3});
+  for (int i = 0; i < 3000; ++i) {
+    ++with[cut.Sample(logits).value().id];
+    ++without[all.Sample(logits).value().id];
+  }
+  EXPECT_EQ(with[2], 0);
+  EXPECT_GT(with[1], 700);    // 0.5 / 1.5 of 3000 = 1000
+  EXPECT_GT(without[2], 30);  // 0.04 / 1.54 of 3000 ≈ 78
+  // At T = 2 the relative probabilities are square roots (0.2 for the
+  // last), which min_p 0.1 keeps.
+  Sampler hot(SamplingParams{.temperature = 2, .seed = 3, .min_p = 0.1f});
+  int last = 0;
+  for (int i = 0; i < 3000; ++i) last += hot.Sample(logits).value().id == 2;
+  EXPECT_GT(last, 100);
 }
 
 TEST(TokenizerTest, BytesRoundTrip) {

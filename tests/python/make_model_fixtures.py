@@ -54,6 +54,63 @@ def cases():
     return out
 
 
+# The gated and delta-rule types: each option the loader accepts at least
+# once, and the combinations whose code paths meet (GQA/GVA with gates and
+# convolutions, groups with the gated norm's placement).
+SHARED = {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 300,
+          "tie_word_embeddings": False, "bos_token_id": 256, "eos_token_id": 257}
+RULE_TYPES = {
+    "retnet": {"num_heads": 4, "hidden_act": "swish", "hidden_ratio": 2, "norm_eps": 1e-6,
+               "expand_k": 1, "expand_v": 2},
+    "gla": {"num_heads": 4, "hidden_act": "swish", "hidden_ratio": 4, "norm_eps": 1e-6,
+            "expand_k": 0.5, "expand_v": 1},
+    "delta_net": {"num_heads": 4, "hidden_act": "swish", "hidden_ratio": 4, "norm_eps": 1e-6},
+    "gated_deltanet": {"num_heads": 4, "head_dim": 16, "expand_v": 2, "hidden_act": "swish",
+                       "hidden_ratio": 4, "norm_eps": 1e-6},
+    "mamba2": {"head_dim": 16, "expand": 2, "state_size": 16, "n_groups": 1, "conv_kernel": 4,
+               "hidden_act": "silu", "norm_eps": 1e-5, "dt_limit": [0.0, float("inf")]},
+}
+
+
+def rule_cases():
+    out = []
+    for fm in (None, "relu", "sigmoid", "silu", "gelu"):
+        out.append((f"retnet_{fm or 'plain'}", "retnet", dict(feature_map=fm)))
+    out.append(("retnet_gqa_nogate", "retnet", dict(num_kv_heads=2, use_output_gate=False)))
+    out.append(("retnet_unfused_noaffine", "retnet",
+                dict(fuse_norm=False, elementwise_affine=False, expand_k=0.5, expand_v=1)))
+    out.append(("retnet_bf16_tied", "retnet", dict(tie_word_embeddings=True, _dtype="BF16")))
+    for fm in (None, "relu", "sigmoid", "logsigmoid", "silu", "sqrelu"):
+        out.append((f"gla_{fm or 'plain'}", "gla", dict(feature_map=fm)))
+    out.append(("gla_conv_gqa", "gla", dict(use_short_conv=True, conv_size=4, num_kv_heads=2)))
+    out.append(("gla_conv2_clamp", "gla", dict(use_short_conv=True, conv_size=2,
+                                               clamp_min=-0.035)))
+    out.append(("gla_nogate_unfused", "gla", dict(use_output_gate=False, fuse_norm=False,
+                                                  expand_k=1)))
+    for act in ("silu", "relu", "elu", "identity"):
+        out.append((f"delta_net_{act}_l2", "delta_net", dict(qk_activation=act)))
+    out.append(("delta_net_elu_sum", "delta_net", dict(qk_activation="elu", qk_norm="sum")))
+    out.append(("delta_net_noconv_gate", "delta_net", dict(use_short_conv=False, use_gate=True)))
+    out.append(("delta_net_nobeta_expand", "delta_net", dict(use_beta=False, expand_v=2,
+                                                            conv_size=3)))
+    out.append(("delta_net_negeig", "delta_net", dict(allow_neg_eigval=True)))
+    out.append(("gated_deltanet_plain", "gated_deltanet", {}))
+    out.append(("gated_deltanet_gva", "gated_deltanet", dict(num_v_heads=8, expand_v=1)))
+    out.append(("gated_deltanet_nogate_noconv", "gated_deltanet",
+                dict(use_gate=False, use_short_conv=False, allow_neg_eigval=True)))
+    out.append(("gated_deltanet_f16", "gated_deltanet", dict(_dtype="F16", conv_size=2)))
+    out.append(("mamba2_plain", "mamba2", {}))
+    out.append(("mamba2_groups", "mamba2", dict(n_groups=2)))
+    out.append(("mamba2_groups_before_gate", "mamba2", dict(n_groups=4, norm_before_gate=True,
+                                                          D_has_hdim=True)))
+    out.append(("mamba2_nonorm_bias", "mamba2", dict(rmsnorm=False, use_bias=True,
+                                                    use_conv_bias=False, conv_kernel=2)))
+    out.append(("mamba2_limits_old_names", "mamba2",
+                dict(dt_limit=None, time_step_limit=[0.01, 0.2], norm_eps=None,
+                     layer_norm_epsilon=1e-4, tie_word_embeddings=True)))
+    return out
+
+
 def write_case(out_dir, model, tokens):
     with torch.no_grad():
         logits = model.double()(torch.tensor([tokens]))[0].numpy()
@@ -86,6 +143,18 @@ def main():
         case_dir = os.path.join(args.out, name)
         linattn_ref.save_model(model, case_dir, dtype)
         # Reload so that F16/BF16 cases use the rounded weights.
+        model = linattn_ref.load_model(case_dir)
+        tokens = [int(t) for t in rng.integers(0, 300, 77)]
+        write_case(case_dir, model, tokens)
+    for i, (name, model_type, over) in enumerate(rule_cases()):
+        config = {"model_type": model_type, **SHARED, **RULE_TYPES[model_type]}
+        dtype = over.pop("_dtype", "F32")
+        config.update(over)
+        config = {key: value for key, value in config.items()
+                  if value is not None or key in ("feature_map", "bos_token_id")}
+        model = linattn_ref.random_model(config, seed=500 + i)
+        case_dir = os.path.join(args.out, name)
+        linattn_ref.save_model(model, case_dir, dtype)
         model = linattn_ref.load_model(case_dir)
         tokens = [int(t) for t in rng.integers(0, 300, 77)]
         write_case(case_dir, model, tokens)

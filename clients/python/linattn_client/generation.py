@@ -21,7 +21,9 @@ __all__ = ["ModelInfo", "ModelSessionInfo", "Usage", "TokenEvent", "TokenStream"
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
     """A model the server serves (proto ModelInfo). state_bytes is the size
-    of one session's state at any context length."""
+    of one session's state at any context length; model_type is fla's
+    (linear_attn, retnet, gla, delta_net, gated_deltanet, mamba2) and
+    update_rule the state's rule (linear, gated, delta, gated_delta)."""
     name: str
     model_type: str
     feature_map: str
@@ -35,6 +37,8 @@ class ModelInfo:
     parameters: int
     state_bytes: int
     fingerprint: str
+    update_rule: str
+    conv_window_floats: int
 
     @classmethod
     def from_proto(cls, m):
@@ -203,7 +207,9 @@ class ModelSession(_rpc.SessionHandle):
         return self._update(self._call(self._stub.Append, req))
 
     def generate(self, prompt="", *, max_tokens=16, temperature=0.0, top_p=1.0, top_k=0,
-                 seed=0, stop=None, logprobs=False, resume_stream=False, timeout=None):
+                 seed=0, stop=None, logprobs=False, resume_stream=False, timeout=None,
+                 min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0,
+                 repetition_penalty=None, penalty_last_n=None):
         """Appends prompt (text, or a sequence of token ids; empty = continue
         the context), then streams the sampled tokens: a TokenStream of
         TokenEvents.
@@ -215,12 +221,23 @@ class ModelSession(_rpc.SessionHandle):
         each token's log-probability. resume_stream: continue the random
         stream of the session's last sampling generate (after a cut call).
         timeout: a deadline for the whole stream (default: the client's).
+        min_p: keep tokens at least this times as likely as the most likely
+        (0 = no limit). presence_penalty, frequency_penalty (OpenAI's, in
+        [-2, 2]) and repetition_penalty (llama.cpp's, None or 1 = none)
+        act on the tokens of the last penalty_last_n (None = 64, -1 = all)
+        tokens this call feeds and makes.
         """
         if isinstance(stop, str):
             stop = [stop]
         sampling = pb.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                      max_tokens=max_tokens, stop=stop or (), logprobs=logprobs,
-                                     resume_stream=resume_stream)
+                                     resume_stream=resume_stream, min_p=min_p,
+                                     presence_penalty=presence_penalty,
+                                     frequency_penalty=frequency_penalty)
+        if repetition_penalty is not None:
+            sampling.repetition_penalty = repetition_penalty
+        if penalty_last_n is not None:
+            sampling.penalty_last_n = penalty_last_n
         req = pb.GenerateRequest(session_id=self.id, sampling=sampling)
         if isinstance(prompt, str):
             req.prompt = prompt

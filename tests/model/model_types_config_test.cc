@@ -1,0 +1,161 @@
+// config.json of the gated and delta-rule model types: fla's defaults, the
+// older spellings fla wrote, Python's Infinity, and refusals naming the
+// field.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/model/config.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelConfig Parse(const std::string& json) {
+  auto c = ParseModelConfig(json);
+  EXPECT_TRUE(c.ok()) << c.status() << "\n" << json;
+  return c.ok() ? *c : ModelConfig{};
+}
+
+void ExpectRefused(const std::string& json, const std::string& field) {
+  auto c = ParseModelConfig(json);
+  ASSERT_FALSE(c.ok()) << json;
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("config.json: " + field + ":"))
+      << json;
+}
+
+TEST(ModelTypesConfigTest, DefaultsAreFlasConfigClasses) {
+  // RetNetConfig: 8 heads, expand_k 1, expand_v 2, hidden_ratio 2
+  // (int(2048·2·2/3) = 2730 → 2816), output gate with the fused norm.
+  const ModelConfig r = Parse(R"({"model_type": "retnet"})");
+  EXPECT_EQ(r.type, ModelType::kRetNet);
+  EXPECT_EQ(r.num_heads, 8u);
+  EXPECT_EQ(r.head_k, 256u);
+  EXPECT_EQ(r.head_v, 512u);
+  EXPECT_EQ(r.intermediate_size, 2816u);
+  EXPECT_TRUE(r.output_gate);
+  EXPECT_TRUE(r.fused_gate_norm);
+  EXPECT_EQ(r.conv_channels(), 0u);
+  EXPECT_EQ(r.num_hidden_layers, 24u);
+  // An explicit null hidden_ratio is fla's GatedMLP's 4: 5461 → 5632.
+  EXPECT_EQ(Parse(R"({"model_type": "retnet", "hidden_ratio": null})")
+                .intermediate_size,
+            5632u);
+  // GLAConfig: 4 heads, expand_k 0.5, no short convolution.
+  const ModelConfig g = Parse(R"({"model_type": "gla"})");
+  EXPECT_EQ(g.head_k, 256u);
+  EXPECT_EQ(g.head_v, 512u);
+  EXPECT_FALSE(g.use_short_conv);
+  EXPECT_FALSE(g.clamp_min.has_value());
+  EXPECT_EQ(g.intermediate_size, 5632u);
+  // DeltaNetConfig: 16 heads, silu q/k, L2 norm, convolutions of 4.
+  const ModelConfig d = Parse(R"({"model_type": "delta_net"})");
+  EXPECT_EQ(d.num_heads, 16u);
+  EXPECT_EQ(d.head_k, 128u);
+  EXPECT_TRUE(d.silu_qk && d.silu_v && d.qk_l2norm && d.use_beta);
+  EXPECT_FALSE(d.output_gate);
+  EXPECT_EQ(d.conv_size, 4u);
+  EXPECT_EQ(d.conv_channels(), 3u * 2048);
+  // GatedDeltaNetConfig: 6 heads of 256, v 512 wide, 21 layers, gate on.
+  const ModelConfig gd = Parse(R"({"model_type": "gated_deltanet"})");
+  EXPECT_EQ(gd.num_heads, 6u);
+  EXPECT_EQ(gd.state_heads, 6u);
+  EXPECT_EQ(gd.head_k, 256u);
+  EXPECT_EQ(gd.head_v, 512u);
+  EXPECT_EQ(gd.num_hidden_layers, 21u);
+  EXPECT_TRUE(gd.output_gate && gd.qk_l2norm);
+  EXPECT_EQ(gd.conv_channels(), 6u * 256 * 2 + 6u * 512);
+  // Mamba2Config: 4096 / 64 = 64 heads, state 128, ε 1e-5, no MLP.
+  const ModelConfig m = Parse(R"({"model_type": "mamba2"})");
+  EXPECT_EQ(m.num_heads, 64u);
+  EXPECT_EQ(m.head_v, 64u);
+  EXPECT_EQ(m.head_k, 128u);
+  EXPECT_EQ(m.intermediate_size, 4096u);
+  EXPECT_EQ(m.num_hidden_layers, 48u);
+  EXPECT_FLOAT_EQ(m.norm_eps, 1e-5f);
+  EXPECT_TRUE(m.rmsnorm && m.use_conv_bias && !m.use_bias);
+  EXPECT_EQ(m.dt_min, 0.0);
+  EXPECT_TRUE(std::isinf(m.dt_max));
+  EXPECT_FALSE(m.has_mlp());
+  EXPECT_EQ(m.conv_channels(), 4096u + 2 * 128);
+}
+
+TEST(ModelTypesConfigTest, PythonsInfinityIsReadWhereANumberIsExpected) {
+  // As Python's json.dump writes (0.0, inf).
+  const ModelConfig m = Parse(
+      "{\"model_type\": \"mamba2\", \"dt_limit\": [0.0, Infinity],\n"
+      " \"note\": \"Infinity and NaN inside a string stay text\"}");
+  EXPECT_TRUE(std::isinf(m.dt_max) && m.dt_max > 0);
+  const ModelConfig lim =
+      Parse(R"({"model_type": "mamba2", "dt_limit": [0.001, 0.1]})");
+  EXPECT_DOUBLE_EQ(lim.dt_min, 0.001);
+  EXPECT_DOUBLE_EQ(lim.dt_max, 0.1);
+  ExpectRefused(R"({"model_type": "mamba2", "dt_limit": [0.0, NaN]})",
+                "dt_limit");
+  ExpectRefused(R"({"model_type": "mamba2", "dt_limit": [-Infinity, 1]})",
+                "dt_limit");
+  ExpectRefused(R"({"model_type": "mamba2", "dt_limit": [0.5, 0.1]})",
+                "dt_limit");
+  ExpectRefused(R"({"model_type": "mamba2", "dt_limit": [0.1]})", "dt_limit");
+  // Anywhere else Infinity is still not a size.
+  ExpectRefused(R"({"model_type": "mamba2", "hidden_size": Infinity})",
+                "hidden_size");
+}
+
+TEST(ModelTypesConfigTest, OlderSpellingsAreRead) {
+  const ModelConfig m = Parse(
+      R"({"model_type": "mamba2", "time_step_limit": [0.01, 0.2],
+          "layer_norm_epsilon": 1e-4})");
+  EXPECT_DOUBLE_EQ(m.dt_min, 0.01);
+  EXPECT_DOUBLE_EQ(m.dt_max, 0.2);
+  EXPECT_FLOAT_EQ(m.norm_eps, 1e-4f);
+  // The newer name wins where both are written.
+  EXPECT_FLOAT_EQ(Parse(R"({"model_type": "mamba2", "norm_eps": 1e-6,
+                            "layer_norm_epsilon": 1e-4})")
+                      .norm_eps,
+                  1e-6f);
+  // fla's releases disagree on an older `rms_norm: false`.
+  ExpectRefused(R"({"model_type": "mamba2", "rms_norm": false})", "rms_norm");
+  EXPECT_FALSE(
+      Parse(R"({"model_type": "mamba2", "rms_norm": false, "rmsnorm": false})")
+          .rmsnorm);
+}
+
+TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
+  struct Case {
+    std::string json;
+    std::string field;
+  };
+  const Case cases[] = {
+      {R"({"model_type": "retnet", "hidden_size": 600, "num_heads": 2})",
+       "expand_k"},  // head_k 300 > 256
+      {R"({"model_type": "retnet", "feature_map": "logsigmoid"})",
+       "feature_map"},
+      {R"({"model_type": "retnet", "num_kv_heads": 3})", "num_kv_heads"},
+      {R"({"model_type": "retnet", "attn": {"layers": [1], "num_heads": 4}})",
+       "attn"},
+      {R"({"model_type": "gla", "clamp_min": 0.5})", "clamp_min"},
+      {R"({"model_type": "gla", "feature_map": "gelu"})", "feature_map"},
+      {R"({"model_type": "gla", "hidden_act": "gelu"})", "hidden_act"},
+      {R"({"model_type": "delta_net", "qk_activation": "tanh"})",
+       "qk_activation"},
+      {R"({"model_type": "delta_net", "qk_norm": "none"})", "qk_norm"},
+      {R"({"model_type": "delta_net", "num_heads": 7})", "expand_k"},
+      {R"({"model_type": "gated_deltanet", "num_heads": 2, "num_v_heads": 5})",
+       "num_v_heads"},
+      {R"({"model_type": "gated_deltanet", "head_dim": 10, "expand_v": 0.33})",
+       "expand_v"},
+      {R"({"model_type": "mamba2", "num_heads": 7})", "num_heads"},
+      {R"({"model_type": "mamba2", "n_groups": 3})", "n_groups"},
+      {R"({"model_type": "mamba2", "head_dim": 100})", "head_dim"},
+      {R"({"model_type": "mamba2", "state_size": 70000})", "state_size"},
+      {R"({"model_type": "rwkv7"})", "model_type"},
+  };
+  for (const Case& c : cases) ExpectRefused(c.json, c.field);
+}
+
+}  // namespace
+}  // namespace linattn

@@ -1,0 +1,375 @@
+// The gated and delta-rule model types (retnet, gla, delta_net,
+// gated_deltanet, mamba2) beyond their reference logits (forward_test.cc
+// holds every fixture to PyTorch): the state's size, snapshots and forks
+// with the convolution windows, failed batches, the older tensor names fla
+// wrote, and sessions of every type in one generation engine.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+
+#include "core/model/forward.h"
+#include "core/model/model.h"
+#include "core/model/safetensors.h"
+#include "core/scheduler/generation.h"
+#include "core/session/snapshot.h"
+#include "tests/model/fixtures.h"
+
+namespace linattn {
+namespace {
+
+using testing::FixtureCase;
+using testing::FixtureNames;
+using testing::LoadFixture;
+
+// One fixture of each type, each with its type's less common paths:
+// GQA without an output gate, a convolution with GQA, the delta rule's
+// convolutions, GVA, and B/C groups.
+const char* const kOnePerType[] = {"retnet_gqa_nogate", "gla_conv_gqa",
+                                   "delta_net_silu_l2", "gated_deltanet_gva",
+                                   "mamba2_groups"};
+
+std::shared_ptr<const Model> LoadOrDie(const std::string& dir,
+                                       const std::string& name = "") {
+  auto model = Model::Load(dir, name);
+  EXPECT_TRUE(model.ok()) << dir << ": " << model.status();
+  return model.ok() ? *model : nullptr;
+}
+
+// A fixture and its model.
+struct Opened {
+  FixtureCase fx;
+  std::shared_ptr<const Model> model;
+};
+Opened Open(const std::string& name) {
+  FixtureCase fx = LoadFixture(name);
+  auto model = LoadOrDie(fx.dir);
+  return {std::move(fx), std::move(model)};
+}
+
+std::vector<float> Feed(ForwardRunner& runner, ModelState& state,
+                        std::span<const int32_t> tokens) {
+  std::vector<float> logits(runner.model().config().vocab_size);
+  EXPECT_TRUE(runner.Run(state, tokens, logits.data()).ok());
+  return logits;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+bool SameState(const ModelState& a, const ModelState& b) {
+  if (a.layers().size() != b.layers().size() || a.conv() != b.conv()) {
+    return false;
+  }
+  for (size_t l = 0; l < a.layers().size(); ++l) {
+    if (a.layers()[l].position() != b.layers()[l].position() ||
+        std::memcmp(a.layers()[l].data(), b.layers()[l].data(),
+                    a.layers()[l].bytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(ModelTypesTest, EveryTypeHasReferenceFixtures) {
+  const auto names = FixtureNames();
+  for (const char* type :
+       {"retnet_", "gla_", "delta_net_", "gated_deltanet_", "mamba2_"}) {
+    const auto n = std::count_if(names.begin(), names.end(), [&](auto& s) {
+      return s.rfind(type, 0) == 0;
+    });
+    EXPECT_GE(n, 4) << type;
+  }
+}
+
+// S of every head (d_k × d_v, no z) and each layer's window of W − 1
+// inputs, whatever the context length.
+TEST(ModelTypesTest, StateIsHeadsTimesKeyTimesValuePlusWindows) {
+  for (const char* name : kOnePerType) {
+    SCOPED_TRACE(name);
+    const auto [fx, model] = Open(name);
+    ASSERT_NE(model, nullptr);
+    const ModelConfig& c = model->config();
+    const uint64_t window = uint64_t{c.conv_channels()} * (c.conv_size - 1);
+    const uint64_t expected =
+        uint64_t{c.num_hidden_layers} *
+        (uint64_t{c.state_heads} * c.head_k * c.head_v + window) * 4;
+    EXPECT_EQ(model->state_bytes(), expected);
+    ModelState state = model->NewState();
+    EXPECT_EQ(state.bytes(), expected);
+    ForwardRunner runner(model);
+    Feed(runner, state, fx.tokens);
+    EXPECT_EQ(state.bytes(), expected);
+    EXPECT_EQ(state.conv().size(), window == 0 ? 0 : c.num_hidden_layers);
+  }
+}
+
+// A snapshot carries the windows; a restored session continues bit for bit
+// as the original does, and so does a fork.
+TEST(ModelTypesTest, SnapshotsAndForksContinueExactly) {
+  for (const char* name : kOnePerType) {
+    SCOPED_TRACE(name);
+    const auto [fx, model] = Open(name);
+    ASSERT_NE(model, nullptr);
+    ForwardRunner runner(model);
+    std::span<const int32_t> tokens(fx.tokens);
+    ModelState state = model->NewState();
+    Feed(runner, state, tokens.subspan(0, 23));
+    const std::string blob =
+        SerializeModelSnapshot(*model, state, tokens[23], SamplerPosition{});
+    EXPECT_EQ(blob.size(), ModelSnapshotBytes(*model));
+    const std::shared_ptr<const Model> models[] = {model};
+    auto parsed = ParseModelSnapshot(blob, models);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(SameState(parsed->state, state));
+    ModelState fork = state.Copy();
+    ModelState into = model->NewState();
+    into.CopyFrom(state);
+
+    const auto rest = tokens.subspan(23, 30);
+    const std::vector<float> original = Feed(runner, state, rest);
+    EXPECT_TRUE(SameBits(Feed(runner, parsed->state, rest), original));
+    EXPECT_TRUE(SameBits(Feed(runner, fork, rest), original));
+    EXPECT_TRUE(SameBits(Feed(runner, into, rest), original));
+
+    // A window that is not finite is not a state a session can have.
+    if (!state.conv().empty()) {
+      ModelState bad = model->NewState();
+      bad.conv()[0][0] = std::numeric_limits<float>::infinity();
+      auto refused = ParseModelSnapshot(
+          SerializeModelSnapshot(*model, bad, std::nullopt), models);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(refused.status().message(),
+                  ::testing::HasSubstr("convolution window"));
+    }
+  }
+}
+
+// Sessions at different positions in one batch (decode rows and prompt
+// pieces together) get the logits each gets alone.
+TEST(ModelTypesTest, BatchedEqualsOneByOne) {
+  for (const char* name : kOnePerType) {
+    SCOPED_TRACE(name);
+    const auto [fx, model] = Open(name);
+    ASSERT_NE(model, nullptr);
+    const size_t V = model->config().vocab_size;
+    ForwardRunner runner(model);
+    std::span<const int32_t> tokens(fx.tokens);
+    const size_t contexts[] = {0, 1, 2, 10, 40};
+    const size_t feeds[] = {1, 7, 1, 1, 20};
+    std::vector<ModelState> alone, batched;
+    std::vector<std::vector<float>> l_alone(5, std::vector<float>(V)),
+        l_batched(5, std::vector<float>(V));
+    for (int i = 0; i < 5; ++i) {
+      alone.push_back(model->NewState());
+      if (contexts[i] > 0)
+        Feed(runner, alone[i], tokens.subspan(0, contexts[i]));
+      batched.push_back(alone[i].Copy());
+    }
+    std::vector<ForwardItem> items;
+    for (int i = 0; i < 5; ++i) {
+      auto feed = tokens.subspan(contexts[i], feeds[i]);
+      l_alone[i] = Feed(runner, alone[i], feed);
+      items.push_back(ForwardItem{
+          .state = &batched[i], .tokens = feed, .logits = l_batched[i].data()});
+    }
+    ASSERT_TRUE(runner.Run(items).ok());
+    const double tol = testing::LogitTolerance(model->config(), 60, 30);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(batched[i].position(), alone[i].position());
+      // The windows hold projections, which the GEMM rounds with the rows
+      // around them: equal within one product's rounding.
+      ASSERT_EQ(batched[i].conv().size(), alone[i].conv().size());
+      for (size_t l = 0; l < alone[i].conv().size(); ++l) {
+        for (size_t j = 0; j < alone[i].conv()[l].size(); ++j) {
+          EXPECT_NEAR(batched[i].conv()[l][j], alone[i].conv()[l][j], tol);
+        }
+      }
+      for (size_t v = 0; v < V; ++v) {
+        EXPECT_NEAR(l_batched[i][v], l_alone[i][v], tol) << i << " " << v;
+      }
+    }
+  }
+}
+
+// Bad input anywhere in a batch changes no state and no window.
+TEST(ModelTypesTest, BadTokenLeavesStatesAndWindowsAsTheyWere) {
+  for (const char* name : kOnePerType) {
+    SCOPED_TRACE(name);
+    const auto [fx, model] = Open(name);
+    ASSERT_NE(model, nullptr);
+    ForwardRunner runner(model);
+    ModelState a = model->NewState(), b = model->NewState();
+    Feed(runner, a, std::span<const int32_t>(fx.tokens).subspan(0, 9));
+    const ModelState a0 = a.Copy(), b0 = b.Copy();
+    const std::vector<int32_t> good = {1, 2, 3}, bad = {4, 300, 5};
+    ForwardItem items[] = {{.state = &a, .tokens = good},
+                           {.state = &b, .tokens = bad}};
+    EXPECT_EQ(runner.Run(items).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(SameState(a, a0));
+    EXPECT_TRUE(SameState(b, b0));
+  }
+}
+
+// A copy of a fixture's directory whose tensors `edit` renames or joins.
+std::string Rewritten(
+    const FixtureCase& fx, const std::string& out,
+    const std::function<void(std::vector<TensorToWrite>&)>& edit) {
+  auto file = SafetensorsFile::Open(fx.dir + "/model.safetensors").value();
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, view] : file->tensors()) {
+    TensorToWrite t{name, view.shape, std::vector<float>(view.numel()),
+                    view.dtype};
+    view.ToFloat(t.values.data());
+    tensors.push_back(std::move(t));
+  }
+  edit(tensors);
+  const std::string dir = ::testing::TempDir() + "/" + out;
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fx.dir + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir + "/model.safetensors", std::ios::binary)
+      << SerializeSafetensors(tensors);
+  return dir;
+}
+
+TensorToWrite* Find(std::vector<TensorToWrite>& tensors,
+                    const std::string& name) {
+  for (TensorToWrite& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return nullptr;
+}
+
+void Rename(std::vector<TensorToWrite>& tensors, const std::string& from,
+            const std::string& to) {
+  if (TensorToWrite* t = Find(tensors, from)) t->name = to;
+}
+
+// Checkpoints fla wrote before its renames load as the same model: the MLP
+// as one fused gate_proj of 2·I rows (before February 2025), DeltaNet's
+// beta_proj and its output norm named `norm`, Gated DeltaNet's unused D,
+// and mamba_ssm's `backbone.embedding`.
+TEST(ModelTypesTest, OlderTensorNamesLoadTheSameModel) {
+  struct Case {
+    const char* fixture;
+    std::function<void(std::vector<TensorToWrite>&)> edit;
+  };
+  auto fuse_mlp = [](std::vector<TensorToWrite>& t) {
+    for (int l = 0; l < 2; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+      TensorToWrite* gate = Find(t, p + "gate_proj.weight");
+      TensorToWrite* up = Find(t, p + "up_proj.weight");
+      gate->values.insert(gate->values.end(), up->values.begin(),
+                          up->values.end());
+      gate->shape[0] *= 2;
+      up->name = "";
+    }
+    std::erase_if(t, [](const TensorToWrite& x) { return x.name.empty(); });
+  };
+  const Case cases[] = {
+      {"delta_net_silu_l2",
+       [&](std::vector<TensorToWrite>& t) {
+         fuse_mlp(t);
+         for (int l = 0; l < 2; ++l) {
+           const std::string p = "model.layers." + std::to_string(l) + ".attn.";
+           Rename(t, p + "b_proj.weight", p + "beta_proj.weight");
+           Rename(t, p + "o_norm.weight", p + "norm.weight");
+         }
+       }},
+      {"gated_deltanet_gva",
+       [](std::vector<TensorToWrite>& t) {
+         for (int l = 0; l < 2; ++l) {
+           t.push_back({"model.layers." + std::to_string(l) + ".attn.D",
+                        {4},
+                        {1, 2, 3, 4},
+                        DType::kF32});
+         }
+       }},
+      {"gla_conv_gqa", fuse_mlp},
+      {"mamba2_groups",
+       [](std::vector<TensorToWrite>& t) {
+         Rename(t, "backbone.embeddings.weight", "backbone.embedding.weight");
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.fixture);
+    const FixtureCase fx = LoadFixture(c.fixture);
+    auto model = LoadOrDie(fx.dir);
+    auto older =
+        LoadOrDie(Rewritten(fx, std::string("older_") + c.fixture, c.edit));
+    ASSERT_NE(model, nullptr);
+    ASSERT_NE(older, nullptr);
+    ForwardRunner a(model), b(older);
+    ModelState sa = model->NewState(), sb = older->NewState();
+    EXPECT_TRUE(SameBits(Feed(a, sa, fx.tokens), Feed(b, sb, fx.tokens)));
+  }
+}
+
+// Sessions of all five types in one engine, generating at once: greedy
+// streams are the model's own argmax continuations, and a seeded sampled
+// stream repeats.
+TEST(ModelTypesTest, OneEngineServesEveryTypeAtOnce) {
+  std::vector<std::shared_ptr<const Model>> models;
+  for (const char* name : kOnePerType) {
+    models.push_back(LoadOrDie(LoadFixture(name).dir, name));
+    ASSERT_NE(models.back(), nullptr);
+  }
+  const std::vector<int32_t> prompt = {72, 101, 108, 108, 111, 44, 32, 119};
+  auto local_greedy = [&](const std::shared_ptr<const Model>& m) {
+    ForwardRunner runner(m);
+    ModelState state = m->NewState();
+    std::vector<int32_t> out;
+    std::vector<float> logits = Feed(runner, state, prompt);
+    for (int i = 0; i < 12; ++i) {
+      const int32_t t = static_cast<int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      out.push_back(t);
+      if (m->config().eos_token_id == t) break;
+      logits = Feed(runner, state, std::span<const int32_t>(&t, 1));
+    }
+    return out;
+  };
+  GenerationEngine engine(models);
+  struct Run {
+    std::promise<std::vector<int32_t>> done;
+    std::vector<int32_t> ids;
+  };
+  std::vector<std::unique_ptr<Run>> runs;
+  auto start = [&](const std::string& model, SamplingParams params) {
+    auto s = engine.CreateSession(model, "");
+    EXPECT_TRUE(s.ok()) << s.status();
+    runs.push_back(std::make_unique<Run>());
+    Run* r = runs.back().get();
+    engine.Generate(s->session_id, prompt, params, [r](const GenerateEvent& e) {
+      if (e.token_id >= 0) r->ids.push_back(e.token_id);
+      if (e.finished) r->done.set_value(r->ids);
+    });
+  };
+  const SamplingParams sampled{
+      .temperature = 0.9f, .top_p = 0.95f, .seed = 11, .max_tokens = 12};
+  for (const char* name : kOnePerType) {
+    start(name, SamplingParams{.max_tokens = 12});
+    start(name, sampled);
+    start(name, sampled);
+  }
+  for (size_t i = 0; i < models.size(); ++i) {
+    SCOPED_TRACE(kOnePerType[i]);
+    const auto greedy = runs[3 * i]->done.get_future().get();
+    EXPECT_EQ(greedy, local_greedy(models[i]));
+    const auto s1 = runs[3 * i + 1]->done.get_future().get();
+    const auto s2 = runs[3 * i + 2]->done.get_future().get();
+    EXPECT_FALSE(s1.empty());
+    EXPECT_EQ(s1, s2);
+  }
+}
+
+}  // namespace
+}  // namespace linattn
