@@ -5,12 +5,14 @@
 //                   [--contexts 1000,100000] [--weights f32|bf16] [--out FILE]
 //
 //   time to first token   prefill of a random prompt of each length and the
-//                         logits of its next token (ForwardRunner, one call)
+//                         logits of its next token (ForwardRunner, one call,
+//                         after one warm-up prefill of 512 tokens)
 //   decode                tokens/s per session and in aggregate with B
 //                         sessions stepped together (one batched forward
 //                         per token: GEMMs over the batch, one StepBatch)
 //   flatness              decode time per token of one session whose
-//                         context is each of --contexts tokens long
+//                         context is each of --contexts tokens long (the
+//                         contexts timed in turn, the fastest of 3 rounds)
 //   state                 bytes of state per session
 // bench/model_bench.py runs it beside the PyTorch reference.
 #include <algorithm>
@@ -115,6 +117,13 @@ int main(int argc, char** argv) {
   result["state_bytes_per_session"] = (*model)->state_bytes();
 
   std::vector<float> logits(V);
+  {
+    // Warm-up: the first call allocates the runner's workspaces and touches
+    // the weights; a server pays that once, not per request.
+    ModelState warm = (*model)->NewState();
+    Check(runner.Run(warm, RandomTokens(512, V, 7), logits.data()));
+    Check(runner.Run(warm, RandomTokens(1, V, 8), logits.data()));
+  }
   for (uint64_t p : prompts) {
     ModelState state = (*model)->NewState();
     const auto tokens = RandomTokens(p, V, 1);
@@ -140,15 +149,28 @@ int main(int argc, char** argv) {
                                 {"aggregate_tokens_per_s", b / step}});
     std::cerr << "decode batch " << b << ": " << b / step << " tokens/s\n";
   }
+  // Each context's session is prefilled first; then the contexts' decode
+  // steps are timed in turn, three rounds, the fastest round counting for
+  // each (a shared machine's speed drifts over the long prefills).
+  std::vector<std::vector<ModelState>> at_context;
   for (uint64_t c : contexts) {
-    std::vector<ModelState> states;
-    states.push_back((*model)->NewState());
+    at_context.emplace_back();
+    at_context.back().push_back((*model)->NewState());
     const auto context = RandomTokens(c, V, 3);
-    Check(runner.Run(states[0], context, nullptr));
-    const double step = DecodeStep(runner, states, decode_tokens * 4, V);
+    Check(runner.Run(at_context.back()[0], context, nullptr));
+  }
+  std::vector<double> best(contexts.size(), 1e300);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      best[i] = std::min(best[i],
+                         DecodeStep(runner, at_context[i], decode_tokens, V));
+    }
+  }
+  for (size_t i = 0; i < contexts.size(); ++i) {
     result["flatness"].push_back(
-        {{"context_tokens", c}, {"decode_step_seconds", step}});
-    std::cerr << "decode at context " << c << ": " << step * 1e3 << " ms\n";
+        {{"context_tokens", contexts[i]}, {"decode_step_seconds", best[i]}});
+    std::cerr << "decode at context " << contexts[i] << ": " << best[i] * 1e3
+              << " ms\n";
   }
   const std::string text = result.dump(2);
   std::cout << text << "\n";

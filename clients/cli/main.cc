@@ -107,8 +107,8 @@ int main(int argc, char** argv) {
                  "likely; 0 = no limit (default)")
       ->check(linattn::NumberAtLeast(0, 1));
   ge->add_option("--presence-penalty", generate.presence_penalty,
-                 "subtracted once from the logit of each token in the last "
-                 "--repeat-last-n tokens, -2..2 (default: 0)")
+                 "subtracted once from the logit of each token generated so "
+                 "far, -2..2 (default: 0)")
       ->check(linattn::NumberAtLeast(-2, 2));
   ge->add_option("--frequency-penalty", generate.frequency_penalty,
                  "subtracted per occurrence, -2..2 (default: 0)")
@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
                  "the window, (0, 10]; 1 = none (default)")
       ->check(linattn::NumberAtLeast(0.01, 10));
   ge->add_option("--repeat-last-n", generate.repeat_last_n,
-                 "the penalties' window: the last N tokens of the prompt and "
-                 "continuation; -1 = all, 0 = none (default: 64)")
+                 "--repeat-penalty's window: the last N tokens of the prompt "
+                 "and continuation; -1 = all, 0 = none (default: 64)")
       ->check(linattn::NumberAtLeast(-1, 1 << 16));
   ge->add_option("--seed", generate.seed, "sampling seed (default: 0)");
   ge->add_option("--stop", generate.stop, "stop before this text (repeatable)");

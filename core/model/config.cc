@@ -337,11 +337,15 @@ absl::Status ParseCommon(const json& j, ModelConfig& c) {
   if (auto mode = Optional<std::string>(j, "attn_mode"); !mode.ok()) {
     return mode.status();
   } else if (mode->has_value() && **mode != "chunk" &&
-             **mode != "fused_chunk" && **mode != "fused_recurrent") {
-    return FieldError("attn_mode",
-                      absl::StrCat("'", **mode,
-                                   "' is not one of chunk, fused_chunk, "
-                                   "fused_recurrent"));
+             **mode != "fused_chunk" && **mode != "fused_recurrent" &&
+             !(**mode == "parallel" && c.type == ModelType::kRetNet)) {
+    // A kernel choice only; RetNet also has a parallel form.
+    return FieldError(
+        "attn_mode",
+        absl::StrCat("'", **mode,
+                     "' is not one of chunk, fused_chunk, "
+                     "fused_recurrent",
+                     c.type == ModelType::kRetNet ? ", parallel" : ""));
   }
   return absl::OkStatus();
 }
@@ -449,9 +453,13 @@ absl::Status ParseGroupedHeads(const json& j, ModelConfig& c, uint32_t heads,
   LINATTN_RETURN_IF_ERROR(Affine(j, &c.elementwise_affine));
   bool fuse_norm = true;
   LINATTN_RETURN_IF_ERROR(Bool(j, "fuse_norm", &fuse_norm, true));
+  auto act = Optional<std::string>(j, "hidden_act");
+  if (!act.ok()) return act.status();
   // fla builds FusedRMSNormGated (g_norm_swish_gate) only for a fused norm
-  // in front of a swish output gate; otherwise an RMSNorm named g_norm.
-  c.fused_gate_norm = c.output_gate && fuse_norm;
+  // in front of an output gate named "swish"; otherwise an RMSNorm named
+  // g_norm and the gate function (silu is the same function).
+  c.fused_gate_norm =
+      c.output_gate && fuse_norm && act->value_or("swish") == "swish";
   return absl::OkStatus();
 }
 
@@ -680,6 +688,26 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
                                      ParseGla,           ParseDeltaNet,
                                      ParseGatedDeltaNet, ParseMamba2};
   LINATTN_RETURN_IF_ERROR(kParsers[static_cast<int>(c.type)](j, c));
+  // Every width a layer's buffers are cut into, in 64 bits: each a model
+  // dimension at most (so no product of them wraps around).
+  if (!c.is_linear_attn()) {
+    const uint64_t heads = c.num_heads, kv = c.num_kv_heads,
+                   state = c.state_heads, dk = c.head_k, dv = c.head_v;
+    const uint64_t widths[] = {
+        heads * dk, kv * dk, state * dv,
+        c.type == ModelType::kMamba2
+            ? 2 * uint64_t{c.intermediate_size} +
+                  2 * uint64_t{c.n_groups} * c.state_size + heads
+            : 0};
+    for (uint64_t w : widths) {
+      if (w > kMaxModelDim) {
+        return FieldError(
+            c.type == ModelType::kMamba2 ? "state_size" : "num_heads",
+            absl::StrCat("gives a projection of ", w,
+                         " columns, beyond linattn's limit ", kMaxModelDim));
+      }
+    }
+  }
   // The state's widths are the attention spec's (at most kMaxDim each).
   if (!c.is_linear_attn() &&
       (c.head_k > kMaxDim || c.head_v > kMaxDim || c.state_heads > kMaxDim)) {

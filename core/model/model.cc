@@ -205,6 +205,17 @@ absl::Status LoadMixer(TensorReader& r, const ModelConfig& c,
         PackedLinear::Create(w.data(), cols.width, H, false, weights));
   }
   if (C > 0) {
+    // Shapes first: the window's size comes from config.json alone.
+    if (c.type == ModelType::kMamba2) {
+      LINATTN_RETURN_IF_ERROR(r.Check(p + "conv1d.weight", {C, 1, W}));
+    } else {
+      LINATTN_RETURN_IF_ERROR(
+          r.Check(p + "q_conv1d.weight", {c.q_width(), 1, W}));
+      LINATTN_RETURN_IF_ERROR(
+          r.Check(p + "k_conv1d.weight", {c.k_width(), 1, W}));
+      LINATTN_RETURN_IF_ERROR(
+          r.Check(p + "v_conv1d.weight", {c.v_width(), 1, W}));
+    }
     L.conv = AlignedBuffer(W * C);
     if (c.type == ModelType::kMamba2) {
       LINATTN_RETURN_IF_ERROR(

@@ -69,20 +69,22 @@ Sampler::Sampler(const SamplingParams& params, uint64_t skip)
   rng_.discard(skip);
 }
 
-bool Sampler::penalized() const {
-  return params_.penalty_last_n != 0 &&
-         (params_.presence_penalty != 0 || params_.frequency_penalty != 0 ||
-          params_.repetition_penalty != 1);
+bool Sampler::repetition_penalized() const {
+  return params_.penalty_last_n != 0 && params_.repetition_penalty != 1;
+}
+
+bool Sampler::openai_penalized() const {
+  return params_.presence_penalty != 0 || params_.frequency_penalty != 0;
 }
 
 void Sampler::Push(int32_t token) {
-  if (!penalized()) return;
-  ++counts_[token];
+  if (!repetition_penalized()) return;
+  ++window_counts_[token];
   if (params_.penalty_last_n < 0) return;  // every token counts
   window_.push_back(token);
   if (window_.size() > static_cast<size_t>(params_.penalty_last_n)) {
-    auto it = counts_.find(window_.front());
-    if (--it->second == 0) counts_.erase(it);
+    auto it = window_counts_.find(window_.front());
+    if (--it->second == 0) window_counts_.erase(it);
     window_.pop_front();
   }
 }
@@ -95,20 +97,29 @@ absl::StatusOr<SampledToken> Sampler::Sample(std::span<const float> raw) {
   // The chosen token comes from the penalised logits; logprobs stay the
   // model's own.
   std::span<const float> logits = raw;
-  if (penalized() && !counts_.empty()) {
+  if (!window_counts_.empty() || !generated_counts_.empty()) {
     penalized_.assign(raw.begin(), raw.end());
+    auto in_range = [&](int32_t id) {
+      return id >= 0 && static_cast<size_t>(id) < penalized_.size();
+    };
     const float r = params_.repetition_penalty;
-    for (const auto& [id, count] : counts_) {
-      if (id < 0 || static_cast<size_t>(id) >= penalized_.size()) continue;
+    for (const auto& [id, count] : window_counts_) {
+      if (!in_range(id)) continue;
       float& l = penalized_[id];
-      if (r != 1.0f) l = l > 0 ? l / r : l * r;
-      l -= static_cast<float>(count) * params_.frequency_penalty +
-           params_.presence_penalty;
+      l = l > 0 ? l / r : l * r;
+    }
+    for (const auto& [id, count] : generated_counts_) {
+      if (!in_range(id)) continue;
+      penalized_[id] -= static_cast<float>(count) * params_.frequency_penalty +
+                        params_.presence_penalty;
     }
     logits = penalized_;
   }
   absl::StatusOr<SampledToken> token = SampleFrom(logits, raw);
-  if (token.ok()) Push(token->id);
+  if (token.ok()) {
+    Push(token->id);
+    if (openai_penalized()) ++generated_counts_[token->id];
+  }
   return token;
 }
 

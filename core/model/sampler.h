@@ -1,12 +1,13 @@
 // Sampling the next token from a model's logits.
 //
-//   penalties            first, on a copy of the logits, for every token id
-//                        j seen c_j > 0 times in the penalty window (the last
-//                        penalty_last_n tokens this Generate fed or made; −1:
-//                        all of them), llama.cpp's order: l_j ← l_j / r when
-//                        l_j > 0, else l_j·r (repetition_penalty r, CTRL's),
-//                        then l_j ← l_j − c_j·frequency_penalty −
-//                        presence_penalty (OpenAI's)
+//   penalties            first, on a copy of the logits, in llama.cpp's
+//                        order: llama.cpp's repetition_penalty r for every
+//                        token in the window (the last penalty_last_n tokens
+//                        this Generate fed or made; −1: all of them):
+//                        l ← l / r when l > 0, else l·r; then OpenAI's
+//                        penalties for every token j this Generate has
+//                        generated c_j > 0 times: l_j ← l_j −
+//                        c_j·frequency_penalty − presence_penalty
 //   temperature 0        greedy: the highest logit (lowest id on ties)
 //   temperature T > 0    softmax(logits / T), restricted to the top_k
 //                        highest (0 = all), then to the smallest set whose
@@ -41,11 +42,11 @@ struct SamplingParams {
   uint64_t seed = 0;
   uint32_t max_tokens = 16;
   float min_p = 0.0f;               // [0, 1]
-  float presence_penalty = 0.0f;    // [−2, 2]
-  float frequency_penalty = 0.0f;   // [−2, 2]
+  float presence_penalty = 0.0f;    // [−2, 2], on generated tokens
+  float frequency_penalty = 0.0f;   // [−2, 2], on generated tokens
   float repetition_penalty = 1.0f;  // (0, 10]; 1 = none
-  // The penalty window: this many most recent tokens (−1: every token the
-  // Generate fed or made; 0: no window, no penalty).
+  // repetition_penalty's window: this many most recent tokens (−1: every
+  // token the Generate fed or made; 0: none).
   int32_t penalty_last_n = 64;
   std::vector<std::string> stop;  // generation ends before any of these
   bool logprobs = false;
@@ -102,13 +103,14 @@ class Sampler {
   // token sampled at a temperature above 0.
   uint64_t draws() const { return draws_; }
   // INTERNAL when no logit is finite (a broken model), never otherwise.
-  // The token chosen joins the penalty window.
+  // The token chosen counts as generated and joins the window.
   absl::StatusOr<SampledToken> Sample(std::span<const float> logits);
   // Tokens fed before the first Sample (the prompt) join the window.
   void Observe(std::span<const int32_t> tokens);
 
  private:
-  bool penalized() const;
+  bool repetition_penalized() const;
+  bool openai_penalized() const;
   // Sample's choice from `logits` (penalised) with logprobs from `raw`.
   absl::StatusOr<SampledToken> SampleFrom(std::span<const float> logits,
                                           std::span<const float> raw);
@@ -119,10 +121,11 @@ class Sampler {
   std::mt19937_64 rng_;
   uint64_t draws_ = 0;
   std::vector<std::pair<float, int32_t>> order_;
-  // The penalty window's tokens (oldest first) and their counts; the
-  // logits with the penalties applied.
+  // The repetition window's tokens (oldest first) and their counts, the
+  // generated tokens' counts, and the logits with the penalties applied.
   std::deque<int32_t> window_;
-  std::unordered_map<int32_t, uint32_t> counts_;
+  std::unordered_map<int32_t, uint32_t> window_counts_;
+  std::unordered_map<int32_t, uint32_t> generated_counts_;
   std::vector<float> penalized_;
 };
 

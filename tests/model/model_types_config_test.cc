@@ -124,6 +124,19 @@ TEST(ModelTypesConfigTest, OlderSpellingsAreRead) {
           .rmsnorm);
 }
 
+// fla names the norm g_norm_swish_gate only in front of a gate function
+// spelled "swish"; RetNet also has a parallel kernel.
+TEST(ModelTypesConfigTest, TheNormsNameFollowsTheGateFunctionsSpelling) {
+  EXPECT_TRUE(Parse(R"({"model_type": "retnet"})").fused_gate_norm);
+  EXPECT_FALSE(Parse(R"({"model_type": "retnet", "hidden_act": "silu"})")
+                   .fused_gate_norm);
+  EXPECT_FALSE(
+      Parse(R"({"model_type": "gla", "fuse_norm": false})").fused_gate_norm);
+  EXPECT_FALSE(Parse(R"({"model_type": "gla", "use_output_gate": false})")
+                   .fused_gate_norm);
+  Parse(R"({"model_type": "retnet", "attn_mode": "parallel"})");
+}
+
 TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
   struct Case {
     std::string json;
@@ -153,6 +166,14 @@ TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
       {R"({"model_type": "mamba2", "head_dim": 100})", "head_dim"},
       {R"({"model_type": "mamba2", "state_size": 70000})", "state_size"},
       {R"({"model_type": "rwkv7"})", "model_type"},
+      {R"({"model_type": "gla", "attn_mode": "parallel"})", "attn_mode"},
+      // Widths whose products would wrap around 32 bits: 2·G·N = 2^32.
+      {R"({"model_type": "mamba2", "hidden_size": 64, "expand": 1024,
+           "head_dim": 1, "n_groups": 32768, "state_size": 65536})",
+       "state_size"},
+      {R"({"model_type": "gated_deltanet", "num_heads": 65536,
+           "head_dim": 65536})",
+       "num_heads"},
   };
   for (const Case& c : cases) ExpectRefused(c.json, c.field);
 }

@@ -17,6 +17,7 @@
 #include "core/model/safetensors.h"
 #include "core/scheduler/generation.h"
 #include "core/session/snapshot.h"
+#include "nlohmann/json.hpp"
 #include "tests/model/fixtures.h"
 
 namespace linattn {
@@ -311,6 +312,23 @@ TEST(ModelTypesTest, OlderTensorNamesLoadTheSameModel) {
     ModelState sa = model->NewState(), sb = older->NewState();
     EXPECT_TRUE(SameBits(Feed(a, sa, fx.tokens), Feed(b, sb, fx.tokens)));
   }
+}
+
+// A window size from config.json alone is checked against the file before
+// the window's weights are allocated.
+TEST(ModelTypesTest, AConvolutionWidthTheFileDoesNotHoldIsRefused) {
+  // (A config without Python's Infinity, which this test's JSON reader
+  // would not take.)
+  const FixtureCase fx = LoadFixture("mamba2_limits_old_names");
+  const std::string dir = Rewritten(fx, "wide_conv", [](auto&) {});
+  std::ifstream in(dir + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(in, nullptr, false, true);
+  ASSERT_FALSE(config.is_discarded());
+  config["conv_kernel"] = 1 << 20;
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto model = Model::Load(dir);
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(model.status().message(), ::testing::HasSubstr("conv1d.weight"));
 }
 
 // Sessions of all five types in one engine, generating at once: greedy

@@ -152,45 +152,68 @@ TEST(SamplerTest, ValidationNamesTheField) {
       HasSubstr("sampling.penalty_last_n"));
 }
 
-// llama.cpp's order on the logits of tokens in the window: the repetition
-// penalty (divide positive, multiply negative), then OpenAI's frequency
-// (per occurrence) and presence (once) penalties.
-TEST(SamplerTest, PenaltiesMoveTheLogitsOfTokensInTheWindow) {
+// llama.cpp's repetition penalty on the tokens of its window (prompt
+// included): positive logits divided, negative ones multiplied.
+TEST(SamplerTest, RepetitionPenaltyActsOnTheWindow) {
   const std::vector<float> logits = {3.0f, 2.9f, 0.0f};
   auto greedy_after = [&](SamplingParams p, std::vector<int32_t> seen) {
     Sampler s(p);
     s.Observe(seen);
     return s.Sample(logits).value().id;
   };
-  // 3 − 0.2 = 2.8 < 2.9.
-  EXPECT_EQ(greedy_after({.presence_penalty = 0.2f}, {0}), 1);
-  EXPECT_EQ(greedy_after({.presence_penalty = 0.05f}, {0}), 0);
-  // 3 − 2·0.06 = 2.88 < 2.9; once: 2.94.
-  EXPECT_EQ(greedy_after({.frequency_penalty = 0.06f}, {0, 0}), 1);
-  EXPECT_EQ(greedy_after({.frequency_penalty = 0.06f}, {0}), 0);
-  // 3 / 1.1 = 2.73 < 2.9; negative logits are multiplied: −1·1.1 < −1.05.
+  // 3 / 1.1 = 2.73 < 2.9, once or many times.
   EXPECT_EQ(greedy_after({.repetition_penalty = 1.1f}, {0}), 1);
-  {
+  EXPECT_EQ(greedy_after({.repetition_penalty = 1.1f}, {0, 0, 0}), 1);
+  EXPECT_EQ(greedy_after({.repetition_penalty = 1.02f}, {0}), 0);
+  {  // −1·1.1 < −1.05
     Sampler s(SamplingParams{.repetition_penalty = 1.1f});
     s.Observe(std::vector<int32_t>{0});
     EXPECT_EQ(s.Sample(std::vector<float>{-1.0f, -1.05f}).value().id, 1);
   }
-  // Negative penalties favour what was seen.
-  EXPECT_EQ(greedy_after({.presence_penalty = -0.2f}, {1}), 1);
   // The window is the last penalty_last_n tokens; −1 is all; 0 none.
-  EXPECT_EQ(
-      greedy_after({.presence_penalty = 1, .penalty_last_n = 2}, {0, 5, 6}), 0);
-  EXPECT_EQ(
-      greedy_after({.presence_penalty = 1, .penalty_last_n = 3}, {0, 5, 6}), 1);
-  EXPECT_EQ(greedy_after({.presence_penalty = 1, .penalty_last_n = -1},
-                         std::vector<int32_t>(5000, 0)),
+  EXPECT_EQ(greedy_after({.repetition_penalty = 1.1f, .penalty_last_n = 2},
+                         {0, 5, 6}),
+            0);
+  EXPECT_EQ(greedy_after({.repetition_penalty = 1.1f, .penalty_last_n = 3},
+                         {0, 5, 6}),
             1);
-  EXPECT_EQ(greedy_after({.presence_penalty = 1, .penalty_last_n = 0}, {0}), 0);
+  std::vector<int32_t> long_prompt(5000, 7);
+  long_prompt[0] = 0;
+  EXPECT_EQ(greedy_after({.repetition_penalty = 1.1f, .penalty_last_n = -1},
+                         long_prompt),
+            1);
+  EXPECT_EQ(
+      greedy_after({.repetition_penalty = 1.1f, .penalty_last_n = 0}, {0}), 0);
+  // The prompt does not count for OpenAI's penalties.
+  EXPECT_EQ(greedy_after({.presence_penalty = 2.0f}, {0}), 0);
 }
 
-// Each token sampled joins the window; the logprobs reported stay the
-// model's own.
-TEST(SamplerTest, SampledTokensJoinTheWindowAndLogprobsStayRaw) {
+// OpenAI's penalties count the tokens generated so far: presence once,
+// frequency per occurrence; negative values favour them.
+TEST(SamplerTest, PresenceAndFrequencyPenalizeGeneratedTokens) {
+  auto run = [](SamplingParams p, std::vector<float> logits, int n) {
+    Sampler s(p);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(s.Sample(logits).value().id);
+    return ids;
+  };
+  // 3 − 0.2 = 2.8 < 2.9 after the first 0; then 2.9 − 0.2 = 2.7 < 2.8.
+  EXPECT_EQ(run({.presence_penalty = 0.2f}, {3.0f, 2.9f, 0.0f}, 3),
+            (std::vector<int32_t>{0, 1, 0}));
+  // 3 − 0.06 = 2.94 > 2.9; 3 − 0.12 = 2.88 < 2.9.
+  EXPECT_EQ(run({.frequency_penalty = 0.06f}, {3.0f, 2.9f, 0.0f}, 3),
+            (std::vector<int32_t>{0, 0, 1}));
+  EXPECT_EQ(run({.presence_penalty = -1.0f}, {2.9f, 3.0f, 0.0f}, 3),
+            (std::vector<int32_t>{1, 1, 1}));
+  // With the repetition penalty, in llama.cpp's order: 3/1.5 − 0.2 = 1.8
+  // against 2.9, then 2.9/1.5 − 0.2 = 1.73 against 1.8.
+  EXPECT_EQ(run({.presence_penalty = 0.2f, .repetition_penalty = 1.5f},
+                {3.0f, 2.9f, 0.0f}, 3),
+            (std::vector<int32_t>{0, 1, 0}));
+}
+
+// Each token sampled counts; the logprobs reported stay the model's own.
+TEST(SamplerTest, SampledTokensCountAndLogprobsStayRaw) {
   const std::vector<float> logits = {1.0f, 1.0f, 1.0f, 0.0f};
   Sampler s(SamplingParams{.presence_penalty = 2.0f});
   std::vector<int32_t> ids;
@@ -202,6 +225,9 @@ TEST(SamplerTest, SampledTokensJoinTheWindowAndLogprobsStayRaw) {
   }
   // 0, 1, 2 each once (penalised to −1), then 3 (0 > −1).
   EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3}));
+  Sampler r(SamplingParams{.repetition_penalty = 4.0f});
+  EXPECT_EQ(r.Sample(logits).value().id, 0);
+  EXPECT_EQ(r.Sample(logits).value().id, 1);  // 1/4 < 1
 }
 
 // min_p keeps the tokens at least min_p times as likely as the most

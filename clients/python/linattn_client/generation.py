@@ -222,10 +222,10 @@ class ModelSession(_rpc.SessionHandle):
         stream of the session's last sampling generate (after a cut call).
         timeout: a deadline for the whole stream (default: the client's).
         min_p: keep tokens at least this times as likely as the most likely
-        (0 = no limit). presence_penalty, frequency_penalty (OpenAI's, in
-        [-2, 2]) and repetition_penalty (llama.cpp's, None or 1 = none)
-        act on the tokens of the last penalty_last_n (None = 64, -1 = all)
-        tokens this call feeds and makes.
+        (0 = no limit). presence_penalty and frequency_penalty (OpenAI's, in
+        [-2, 2]) act on the tokens this call has generated;
+        repetition_penalty (llama.cpp's, None or 1 = none) on the last
+        penalty_last_n (None = 64, -1 = all) tokens it feeds and makes.
         """
         if isinstance(stop, str):
             stop = [stop]

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""fla's model types served by linattn, against the PyTorch reference.
+
+    /usr/bin/python3 bench/model_types_bench.py [--build build] [--quick]
+                                                [--types retnet,gla,...]
+
+For each of retnet, gla, delta_net, gated_deltanet and mamba2, at the
+built-in model's size (hidden 256, 4 layers) and at hidden 1024 × 12 layers
+(random BF16 models written once into BUILD/bench_models/<type>-<size> by
+tools/linattn_ref.py, each with fla's default head shapes for its type), it
+runs
+
+  BUILD/bin/model_benchmark   time to first token of a 4k prompt, decode
+                              tokens/s at batch 1 and 32 (one batched
+                              forward per token), decode time per token at
+                              contexts 1k and 100k
+  tools/linattn_ref.py bench  the same model in PyTorch (Debian's
+                              python3-torch): prefill of the same 4k prompt
+                              and recurrent decode at batch 1
+
+and prints one Markdown table with the ratios the targets are stated in:
+batch-1 decode / PyTorch's (≥ 5), aggregate at 32 / batch 1 (≥ 8), PyTorch's
+4k prefill / linattn's time to first token (≥ 5), and decode time at 100k /
+at 1k (flat: within 10%). JSON goes to BUILD/model_types_bench.json.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+REF = os.path.join(ROOT, "tools", "linattn_ref.py")
+TYPES = ("retnet", "gla", "delta_net", "gated_deltanet", "mamba2")
+
+# tools/linattn_ref.py random options per type and size: fla's default head
+# shapes for the type (RetNet expand_v 2, GLA expand_k 0.5, Gated DeltaNet
+# expand_v 2, Mamba-2 expand 2 with 64-wide heads), scaled to the hidden size.
+SHAPES = {
+    ("retnet", "small"): ["--num-heads", "4", "--expand-v", "2"],
+    ("retnet", "large"): ["--num-heads", "8", "--expand-v", "2"],
+    ("gla", "small"): ["--num-heads", "4", "--expand-k", "0.5"],
+    ("gla", "large"): ["--num-heads", "4", "--expand-k", "0.5"],
+    ("delta_net", "small"): ["--num-heads", "4"],
+    ("delta_net", "large"): ["--num-heads", "8"],
+    ("gated_deltanet", "small"): ["--num-heads", "4", "--head-dim", "64", "--expand-v", "2"],
+    ("gated_deltanet", "large"): ["--num-heads", "4", "--head-dim", "128", "--expand-v", "2"],
+    ("mamba2", "small"): ["--head-dim", "64", "--state-size", "64"],
+    ("mamba2", "large"): ["--head-dim", "64", "--state-size", "128"],
+}
+SIZES = {"small": ("built-in size (hidden 256 × 4)", ["--hidden-size", "256", "--layers", "4"]),
+         "large": ("hidden 1024 × 12", ["--hidden-size", "1024", "--layers", "12"])}
+
+
+def log(msg):
+    print(f"[model_types_bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run_json(cmd):
+    log("+ " + " ".join(cmd))
+    return json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE).stdout)
+
+
+def ensure_model(build, model_type, size):
+    path = os.path.join(build, "bench_models", f"{model_type}-{size}")
+    if not os.path.exists(os.path.join(path, "model.safetensors")):
+        subprocess.run([sys.executable, REF, "random", "--out", path, "--model-type", model_type,
+                        "--vocab-size", "256", "--dtype", "BF16", "--seed", "1"] +
+                       SIZES[size][1] + SHAPES[(model_type, size)], check=True)
+    return path
+
+
+def machine_limits(build):
+    """This machine's fp32 GEMM peak (GFLOP/s), measured now."""
+    data = run_json([os.path.join(build, "bin", "attention_benchmark"),
+                     "--benchmark_filter=BM_GemmPeak", "--benchmark_format=json",
+                     "--benchmark_repetitions=3"])
+    return max(b["GFLOPs"] for b in data["benchmarks"]
+               if b.get("run_type", "iteration") == "iteration")
+
+
+def measure(build, quick=False, types=TYPES):
+    prompt = 1024 if quick else 4096
+    contexts = "1000,8000" if quick else "1000,100000"
+    rows = []
+    gemm_gflops = machine_limits(build)
+    for size in ("small", "large"):
+        for model_type in types:
+            path = ensure_model(build, model_type, size)
+            ours = run_json([os.path.join(build, "bin", "model_benchmark"), "--model", path,
+                             "--prompts", str(prompt), "--batches", "1,32",
+                             "--contexts", contexts,
+                             "--decode-tokens", "16" if quick else "32"])
+            ref = run_json([sys.executable, REF, "bench", "--model", path,
+                            "--prompt-tokens", str(prompt),
+                            "--decode-tokens", "4" if quick else "8",
+                            "--recompute-tokens", "0"])
+            rows.append({"type": model_type, "size": size, "label": SIZES[size][0],
+                         "linattn": ours, "pytorch": ref})
+    return {"prompt_tokens": prompt, "gemm_gflops": gemm_gflops, "rows": rows}
+
+
+def ratios(row, gemm_gflops):
+    o, r = row["linattn"], row["pytorch"]
+    b1 = next(d for d in o["decode"] if d["batch"] == 1)["aggregate_tokens_per_s"]
+    b32 = next(d for d in o["decode"] if d["batch"] == 32)["aggregate_tokens_per_s"]
+    ttft = o["ttft"][0]["seconds"]
+    flat = o["flatness"][1]["decode_step_seconds"] / o["flatness"][0]["decode_step_seconds"]
+    # What the batch-32 step does with the machine: 32 rows of every product
+    # but the embedding lookup (2 flops per weight), as GFLOP/s and as a
+    # fraction of the GEMM peak measured at the same time.
+    b32_gflops = 32 * 2 * (o["parameters"] - 256 * o["hidden_size"]) / (32 / b32) / 1e9
+    return {"b32_gflops": b32_gflops, "b32_of_peak": b32_gflops / gemm_gflops,
+            "decode_b1": b1, "decode_b32": b32, "ttft_s": ttft,
+            "torch_decode_b1": r["recurrent_decode_tokens_per_s"],
+            "torch_prefill_s": r["prefill_s"],
+            "decode_over_torch": b1 / r["recurrent_decode_tokens_per_s"],
+            "b32_over_b1": b32 / b1,
+            "ttft_over_torch": r["prefill_s"] / ttft,
+            "long_over_short": flat,
+            "contexts": [f["context_tokens"] for f in o["flatness"]],
+            "state_bytes": o["state_bytes_per_session"], "parameters": o["parameters"]}
+
+
+def markdown(res):
+    def f(x):
+        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+    lines = [f"| type, size | params | state | decode b1 tok/s (PyTorch) | ×PyTorch (≥ 5) "
+             f"| b32 tok/s (GFLOP/s, of peak) | b32/b1 (≥ 8) | TTFT {res['prompt_tokens']} (PyTorch) "
+             f"| ×PyTorch (≥ 5) | decode ms at 1k / long | long/1k |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in res["rows"]:
+        q = ratios(row, res["gemm_gflops"])
+        o = row["linattn"]
+        lines.append(
+            f"| {row['type']}, {row['label']} | {q['parameters'] / 1e6:.1f} M "
+            f"| {q['state_bytes'] / 1024:,.0f} KiB "
+            f"| {f(q['decode_b1'])} ({f(q['torch_decode_b1'])}) | {q['decode_over_torch']:.1f}× "
+            f"| {f(q['decode_b32'])} ({q['b32_gflops']:.0f}, {q['b32_of_peak']:.2f}) "
+            f"| {q['b32_over_b1']:.1f}× "
+            f"| {q['ttft_s'] * 1e3:,.0f} ms ({q['torch_prefill_s']:.1f} s) "
+            f"| {q['ttft_over_torch']:.1f}× "
+            f"| {o['flatness'][0]['decode_step_seconds'] * 1e3:.2f} / "
+            f"{o['flatness'][1]['decode_step_seconds'] * 1e3:.2f} ({q['contexts'][1]:,}) "
+            f"| {q['long_over_short']:.3f} |")
+    lines.append("")
+    lines.append(f"fp32 GEMM peak (n = 2048) measured at the same time: "
+                 f"{res['gemm_gflops']:.0f} GFLOP/s; a batch-32 step's GFLOP/s count the "
+                 "products of all 32 rows.")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--quick", action="store_true", help="shorter prompts and contexts")
+    p.add_argument("--types", default=",".join(TYPES))
+    args = p.parse_args()
+    res = measure(args.build, args.quick, args.types.split(","))
+    with open(os.path.join(args.build, "model_types_bench.json"), "w") as out:
+        json.dump(res, out, indent=1)
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()
