@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/model/forward.h"
 #include "core/model/model.h"
@@ -13,6 +14,7 @@
 #include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
 #include "tests/model/fixtures.h"
+#include "tests/util/temp_dir.h"
 
 namespace linattn {
 namespace {
@@ -192,6 +194,67 @@ TEST_F(ModelTypesServerTest, OpenAiCompletionsServeEveryType) {
     EXPECT_EQ(r.body["model"], name);
     EXPECT_EQ(r.body["choices"][0]["text"], g.text);
   }
+}
+
+// Sessions of every type in a server with a state dir survive kill -9:
+// after the restart each continues its greedy stream as if uncrashed (the
+// convolution windows come back with the state).
+TEST(ModelTypesDurableTest, SessionsOfEveryTypeContinueAfterKillNine) {
+  testing::TempDir tmp;
+  std::vector<std::string> args = {"--state-dir", tmp.Path("state")};
+  for (const char* name : kModels) {
+    args.push_back("--model");
+    args.push_back(Dir(name));
+  }
+  const std::string context = "In the beginning";
+  auto greedy = [&](v1::GenerationService::Stub& stub, const std::string& id,
+                    const std::string& prompt, int n) {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest req;
+    req.set_session_id(id);
+    req.set_prompt(prompt);
+    req.mutable_sampling()->set_max_tokens(n);
+    auto reader = stub.Generate(&ctx, req);
+    std::vector<int32_t> ids;
+    for (v1::GenerateResponse r; reader->Read(&r);) {
+      if (r.token_id() >= 0) ids.push_back(r.token_id());
+    }
+    EXPECT_TRUE(reader->Finish().ok()) << id;
+    return ids;
+  };
+  std::map<std::string, std::vector<int32_t>> first;
+  {
+    auto server = testing::ServerProcess::Start(args, tmp.Path("server.log"));
+    ASSERT_NE(server, nullptr);
+    auto stub = v1::GenerationService::NewStub(server->Channel());
+    for (const char* name : kModels) {
+      grpc::ClientContext ctx;
+      v1::CreateModelSessionRequest req;
+      req.set_model(name);
+      req.set_session_id(std::string("d-") + name);
+      v1::ModelSession s;
+      ASSERT_TRUE(stub->CreateSession(&ctx, req, &s).ok()) << name;
+      first[name] = greedy(*stub, s.session_id(), context, 5);
+    }
+    server->Kill();
+  }
+  auto server = testing::ServerProcess::Start(args, tmp.Path("server2.log"));
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::GenerationService::NewStub(server->Channel());
+  int continued = 0;
+  for (const char* name : kModels) {
+    SCOPED_TRACE(name);
+    const std::vector<int32_t> whole = LocalGreedy(name, context, 13);
+    ASSERT_EQ(
+        first[name],
+        std::vector<int32_t>(
+            whole.begin(), whole.begin() + std::min<size_t>(5, whole.size())));
+    if (whole.size() < 13) continue;  // the model ended its text early
+    EXPECT_EQ(greedy(*stub, std::string("d-") + name, "", 8),
+              std::vector<int32_t>(whole.begin() + 5, whole.end()));
+    ++continued;
+  }
+  EXPECT_EQ(continued, 5) << "models that ended their text early";
 }
 
 }  // namespace
