@@ -330,7 +330,11 @@ class LoadRun {
       if (!status.ok() && run_->Failover(first_, count_, t_, code)) {
         return;  // a new stream continues these sessions
       }
-      if (read_failed_ && status.error_code() == grpc::StatusCode::CANCELLED) {
+      if (!status.ok() && run_->FailoverRunOver(code)) {
+        // Broken off after the run's end: nothing is left to continue, and
+        // --check holds the acknowledged steps to account.
+      } else if (read_failed_ &&
+                 status.error_code() == grpc::StatusCode::CANCELLED) {
         run_->RecordError(grpc::StatusCode::DATA_LOSS);  // unreadable reply
       } else if (!status.ok()) {
         run_->RecordError(status.error_code());
@@ -458,6 +462,17 @@ class LoadRun {
     SteadyClock::time_point stream_start_, scheduled_;
   };
 
+  // The codes a stream ends with when its replica left, a proxy reset it,
+  // or its session moved.
+  static bool FailoverCode(grpc::StatusCode code) {
+    return code == grpc::StatusCode::UNAVAILABLE ||
+           code == grpc::StatusCode::ABORTED ||
+           code == grpc::StatusCode::FAILED_PRECONDITION ||
+           // This tool cancels no stream itself (its read watchdog's cancel
+           // arrives as UNAVAILABLE): a proxy reset it as its replica left.
+           code == grpc::StatusCode::CANCELLED;
+  }
+
   // --failover: a stream of sessions [first, first + count) that ended
   // with `code` after `t` steps each is continued by a new one, once the
   // server says where each session stands. False when the error is not a
@@ -465,12 +480,7 @@ class LoadRun {
   bool Failover(uint32_t first, uint32_t count, uint64_t t,
                 grpc::StatusCode code) {
     if (!o_.failover || t >= o_.steps || SteadyClock::now() >= deadline_ ||
-        (code != grpc::StatusCode::UNAVAILABLE &&
-         code != grpc::StatusCode::ABORTED &&
-         code != grpc::StatusCode::FAILED_PRECONDITION &&
-         // This tool cancels no stream itself (its read watchdog's cancel
-         // arrives as UNAVAILABLE): a proxy reset it as its replica left.
-         code != grpc::StatusCode::CANCELLED)) {
+        !FailoverCode(code)) {
       return false;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -478,6 +488,13 @@ class LoadRun {
     resyncs_.push_back({first, count, t});
     resync_cv_.notify_all();
     return true;
+  }
+
+  // With --failover, a stream that broke off as a failover's do after the
+  // run's duration ended: not an error (a SIGSTOPped replica's streams
+  // break when it resumes, which may be after the end).
+  bool FailoverRunOver(grpc::StatusCode code) const {
+    return o_.failover && SteadyClock::now() >= deadline_ && FailoverCode(code);
   }
 
   // Asks where each session of a broken stream stands (through the proxy:
