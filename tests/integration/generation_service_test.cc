@@ -26,32 +26,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// What the model itself gives, greedy, in this process.
-std::string LocalGreedy(const std::string& prompt, uint32_t max_tokens,
-                        WeightType weights = WeightType::kF32) {
+// What the engine gives in this process for `params` (the built-in model,
+// its projections packed as `weights`).
+std::string LocalWith(const std::string& prompt, SamplingParams params,
+                      WeightType weights = WeightType::kF32) {
   static std::shared_ptr<const Model> f32 =
       Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
   std::shared_ptr<const Model> model = f32;
   if (weights == WeightType::kBf16) {
     model = Model::Load(LINATTN_BUILTIN_MODEL_DIR, "", weights).value();
   }
-  GenerationEngine engine({model});
-  auto s = engine.CreateSession("", "").value();
-  std::promise<std::string> text;
-  std::string acc;
-  engine.Generate(
-      s.session_id, std::vector<int32_t>(prompt.begin(), prompt.end()),
-      SamplingParams{.max_tokens = max_tokens}, [&](const GenerateEvent& e) {
-        acc += e.text;
-        if (e.finished) text.set_value(acc);
-      });
-  return text.get_future().get();
-}
-
-// What the engine gives in this process for `params`.
-std::string LocalWith(const std::string& prompt, SamplingParams params) {
-  static std::shared_ptr<const Model> model =
-      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
   GenerationEngine engine({model});
   auto s = engine.CreateSession("", "").value();
   std::promise<std::string> text;
@@ -63,6 +47,12 @@ std::string LocalWith(const std::string& prompt, SamplingParams params) {
                     if (e.finished) text.set_value(acc);
                   });
   return text.get_future().get();
+}
+
+// What the model itself gives, greedy, in this process.
+std::string LocalGreedy(const std::string& prompt, uint32_t max_tokens,
+                        WeightType weights = WeightType::kF32) {
+  return LocalWith(prompt, SamplingParams{.max_tokens = max_tokens}, weights);
 }
 
 class GenerationServiceTest : public ::testing::Test {

@@ -48,6 +48,31 @@ std::vector<int32_t> LocalGreedy(const std::string& name,
   return out;
 }
 
+struct Streamed {
+  std::vector<int32_t> ids;
+  std::string text;
+  grpc::Status status;
+};
+
+// A greedy Generate of `n` tokens after `prompt`, read to its end.
+Streamed GenerateGreedy(v1::GenerationService::Stub& stub,
+                        const std::string& id, const std::string& prompt,
+                        int n) {
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req;
+  req.set_session_id(id);
+  req.set_prompt(prompt);
+  req.mutable_sampling()->set_max_tokens(n);
+  auto reader = stub.Generate(&ctx, req);
+  Streamed out;
+  for (v1::GenerateResponse r; reader->Read(&r);) {
+    if (r.token_id() >= 0) out.ids.push_back(r.token_id());
+    out.text += r.text();
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
 class ModelTypesServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -76,26 +101,8 @@ class ModelTypesServerTest : public ::testing::Test {
     return s.session_id();
   }
 
-  struct Streamed {
-    std::vector<int32_t> ids;
-    std::string text;
-    grpc::Status status;
-  };
   Streamed Generate(const std::string& id, const std::string& prompt, int n) {
-    grpc::ClientContext ctx;
-    v1::GenerateRequest req;
-    req.set_session_id(id);
-    req.set_prompt(prompt);
-    req.mutable_sampling()->set_max_tokens(n);
-    auto reader = stub_->Generate(&ctx, req);
-    Streamed out;
-    v1::GenerateResponse r;
-    while (reader->Read(&r)) {
-      if (r.token_id() >= 0) out.ids.push_back(r.token_id());
-      out.text += r.text();
-    }
-    out.status = reader->Finish();
-    return out;
+    return GenerateGreedy(*stub_, id, prompt, n);
   }
 
   static testing::ServerProcess* server_;
@@ -207,21 +214,6 @@ TEST(ModelTypesDurableTest, SessionsOfEveryTypeContinueAfterKillNine) {
     args.push_back(Dir(name));
   }
   const std::string context = "In the beginning";
-  auto greedy = [&](v1::GenerationService::Stub& stub, const std::string& id,
-                    const std::string& prompt, int n) {
-    grpc::ClientContext ctx;
-    v1::GenerateRequest req;
-    req.set_session_id(id);
-    req.set_prompt(prompt);
-    req.mutable_sampling()->set_max_tokens(n);
-    auto reader = stub.Generate(&ctx, req);
-    std::vector<int32_t> ids;
-    for (v1::GenerateResponse r; reader->Read(&r);) {
-      if (r.token_id() >= 0) ids.push_back(r.token_id());
-    }
-    EXPECT_TRUE(reader->Finish().ok()) << id;
-    return ids;
-  };
   std::map<std::string, std::vector<int32_t>> first;
   {
     auto server = testing::ServerProcess::Start(args, tmp.Path("server.log"));
@@ -234,7 +226,9 @@ TEST(ModelTypesDurableTest, SessionsOfEveryTypeContinueAfterKillNine) {
       req.set_session_id(std::string("d-") + name);
       v1::ModelSession s;
       ASSERT_TRUE(stub->CreateSession(&ctx, req, &s).ok()) << name;
-      first[name] = greedy(*stub, s.session_id(), context, 5);
+      const Streamed g = GenerateGreedy(*stub, s.session_id(), context, 5);
+      ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+      first[name] = g.ids;
     }
     server->Kill();
   }
@@ -250,8 +244,10 @@ TEST(ModelTypesDurableTest, SessionsOfEveryTypeContinueAfterKillNine) {
         std::vector<int32_t>(
             whole.begin(), whole.begin() + std::min<size_t>(5, whole.size())));
     if (whole.size() < 13) continue;  // the model ended its text early
-    EXPECT_EQ(greedy(*stub, std::string("d-") + name, "", 8),
-              std::vector<int32_t>(whole.begin() + 5, whole.end()));
+    const Streamed next =
+        GenerateGreedy(*stub, std::string("d-") + name, "", 8);
+    ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+    EXPECT_EQ(next.ids, std::vector<int32_t>(whole.begin() + 5, whole.end()));
     ++continued;
   }
   EXPECT_EQ(continued, 5) << "models that ended their text early";
