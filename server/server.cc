@@ -130,17 +130,22 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                          other->dir(), " and ", dir, ")"));
       }
     }
+    const ModelConfig& config = (*model)->config();
+    // The feature map is linear_attn's; the other types name their rule.
+    const std::string mixer =
+        config.type == ModelType::kLinearAttn
+            ? absl::StrCat("feature map ",
+                           ModelFeatureMapName(config.feature_map),
+                           config.norm_feature_map ? " (normalised)" : "")
+            : std::string(ModelTypeName(config.type));
     spdlog::info(
-        "model '{}' from {}: {} layers, hidden {}, {} heads, feature map {}{}, "
-        "{} parameters ({} weights), {} tokenizer, {} bytes of state per "
+        "model '{}' from {}: {}, {} layers, hidden {}, {} heads, {} "
+        "parameters ({} weights), {} tokenizer, {} bytes of state per "
         "session, fingerprint {}",
-        (*model)->name(), dir, (*model)->config().num_hidden_layers,
-        (*model)->config().hidden_size, (*model)->config().num_heads,
-        std::string(ModelFeatureMapName((*model)->config().feature_map)),
-        (*model)->config().norm_feature_map ? " (normalised)" : "",
-        (*model)->parameter_count(), WeightTypeName((*model)->weight_type()),
-        (*model)->tokenizer().kind(), (*model)->state_bytes(),
-        (*model)->fingerprint_hex());
+        (*model)->name(), dir, mixer, config.num_hidden_layers,
+        config.hidden_size, config.num_heads, (*model)->parameter_count(),
+        WeightTypeName((*model)->weight_type()), (*model)->tokenizer().kind(),
+        (*model)->state_bytes(), (*model)->fingerprint_hex());
     models.push_back(std::move(*model));
   }
   if (server->store_ != nullptr) {

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """Trains linattn's built-in model and exports it in the fla layout.
 
-The model: byte-level (vocab 256, no tokenizer file), 4 layers, hidden 256,
-4 heads of 64, elu feature map (ELU+1), normalised (norm_feature_map), SwiGLU
-MLP of 768, untied embeddings. Architecture and export come from
-linattn_ref.py beside this file.
+The model: fla's `gated_deltanet` (the gated delta rule of the Qwen3-Next
+line) at the byte level (vocab 256, no tokenizer file): 4 layers, hidden 256,
+4 heads of 64 (keys and values), short convolutions of 4 taps, output gate,
+SwiGLU MLP of 768, untied embeddings. Architecture and export come from
+linattn_ref.py beside this file; training runs the same model through the
+chunkwise form below (gated_delta_chunked), which tests/python/
+train_tiny_test.py holds to linattn_ref's token-by-token recurrence.
 
 The text: the King James Version of the Bible (1611, public domain), read
 with the `bible` program of Debian's bible-kjv / bible-kjv-text packages.
@@ -33,30 +36,140 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 CONFIG = {
-    "model_type": "linear_attn",
+    "model_type": "gated_deltanet",
     "attn_mode": "chunk",
     "hidden_size": 256,
     "num_hidden_layers": 4,
     "num_heads": 4,
-    "num_kv_heads": None,
-    "expand_k": 1,
+    "num_v_heads": None,
+    "head_dim": 64,
     "expand_v": 1,
-    "feature_map": "elu",
-    "tie_feature_map_qk": False,
-    "norm_q": False,
-    "norm_k": False,
-    "norm_feature_map": True,
+    "use_gate": True,
+    "use_short_conv": True,
+    "conv_size": 4,
+    "allow_neg_eigval": False,
     "hidden_act": "swish",
     "hidden_ratio": 4,
     "intermediate_size": None,
     "norm_eps": 1e-6,
-    "elementwise_affine": True,
     "vocab_size": 256,
     "tie_word_embeddings": False,
     "bos_token_id": None,
     "eos_token_id": None,
     "max_position_embeddings": 2048,
 }
+
+
+def conv_whole(conv, x):
+    """linattn_ref.ShortConvolution over whole sequences from an empty cache,
+    as one depthwise Conv1d: x (B, T, C) -> (B, T, C)."""
+    w = conv.weight  # (C, 1, W)
+    y = F.conv1d(x.transpose(1, 2), w, padding=w.shape[-1] - 1, groups=w.shape[0])
+    y = y[..., :x.shape[1]].transpose(1, 2)
+    return F.silu(y) if conv.silu else y
+
+
+def gated_delta_chunked(q, k, v, g, beta, chunk=64):
+    """The gated delta rule of linattn_ref.gated_delta_recurrence from a zero
+    state, a chunk of C tokens at a time: q, k (B, T, H, K) prepared, v
+    (B, T, H, V), g and beta (B, T, H), T a multiple of C -> o (B, T, H, V).
+
+    In a chunk starting from state S0, with b_t = sum of g up to t (in the
+    chunk), gamma_t = exp(b_t) and Gamma[t, j] = exp(b_t - b_j) for j <= t,
+    the recurrence unrolls to
+        S_t = gamma_t S0 + sum_{j<=t} Gamma[t, j] k_j u_j^T
+        u_t = beta_t (v_t - gamma_t S0^T k_t - sum_{j<t} Gamma[t, j] (k_t.k_j) u_j)
+        o_t = gamma_t S0^T q_t + sum_{j<=t} Gamma[t, j] (q_t.k_j) u_j
+    so (I + A) U = diag(beta) V - diag(beta gamma) K S0 with A[t, j] =
+    beta_t Gamma[t, j] (k_t.k_j) strictly below the diagonal: one unit lower
+    triangular solve per chunk for U0 = (I+A)^-1 diag(beta) V and
+    W = (I+A)^-1 diag(beta gamma) K, then U = U0 - W S0 chunk after chunk.
+    Every exponent is of a sum of g <= 0 over a span: no factor exceeds 1.
+    Runs in float32 at least, whatever autocast gave the projections."""
+    with torch.autocast("cpu", enabled=False):
+        wide = [x.to(torch.promote_types(x.dtype, torch.float32)) for x in (q, k, v, g, beta)]
+        return _gated_delta_chunked(*wide, chunk)
+
+
+def _gated_delta_chunked(q, k, v, g, beta, chunk):
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    n = T // chunk
+
+    def split(x):  # (B, T, H, ...) -> (B, H, n, C, ...)
+        return x.transpose(1, 2).reshape(B, H, n, chunk, *x.shape[3:])
+
+    q, k, v = split(q), split(k), split(v)
+    g, beta = split(g[..., None])[..., 0], split(beta[..., None])[..., 0]
+    b = g.cumsum(-1)
+    lower = torch.ones(chunk, chunk, dtype=torch.bool).tril()
+    strict = lower.tril(-1)
+    gamma_tj = torch.where(lower, b[..., :, None] - b[..., None, :],
+                           torch.full_like(b[..., None], -math.inf)).exp()
+    a = (beta[..., None] * (k @ k.transpose(-1, -2)) * gamma_tj).masked_fill(~strict, 0)
+    eye = torch.eye(chunk, dtype=q.dtype)
+    u0 = torch.linalg.solve_triangular(eye + a, beta[..., None] * v, upper=False,
+                                       unitriangular=True)
+    w = torch.linalg.solve_triangular(eye + a, (beta * b.exp())[..., None] * k, upper=False,
+                                      unitriangular=True)
+    qk = (q @ k.transpose(-1, -2)) * gamma_tj
+    s = q.new_zeros(B, H, K, V)
+    outs = []
+    for i in range(n):
+        u = u0[:, :, i] - w[:, :, i] @ s
+        outs.append(b[:, :, i, :, None].exp() * (q[:, :, i] @ s) + qk[:, :, i] @ u)
+        last = b[:, :, i, -1:]
+        s = last[..., None].exp() * s + \
+            ((last - b[:, :, i]).exp()[..., None] * k[:, :, i]).transpose(-1, -2) @ u
+    return torch.stack(outs, 2).reshape(B, H, T, V).transpose(1, 2)
+
+
+def gated_deltanet_whole(attn, x, chunk):
+    """linattn_ref.GatedDeltaNet.run over whole sequences from an empty state
+    (num_v_heads = num_heads), with the convolutions and the recurrence in
+    their parallel forms."""
+    c = attn.c
+    q = conv_whole(attn.q_conv1d, attn.q_proj(x)).unflatten(-1, (c.num_heads, c.head_k_dim))
+    k = conv_whole(attn.k_conv1d, attn.k_proj(x)).unflatten(-1, (c.num_heads, c.head_k_dim))
+    v = conv_whole(attn.v_conv1d, attn.v_proj(x)).unflatten(-1, (c.num_v_heads, c.head_v_dim))
+    beta = attn.b_proj(x).sigmoid()
+    g = -attn.A_log.exp() * F.softplus(attn.a_proj(x) + attn.dt_bias)
+    q = linattn_ref.l2_normalise(q) * c.head_k_dim ** -0.5
+    k = linattn_ref.l2_normalise(k)
+    return attn.finish(gated_delta_chunked(q, k, v, g, beta, chunk), x)
+
+
+def forward_whole(model, tokens, chunk=64):
+    """model(tokens) for a gated_deltanet linattn_ref model, T a multiple of
+    chunk: the same logits, fast enough to train on."""
+    embeddings, layers, norm = model.parts()
+    x = embeddings(tokens)
+    for layer in layers:
+        x = x + gated_deltanet_whole(layer.attn, layer.attn_norm(x), chunk)
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return model.lm_head(norm(x))
+
+
+def initialise(model, seed):
+    """GPT-2's init for the projections (N(0, 0.02), output projections
+    scaled by depth), fla's for the decay: A ~ U(1, 16), dt ~ logU(1e-3,
+    0.1) through the softplus inverse."""
+    gen = torch.Generator().manual_seed(seed)
+    layers = model.c.num_hidden_layers
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(1, 16, generator=gen).log())
+            elif name.endswith(".dt_bias"):
+                lo, hi = math.log(1e-3), math.log(0.1)
+                dt = torch.exp(torch.rand(p.shape, generator=gen) * (hi - lo) + lo)
+                p.copy_(dt + torch.log(-torch.expm1(-dt)))
+            elif name.endswith("conv1d.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+            elif p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+                if name.endswith(("o_proj.weight", "down_proj.weight")):
+                    p.mul_(1 / math.sqrt(2 * layers))
 
 
 def kjv_text():
@@ -73,88 +186,149 @@ def kjv_text():
     return lines
 
 
+def train_tokenizer(verses, vocab_size):
+    """A SentencePiece unigram vocabulary trained on the verses (one sentence
+    each): text kept as it is (identity normalisation), every byte reachable
+    (byte_fallback: no input is unknown), no bos/eos. Returns the serialised
+    model (tokenizer.model); the same verses give the same bytes."""
+    import io
+    import sentencepiece as spm
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(verses), model_writer=out, vocab_size=vocab_size,
+        model_type="unigram", byte_fallback=True, normalization_rule_name="identity",
+        character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
+        num_threads=1, minloglevel=2)
+    return out.getvalue()
+
+
+def piece_bytes(sp):
+    """How many bytes of text each id stands for (what linattn's decoder
+    emits: '▁' is a space, <0xNN> one byte)."""
+    sizes = []
+    for i in range(sp.get_piece_size()):
+        piece = sp.id_to_piece(i)
+        if sp.is_byte(i):
+            sizes.append(1)
+        elif sp.is_unknown(i) or sp.is_control(i):
+            sizes.append(0)
+        else:
+            sizes.append(len(piece.replace("\u2581", " ").encode("utf-8")))
+    return np.array(sizes, dtype=np.int64)
+
+
+def native_bf16():
+    """Whether this CPU multiplies bf16 natively (what makes autocast pay)."""
+    with open("/proc/cpuinfo") as f:
+        flags = f.read()
+    return any(flag in flags for flag in (" avx512_bf16", " amx_bf16"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="models/tiny")
-    p.add_argument("--steps", type=int, default=900)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=256, help="tokens per training sequence")
+    p.add_argument("--chunk", type=int, default=32, help="chunk of the chunkwise form")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--vocab", type=int, default=4096, help="SentencePiece vocabulary size")
     p.add_argument("--seed", type=int, default=1611)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--matmul", default="auto", choices=["auto", "bf16", "fp32"],
+                   help="precision of the projections' products (autocast; weights, optimiser "
+                        "state and the delta rule stay fp32); auto: bf16 where oneDNN has "
+                        "native bf16 (AVX512_BF16 or AMX), else fp32")
     p.add_argument("--dtype", default="BF16", choices=["F32", "F16", "BF16"],
-                   help="tensor dtype of the export (training is fp32)")
+                   help="tensor dtype of the export")
     args = p.parse_args()
+    if args.seq % args.chunk:
+        p.error("--seq must be a multiple of --chunk")
 
+    import sentencepiece as spm
+    if args.matmul == "auto":
+        args.matmul = "bf16" if native_bf16() else "fp32"
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.matmul == "bf16")
+    t0 = time.time()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     verses = kjv_text()
     split = int(len(verses) * 0.98)
-    train = np.frombuffer("\n".join(verses[:split]).encode("latin-1"), dtype=np.uint8)
-    valid = np.frombuffer("\n".join(verses[split:]).encode("latin-1"), dtype=np.uint8)
-    print(f"text: {len(verses)} verses, {len(train)} training bytes, {len(valid)} validation bytes")
+    tokenizer = train_tokenizer(verses[:split], args.vocab)
+    sp = spm.SentencePieceProcessor(model_proto=tokenizer)
+    sizes = piece_bytes(sp)
+    # Encoded as linattn encodes a prompt: the whole text at once.
+    train = np.array(sp.encode("\n".join(verses[:split])), dtype=np.int64)
+    valid = np.array(sp.encode("\n".join(verses[split:])), dtype=np.int64)
+    print(f"text: {len(verses)} verses; {len(train)} training tokens "
+          f"({sizes[train].sum() / len(train):.2f} bytes each), {len(valid)} validation tokens; "
+          f"tokenizer {time.time() - t0:.0f} s", flush=True)
 
-    model = linattn_ref.LinearAttentionLM(linattn_ref.Config(CONFIG))
-    with torch.no_grad():
-        for name, w in model.named_parameters():
-            if w.dim() == 2:
-                w.normal_(0, 0.02)
-            # down/o projections scaled by depth, as GPT-2 does
-            if name.endswith(("o_proj.weight", "down_proj.weight")):
-                w.mul_(1 / math.sqrt(2 * CONFIG["num_hidden_layers"]))
+    config = dict(CONFIG, vocab_size=sp.get_piece_size())
+    model = linattn_ref.new_model(linattn_ref.Config(config))
+    initialise(model, args.seed)
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: {params} parameters")
+    print(f"model: {params} parameters; {args.matmul} products", flush=True)
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warmup = 50
     rng = np.random.default_rng(args.seed)
 
     def batch_of(data, n):
         starts = rng.integers(0, len(data) - args.seq - 1, n)
-        x = np.stack([data[s:s + args.seq + 1] for s in starts]).astype(np.int64)
-        x = torch.from_numpy(x)
+        x = torch.from_numpy(np.stack([data[s:s + args.seq + 1] for s in starts]))
         return x[:, :-1], x[:, 1:]
 
     def valid_loss():
+        """Nats per byte over the held-out text: the loss summed over every
+        predicted token of consecutive windows of --seq tokens, divided by
+        the bytes those tokens stand for."""
         model.eval()
-        total, count = 0.0, 0
+        nats, nbytes = 0.0, 0
         with torch.no_grad():
-            for s in range(0, len(valid) - args.seq - 1, args.seq * 4):
-                x = torch.from_numpy(valid[s:s + args.seq + 1].astype(np.int64))[None]
-                logits = model(x[:, :-1])
-                total += F.cross_entropy(logits[0], x[0, 1:], reduction="sum").item()
-                count += args.seq
+            for s in range(0, len(valid) - args.seq - 1, args.seq):
+                x = torch.from_numpy(valid[s:s + args.seq + 1])[None]
+                logits = forward_whole(model, x[:, :-1], args.chunk)
+                nats += F.cross_entropy(logits[0], x[0, 1:], reduction="sum").item()
+                nbytes += int(sizes[valid[s + 1:s + args.seq + 1]].sum())
         model.train()
-        return total / count
+        return nats / nbytes
 
-    t0 = time.time()
-    log = []
     for step in range(1, args.steps + 1):
-        lr = args.lr * min(step / warmup, 0.5 * (1 + math.cos(math.pi * step / args.steps)))
+        lr = args.lr * min(step / args.warmup, 0.5 * (1 + math.cos(math.pi * step / args.steps)))
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = batch_of(train, args.batch)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        with autocast:
+            logits = forward_whole(model, x, args.chunk)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 100 == 0 or step == args.steps:
-            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr:.2e}  {time.time() - t0:.0f} s",
-                  flush=True)
+        if step % 50 == 0 or step == args.steps:
+            per_byte = loss.item() * y.numel() / sizes[y.numpy()].sum()
+            print(f"step {step:5d}  loss {loss.item():.4f} nats/token ({per_byte:.3f} nats/byte)"
+                  f"  lr {lr:.2e}  {time.time() - t0:.0f} s", flush=True)
     vl = valid_loss()
     elapsed = time.time() - t0
     print(f"validation loss {vl:.4f} nats/byte ({vl / math.log(2):.3f} bits/byte), {elapsed:.0f} s")
 
+    model.c.raw = config
     linattn_ref.save_model(model, args.out, args.dtype)
+    with open(os.path.join(args.out, "tokenizer.model"), "wb") as f:
+        f.write(tokenizer)
     info = {
         "text": "King James Version of the Bible (public domain), Debian packages bible-kjv and "
                 "bible-kjv-text, last 2% of verses held out",
-        "steps": args.steps, "batch": args.batch, "seq": args.seq, "lr": args.lr,
-        "seed": args.seed, "threads": args.threads, "parameters": params,
-        "train_seconds": round(elapsed), "validation_loss_nats_per_byte": round(vl, 4),
+        "tokenizer": f"SentencePiece unigram, {sp.get_piece_size()} pieces with byte fallback, "
+                     "trained on the training verses",
+        "steps": args.steps, "batch": args.batch, "seq_tokens": args.seq, "chunk": args.chunk,
+        "lr": args.lr, "warmup": args.warmup, "matmul": args.matmul, "seed": args.seed, "threads": args.threads,
+        "parameters": params, "train_tokens": int(len(train)),
+        "seconds": round(elapsed), "validation_loss_nats_per_byte": round(vl, 4),
         "validation_bits_per_byte": round(vl / math.log(2), 4), "export_dtype": args.dtype,
-        "torch": torch.__version__,
+        "torch": torch.__version__, "sentencepiece": spm.__version__,
     }
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump(info, f, indent=2)

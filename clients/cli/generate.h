@@ -20,13 +20,18 @@ struct GenerateOptions {
   std::string session_id;  // continue this session instead of a new one
   bool keep = false;       // keep the new session (its id goes to `info`)
   uint32_t max_tokens = 64;
-  float temperature = 0.0f;
-  uint32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
+  // Sampling defaults: llama.cpp's long-standing ones (temperature 0.8,
+  // top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1 over the last 64
+  // tokens), under which the built-in model writes readable verse (README,
+  // "The built-in model"); a fixed seed, so the same prompt gives the same
+  // text. --temperature 0 is greedy.
+  float temperature = 0.8f;
+  uint32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  float repeat_penalty = 1.0f;
+  float repeat_penalty = 1.1f;
   int32_t repeat_last_n = 64;
   uint64_t seed = 0;
   std::vector<std::string> stop;

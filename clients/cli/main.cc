@@ -97,14 +97,15 @@ int main(int argc, char** argv) {
                "sessions delete` removes it");
   ge->add_option("--max-tokens", generate.max_tokens, "default: 64")
       ->check(linattn::NumberAtLeast(1, 1 << 20));
-  ge->add_option("--temperature", generate.temperature, "0 = greedy (default)")
+  ge->add_option("--temperature", generate.temperature,
+                 "0 = greedy (default: 0.8)")
       ->check(linattn::NumberAtLeast(0));
-  ge->add_option("--top-k", generate.top_k, "0 = no limit (default)");
-  ge->add_option("--top-p", generate.top_p, "1 = no limit (default)")
+  ge->add_option("--top-k", generate.top_k, "0 = no limit (default: 40)");
+  ge->add_option("--top-p", generate.top_p, "1 = no limit (default: 0.95)")
       ->check(linattn::NumberAtLeast(0, 1));
   ge->add_option("--min-p", generate.min_p,
                  "keep tokens at least this times as likely as the most "
-                 "likely; 0 = no limit (default)")
+                 "likely; 0 = no limit (default: 0.05)")
       ->check(linattn::NumberAtLeast(0, 1));
   ge->add_option("--presence-penalty", generate.presence_penalty,
                  "subtracted once from the logit of each token generated so "
@@ -115,13 +116,15 @@ int main(int argc, char** argv) {
       ->check(linattn::NumberAtLeast(-2, 2));
   ge->add_option("--repeat-penalty", generate.repeat_penalty,
                  "divides positive (multiplies negative) logits of tokens in "
-                 "the window, (0, 10]; 1 = none (default)")
+                 "the window, (0, 10]; 1 = none (default: 1.1)")
       ->check(linattn::NumberAtLeast(0.01, 10));
   ge->add_option("--repeat-last-n", generate.repeat_last_n,
                  "--repeat-penalty's window: the last N tokens of the prompt "
                  "and continuation; -1 = all, 0 = none (default: 64)")
       ->check(linattn::NumberAtLeast(-1, 1 << 16));
-  ge->add_option("--seed", generate.seed, "sampling seed (default: 0)");
+  ge->add_option("--seed", generate.seed,
+                 "sampling seed: the same seed, prompt and model give the same "
+                 "text (default: 0)");
   ge->add_option("--stop", generate.stop, "stop before this text (repeatable)");
   ge->add_flag("--usage", generate.usage,
                "print token counts, time to first token and speed (stderr)");

@@ -91,4 +91,20 @@ size_t linattn_spm_piece(void* processor, int id, char* out, size_t capacity) {
   return bytes.size();
 }
 
+long linattn_spm_decode(void* processor, const int* ids, size_t count,
+                        char* out, size_t capacity, char* error,
+                        size_t error_size) {
+  auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(processor);
+  std::string text;
+  const auto status = sp->Decode(std::vector<int>(ids, ids + count), &text);
+  if (!status.ok()) {
+    SetError(status.ToString(), error, error_size);
+    return -1;
+  }
+  if (!text.empty() && text.size() <= capacity) {
+    std::memcpy(out, text.data(), text.size());
+  }
+  return static_cast<long>(text.size());
+}
+
 }  // extern "C"

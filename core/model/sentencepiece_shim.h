@@ -30,6 +30,13 @@ long linattn_spm_encode(void* processor, const char* text, size_t length,
 // pieces their byte, control pieces nothing), into out[0..capacity).
 // Returns the length (which may exceed capacity).
 size_t linattn_spm_piece(void* processor, int id, char* out, size_t capacity);
+// The text of ids[0..count) as a whole, as SentencePiece decodes it (the
+// space its encoder puts before a text is not part of it), into
+// out[0..capacity). Returns the length (which may exceed capacity), or -1
+// with the reason in `error`.
+long linattn_spm_decode(void* processor, const int* ids, size_t count,
+                        char* out, size_t capacity, char* error,
+                        size_t error_size);
 
 }  // extern "C"
 

@@ -39,6 +39,7 @@ struct SentencePieceModule {
   decltype(&linattn_spm_size) size = nullptr;
   decltype(&linattn_spm_encode) encode = nullptr;
   decltype(&linattn_spm_piece) piece = nullptr;
+  decltype(&linattn_spm_decode) decode = nullptr;
 };
 
 bool ProtobufLoaded() {
@@ -94,7 +95,9 @@ absl::StatusOr<const SentencePieceModule*> LoadModule() {
           dlsym(handle, "linattn_spm_encode"));
       m.piece = reinterpret_cast<decltype(m.piece)>(
           dlsym(handle, "linattn_spm_piece"));
-      if (!m.load || !m.free || !m.size || !m.encode || !m.piece) {
+      m.decode = reinterpret_cast<decltype(m.decode)>(
+          dlsym(handle, "linattn_spm_decode"));
+      if (!m.load || !m.free || !m.size || !m.encode || !m.piece || !m.decode) {
         absl::StrAppend(&tried, "\n  ", path, ": missing symbols");
         continue;
       }
@@ -150,6 +153,27 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string TokenBytes(int32_t id) const override {
     if (id < 0 || static_cast<size_t>(id) >= pieces_.size()) return "";
     return pieces_[id];
+  }
+  std::string Decode(std::span<const int32_t> ids) const override {
+    std::vector<int> known;
+    known.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (id >= 0 && static_cast<size_t>(id) < pieces_.size()) {
+        known.push_back(id);
+      }
+    }
+    std::string text(64, '\0');
+    char error[512] = {0};
+    for (;;) {
+      long n = module_->decode(processor_, known.data(), known.size(),
+                               text.data(), text.size(), error, sizeof(error));
+      if (n < 0) return Tokenizer::Decode(ids);
+      if (static_cast<size_t>(n) <= text.size()) {
+        text.resize(n);
+        return text;
+      }
+      text.resize(n);
+    }
   }
 
  private:

@@ -33,7 +33,11 @@ class Tokenizer {
   // The bytes one token stands for when it continues a text (special tokens:
   // empty).
   virtual std::string TokenBytes(int32_t id) const = 0;
-  std::string Decode(std::span<const int32_t> ids) const;
+  // The text of ids as a whole (/detokenize, a prompt of ids): the tokens'
+  // bytes, less what the tokenizer's encoder adds before a text
+  // (SentencePiece's leading space), so that Decode(Encode(text)) == text.
+  // Generation streams TokenBytes instead: a continuation keeps that space.
+  virtual std::string Decode(std::span<const int32_t> ids) const;
 };
 
 std::unique_ptr<Tokenizer> NewByteTokenizer();

@@ -26,13 +26,17 @@ namespace {
 
 using ::testing::HasSubstr;
 
+std::shared_ptr<const Model> BuiltinModel() {
+  static std::shared_ptr<const Model> model =
+      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
+  return model;
+}
+
 // What the engine gives in this process for `params` (the built-in model,
 // its projections packed as `weights`).
 std::string LocalWith(const std::string& prompt, SamplingParams params,
                       WeightType weights = WeightType::kF32) {
-  static std::shared_ptr<const Model> f32 =
-      Model::Load(LINATTN_BUILTIN_MODEL_DIR).value();
-  std::shared_ptr<const Model> model = f32;
+  std::shared_ptr<const Model> model = BuiltinModel();
   if (weights == WeightType::kBf16) {
     model = Model::Load(LINATTN_BUILTIN_MODEL_DIR, "", weights).value();
   }
@@ -40,13 +44,17 @@ std::string LocalWith(const std::string& prompt, SamplingParams params,
   auto s = engine.CreateSession("", "").value();
   std::promise<std::string> text;
   std::string acc;
-  engine.Generate(s.session_id,
-                  std::vector<int32_t>(prompt.begin(), prompt.end()), params,
-                  [&](const GenerateEvent& e) {
+  engine.Generate(s.session_id, model->tokenizer().Encode(prompt).value(),
+                  params, [&](const GenerateEvent& e) {
                     acc += e.text;
                     if (e.finished) text.set_value(acc);
                   });
   return text.get_future().get();
+}
+
+// How many tokens the built-in model's tokenizer makes of `text`.
+uint64_t TokenCount(const std::string& text) {
+  return BuiltinModel()->tokenizer().Encode(text).value().size();
 }
 
 // What the model itself gives, greedy, in this process.
@@ -110,12 +118,15 @@ TEST_F(GenerationServiceTest, ListModelsDescribesTheBuiltinModel) {
   ASSERT_EQ(resp.models_size(), 1);
   const v1::ModelInfo& m = resp.models(0);
   EXPECT_EQ(m.name(), "tiny");
-  EXPECT_EQ(m.model_type(), "linear_attn");
-  EXPECT_EQ(m.feature_map(), "elu");
-  EXPECT_TRUE(m.normalized());
-  EXPECT_EQ(m.tokenizer(), "byte");
-  // 4 layers × 4 heads × (64·64 + 64) floats.
-  EXPECT_EQ(m.state_bytes(), 4u * 4 * (64 * 64 + 64) * 4);
+  EXPECT_EQ(m.model_type(), "gated_deltanet");
+  EXPECT_EQ(m.update_rule(), "gated_delta");
+  EXPECT_EQ(m.feature_map(), "");
+  EXPECT_EQ(m.tokenizer(), "sentencepiece");
+  EXPECT_EQ(m.vocab_size(), 4096u);
+  // Per layer: 4 heads × 64·64 floats of S, and the last 3 inputs of the
+  // q, k and v convolutions (256 channels each).
+  EXPECT_EQ(m.conv_window_floats(), 3u * 3 * 256);
+  EXPECT_EQ(m.state_bytes(), 4u * (4 * 64 * 64 + 3 * 3 * 256) * 4);
   EXPECT_EQ(m.fingerprint().size(), 16u);
 }
 
@@ -127,9 +138,9 @@ TEST_F(GenerationServiceTest, StreamedTextIsWhatTheModelGivesLocally) {
   EXPECT_EQ(g.text, LocalGreedy(prompt, 40));
   ASSERT_EQ(g.messages.size(), 40u);  // one message per token
   EXPECT_EQ(g.messages.back().finish_reason(), "length");
-  EXPECT_EQ(g.messages.back().usage().prompt_tokens(), prompt.size());
+  EXPECT_EQ(g.messages.back().usage().prompt_tokens(), TokenCount(prompt));
   EXPECT_EQ(g.messages.back().usage().completion_tokens(), 40u);
-  EXPECT_EQ(g.messages.back().position(), prompt.size() + 40);
+  EXPECT_EQ(g.messages.back().position(), TokenCount(prompt) + 40);
 }
 
 // Penalties and min_p reach the engine as sent: the stream is the local
@@ -196,16 +207,18 @@ TEST_F(GenerationServiceTest, ConcurrentStreamsEachGetTheirOwnContinuation) {
 }
 
 TEST_F(GenerationServiceTest, AppendForkSnapshotRestoreDelete) {
+  const std::string text = "Honour thy father and thy mother:";
+  const uint64_t appended = TokenCount(text);
   const auto s = Create("main");
   EXPECT_EQ(s.session_id(), "main");
   {
     grpc::ClientContext ctx;
     v1::AppendRequest req;
     req.set_session_id("main");
-    req.set_text("Honour thy father and thy mother:");
+    req.set_text(text);
     v1::ModelSession resp;
     ASSERT_TRUE(stub_->Append(&ctx, req, &resp).ok());
-    EXPECT_EQ(resp.position(), 33u);
+    EXPECT_EQ(resp.position(), appended);
   }
   v1::ModelSession fork;
   {
@@ -213,7 +226,7 @@ TEST_F(GenerationServiceTest, AppendForkSnapshotRestoreDelete) {
     v1::ForkModelSessionRequest req;
     req.set_session_id("main");
     ASSERT_TRUE(stub_->Fork(&ctx, req, &fork).ok());
-    EXPECT_EQ(fork.position(), 33u);
+    EXPECT_EQ(fork.position(), appended);
   }
   std::string state;
   {
@@ -231,10 +244,9 @@ TEST_F(GenerationServiceTest, AppendForkSnapshotRestoreDelete) {
     req.set_state(state);
     req.set_session_id("restored");
     ASSERT_TRUE(stub_->Restore(&ctx, req, &restored).ok());
-    EXPECT_EQ(restored.position(), 33u);
+    EXPECT_EQ(restored.position(), appended);
   }
-  const std::string expected =
-      LocalGreedy("Honour thy father and thy mother:", 24);
+  const std::string expected = LocalGreedy(text, 24);
   EXPECT_EQ(Generate("main", "", 24).text, expected);
   EXPECT_EQ(Generate(fork.session_id(), "", 24).text, expected);
   EXPECT_EQ(Generate("restored", "", 24).text, expected);
@@ -268,7 +280,8 @@ TEST_F(GenerationServiceTest, BadRequestsGetClearErrorsAndChangeNothing) {
   grpc::Status both = append("x", {1});
   EXPECT_EQ(both.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(both.error_message(), HasSubstr("token_ids"));
-  grpc::Status range = append("", {65, 256});
+  const int32_t past_vocabulary = BuiltinModel()->config().vocab_size;
+  grpc::Status range = append("", {65, past_vocabulary});
   EXPECT_EQ(range.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(range.error_message(), HasSubstr("token_ids[1]"));
   EXPECT_EQ(append("", {}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -290,7 +303,7 @@ TEST_F(GenerationServiceTest, BadRequestsGetClearErrorsAndChangeNothing) {
     req.set_session_id(s.session_id());
     v1::ModelSession resp;
     ASSERT_TRUE(stub_->GetSession(&ctx, req, &resp).ok());
-    EXPECT_EQ(resp.position(), 5u);
+    EXPECT_EQ(resp.position(), TokenCount("Amen."));
   }
   {
     grpc::ClientContext ctx;
@@ -321,19 +334,40 @@ TEST_F(GenerationServiceTest, CancellingAStreamKeepsTheSessionUsable) {
   // counts the prompt and at least the tokens that were read.
   const Streamed after = Generate(s.session_id(), "", 4);
   ASSERT_TRUE(after.status.ok()) << after.status.error_message();
-  EXPECT_GE(after.messages.back().position(), 5u + 3u + 4u);
+  EXPECT_GE(after.messages.back().position(), TokenCount("Selah") + 3u + 4u);
 }
 
+// `linattn generate` at its defaults samples with the settings of
+// clients/cli/generate.h, which reach the server as they are; --temperature 0
+// without the repeat penalty is plain greedy.
 TEST_F(GenerationServiceTest, GenerateCommandStreamsTheContinuation) {
   testing::TempDir tmp;
   const std::string out = tmp.Path("out.txt");
-  const std::string cmd = std::string(LINATTN_BINARY) + " generate --server " +
-                          server_->address() +
-                          " --max-tokens 30 'Blessed are the poor' > " + out;
-  ASSERT_EQ(0, std::system(cmd.c_str()));
-  std::ifstream in(out);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_EQ(text, LocalGreedy("Blessed are the poor", 30) + "\n");
+  auto run = [&](const std::string& flags) {
+    const std::string cmd = std::string(LINATTN_BINARY) +
+                            " generate --server " + server_->address() +
+                            " --max-tokens 30 " + flags +
+                            " 'Blessed are the poor' > " + out;
+    EXPECT_EQ(0, std::system(cmd.c_str())) << cmd;
+    std::ifstream in(out);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  const GenerateOptions cli;
+  ASSERT_GT(cli.temperature, 0);
+  const SamplingParams defaults{.temperature = cli.temperature,
+                                .top_k = cli.top_k,
+                                .top_p = cli.top_p,
+                                .seed = cli.seed,
+                                .max_tokens = 30,
+                                .min_p = cli.min_p,
+                                .presence_penalty = cli.presence_penalty,
+                                .frequency_penalty = cli.frequency_penalty,
+                                .repetition_penalty = cli.repeat_penalty,
+                                .penalty_last_n = cli.repeat_last_n};
+  const std::string sampled = run("");
+  EXPECT_EQ(sampled, LocalWith("Blessed are the poor", defaults) + "\n");
+  const std::string greedy = run("--temperature 0 --repeat-penalty 1");
+  EXPECT_EQ(greedy, LocalGreedy("Blessed are the poor", 30) + "\n");
 }
 
 // A model whose bytes are not UTF-8 (it only ever says 0xFF): the stream
@@ -373,7 +407,7 @@ TEST(GenerationServerTextTest, BytesThatAreNotUtf8ReachClientsAsValidText) {
   const std::string out = tmp.Path("out.txt");
   const std::string cmd = "timeout 20 " + std::string(LINATTN_BINARY) +
                           " generate --server " + server->address() +
-                          " --max-tokens 2 hi > " + out;
+                          " --max-tokens 2 --temperature 0 hi > " + out;
   const int code = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(code));
   EXPECT_EQ(WEXITSTATUS(code), 0);

@@ -322,6 +322,7 @@ TEST(InstallTest, AnInstalledTreeServesItsBuiltInModel) {
         "lib/linattn/liblinattn_sentencepiece.so",
         "share/linattn/models/tiny/config.json",
         "share/linattn/models/tiny/model.safetensors",
+        "share/linattn/models/tiny/tokenizer.model",
         "share/linattn/proto/linattn/v1/attention.proto",
         "share/linattn/proto/grpc_health/v1/health.proto",
         "share/doc/linattn/LICENSE"}) {

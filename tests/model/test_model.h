@@ -93,6 +93,23 @@ inline std::vector<TensorToWrite> OneTokenModelTensors(
   return out;
 }
 
+// A random byte-level model that writes ASCII: lm_head's rows past 127 are
+// zero, so those ids' logits are 0 while some ASCII logit is almost surely
+// positive (greedy text is then ASCII, and text sent back in is the same
+// bytes, which the comparisons of text with token contexts rely on).
+inline std::vector<TensorToWrite> AsciiModelTensors(
+    const nlohmann::json& config, uint32_t seed) {
+  auto c = ParseModelConfig(config.dump()).value();
+  std::vector<TensorToWrite> out = ModelTensors(config, seed);
+  for (TensorToWrite& t : out) {
+    if (t.name == "lm_head.weight") {
+      std::fill(t.values.begin() + 128 * int64_t{c.hidden_size}, t.values.end(),
+                0.0f);
+    }
+  }
+  return out;
+}
+
 inline void WriteModel(const std::string& dir, const nlohmann::json& config,
                        const std::vector<TensorToWrite>& tensors) {
   std::filesystem::create_directories(dir);

@@ -152,8 +152,9 @@ PY
 echo "== the log"
 kill -TERM "${pids[0]}"
 wait "${pids[0]}" || true
-/usr/bin/python3 - "$work/server.log" <<'PY'
+/usr/bin/python3 - "$work/server.log" "$here/../../models/tiny/tokenizer.model" <<'PY'
 import json, sys
+import sentencepiece
 access, other = [], []
 for n, line in enumerate(open(sys.argv[1], encoding="utf-8"), 1):
     record = json.loads(line)  # every line is one JSON object
@@ -165,8 +166,9 @@ fields = {"time", "level", "protocol", "method", "session", "tenant", "status",
 for r in access:
     assert fields <= set(r), r
 gen = [r for r in access if r["method"] == "linattn.v1.GenerationService/Generate"]
-# The built-in model reads bytes: "And God said" is 12 tokens.
-assert len(gen) == 1 and gen[0]["tokens_in"] == 12 and gen[0]["tokens_out"] == 6, gen
+# tokens_in: what the built-in model's tokenizer makes of "And God said".
+prompt = len(sentencepiece.SentencePieceProcessor(model_file=sys.argv[2]).encode("And God said"))
+assert len(gen) == 1 and gen[0]["tokens_in"] == prompt and gen[0]["tokens_out"] == 6, gen
 assert gen[0]["session"], gen
 completion = [r for r in access if r["method"] == "POST /v1/completions"]
 assert completion[0]["status"] == "200" and completion[0]["tokens_out"] == 5, completion

@@ -559,6 +559,15 @@ class Attention(InsideTest):
                                               s.spec.epsilon, "DecodeBatch", first=q.shape[0] - 1)
 
 
+def builtin_tokens(text):
+    """The built-in model's tokens for text: its tokenizer.model read with
+    Debian's sentencepiece, which encodes as the server does."""
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(
+        model_file=os.path.join(ROOT, "models", "tiny", "tokenizer.model"))
+    return sp.encode(text)
+
+
 class Generation(InsideTest):
     PROMPT = "In the beginning God created"
 
@@ -567,7 +576,7 @@ class Generation(InsideTest):
         self.assertGreaterEqual(len(models), 1)
         m = models[0]
         self.assertEqual((m.name, m.model_type, m.tokenizer, m.vocab_size),
-                         ("tiny", "linear_attn", "byte", 256))
+                         ("tiny", "gated_deltanet", "sentencepiece", 4096))
         self.assertGreater(m.state_bytes, 0)
         with self.client.model_session() as s:
             self.assertEqual(s.model, m.name)
@@ -591,7 +600,7 @@ class Generation(InsideTest):
         n = 24
         with self.client.model_session() as s:
             info = s.append(self.PROMPT)
-            P = len(self.PROMPT.encode())
+            P = len(builtin_tokens(self.PROMPT))
             self.assertEqual((info.position, s.position), (P, P))
             events = list(s.generate(max_tokens=n))
             self.assertEqual(len(events), n)
@@ -604,7 +613,7 @@ class Generation(InsideTest):
             self.assertEqual(self.raw_greedy(self.PROMPT, n), (ids, text))
         # Token ids as the prompt, logprobs, and complete(): the same again.
         with self.client.model_session() as s:
-            stream = s.generate(list(self.PROMPT.encode()), max_tokens=n, logprobs=True)
+            stream = s.generate(builtin_tokens(self.PROMPT), max_tokens=n, logprobs=True)
             again = list(stream)
             self.assertEqual([e.token_id for e in again], ids)
             self.assertEqual(stream.token_ids, ids)
@@ -619,7 +628,7 @@ class Generation(InsideTest):
 
     def test_closing_the_iterator_early_cancels_generation(self):
         prompt, read, most = "And God said", 3, 4000
-        P = len(prompt.encode())
+        P = len(builtin_tokens(prompt))
         with self.client.model_session() as s:
             with s.generate(prompt, max_tokens=most) as stream:
                 delivered = [next(stream) for _ in range(read)]
@@ -647,7 +656,7 @@ class Generation(InsideTest):
             for i, _ in enumerate(s.generate(max_tokens=most)):
                 if i == 1:
                     break
-            position = s.append(" ").position - 1
+            position = s.append(",").position - len(builtin_tokens(","))
             self.assertGreaterEqual(position, start + 2)
             self.assertLess(position, start + most // 2)
 

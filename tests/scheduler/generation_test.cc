@@ -332,7 +332,8 @@ TEST(GenerationTest, FailedRequestsLeaveTheSessionAsItWas) {
   auto snapshot = Snapshot(engine, "s").value();
 
   Collector bad;
-  engine.Generate("s", {65, 999}, kGreedy48, bad.Callback());
+  const int32_t past_vocabulary = Builtin()->config().vocab_size;
+  engine.Generate("s", {65, past_vocabulary}, kGreedy48, bad.Callback());
   Generated g = bad.Wait();
   EXPECT_EQ(g.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(g.status.message(), HasSubstr("prompt_token_ids[1]"));
@@ -403,10 +404,12 @@ TEST(GenerationTest, ForgedModelSnapshotsAreRefusedDespiteAValidChecksum) {
   // Where the fields are, from the layout table: MODL holds fingerprint
   // u64, name length u32, the name, the pending token i32; STAT the state
   // count u32, then per layer position u64, float count u64, floats; SMPL
-  // (optional) the random stream's seed u64, draws u64, set u8.
+  // (optional) the random stream's seed u64, draws u64, set u8; CONV the
+  // short convolutions' windows.
   const auto sections = OpenSnapshot(good, SnapshotKind::kModelSession).value();
-  ASSERT_EQ(sections.size(), 3u);
+  ASSERT_EQ(sections.size(), 4u);
   EXPECT_EQ(sections[2].tag, SnapshotTag("SMPL"));
+  EXPECT_EQ(sections[3].tag, SnapshotTag("CONV"));
   EXPECT_EQ(sections[2].flags, 0u) << "optional: older readers skip it";
   const size_t pending_at =
       sections[0].offset + 8 + 4 + Builtin()->name().size();
