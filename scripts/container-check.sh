@@ -114,14 +114,15 @@ PY
 cmp "$tmp/remote.npy" "$tmp/local.npy"
 
 # The built-in model through the container, against the same model served by
-# the host's linattn-server (greedy, so the text is determined).
+# the host's linattn-server (greedy without the CLI's default repeat penalty, so
+# the text is determined and is what the HTTP completion below gives).
 server_bin=$(dirname "$client")/linattn-server
 "$server_bin" --listen 127.0.0.1:0 --port-file "$tmp/port" --http-listen none --log-level warn &
 host_server=$!
 for _ in $(seq 1 100); do [[ -s "$tmp/port" ]] && break; sleep 0.1; done
 prompt="In the beginning God created"
-"$client" generate --server "127.0.0.1:$port" --max-tokens 48 "$prompt" > "$tmp/container.txt"
-"$client" generate --server "127.0.0.1:$(cat "$tmp/port")" --max-tokens 48 "$prompt" > "$tmp/host.txt"
+"$client" generate --server "127.0.0.1:$port" --max-tokens 48 --temperature 0 --repeat-penalty 1 "$prompt" > "$tmp/container.txt"
+"$client" generate --server "127.0.0.1:$(cat "$tmp/port")" --max-tokens 48 --temperature 0 --repeat-penalty 1 "$prompt" > "$tmp/host.txt"
 kill -TERM "$host_server"; wait "$host_server" || true
 [[ $(wc -c < "$tmp/container.txt") -gt 40 ]] || { echo "generate returned too little"; exit 1; }
 cmp "$tmp/container.txt" "$tmp/host.txt"

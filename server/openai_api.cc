@@ -514,7 +514,10 @@ void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
         }
         r->prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
       }
-      r->prompt_text = tokenizer.Decode(r->prompt);
+      // For echo: a new text as the tokenizer decodes it; ids that continue
+      // a session's text as their pieces (a leading space is theirs).
+      r->prompt_text = r->session_id.empty() ? tokenizer.Decode(r->prompt)
+                                             : tokenizer.Pieces(r->prompt);
     } else {
       return SendError(res, 400, "prompt: a string or an array of token ids",
                        "prompt");

@@ -2,9 +2,10 @@
 """Trains linattn's built-in model and exports it in the fla layout.
 
 The model: fla's `gated_deltanet` (the gated delta rule of the Qwen3-Next
-line) at the byte level (vocab 256, no tokenizer file): 4 layers, hidden 256,
-4 heads of 64 (keys and values), short convolutions of 4 taps, output gate,
-SwiGLU MLP of 768, untied embeddings. Architecture and export come from
+line) with a SentencePiece unigram vocabulary of 4,096 pieces (byte fallback)
+trained first on the same text: 4 layers, hidden 256, 4 heads of 64 (keys and
+values), short convolutions of 4 taps, output gate, SwiGLU MLP of 768,
+untied embeddings. Architecture and export come from
 linattn_ref.py beside this file; training runs the same model through the
 chunkwise form below (gated_delta_chunked), which tests/python/
 train_tiny_test.py holds to linattn_ref's token-by-token recurrence.
@@ -14,9 +15,12 @@ with the `bible` program of Debian's bible-kjv / bible-kjv-text packages.
 Verses are printed without their references, one per line. The last 2% of
 verses are held out for the validation loss.
 
-Deterministic: fixed seeds, fixed step count, a fixed thread count.
+Deterministic on a given CPU: fixed seeds, fixed step count, a fixed thread
+count (the products run in bf16 where the CPU multiplies bf16 natively, in
+fp32 elsewhere, unless --matmul says which).
 
     /usr/bin/python3 tools/train_tiny.py --out models/tiny
+    /usr/bin/python3 tools/train_tiny.py --evaluate models/tiny   (held-out loss of an export)
 """
 
 import argparse
@@ -81,8 +85,8 @@ def gated_delta_chunked(q, k, v, g, beta, chunk=64):
         u_t = beta_t (v_t - gamma_t S0^T k_t - sum_{j<t} Gamma[t, j] (k_t.k_j) u_j)
         o_t = gamma_t S0^T q_t + sum_{j<=t} Gamma[t, j] (q_t.k_j) u_j
     so (I + A) U = diag(beta) V - diag(beta gamma) K S0 with A[t, j] =
-    beta_t Gamma[t, j] (k_t.k_j) strictly below the diagonal: one unit lower
-    triangular solve per chunk for U0 = (I+A)^-1 diag(beta) V and
+    beta_t Gamma[t, j] (k_t.k_j) strictly below the diagonal: per chunk one
+    unit lower triangular matrix, solved for U0 = (I+A)^-1 diag(beta) V and
     W = (I+A)^-1 diag(beta gamma) K, then U = U0 - W S0 chunk after chunk.
     Every exponent is of a sum of g <= 0 over a span: no factor exceeds 1.
     Runs in float32 at least, whatever autocast gave the projections."""
@@ -129,6 +133,7 @@ def gated_deltanet_whole(attn, x, chunk):
     (num_v_heads = num_heads), with the convolutions and the recurrence in
     their parallel forms."""
     c = attn.c
+    assert c.num_v_heads == c.num_heads and not c.allow_neg_eigval, "not this training form"
     q = conv_whole(attn.q_conv1d, attn.q_proj(x)).unflatten(-1, (c.num_heads, c.head_k_dim))
     k = conv_whole(attn.k_conv1d, attn.k_proj(x)).unflatten(-1, (c.num_heads, c.head_k_dim))
     v = conv_whole(attn.v_conv1d, attn.v_proj(x)).unflatten(-1, (c.num_v_heads, c.head_v_dim))
@@ -217,6 +222,40 @@ def piece_bytes(sp):
     return np.array(sizes, dtype=np.int64)
 
 
+def held_out_loss(model, valid, sizes, seq, chunk):
+    """Nats per byte over the held-out tokens: the loss summed over every
+    predicted token of consecutive windows of seq tokens (from an empty
+    state), divided by the bytes those tokens stand for."""
+    model.eval()
+    nats, nbytes = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(valid) - seq, seq):
+            x = torch.from_numpy(valid[s:s + seq + 1])[None]
+            logits = forward_whole(model, x[:, :-1], chunk)
+            nats += F.cross_entropy(logits[0], x[0, 1:], reduction="sum").item()
+            nbytes += int(sizes[valid[s + 1:s + seq + 1]].sum())
+    model.train()
+    return nats / nbytes
+
+
+def text_split():
+    """The training and held-out verses: the last 2% are held out."""
+    verses = kjv_text()
+    split = int(len(verses) * 0.98)
+    return verses[:split], verses[split:]
+
+
+def evaluate(model_dir, seq, chunk):
+    """The held-out loss of an exported model as it is stored (BF16
+    weights), with its own tokenizer.model."""
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
+    _, held_out = text_split()
+    valid = np.array(sp.encode("\n".join(held_out)), dtype=np.int64)
+    model = linattn_ref.load_model(model_dir)
+    return held_out_loss(model, valid, piece_bytes(sp), seq, chunk)
+
+
 def native_bf16():
     """Whether this CPU multiplies bf16 natively (what makes autocast pay)."""
     with open("/proc/cpuinfo") as f:
@@ -242,9 +281,17 @@ def main():
                         "native bf16 (AVX512_BF16 or AMX), else fp32")
     p.add_argument("--dtype", default="BF16", choices=["F32", "F16", "BF16"],
                    help="tensor dtype of the export")
+    p.add_argument("--evaluate", metavar="DIR",
+                   help="print the held-out loss of the model exported in DIR and stop")
     args = p.parse_args()
     if args.seq % args.chunk:
         p.error("--seq must be a multiple of --chunk")
+    if args.evaluate:
+        torch.set_num_threads(args.threads)
+        vl = evaluate(args.evaluate, args.seq, args.chunk)
+        print(json.dumps({"model": args.evaluate, "validation_loss_nats_per_byte": round(vl, 4),
+                          "validation_bits_per_byte": round(vl / math.log(2), 4)}))
+        return
 
     import sentencepiece as spm
     if args.matmul == "auto":
@@ -253,15 +300,14 @@ def main():
     t0 = time.time()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    verses = kjv_text()
-    split = int(len(verses) * 0.98)
-    tokenizer = train_tokenizer(verses[:split], args.vocab)
+    training, held_out = text_split()
+    tokenizer = train_tokenizer(training, args.vocab)
     sp = spm.SentencePieceProcessor(model_proto=tokenizer)
     sizes = piece_bytes(sp)
     # Encoded as linattn encodes a prompt: the whole text at once.
-    train = np.array(sp.encode("\n".join(verses[:split])), dtype=np.int64)
-    valid = np.array(sp.encode("\n".join(verses[split:])), dtype=np.int64)
-    print(f"text: {len(verses)} verses; {len(train)} training tokens "
+    train = np.array(sp.encode("\n".join(training)), dtype=np.int64)
+    valid = np.array(sp.encode("\n".join(held_out)), dtype=np.int64)
+    print(f"text: {len(training) + len(held_out)} verses; {len(train)} training tokens "
           f"({sizes[train].sum() / len(train):.2f} bytes each), {len(valid)} validation tokens; "
           f"tokenizer {time.time() - t0:.0f} s", flush=True)
 
@@ -279,21 +325,6 @@ def main():
         x = torch.from_numpy(np.stack([data[s:s + args.seq + 1] for s in starts]))
         return x[:, :-1], x[:, 1:]
 
-    def valid_loss():
-        """Nats per byte over the held-out text: the loss summed over every
-        predicted token of consecutive windows of --seq tokens, divided by
-        the bytes those tokens stand for."""
-        model.eval()
-        nats, nbytes = 0.0, 0
-        with torch.no_grad():
-            for s in range(0, len(valid) - args.seq - 1, args.seq):
-                x = torch.from_numpy(valid[s:s + args.seq + 1])[None]
-                logits = forward_whole(model, x[:, :-1], args.chunk)
-                nats += F.cross_entropy(logits[0], x[0, 1:], reduction="sum").item()
-                nbytes += int(sizes[valid[s + 1:s + args.seq + 1]].sum())
-        model.train()
-        return nats / nbytes
-
     for step in range(1, args.steps + 1):
         lr = args.lr * min(step / args.warmup, 0.5 * (1 + math.cos(math.pi * step / args.steps)))
         for group in opt.param_groups:
@@ -310,7 +341,7 @@ def main():
             per_byte = loss.item() * y.numel() / sizes[y.numpy()].sum()
             print(f"step {step:5d}  loss {loss.item():.4f} nats/token ({per_byte:.3f} nats/byte)"
                   f"  lr {lr:.2e}  {time.time() - t0:.0f} s", flush=True)
-    vl = valid_loss()
+    vl = held_out_loss(model, valid, sizes, args.seq, args.chunk)
     elapsed = time.time() - t0
     print(f"validation loss {vl:.4f} nats/byte ({vl / math.log(2):.3f} bits/byte), {elapsed:.0f} s")
 

@@ -47,8 +47,7 @@ def kjv_training_text():
     spec = importlib.util.spec_from_file_location("train_tiny", os.path.join(here, "train_tiny.py"))
     train_tiny = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train_tiny)
-    verses = train_tiny.kjv_text()
-    return "\n".join(verses[:int(len(verses) * 0.98)])
+    return "\n".join(train_tiny.text_split()[0])
 
 
 def main():

@@ -167,7 +167,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     for (;;) {
       long n = module_->decode(processor_, known.data(), known.size(),
                                text.data(), text.size(), error, sizeof(error));
-      if (n < 0) return Tokenizer::Decode(ids);
+      if (n < 0) return Pieces(ids);
       if (static_cast<size_t>(n) <= text.size()) {
         text.resize(n);
         return text;
@@ -184,7 +184,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
-std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+std::string Tokenizer::Pieces(std::span<const int32_t> ids) const {
   std::string out;
   for (int32_t id : ids) out += TokenBytes(id);
   return out;

@@ -33,11 +33,17 @@ class Tokenizer {
   // The bytes one token stands for when it continues a text (special tokens:
   // empty).
   virtual std::string TokenBytes(int32_t id) const = 0;
-  // The text of ids as a whole (/detokenize, a prompt of ids): the tokens'
-  // bytes, less what the tokenizer's encoder adds before a text
-  // (SentencePiece's leading space), so that Decode(Encode(text)) == text.
-  // Generation streams TokenBytes instead: a continuation keeps that space.
-  virtual std::string Decode(std::span<const int32_t> ids) const;
+  // The bytes of ids as they continue a text: their TokenBytes one after
+  // another (what generation streams).
+  std::string Pieces(std::span<const int32_t> ids) const;
+  // The text of ids as a whole (/detokenize, a new prompt given as ids):
+  // Pieces less what the encoder adds before a text (SentencePiece's
+  // leading space), as the tokenizer's own library decodes. Decode(Encode(t))
+  // is t for text the encoder keeps as it is (SentencePiece folds runs of
+  // spaces and drops leading and trailing ones, and may normalise).
+  virtual std::string Decode(std::span<const int32_t> ids) const {
+    return Pieces(ids);
+  }
 };
 
 std::unique_ptr<Tokenizer> NewByteTokenizer();

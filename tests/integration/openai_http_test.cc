@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/model/model.h"
 #include "linattn/v1/generation.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/http_call.h"
@@ -90,8 +91,8 @@ std::string NewSession(int port) {
   return r.body.value("id", "");
 }
 
-// The API's requests on a byte-level model (a random one that writes
-// ASCII, named "tiny" as the built-in model is): there a session continued
+// The API's requests on a byte-level model (a random one whose greedy text
+// is ASCII, named "tiny" as the built-in model is): there a session continued
 // with new text holds exactly the context of the whole text sent at once,
 // which several tests compare. A subword tokenizer (the built-in model's)
 // encodes text pieces sent apart differently from their concatenation; the
@@ -711,6 +712,33 @@ TEST_F(OpenAiHttpTest, ExplainEndpointEqualsTheCli) {
   EXPECT_EQ(page.status, 200);
   EXPECT_THAT(page.content_type, HasSubstr("text/html"));
   EXPECT_THAT(page.raw, HasSubstr("v1/explain"));
+}
+
+// The built-in model's SentencePiece tokenizer through the API: usage
+// counts its tokens, and a prompt of its ids is the prompt of its text (the
+// same continuation; echo decodes the ids to the same text).
+TEST(OpenAiHttpBuiltinModelTest, SubwordPromptsAsTextOrIdsAgree) {
+  auto server = ServerProcess::Start();
+  ASSERT_NE(server, nullptr);
+  auto model = Model::Load(LINATTN_BUILTIN_MODEL_DIR);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ((*model)->tokenizer().kind(), "sentencepiece");
+  const std::string text = "In the beginning God created the heaven";
+  const std::vector<int32_t> ids = (*model)->tokenizer().Encode(text).value();
+  ASSERT_LT(ids.size(), text.size());
+  const json request = {{"max_tokens", 12}, {"temperature", 0}, {"echo", true}};
+  json as_text = request, as_ids = request;
+  as_text["prompt"] = text;
+  as_ids["prompt"] = ids;
+  Reply a = Call(server->http_port(), "POST", "/v1/completions", as_text);
+  Reply b = Call(server->http_port(), "POST", "/v1/completions", as_ids);
+  ASSERT_EQ(a.status, 200) << a.raw;
+  ASSERT_EQ(b.status, 200) << b.raw;
+  EXPECT_EQ(a.body["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(b.body["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(Text(a).substr(0, text.size()), text);
+  EXPECT_GT(Text(a).size(), text.size());
+  EXPECT_EQ(Text(b), Text(a));
 }
 
 }  // namespace

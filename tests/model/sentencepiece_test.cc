@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "core/model/model.h"
 #include "core/model/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -34,12 +35,26 @@ TEST(SentencePieceTest, EncodesAndDecodesAsTheLibraryDoes) {
         << text;
     // Pieces continue a text (generation streams them), so the first keeps
     // the space the encoder put before the text.
-    std::string pieces;
-    for (int32_t id : *ids) pieces += (*tokenizer)->TokenBytes(id);
     if (!ids->empty()) {
-      EXPECT_EQ(pieces, " " + c["decoded"].get<std::string>()) << text;
+      EXPECT_EQ((*tokenizer)->Pieces(*ids),
+                absl::StrCat(" ", c["decoded"].get<std::string>()))
+          << text;
     }
   }
+}
+
+// Whole-text decoding past the first buffer's size, and of nothing.
+TEST(SentencePieceTest, DecodesLongTextsAndNoIds) {
+  auto tokenizer = LoadSentencePieceTokenizer(testing::FixtureRoot() +
+                                              "/spm/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::string text = "the linear attention state";
+  while (text.size() < 1000) text += " decode a stream of tokens";
+  auto ids = (*tokenizer)->Encode(text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ((*tokenizer)->Decode(*ids), text);
+  EXPECT_EQ((*tokenizer)->Pieces(*ids), absl::StrCat(" ", text));
+  EXPECT_EQ((*tokenizer)->Decode({}), "");
 }
 
 TEST(SentencePieceTest, AModelDirectoryWithTokenizerModelUsesIt) {
