@@ -1,12 +1,22 @@
 // GenerationService requests, as any client could send them, to a real
-// server in this process serving the built-in model: every one ends with a
-// code that names what was wrong (requests_fuzz.h), and the server stays
-// up. Session "m" exists from the start. Generate requests that parse run
-// with at most 4 tokens, so that each input stays quick.
+// server in this process serving the built-in model's weights: every one
+// ends with a code that names what was wrong (requests_fuzz.h), and the
+// server stays up. Session "m" exists from the start. Generate requests that
+// parse run with at most 4 tokens, so that each input stays quick.
+//
+// The model is served without its tokenizer.model, so with the byte
+// tokenizer (the same ids, text read as bytes): the SentencePiece module is
+// loaded with RTLD_DEEPBIND beside gRPC's protobuf, which the sanitizer
+// runtimes refuse. tokenizer_fuzz fuzzes SentencePiece in a process without
+// protobuf.
+#include <stdlib.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <future>
+#include <string>
 
 #include "linattn/v1/generation.grpc.pb.h"
 #include "tests/fuzz/requests_fuzz.h"
@@ -17,10 +27,35 @@ const char* const kMethods[] = {
     "CreateSession", "GetSession", "ListSessions",  "Append",     "Fork",
     "Snapshot",      "Restore",    "DeleteSession", "ListModels", "Generate"};
 
+// A directory "tiny" that links to the built-in model's config and weights
+// alone; removed when the process exits.
+class WeightsOnly {
+ public:
+  WeightsOnly() {
+    char dir[] = "/tmp/linattn_fuzz_XXXXXX";
+    if (mkdtemp(dir) == nullptr) std::abort();
+    root_ = dir;
+    const std::filesystem::path from(LINATTN_BUILTIN_MODEL_DIR);
+    std::filesystem::create_directory(root_ / "tiny");
+    for (const char* file : {"config.json", "model.safetensors"}) {
+      std::filesystem::create_symlink(std::filesystem::absolute(from / file),
+                                      root_ / "tiny" / file);
+    }
+  }
+  ~WeightsOnly() {
+    std::error_code ignored;
+    std::filesystem::remove_all(root_, ignored);
+  }
+  std::string path() const { return (root_ / "tiny").string(); }
+
+ private:
+  std::filesystem::path root_;
+};
+
 linattn::LinattnServer& Ready() {
+  static WeightsOnly model;
   static linattn::LinattnServer& server = []() -> linattn::LinattnServer& {
-    linattn::LinattnServer& s =
-        linattn::fuzz::Server({LINATTN_BUILTIN_MODEL_DIR});
+    linattn::LinattnServer& s = linattn::fuzz::Server({model.path()});
     linattn::v1::CreateModelSessionRequest create;
     create.set_session_id("m");
     linattn::fuzz::RawCall(s, "/linattn.v1.GenerationService/CreateSession",
