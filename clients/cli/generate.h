@@ -24,7 +24,7 @@ struct GenerateOptions {
   // top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1 over the last 64
   // tokens), under which the built-in model writes readable verse (README,
   // "The built-in model"); a fixed seed, so the same prompt gives the same
-  // text. --temperature 0 is greedy.
+  // text. --temperature 0 --repeat-penalty 1 is plain greedy.
   float temperature = 0.8f;
   uint32_t top_k = 40;
   float top_p = 0.95f;

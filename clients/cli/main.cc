@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   ge->add_option("--max-tokens", generate.max_tokens, "default: 64")
       ->check(linattn::NumberAtLeast(1, 1 << 20));
   ge->add_option("--temperature", generate.temperature,
-                 "0 = greedy (default: 0.8)")
+                 "0 = greedy, after the penalties (default: 0.8)")
       ->check(linattn::NumberAtLeast(0));
   ge->add_option("--top-k", generate.top_k, "0 = no limit (default: 40)");
   ge->add_option("--top-p", generate.top_p, "1 = no limit (default: 0.95)")
