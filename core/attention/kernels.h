@@ -41,8 +41,12 @@ struct VectorKernels {
   // gates' factors); same exp.
   void (*exp_shifted)(uint32_t n, float shift, float scale, float* a);
   // out = SiLU(gate)·up = gate / (1 + exp(−gate)) · up (the SwiGLU MLP of
-  // the model layers); same exp.
+  // the model layers, output gates); same exp. out may be up.
   void (*silu_mul)(uint32_t n, const float* gate, const float* up, float* out);
+  // out = SiLU(x) = x / (1 + exp(−x)); same exp. out may be x.
+  void (*silu)(uint32_t n, const float* x, float* out);
+  // out = σ(x) = 1 / (1 + exp(−x)); same exp. out may be x.
+  void (*sigmoid)(uint32_t n, const float* x, float* out);
   // True when no element of x is NaN or ±inf.
   bool (*all_finite)(uint64_t n, const float* x);
   // The bits of max_i |x[i]| (0 for n = 0); at least 0x7f800000 exactly when

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
 #include "core/util/aligned_buffer.h"
+#include "core/util/parallel_for.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -246,14 +247,12 @@ absl::Status StepBatch(std::span<const StepItem> items) {
       work.emplace_back(i, h);
     }
   }
-  const int64_t n = static_cast<int64_t>(work.size());
-#pragma omp parallel for schedule(static) if (state_floats >= \
-                                              kParallelStateFloats)
-  for (int64_t w = 0; w < n; ++w) {
+  const uint64_t n = work.size();
+  ParallelFor(n, state_floats >= kParallelStateFloats, [&](uint64_t w) {
     const StepItem& item = items[work[w].first];
     StepHead(kernels, *item.attention, *item.state, item.token, item.out, 0,
              work[w].second);
-  }
+  });
   for (size_t i = 0; i < items.size(); ++i) {
     items[i].state->set_position(items[i].state->position() + 1);
     items[i].state->set_magnitude_bound(grown[i]);
@@ -274,12 +273,11 @@ absl::Status StepSequence(const Attention& attention, AttentionState& state,
   // Heads are independent streams: each thread walks its heads through all
   // tokens, so a head's S stays in that core's cache.
   const bool parallel = state.size() >= kParallelSequenceStateFloats && H > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t h = 0; h < static_cast<int64_t>(H); ++h) {
+  ParallelFor(H, parallel, [&](uint64_t h) {
     for (uint64_t t = 0; t < in.tokens; ++t) {
       StepHead(kernels, attention, state, in, out, t, static_cast<uint32_t>(h));
     }
-  }
+  });
   state.set_position(state.position() + in.tokens);
   state.set_magnitude_bound(grown);
   return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include "core/attention/recurrent.h"
 #include "core/model/row_ops.h"
 #include "core/onednn/gemm.h"
+#include "core/util/parallel_for.h"
 #include "core/util/row_view.h"
 #include "core/util/status_macros.h"
 
@@ -239,29 +240,28 @@ absl::Status ForwardRunner::FeatureMaps(const Model::Layer& layer,
         }
       }
     }
-#pragma omp parallel for if (uint64_t{rows} * nh * dphi >= kParallelFloats) \
-    schedule(static)
-    for (uint32_t r = 0; r < rows; ++r) {
-      for (uint32_t sh = 0; sh < src_heads; ++sh) {
-        const float* x = src.row(r) + uint64_t{sh} * dk;
-        const float* lin = mapped.row(uint64_t{r} * src_heads + sh);
-        float* out = dst.row(uint64_t{r} * nh + uint64_t{sh} * expand);
-        ApplyFeatureMap(c.feature_map, x, lin, dk, out);
-        if (normalize) {
-          float sum = 0;
-          for (uint32_t i = 0; i < dphi; ++i) sum += out[i];
-          const float inv = 1.0f / (sum + 1e-4f);
-          for (uint32_t i = 0; i < dphi; ++i) out[i] *= inv;
-        }
-        if (which == 0) {
-          for (uint32_t i = 0; i < dphi; ++i) out[i] *= scale;
-        }
-        for (uint32_t e = 1; e < expand; ++e) {
-          std::memcpy(dst.row(uint64_t{r} * nh + uint64_t{sh} * expand + e),
-                      out, dphi * sizeof(float));
-        }
-      }
-    }
+    ParallelFor(
+        rows, uint64_t{rows} * nh * dphi >= kParallelFloats, [&](uint64_t r) {
+          for (uint32_t sh = 0; sh < src_heads; ++sh) {
+            const float* x = src.row(r) + uint64_t{sh} * dk;
+            const float* lin = mapped.row(uint64_t{r} * src_heads + sh);
+            float* out = dst.row(uint64_t{r} * nh + uint64_t{sh} * expand);
+            ApplyFeatureMap(c.feature_map, x, lin, dk, out);
+            if (normalize) {
+              float sum = 0;
+              for (uint32_t i = 0; i < dphi; ++i) sum += out[i];
+              const float inv = 1.0f / (sum + 1e-4f);
+              for (uint32_t i = 0; i < dphi; ++i) out[i] *= inv;
+            }
+            if (which == 0) {
+              for (uint32_t i = 0; i < dphi; ++i) out[i] *= scale;
+            }
+            for (uint32_t e = 1; e < expand; ++e) {
+              std::memcpy(dst.row(uint64_t{r} * nh + uint64_t{sh} * expand + e),
+                          out, dphi * sizeof(float));
+            }
+          }
+        });
   }
   // v: query head h reads key/value head h / g.
   const RowView<const float> v_src(qkv_.data() + v_col, rows,
@@ -395,12 +395,10 @@ absl::Status ForwardRunner::MlpBlock(const Model::Layer& L, uint32_t rows) {
   const RowView<const float> gate_up(gu_.data(), rows, 2 * uint64_t{I});
   const RowView<float> act(act_.data(), rows, I);
   const VectorKernels& kernels = ActiveKernels();
-#pragma omp parallel for if (uint64_t{rows} * I >= kParallelFloats) \
-    schedule(static)
-  for (uint32_t r = 0; r < rows; ++r) {
+  ParallelFor(rows, uint64_t{rows} * I >= kParallelFloats, [&](uint64_t r) {
     const float* gate = gate_up.row(r);
     kernels.silu_mul(I, gate, gate + I, act.row(r));
-  }
+  });
   return L.down->Apply(act_.data(), rows, x_.data());
 }
 

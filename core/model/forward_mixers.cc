@@ -10,9 +10,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
 #include "core/model/forward.h"
 #include "core/model/row_ops.h"
 #include "core/onednn/gemm.h"
+#include "core/util/parallel_for.h"
 #include "core/util/row_view.h"
 #include "core/util/status_macros.h"
 
@@ -54,12 +56,27 @@ float Activate(QkActivation a, float x) {
 
 // One head's q or k as the type's layer shapes it before the rule: SiLU
 // (the convolution's activation), the feature map or qk_activation, and
-// DeltaNet's sum normalisation.
-void ShapeQueryKey(const ModelConfig& c, const float* src, uint32_t d,
-                   float* out) {
-  for (uint32_t i = 0; i < d; ++i) {
-    float x = c.silu_qk ? Silu(src[i]) : src[i];
-    out[i] = Activate(c.qk_activation, x);
+// DeltaNet's sum normalisation. SiLU and σ run vectorised.
+void ShapeQueryKey(const VectorKernels& kernels, const ModelConfig& c,
+                   const float* src, uint32_t d, float* out) {
+  if (c.silu_qk) {
+    kernels.silu(d, src, out);
+  } else {
+    std::memcpy(out, src, d * sizeof(float));
+  }
+  switch (c.qk_activation) {
+    case QkActivation::kNone:
+      break;
+    case QkActivation::kSilu:
+      kernels.silu(d, out, out);
+      break;
+    case QkActivation::kSigmoid:
+      kernels.sigmoid(d, out, out);
+      break;
+    default:
+      for (uint32_t i = 0; i < d; ++i)
+        out[i] = Activate(c.qk_activation, out[i]);
+      break;
   }
   if (c.qk_sum_norm) {  // fla: x / x.sum(-1), no ε
     float sum = 0;
@@ -93,8 +110,46 @@ void ForwardRunner::ShortConvolution(std::span<const ForwardItem> items,
   const uint32_t C = c.conv_channels(), W = c.conv_size;
   const uint64_t keep = uint64_t{W - 1} * C;  // the window's floats
   const bool mamba = c.type == ModelType::kMamba2;
+  const VectorKernels& kernels = ActiveKernels();
   const RowView<float> proj(proj_.data(), capacity_, cols.width);
+  // y = Σ_j w_j·x_{t+j} over the window's rows and then the input (in that
+  // order in both paths below, so a token gives the same bits in a decode
+  // step and in a prompt), + bias, and Mamba2's SiLU.
+  auto finish = [&](float* y) {
+    if (!L.conv_bias.empty()) {
+      for (uint32_t ch = 0; ch < C; ++ch) y[ch] += L.conv_bias[ch];
+    }
+    if (mamba) kernels.silu(C, y, y);  // Mamba2's convolution ends in SiLU
+  };
+  // Decode pieces (one row) read their session's window in place and then
+  // move it up by one row; they are separate sessions, so they spread over
+  // threads.
+  uint64_t singles = 0;
+  for (const Piece& p : pieces) singles += p.rows == 1;
+  ParallelFor(
+      pieces.size(), singles * C * W >= kParallelFloats, [&](uint64_t i) {
+        const Piece& p = pieces[i];
+        if (p.rows != 1) return;
+        thread_local std::vector<float> x;
+        float* y = proj.row(p.row0) + cols.conv;
+        x.assign(y, y + C);
+        std::fill(y, y + C, 0.0f);
+        float* window = W > 1 ? items[p.item].state->conv()[l].data() : nullptr;
+        for (uint32_t j = 0; j + 1 < W; ++j) {
+          const float* w = L.conv.data() + uint64_t{j} * C;
+          const float* h = window + uint64_t{j} * C;
+          for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * h[ch];
+        }
+        const float* w = L.conv.data() + uint64_t{W - 1} * C;
+        for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * x[ch];
+        if (window != nullptr) {
+          std::memmove(window, window + C, (keep - C) * sizeof(float));
+          std::memcpy(window + keep - C, x.data(), C * sizeof(float));
+        }
+        finish(y);
+      });
   for (const Piece& p : pieces) {
+    if (p.rows == 1) continue;
     // ext: the window's W − 1 rows, then the piece's inputs.
     const RowView<float> ext(conv_ext_.data(), uint64_t{p.rows} + W - 1, C);
     std::vector<float>* window =
@@ -106,23 +161,17 @@ void ForwardRunner::ShortConvolution(std::span<const ForwardItem> items,
       std::memcpy(ext.row(W - 1 + t), proj.row(p.row0 + t) + cols.conv,
                   C * sizeof(float));
     }
-#pragma omp parallel for if (uint64_t{p.rows} * C * W >= kParallelFloats) \
-    schedule(static)
-    for (uint32_t t = 0; t < p.rows; ++t) {
-      float* y = proj.row(p.row0 + t) + cols.conv;
-      std::fill(y, y + C, 0.0f);
-      for (uint32_t j = 0; j < W; ++j) {
-        const float* w = L.conv.data() + uint64_t{j} * C;
-        const float* x = ext.row(t + j);
-        for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * x[ch];
-      }
-      if (!L.conv_bias.empty()) {
-        for (uint32_t ch = 0; ch < C; ++ch) y[ch] += L.conv_bias[ch];
-      }
-      if (mamba) {  // Mamba2's convolution ends in SiLU
-        for (uint32_t ch = 0; ch < C; ++ch) y[ch] = Silu(y[ch]);
-      }
-    }
+    ParallelFor(p.rows, uint64_t{p.rows} * C * W >= kParallelFloats,
+                [&](uint64_t t) {
+                  float* y = proj.row(p.row0 + t) + cols.conv;
+                  std::fill(y, y + C, 0.0f);
+                  for (uint32_t j = 0; j < W; ++j) {
+                    const float* w = L.conv.data() + uint64_t{j} * C;
+                    const float* x = ext.row(t + j);
+                    for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * x[ch];
+                  }
+                  finish(y);
+                });
     if (window != nullptr) {
       std::memcpy(window->data(), ext.row(p.rows), keep * sizeof(float));
     }
@@ -154,24 +203,23 @@ absl::Status ForwardRunner::MixerInputs(std::span<const Piece> pieces,
     const float dt_max = std::isinf(c.dt_max)
                              ? std::numeric_limits<float>::infinity()
                              : static_cast<float>(c.dt_max);
-#pragma omp parallel for if (uint64_t{rows} * HS * dv >= kParallelFloats) \
-    schedule(static)
-    for (uint32_t r = 0; r < rows; ++r) {
-      const float* in = proj.row(r);
-      for (uint32_t h = 0; h < HS; ++h) {
-        const uint32_t grp = h / per_group;
-        std::memcpy(q.row(r, h), in + cols.q + uint64_t{grp} * N,
-                    N * sizeof(float));
-        std::memcpy(k.row(r, h), in + cols.k + uint64_t{grp} * N,
-                    N * sizeof(float));
-        float dt = Softplus(in[cols.a + h] + L.dt_bias[h]);
-        dt = std::min(std::max(dt, dt_min), dt_max);
-        const float* x = in + cols.v + uint64_t{h} * dv;
-        float* vh = v.row(r, h);
-        for (uint32_t i = 0; i < dv; ++i) vh[i] = dt * x[i];
-        g.row(r, h)[0] = dt * L.neg_exp_a[h];
-      }
-    }
+    ParallelFor(rows, uint64_t{rows} * HS * dv >= kParallelFloats,
+                [&](uint64_t r) {
+                  const float* in = proj.row(r);
+                  for (uint32_t h = 0; h < HS; ++h) {
+                    const uint32_t grp = h / per_group;
+                    std::memcpy(q.row(r, h), in + cols.q + uint64_t{grp} * N,
+                                N * sizeof(float));
+                    std::memcpy(k.row(r, h), in + cols.k + uint64_t{grp} * N,
+                                N * sizeof(float));
+                    float dt = Softplus(in[cols.a + h] + L.dt_bias[h]);
+                    dt = std::min(std::max(dt, dt_min), dt_max);
+                    const float* x = in + cols.v + uint64_t{h} * dv;
+                    float* vh = v.row(r, h);
+                    for (uint32_t i = 0; i < dv; ++i) vh[i] = dt * x[i];
+                    g.row(r, h)[0] = dt * L.neg_exp_a[h];
+                  }
+                });
     return absl::OkStatus();
   }
 
@@ -194,49 +242,56 @@ absl::Status ForwardRunner::MixerInputs(std::span<const Piece> pieces,
                  vg = HS / (c.v_width() / dv);
   const float clamp_min = c.clamp_min.value_or(-INFINITY);
   const RowView<const float> gk(gk_.data(), rows, c.k_width());
-#pragma omp parallel for if (uint64_t{rows} * HS * (dk + dv) >= \
-                             kParallelFloats) schedule(static)
-  for (uint32_t r = 0; r < rows; ++r) {
-    const float* in = proj.row(r);
-    for (uint32_t h = 0; h < HS; ++h) {
-      ShapeQueryKey(c, in + cols.q + uint64_t{h / qg} * dk, dk, q.row(r, h));
-      ShapeQueryKey(c, in + cols.k + uint64_t{h / kg} * dk, dk, k.row(r, h));
-      const float* vs = in + cols.v + uint64_t{h / vg} * dv;
-      float* vh = v.row(r, h);
-      for (uint32_t i = 0; i < dv; ++i) vh[i] = c.silu_v ? Silu(vs[i]) : vs[i];
-      switch (c.type) {
-        case ModelType::kRetNet:
-          Rotate(inv_freq_, position[r], q.row(r, h));
-          Rotate(inv_freq_, position[r], k.row(r, h));
-          g.row(r, h)[0] = L.log_decay[h];
-          break;
-        case ModelType::kGla: {
-          // fla: logsigmoid(gk) / gate_logit_normalizer (16), then clamp.
-          const float* raw = gk.row(r) + uint64_t{h / kg} * dk;
-          float* gh = g.row(r, h);
-          for (uint32_t i = 0; i < dk; ++i) {
-            gh[i] = std::max(
-                LogSigmoid(raw[i] + L.gk_bias[h / kg * dk + i]) / 16.0f,
-                clamp_min);
+  const VectorKernels& kernels = ActiveKernels();
+  ParallelFor(
+      rows, uint64_t{rows} * HS * (dk + dv) >= kParallelFloats,
+      [&](uint64_t r) {
+        const float* in = proj.row(r);
+        for (uint32_t h = 0; h < HS; ++h) {
+          ShapeQueryKey(kernels, c, in + cols.q + uint64_t{h / qg} * dk, dk,
+                        q.row(r, h));
+          ShapeQueryKey(kernels, c, in + cols.k + uint64_t{h / kg} * dk, dk,
+                        k.row(r, h));
+          const float* vs = in + cols.v + uint64_t{h / vg} * dv;
+          float* vh = v.row(r, h);
+          if (c.silu_v) {
+            kernels.silu(dv, vs, vh);
+          } else {
+            std::memcpy(vh, vs, dv * sizeof(float));
           }
-          break;
+          switch (c.type) {
+            case ModelType::kRetNet:
+              Rotate(inv_freq_, position[r], q.row(r, h));
+              Rotate(inv_freq_, position[r], k.row(r, h));
+              g.row(r, h)[0] = L.log_decay[h];
+              break;
+            case ModelType::kGla: {
+              // fla: logsigmoid(gk) / gate_logit_normalizer (16), then clamp.
+              const float* raw = gk.row(r) + uint64_t{h / kg} * dk;
+              float* gh = g.row(r, h);
+              for (uint32_t i = 0; i < dk; ++i) {
+                gh[i] = std::max(
+                    LogSigmoid(raw[i] + L.gk_bias[h / kg * dk + i]) / 16.0f,
+                    clamp_min);
+              }
+              break;
+            }
+            case ModelType::kGatedDeltaNet:
+              // g = −exp(A_log)·softplus(a + dt_bias), per value head.
+              g.row(r, h)[0] =
+                  L.neg_exp_a[h] * Softplus(in[cols.a + h] + L.dt_bias[h]);
+              [[fallthrough]];
+            case ModelType::kDeltaNet: {
+              float b = c.use_beta ? Sigmoid(in[cols.beta + h]) : 1.0f;
+              if (c.allow_neg_eigval) b *= 2.0f;
+              beta.row(r)[h] = b;
+              break;
+            }
+            default:
+              break;
+          }
         }
-        case ModelType::kGatedDeltaNet:
-          // g = −exp(A_log)·softplus(a + dt_bias), per value head.
-          g.row(r, h)[0] =
-              L.neg_exp_a[h] * Softplus(in[cols.a + h] + L.dt_bias[h]);
-          [[fallthrough]];
-        case ModelType::kDeltaNet: {
-          float b = c.use_beta ? Sigmoid(in[cols.beta + h]) : 1.0f;
-          if (c.allow_neg_eigval) b *= 2.0f;
-          beta.row(r)[h] = b;
-          break;
-        }
-        default:
-          break;
-      }
-    }
-  }
+      });
   return absl::OkStatus();
 }
 
@@ -248,45 +303,38 @@ void ForwardRunner::MixerOutputs(uint32_t rows, const Model::Layer& L) {
   const RowView<float> o(o_.data(), rows, uint64_t{HS} * dv);
   const float eps = c.norm_eps;
   const float* w = L.head_norm.empty() ? nullptr : L.head_norm.data();
+  const VectorKernels& kernels = ActiveKernels();
   if (c.type == ModelType::kMamba2) {
     // y + D·x, then fla's RMSNormGated over groups of I / G channels:
     // norm(y·SiLU(z))·w, or norm(y)·w·SiLU(z) with norm_before_gate.
     const uint32_t I = c.intermediate_size, group = I / c.n_groups;
-#pragma omp parallel for if (uint64_t{rows} * I >= kParallelFloats) \
-    schedule(static)
-    for (uint32_t r = 0; r < rows; ++r) {
+    ParallelFor(rows, uint64_t{rows} * I >= kParallelFloats, [&](uint64_t r) {
       float* y = o.row(r);
       const float* x = proj.row(r) + cols.v;
       const float* z = proj.row(r) + cols.gate;
       for (uint32_t i = 0; i < I; ++i) {
         y[i] += (c.d_has_hdim ? L.d_skip[i] : L.d_skip[i / dv]) * x[i];
       }
-      if (!c.rmsnorm || !c.norm_before_gate) {
-        for (uint32_t i = 0; i < I; ++i) y[i] *= Silu(z[i]);
-      }
+      if (!c.rmsnorm || !c.norm_before_gate) kernels.silu_mul(I, z, y, y);
       if (c.rmsnorm) {
-        RmsNorm(y, c.n_groups, group, nullptr, eps, y);
+        RmsNormRows(y, c.n_groups, group, nullptr, eps, y);
         for (uint32_t i = 0; i < I; ++i) y[i] *= w[i];
-        if (c.norm_before_gate) {
-          for (uint32_t i = 0; i < I; ++i) y[i] *= Silu(z[i]);
-        }
+        if (c.norm_before_gate) kernels.silu_mul(I, z, y, y);
       }
-    }
+    });
     return;
   }
   // Per head: RMSNorm over d_v with the heads' shared weight, times
   // SiLU(g_proj(x)) with an output gate (fla's FusedRMSNormGated, or
   // RMSNorm then gate_fn = swish).
-#pragma omp parallel for if (uint64_t{rows} * HS * dv >= kParallelFloats) \
-    schedule(static)
-  for (uint32_t r = 0; r < rows; ++r) {
-    RmsNorm(o.row(r), HS, dv, w, eps, o.row(r));
-    if (c.output_gate) {
-      float* y = o.row(r);
-      const float* gate = proj.row(r) + cols.gate;
-      for (uint64_t i = 0; i < uint64_t{HS} * dv; ++i) y[i] *= Silu(gate[i]);
-    }
-  }
+  ParallelFor(rows, uint64_t{rows} * HS * dv >= kParallelFloats,
+              [&](uint64_t r) {
+                RmsNormRows(o.row(r), HS, dv, w, eps, o.row(r));
+                if (c.output_gate) {
+                  kernels.silu_mul(HS * dv, proj.row(r) + cols.gate, o.row(r),
+                                   o.row(r));
+                }
+              });
 }
 
 absl::Status ForwardRunner::MixerBlock(std::span<const ForwardItem> items,

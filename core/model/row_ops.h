@@ -11,9 +11,12 @@ namespace linattn {
 inline constexpr uint64_t kParallelFloats = 1 << 16;
 
 // y = x / sqrt(mean(x²) + eps) · w (w may be null), n vectors of d; y may
-// be x.
+// be x. RmsNorm spreads large passes over the OpenMP team; RmsNormRows is
+// the same arithmetic on the calling thread (inside a parallel loop).
 void RmsNorm(const float* x, uint64_t n, uint32_t d, const float* w, float eps,
              float* y);
+void RmsNormRows(const float* x, uint64_t n, uint32_t d, const float* w,
+                 float eps, float* y);
 
 }  // namespace linattn
 

@@ -137,6 +137,34 @@ TEST(Kernels, SiluMulMatchesDoublePrecision) {
   }
 }
 
+// SiLU(x) and σ(x) (the mixers' activations and β), against double
+// precision: e^−x carries ≤ 4u relative, 1 + e^−x then ≤ 5u, the division
+// one more u: 6u to first order, 7u with the higher-order terms and the
+// result's rounding. Where e^−x is capped (x < −88) both are below 1e−36
+// (σ below 7e−39, SiLU below 1e−36 in magnitude).
+TEST(Kernels, SiluAndSigmoidMatchDoublePrecision) {
+  std::vector<float> x;
+  for (float v = -120.0f; v <= 120.0f; v += 0.0731f) x.push_back(v);
+  for (float v : {-89.0f, -88.0f, -87.5f, -1e-6f, 0.0f, 1e-6f, 88.0f, 100.0f})
+    x.push_back(v);
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    const uint32_t n = static_cast<uint32_t>(x.size());
+    std::vector<float> silu(n), sigmoid(n), in_place = x;
+    kernels->silu(n, x.data(), silu.data());
+    kernels->sigmoid(n, x.data(), sigmoid.data());
+    kernels->silu(n, in_place.data(), in_place.data());
+    for (size_t i = 0; i < n; ++i) {
+      const double s = 1.0 / (1.0 + std::exp(-double(x[i])));
+      ASSERT_LE(std::abs(silu[i] - double(x[i]) * s),
+                std::max(7 * kU * std::abs(double(x[i]) * s), 1e-36))
+          << kernels->name << " silu(" << x[i] << ")";
+      ASSERT_LE(std::abs(sigmoid[i] - s), std::max(7 * kU * s, 7e-39))
+          << kernels->name << " sigmoid(" << x[i] << ")";
+      ASSERT_EQ(in_place[i], silu[i]) << kernels->name << " in place";
+    }
+  }
+}
+
 // Every non-finite value is found at every position (vector body and tail);
 // the largest finite values and subnormals are not flagged.
 TEST(Kernels, AllFiniteFindsEveryNonFiniteValue) {
