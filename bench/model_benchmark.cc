@@ -10,6 +10,18 @@
 //   decode                tokens/s per session and in aggregate with B
 //                         sessions stepped together (one batched forward
 //                         per token: GEMMs over the batch, one StepBatch)
+//   products alone        per batch size, the same step's projections only
+//                         (every layer's packed products and the lm_head
+//                         on b rows, nothing between them): no step of b
+//                         sessions can be faster
+//   rule alone            per batch size, the same step's state updates
+//                         only (one StepBatch per layer over the b
+//                         sessions' states, random inputs): the step's
+//                         reads and writes of every session's state.
+//                         Products and rule run one after the other in a
+//                         step, so 32 × (batch-1 step) / (products + rule
+//                         at 32) bounds what batching can give over batch
+//                         1 on this machine
 //   flatness              decode time per token of one session whose
 //                         context is each of --contexts tokens long (the
 //                         contexts timed in turn, the fastest of 3 rounds)
@@ -23,7 +35,9 @@
 #include <random>
 
 #include "CLI/CLI.hpp"
+#include "core/attention/recurrent.h"
 #include "core/model/forward.h"
+#include "core/onednn/linear.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -73,6 +87,85 @@ double DecodeStep(ForwardRunner& runner, std::vector<ModelState>& states,
     for (size_t i = 0; i < b; ++i) {
       const float* l = logits.data() + i * vocab;
       tokens[i] = static_cast<int32_t>(std::max_element(l, l + vocab) - l);
+    }
+    if (s >= 2) times.push_back(Seconds(t0, Clock::now()));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Seconds per step of the model's projections alone at b rows (median of
+// `steps` after two warm-up steps): each layer's packed products in the
+// order a step runs them, then the lm_head, on random activations.
+double ProductsStep(const Model& model, uint32_t b, uint32_t steps) {
+  std::vector<const linattn::PackedLinear*> chain;
+  for (const Model::Layer& layer : model.layers()) {
+    for (const auto* p : {layer.qkv.get(), layer.in_proj.get(), layer.o.get(),
+                          layer.gate_up.get(), layer.down.get()}) {
+      if (p != nullptr) chain.push_back(p);
+    }
+  }
+  chain.push_back(&model.lm_head());
+  int64_t widest = 0;
+  for (const auto* p : chain) widest = std::max({widest, p->in(), p->out()});
+  const uint64_t floats =
+      static_cast<uint64_t>(linattn::PackedLinear::Bucket(b) * widest);
+  std::vector<float> x(floats), y(floats);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(rng);
+  std::vector<double> times;
+  for (uint32_t s = 0; s < steps + 2; ++s) {
+    const auto t0 = Clock::now();
+    for (const auto* p : chain) Check(p->Apply(x.data(), b, y.data()));
+    if (s >= 2) times.push_back(Seconds(t0, Clock::now()));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Seconds per step of the state updates alone for `states` (median of
+// `steps` after two warm-up steps): each layer's StepBatch over every
+// session, on random unit-norm-ish q, k, v with the rule's gates and β.
+double RuleStep(const Model& model, std::vector<ModelState>& states,
+                uint32_t steps) {
+  const linattn::Attention& attention = model.attention();
+  const linattn::AttentionSpec& spec = attention.spec();
+  const uint64_t b = states.size(), H = spec.num_heads, dk = spec.key_dim,
+                 dv = spec.value_dim, G = linattn::GatesPerHead(spec);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  auto fill = [&](uint64_t n, float scale) {
+    std::vector<float> x(n);
+    for (float& v : x) v = scale * normal(rng);
+    return x;
+  };
+  const auto q = fill(b * H * dk, 0.125f), k = fill(b * H * dk, 0.125f),
+             v = fill(b * H * dv, 1.0f);
+  const std::vector<float> g(b * H * G, -0.05f), beta(b * H, 0.5f);
+  std::vector<float> out(b * H * dv), den(b * H);
+  std::vector<uint8_t> available(b * H);
+  std::vector<double> times;
+  std::vector<linattn::StepItem> items(b);
+  for (uint32_t s = 0; s < steps + 2; ++s) {
+    const auto t0 = Clock::now();
+    for (size_t l = 0; l < model.layers().size(); ++l) {
+      for (uint64_t i = 0; i < b; ++i) {
+        items[i] = linattn::StepItem{
+            &attention, &states[i].layers()[l],
+            linattn::SequenceInput{
+                .q = q.data() + i * H * dk,
+                .k = k.data() + i * H * dk,
+                .v = v.data() + i * H * dv,
+                .tokens = 1,
+                .g = linattn::HasGates(spec.rule) ? g.data() + i * H * G
+                                                  : nullptr,
+                .beta = linattn::HasBeta(spec.rule) ? beta.data() + i * H
+                                                    : nullptr},
+            linattn::SequenceOutput{out.data() + i * H * dv, den.data() + i * H,
+                                    available.data() + i * H}};
+      }
+      Check(linattn::StepBatch(items));
     }
     if (s >= 2) times.push_back(Seconds(t0, Clock::now()));
   }
@@ -143,8 +236,12 @@ int main(int argc, char** argv) {
       Check(runner.Run(states.back(), prompt, nullptr));
     }
     const double step = DecodeStep(runner, states, decode_tokens, V);
+    const double products = ProductsStep(**model, b, decode_tokens);
+    const double rule = RuleStep(**model, states, decode_tokens);
     result["decode"].push_back({{"batch", b},
                                 {"step_seconds", step},
+                                {"products_step_seconds", products},
+                                {"rule_step_seconds", rule},
                                 {"tokens_per_s_per_session", 1.0 / step},
                                 {"aggregate_tokens_per_s", b / step}});
     std::cerr << "decode batch " << b << ": " << b / step << " tokens/s\n";
