@@ -20,15 +20,18 @@ import tempfile
 import time
 
 
-def start_server(build, *extra):
+def start_server(build, *extra, unix_path=None):
+    """A loopback server on a free port, or on the unix socket `unix_path`;
+    (process, address for --server)."""
     port_file = tempfile.mktemp(prefix="linattn_port_")
-    proc = subprocess.Popen([f"{build}/bin/linattn-server", "--listen", "127.0.0.1:0", "--http-listen", "none",
+    listen = f"unix:{unix_path}" if unix_path else "127.0.0.1:0"
+    proc = subprocess.Popen([f"{build}/bin/linattn-server", "--listen", listen, "--http-listen", "none",
                              "--port-file", port_file, "--log-level", "warn", *extra])
     for _ in range(200):
         if os.path.exists(port_file) and open(port_file).read().strip():
             port = open(port_file).read().strip()
             os.remove(port_file)
-            return proc, f"127.0.0.1:{port}"
+            return proc, listen if unix_path else f"127.0.0.1:{port}"
         time.sleep(0.05)
     proc.kill()
     sys.exit("linattn-server did not start")

@@ -2,6 +2,8 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,23 +17,41 @@
 namespace linattn {
 
 bool ListenAddress::IsLoopback() const {
-  return host == "localhost" || host == "[::1]" ||
+  return is_unix() || host == "localhost" || host == "[::1]" ||
          absl::StartsWith(host, "127.");
 }
 
 std::string ListenAddress::ToString() const {
-  return absl::StrCat(host, ":", port);
+  return is_unix() ? absl::StrCat("unix:", unix_path)
+                   : absl::StrCat(host, ":", port);
 }
 
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text,
-                                                 absl::string_view flag) {
+                                                 absl::string_view flag,
+                                                 bool allow_unix) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": '", text, "' ", why,
-                     " (expected host:port, e.g. 127.0.0.1:50051, "
-                     "0.0.0.0:50051 or [::1]:50051; port 0 picks a free "
-                     "port)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": '", text, "' ", why,
+        " (expected host:port, e.g. 127.0.0.1:50051, 0.0.0.0:50051 or "
+        "[::1]:50051; port 0 picks a free port",
+        allow_unix ? "; or unix:/absolute/path for a unix socket" : "", ")"));
   };
+  if (absl::StartsWith(text, "unix:")) {
+    if (!allow_unix) return bad("is a unix socket, which only --listen serves");
+    ListenAddress out;
+    out.unix_path = std::string(text.substr(5));
+    if (out.unix_path.empty() || out.unix_path.front() != '/') {
+      return bad("needs an absolute path after unix:");
+    }
+    if (out.unix_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+      return bad(absl::StrCat("has a path longer than a socket address holds (",
+                              sizeof(sockaddr_un{}.sun_path) - 1, " bytes)"));
+    }
+    if (out.unix_path.find('\0') != std::string::npos) {
+      return bad("has a NUL byte in its path");
+    }
+    return out;
+  }
   const size_t colon = text.rfind(':');
   if (colon == absl::string_view::npos) return bad("has no port");
   ListenAddress out;
@@ -84,8 +104,47 @@ absl::StatusOr<AddressList> ResolveListenAddress(const ListenAddress& address,
   return AddressList(found, freeaddrinfo);
 }
 
+namespace {
+
+absl::Status CheckCanListenUnix(const ListenAddress& address,
+                                absl::string_view flag) {
+  struct stat st {};
+  if (lstat(address.unix_path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();  // bind says if it can't
+    return absl::UnavailableError(absl::StrCat(
+        flag, ": cannot use ", address.unix_path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(flag, ": ", address.unix_path,
+                     " exists and is not a socket; linattn does not replace "
+                     "it"));
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": socket(): ", std::strerror(errno)));
+  }
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, address.unix_path.data(), address.unix_path.size());
+  const bool live =
+      connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) == 0;
+  close(fd);
+  if (live) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(flag, ": ", address.ToString(),
+                     " is already in use (is another linattn-server "
+                     "running there?)"));
+  }
+  return absl::OkStatus();  // a socket left behind: gRPC replaces it
+}
+
+}  // namespace
+
 absl::Status CheckCanListen(const ListenAddress& address,
                             absl::string_view flag) {
+  if (address.is_unix()) return CheckCanListenUnix(address, flag);
   if (address.port == 0) return absl::OkStatus();
   auto found = ResolveListenAddress(address, flag);
   if (!found.ok()) return found.status();

@@ -77,17 +77,20 @@ int main(int argc, char** argv) {
   bool log_json = false;
   std::string port_file;
   app.add_option("--listen", options.listen,
-                 "host:port to serve on (port 0 picks a free port); a port "
-                 "another process listens on is refused")
+                 "host:port to serve on (port 0 picks a free port), or "
+                 "unix:/absolute/path for clients on this machine (the "
+                 "socket's mode follows the umask); an address another "
+                 "process listens on is refused")
       ->envname("LINATTN_LISTEN")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
-            auto parsed = linattn::ParseListenAddress(text, "--listen");
+            auto parsed = linattn::ParseListenAddress(text, "--listen",
+                                                      /*allow_unix=*/true);
             return parsed.ok() ? ""
                                : std::string(parsed.status().message().substr(
                                      std::string("--listen: ").size()));
           },
-          "HOST:PORT"))
+          "HOST:PORT|unix:PATH"))
       ->capture_default_str();
   app.add_option("--workers", workers,
                  "compute threads for the kernels (0 = one per core)")
@@ -315,7 +318,7 @@ int main(int argc, char** argv) {
                  "write the HTTP listener's bound port here once serving")
       ->envname("LINATTN_HTTP_PORT_FILE");
   app.add_option("--port-file", port_file,
-                 "write the bound port here once serving")
+                 "write the bound port here once serving (0 on a unix socket)")
       ->envname("LINATTN_PORT_FILE");
   try {
     app.parse(argc, argv);

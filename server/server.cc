@@ -2,6 +2,8 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -18,7 +20,8 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     const ServerOptions& options) {
   // The address first: a port in use is found before models load.
   LINATTN_ASSIGN_OR_RETURN(const ListenAddress listen,
-                           ParseListenAddress(options.listen, "--listen"));
+                           ParseListenAddress(options.listen, "--listen",
+                                              /*allow_unix=*/true));
   LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
   // Sessions are users' contexts: a listener others can reach checks
   // who calls, unless the operator says a proxy in front does.
@@ -31,8 +34,9 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
       listeners.push_back({"--http-listen", options.http_listen});
     }
     for (const auto& [flag, text] : listeners) {
-      LINATTN_ASSIGN_OR_RETURN(const ListenAddress address,
-                               ParseListenAddress(text, flag));
+      LINATTN_ASSIGN_OR_RETURN(
+          const ListenAddress address,
+          ParseListenAddress(text, flag, std::string_view(flag) == "--listen"));
       if (address.IsLoopback()) continue;
       return absl::FailedPreconditionError(absl::StrCat(
           flag, ": ", text,
@@ -264,7 +268,13 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     return absl::UnavailableError(
         absl::StrCat("--listen: cannot bind ", listen.ToString()));
   }
-  server->address_ = absl::StrCat(listen.host, ":", server->port_);
+  if (listen.is_unix()) {
+    server->address_ = listen.ToString();
+    server->unix_path_ = listen.unix_path;
+    server->port_ = 0;  // no TCP port (gRPC reports 1 for a unix socket)
+  } else {
+    server->address_ = absl::StrCat(listen.host, ":", server->port_);
+  }
   grpc::HealthCheckServiceInterface* health =
       server->server_->GetHealthCheckService();
   health->SetServingStatus("", true);
@@ -566,6 +576,14 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
     server_->Shutdown(
         std::chrono::system_clock::now() +
         (idle ? std::chrono::milliseconds(0) : std::chrono::milliseconds(500)));
+    // gRPC leaves a unix socket's file behind; a client that finds none
+    // knows at once that nobody serves there.
+    struct stat st {};
+    if (!unix_path_.empty() && lstat(unix_path_.c_str(), &st) == 0 &&
+        S_ISSOCK(st.st_mode)) {
+      unlink(unix_path_.c_str());
+    }
+    unix_path_.clear();
   }
   if (evictor_.joinable()) evictor_.join();
   if (maintainer_.joinable()) maintainer_.join();

@@ -94,7 +94,8 @@ class LinattnServer {
       const ServerOptions& options);
   ~LinattnServer();
 
-  // The address actually bound (with the chosen port when 0 was asked).
+  // The address actually bound (with the chosen port when 0 was asked;
+  // unix:PATH for a unix socket, whose port() is 0).
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   // The HTTP port (0 without the listener).
@@ -163,6 +164,7 @@ class LinattnServer {
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;
+  std::string unix_path_;  // --listen unix:PATH, removed once drained
   std::thread evictor_;
   std::unique_ptr<HaproxyAgent> agent_;       // --haproxy-agent-listen
   std::unique_ptr<HttpFrontend> http_;        // --http-listen

@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   ex->add_flag("--json", json, "print one JSON object");
   std::string explain_server;
   ex->add_option("--server", explain_server,
-                 "host:port: step the prefix in a server session and read its "
+                 "host:port or unix:PATH: step the prefix in a server session "
+                 "and read its "
                  "state through Inspect");
   // Each subcommand has its own ConnectionOptions (AddConnectionFlags).
   linattn::ConnectionOptions explain_connection;
@@ -74,7 +75,9 @@ int main(int argc, char** argv) {
   double health_timeout = 2.0;
   CLI::App* he = app.add_subcommand(
       "health", "Check a server's grpc.health.v1 status; exit 0 when SERVING");
-  he->add_option("--server", health_server, "host:port")->required();
+  he->add_option("--server", health_server,
+                 "host:port, or unix:/path of a local socket")
+      ->required();
   he->add_option("--service", health_service,
                  "service name (default: the whole server)");
   he->add_option("--timeout", health_timeout, "seconds (default: 2)");
@@ -87,7 +90,9 @@ int main(int argc, char** argv) {
       "Stream a model's continuation of a prompt from a server's "
       "GenerationService");
   ge->add_option("prompt", generate.prompt, "the prompt text");
-  ge->add_option("--server", generate.server, "host:port")->required();
+  ge->add_option("--server", generate.server,
+                 "host:port, or unix:/path of a local socket")
+      ->required();
   ge->add_option("--model", generate.model,
                  "model name (default: the server's first)");
   ge->add_option("--session", generate.session_id,
@@ -168,8 +173,10 @@ int main(int argc, char** argv) {
                  "prefill with --server)")
       ->check(CLI::IsMember(
           {"recurrent", "chunkwise", "quadratic", "decode", "prefill"}));
-  at->add_option("--server", attend.server,
-                 "host:port of a linattn-server (modes decode and prefill)");
+  at->add_option(
+      "--server", attend.server,
+      "host:port (or unix:PATH) of a linattn-server (modes decode and "
+      "prefill)");
   at->add_option("--chunk", attend.chunk,
                  "chunk size C of the chunkwise order (default: 64)")
       ->check(linattn::NumberAtLeast(1, 4096));
@@ -196,13 +203,19 @@ int main(int argc, char** argv) {
       "sessions", "List or delete a server's sessions (both services)");
   se->require_subcommand(1);
   CLI::App* se_list = se->add_subcommand("list", "One line per session");
-  se_list->add_option("--server", sessions_server, "host:port")->required();
+  se_list
+      ->add_option("--server", sessions_server,
+                   "host:port, or unix:/path of a local socket")
+      ->required();
   se_list->add_flag("--json", sessions_json, "print one JSON array");
   linattn::ConnectionOptions list_connection;
   linattn::AddConnectionFlags(se_list, &list_connection);
   CLI::App* se_delete =
       se->add_subcommand("delete", "Delete sessions by id (either service)");
-  se_delete->add_option("--server", sessions_server, "host:port")->required();
+  se_delete
+      ->add_option("--server", sessions_server,
+                   "host:port, or unix:/path of a local socket")
+      ->required();
   se_delete->add_option("ids", delete_ids, "session ids")->required();
   linattn::ConnectionOptions delete_connection;
   linattn::AddConnectionFlags(se_delete, &delete_connection);

@@ -687,6 +687,8 @@ uint32_t Streams(const LoadOptions& o) {
 }
 
 bool IsLoopbackAddress(const std::string& address) {
+  // A unix socket reaches only processes on this machine.
+  if (address.rfind("unix:", 0) == 0) return true;
   const size_t colon = address.rfind(':');
   std::string host = address.substr(0, colon);
   if (host.rfind("ipv4:", 0) == 0) host = host.substr(5);

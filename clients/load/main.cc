@@ -21,8 +21,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "linattn-load " LINATTN_VERSION);
   linattn::LoadOptions o;
   bool json = false;
-  app.add_option("--server", o.server,
-                 "host:port (loopback unless --allow-non-loopback)")
+  app.add_option(
+         "--server", o.server,
+         "host:port (loopback unless --allow-non-loopback), or unix:PATH")
       ->capture_default_str();
   app.add_flag("--allow-non-loopback", o.allow_non_loopback,
                "permit a non-loopback target");

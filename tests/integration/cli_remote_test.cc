@@ -246,6 +246,7 @@ TEST_F(CliRemoteTest, LoadRunVerifiesSessions) {
   EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
   EXPECT_TRUE(IsLoopbackAddress("127.0.0.2:1"));
   EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
+  EXPECT_TRUE(IsLoopbackAddress("unix:/run/linattn.sock"));
   EXPECT_FALSE(IsLoopbackAddress("10.1.2.3:1"));
 }
 

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "clients/load/load.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "linattn/v1/attention.grpc.pb.h"
 #include "linattn/v1/generation.grpc.pb.h"
@@ -45,7 +46,9 @@ TEST(ServerListenTest, AnythingButHostAndPortIsRefusedNamingTheFlag) {
   testing::TempDir tmp;
   for (const char* listen :
        {"127.0.0.1:99999", "0.0.0.0", "127.0.0.1:", "127.0.0.1:5x", ":50051",
-        "::1:50051", "unix:/tmp/x", "127.0.0.1:-1"}) {
+        "::1:50051", "unix:", "unix:relative/path.sock", "127.0.0.1:-1",
+        "unix:/tmp/a-path-longer-than-a-unix-socket-address-holds/"
+        "0123456789012345678901234567890123456789012345678901234567.sock"}) {
     const std::string log = tmp.Path("log");
     EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) + " --model none " +
                              "--listen '" + listen + "'",
@@ -72,6 +75,110 @@ TEST(ServerListenTest, APortAnotherServerListensOnIsRefused) {
   grpc::ClientContext ctx;
   grpc::health::v1::HealthCheckResponse resp;
   ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+}
+
+// `linattn generate`'s greedy text from the server at `address`.
+std::string GreedyText(const std::string& address, const std::string& log) {
+  EXPECT_EQ(
+      RunCommand(std::string(LINATTN_BINARY) + " generate --server " + address +
+                     " --temperature 0 --repeat-penalty 1 "
+                     "--max-tokens 24 'And God said'",
+                 log),
+      0)
+      << ReadFile(log);
+  return ReadFile(log);
+}
+
+// --listen unix:PATH serves both services to clients on this machine: the
+// load tool's verified sessions and the CLI's text are what a TCP listener
+// gives, and a clean stop removes the socket's file.
+TEST(ServerListenTest, AUnixSocketServesBothServicesAndGoesAwayOnStop) {
+  testing::TempDir tmp;
+  const std::string path = tmp.Path("linattn.sock");
+  auto server =
+      ServerProcess::StartOn("unix:" + path, {"--http-listen", "none"});
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(server->address(), "unix:" + path);
+  EXPECT_TRUE(std::filesystem::is_socket(path));
+
+  LoadOptions o;
+  o.server = server->address();
+  o.sessions = 8;
+  o.steps = 30;
+  o.prefill = 40;
+  o.batch = 4;
+  o.duration_s = 120;
+  o.progress = false;
+  auto summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok());
+  EXPECT_EQ(summary->verified_sessions, 8u);
+  EXPECT_EQ(summary->steps, 8u * 30u);
+
+  auto tcp = ServerProcess::Start({"--http-listen", "none"});
+  ASSERT_NE(tcp, nullptr);
+  const std::string over_unix = GreedyText(server->address(), tmp.Path("a"));
+  EXPECT_FALSE(over_unix.empty());
+  EXPECT_EQ(over_unix, GreedyText(tcp->address(), tmp.Path("b")));
+
+  EXPECT_EQ(server->Stop(std::chrono::seconds(20)), 0);
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A unix path a live server accepts on is refused (gRPC alone would remove
+// its file and take the path over); one left by a killed server is taken;
+// a path that is not a socket is refused and left as it was.
+TEST(ServerListenTest, AUnixPathIsTakenOnlyFromNobody) {
+  testing::TempDir tmp;
+  const std::string path = tmp.Path("linattn.sock");
+  const std::string log = tmp.Path("log");
+  auto first = ServerProcess::StartOn(
+      "unix:" + path, {"--model", "none", "--http-listen", "none"});
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(
+      RunCommand(std::string(LINATTN_SERVER_BINARY) +
+                     " --model none --http-listen none --listen unix:" + path,
+                 log),
+      1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("already in use"));
+  {
+    auto health = grpc::health::v1::Health::NewStub(first->Channel());
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+  }
+
+  first->Kill();  // its socket file stays, with nobody behind it
+  ASSERT_TRUE(std::filesystem::is_socket(path));
+  auto second = ServerProcess::StartOn(
+      "unix:" + path, {"--model", "none", "--http-listen", "none"});
+  ASSERT_NE(second, nullptr);
+  {
+    auto health = grpc::health::v1::Health::NewStub(second->Channel());
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+  }
+  second->Stop(std::chrono::seconds(20));
+
+  const std::string file = tmp.Path("not-a-socket");
+  std::ofstream(file) << "keep me";
+  EXPECT_EQ(
+      RunCommand(std::string(LINATTN_SERVER_BINARY) +
+                     " --model none --http-listen none --listen unix:" + file,
+                 log),
+      1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("is not a socket"));
+  EXPECT_EQ(ReadFile(file), "keep me");
+
+  // Only --listen serves a unix socket.
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) +
+                           " --model none --listen 127.0.0.1:0 --http-listen "
+                           "unix:" +
+                           tmp.Path("http.sock"),
+                       log),
+            1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--http-listen"));
 }
 
 // A model whose sessions could never be snapshotted in one message stops

@@ -1,6 +1,7 @@
-// A real linattn-server process on 127.0.0.1 with an ephemeral port, for
-// integration tests. Started with --listen 127.0.0.1:0 --port-file; stopped
-// with SIGTERM (then SIGKILL after a bound) when the object goes away.
+// A real linattn-server process on 127.0.0.1 with an ephemeral port (or on
+// a unix socket), for integration tests. Started with --listen 127.0.0.1:0
+// --port-file; stopped with SIGTERM (then SIGKILL after a bound) when the
+// object goes away.
 #ifndef LINATTN_TESTS_INTEGRATION_SERVER_PROCESS_H_
 #define LINATTN_TESTS_INTEGRATION_SERVER_PROCESS_H_
 
@@ -32,6 +33,15 @@ class ServerProcess {
   static std::unique_ptr<ServerProcess> Start(
       const std::vector<std::string>& args = {}, const std::string& log = "",
       const std::vector<std::string>& prefix = {}) {
+    return StartOn("127.0.0.1:0", args, log, prefix);
+  }
+
+  // The same on `listen`: host:port, or unix:PATH (whose port file holds 0
+  // once it serves).
+  static std::unique_ptr<ServerProcess> StartOn(
+      const std::string& listen, const std::vector<std::string>& args = {},
+      const std::string& log = "",
+      const std::vector<std::string>& prefix = {}) {
     // The test is the server's client: a connection the server closes
     // while an OpenSSL client writes to it (an mTLS refusal) is an error
     // on that connection, not SIGPIPE ending the test.
@@ -43,9 +53,11 @@ class ServerProcess {
     std::filesystem::remove(p->port_file_);
     p->http_port_file_ = p->port_file_.string() + "_http";
     std::filesystem::remove(p->http_port_file_);
+    const bool unix_socket = listen.rfind("unix:", 0) == 0;
+    if (unix_socket) p->address_ = listen;
     std::vector<std::string> argv = {LINATTN_SERVER_BINARY,
                                      "--listen",
-                                     "127.0.0.1:0",
+                                     listen,
                                      "--port-file",
                                      p->port_file_.string(),
                                      "--http-listen",
@@ -74,7 +86,7 @@ class ServerProcess {
         std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
       std::ifstream in(p->port_file_);
-      if (in >> p->port_ && p->port_ > 0) return p;
+      if (in >> p->port_ && (p->port_ > 0 || unix_socket)) return p;
       int status = 0;
       if (waitpid(p->pid_, &status, WNOHANG) == p->pid_) {
         p->pid_ = -1;
@@ -99,7 +111,9 @@ class ServerProcess {
     return port;
   }
 
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string address() const {
+    return address_.empty() ? "127.0.0.1:" + std::to_string(port_) : address_;
+  }
   std::shared_ptr<grpc::Channel> Channel() const {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(256 << 20);
@@ -146,6 +160,7 @@ class ServerProcess {
   static inline int counter_ = 0;
   pid_t pid_ = -1;
   int port_ = 0;
+  std::string address_;  // unix:PATH; empty for 127.0.0.1:port_
   std::filesystem::path port_file_;
   std::filesystem::path http_port_file_;
 };
