@@ -42,6 +42,14 @@ int RunCommand(const std::string& command, const std::string& log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Whether the server answers a health check.
+bool Answers(const ServerProcess& server) {
+  auto health = grpc::health::v1::Health::NewStub(server.Channel());
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckResponse resp;
+  return health->Check(&ctx, {}, &resp).ok();
+}
+
 TEST(ServerListenTest, AnythingButHostAndPortIsRefusedNamingTheFlag) {
   testing::TempDir tmp;
   for (const char* listen :
@@ -71,10 +79,7 @@ TEST(ServerListenTest, APortAnotherServerListensOnIsRefused) {
             1);
   EXPECT_THAT(ReadFile(log), HasSubstr("already in use"));
   // The first server still has the port to itself and answers.
-  auto health = grpc::health::v1::Health::NewStub(first->Channel());
-  grpc::ClientContext ctx;
-  grpc::health::v1::HealthCheckResponse resp;
-  ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+  EXPECT_TRUE(Answers(*first));
 }
 
 // `linattn generate`'s greedy text from the server at `address`.
@@ -141,24 +146,14 @@ TEST(ServerListenTest, AUnixPathIsTakenOnlyFromNobody) {
                  log),
       1);
   EXPECT_THAT(ReadFile(log), HasSubstr("already in use"));
-  {
-    auto health = grpc::health::v1::Health::NewStub(first->Channel());
-    grpc::ClientContext ctx;
-    grpc::health::v1::HealthCheckResponse resp;
-    ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
-  }
+  EXPECT_TRUE(Answers(*first));
 
   first->Kill();  // its socket file stays, with nobody behind it
   ASSERT_TRUE(std::filesystem::is_socket(path));
   auto second = ServerProcess::StartOn(
       "unix:" + path, {"--model", "none", "--http-listen", "none"});
   ASSERT_NE(second, nullptr);
-  {
-    auto health = grpc::health::v1::Health::NewStub(second->Channel());
-    grpc::ClientContext ctx;
-    grpc::health::v1::HealthCheckResponse resp;
-    ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
-  }
+  EXPECT_TRUE(Answers(*second));
   second->Stop(std::chrono::seconds(20));
 
   const std::string file = tmp.Path("not-a-socket");
