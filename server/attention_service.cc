@@ -1,6 +1,9 @@
 #include "server/attention_service.h"
 
+#include <bit>
+#include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,50 +19,103 @@ namespace {
 // The three tensors of a request hold tokens × heads × dim floats each.
 using FloatField = google::protobuf::RepeatedField<float>;
 
+static_assert(std::endian::native == std::endian::little,
+              "bytes tensors are little-endian float32, read in place");
+
+// One tensor of a request in either of its forms: `floats` (repeated float)
+// or `bytes` (packed little-endian float32, "<name>_bytes"). *data receives
+// its values, in place, when it holds `want` of them; an empty tensor in
+// both forms gives nullptr.
+absl::Status TensorOf(const char* name, const FloatField& floats,
+                      const std::string& bytes, uint64_t want,
+                      absl::string_view shape, const float** data) {
+  if (!floats.empty() && !bytes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ", ", name, "_bytes: one tensor given twice; send ",
+                     name, " or ", name, "_bytes, not both"));
+  }
+  if (!bytes.empty()) {
+    if (bytes.size() != want * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "_bytes: expected ", want * sizeof(float), " bytes (", want,
+          " float32 values: ", shape, "), got ", bytes.size()));
+    }
+    // A std::string's buffer is aligned for any fundamental type (operator
+    // new) or sits 8-aligned inside the string object (short strings).
+    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) != 0) {
+      return absl::InternalError(
+          absl::StrCat(name, "_bytes: the parsed buffer is not aligned"));
+    }
+    *data = reinterpret_cast<const float*>(bytes.data());
+    return absl::OkStatus();
+  }
+  if (uint64_t(floats.size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected ", want,
+                                                   " floats (", shape,
+                                                   "), got ", floats.size()));
+  }
+  *data = floats.empty() ? nullptr : floats.data();
+  return absl::OkStatus();
+}
+
 // The sizes of a request's tensors for `tokens` tokens of `spec`, and the
 // input they make: q, k, v always; g and beta exactly when the rule takes
-// them (docs/design.md §1).
+// them (docs/design.md §1). Each tensor as repeated floats or bytes.
+template <typename Request>
 absl::StatusOr<SequenceInput> InputOf(const AttentionSpec& spec,
-                                      uint64_t tokens, const FloatField& q,
-                                      const FloatField& k, const FloatField& v,
-                                      const FloatField& g,
-                                      const FloatField& beta) {
+                                      uint64_t tokens, const Request& r) {
   const uint64_t rows = tokens * spec.num_heads;
   const uint64_t gates = GatesPerHead(spec);
-  auto check = [&](const char* field, int got, uint64_t want,
-                   absl::string_view dim) {
-    return uint64_t(got) == want
-               ? absl::OkStatus()
-               : absl::InvalidArgumentError(absl::StrCat(
-                     field, ": expected ", want, " floats (tokens ", tokens,
-                     " × num_heads ", spec.num_heads, dim, "), got ", got));
+  auto shape = [&](absl::string_view dim) {
+    return absl::StrCat("tokens ", tokens, " × num_heads ", spec.num_heads,
+                        dim);
   };
-  LINATTN_RETURN_IF_ERROR(
-      check("q", q.size(), rows * spec.key_dim, " × key_dim"));
-  LINATTN_RETURN_IF_ERROR(
-      check("k", k.size(), rows * spec.key_dim, " × key_dim"));
-  LINATTN_RETURN_IF_ERROR(
-      check("v", v.size(), rows * spec.value_dim, " × value_dim"));
+  SequenceInput in{.tokens = tokens};
+  LINATTN_RETURN_IF_ERROR(TensorOf("q", r.q(), r.q_bytes(), rows * spec.key_dim,
+                                   shape(" × key_dim"), &in.q));
+  LINATTN_RETURN_IF_ERROR(TensorOf("k", r.k(), r.k_bytes(), rows * spec.key_dim,
+                                   shape(" × key_dim"), &in.k));
+  LINATTN_RETURN_IF_ERROR(TensorOf("v", r.v(), r.v_bytes(),
+                                   rows * spec.value_dim, shape(" × value_dim"),
+                                   &in.v));
   const absl::string_view rule = UpdateRuleName(spec.rule);
-  if (gates == 0 && !g.empty()) {
+  if (gates == 0 && (!r.g().empty() || !r.g_bytes().empty())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("g: rule ", rule, " takes no log-gates"));
+        absl::StrCat(r.g().empty() ? "g_bytes" : "g", ": rule ", rule,
+                     " takes no log-gates"));
   }
   if (gates != 0) {
-    LINATTN_RETURN_IF_ERROR(check("g", g.size(), rows * gates,
-                                  gates == 1 ? "" : " × key_dim (gate key)"));
+    LINATTN_RETURN_IF_ERROR(
+        TensorOf("g", r.g(), r.g_bytes(), rows * gates,
+                 shape(gates == 1 ? "" : " × key_dim (gate key)"), &in.g));
   }
-  if (!HasBeta(spec.rule) && !beta.empty()) {
+  if (!HasBeta(spec.rule) && (!r.beta().empty() || !r.beta_bytes().empty())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("beta: rule ", rule, " takes no beta"));
+        absl::StrCat(r.beta().empty() ? "beta_bytes" : "beta", ": rule ", rule,
+                     " takes no beta"));
   }
   if (HasBeta(spec.rule)) {
-    LINATTN_RETURN_IF_ERROR(check("beta", beta.size(), rows, ""));
+    LINATTN_RETURN_IF_ERROR(
+        TensorOf("beta", r.beta(), r.beta_bytes(), rows, shape(""), &in.beta));
   }
-  SequenceInput in{q.data(), k.data(), v.data(), tokens};
-  if (gates != 0) in.g = g.data();
-  if (HasBeta(spec.rule)) in.beta = beta.data();
   return in;
+}
+
+// Room for a response's output and denominator (`rows` heads' worth) in the
+// form the request asked for: bytes when its q came as q_bytes.
+template <typename Response>
+std::pair<float*, float*> OutputOf(bool as_bytes, uint64_t rows,
+                                   uint32_t value_dim, Response* r) {
+  if (as_bytes) {
+    r->mutable_output_bytes()->resize(rows * value_dim * sizeof(float));
+    r->mutable_denominator_bytes()->resize(rows * sizeof(float));
+    return {reinterpret_cast<float*>(r->mutable_output_bytes()->data()),
+            reinterpret_cast<float*>(r->mutable_denominator_bytes()->data())};
+  }
+  r->mutable_output()->Resize(static_cast<int>(rows * value_dim), 0);
+  r->mutable_denominator()->Resize(static_cast<int>(rows), 0);
+  return {r->mutable_output()->mutable_data(),
+          r->mutable_denominator()->mutable_data()};
 }
 
 void CopyAvailable(const std::vector<uint8_t>& from,
@@ -153,22 +209,17 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
   if (T == 0)
     return FinishCall(ctx,
                       absl::InvalidArgumentError("tokens: must be at least 1"));
-  absl::StatusOr<SequenceInput> in =
-      InputOf(spec, T, request->q(), request->k(), request->v(), request->g(),
-              request->beta());
+  absl::StatusOr<SequenceInput> in = InputOf(spec, T, *request);
   if (!in.ok()) return FinishCall(ctx, in.status());
   if (absl::Status s = gate()->limiter().Take(TenantOf(ctx), T); !s.ok()) {
     return FinishCall(ctx, s);
   }
   ContextOf(ctx).tokens_in.fetch_add(T, std::memory_order_relaxed);
-  response->mutable_output()->Resize(
-      static_cast<int>(T * spec.num_heads * spec.value_dim), 0);
-  response->mutable_denominator()->Resize(static_cast<int>(T * spec.num_heads),
-                                          0);
+  const auto [output, denominator] =
+      OutputOf(!request->q_bytes().empty(), T * spec.num_heads, spec.value_dim,
+               response);
   std::vector<uint8_t> available(T * spec.num_heads);
-  const SequenceOutput out{response->mutable_output()->mutable_data(),
-                           response->mutable_denominator()->mutable_data(),
-                           available.data()};
+  const SequenceOutput out{output, denominator, available.data()};
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   AttentionSession* raw = session.get();
   scheduler_->Prefill(
@@ -360,20 +411,15 @@ class AttentionServiceImpl::DecodeReactor final
     call_->NoteSession(request_.session_id());
     call_->tokens_in.fetch_add(1, std::memory_order_relaxed);
     const AttentionSpec& spec = session_->spec();
-    LINATTN_ASSIGN_OR_RETURN(
-        const SequenceInput in,
-        InputOf(spec, 1, request_.q(), request_.k(), request_.v(), request_.g(),
-                request_.beta()));
+    LINATTN_ASSIGN_OR_RETURN(const SequenceInput in,
+                             InputOf(spec, 1, request_));
     LINATTN_RETURN_IF_ERROR(service_->gate()->limiter().Take(call_->tenant, 1));
     response_.Clear();
-    response_.mutable_output()->Resize(
-        static_cast<int>(spec.num_heads * spec.value_dim), 0);
-    response_.mutable_denominator()->Resize(static_cast<int>(spec.num_heads),
-                                            0);
+    const auto [output, denominator] =
+        OutputOf(!request_.q_bytes().empty(), spec.num_heads, spec.value_dim,
+                 &response_);
     available_.assign(spec.num_heads, 0);
-    const SequenceOutput out{response_.mutable_output()->mutable_data(),
-                             response_.mutable_denominator()->mutable_data(),
-                             available_.data()};
+    const SequenceOutput out{output, denominator, available_.data()};
     service_->scheduler_->Step(
         session_, in, out,
         [this](absl::Status status) {
@@ -459,22 +505,18 @@ class AttentionServiceImpl::DecodeBatchReactor final
       call_->NoteSession(step.session_id());
       call_->tokens_in.fetch_add(1, std::memory_order_relaxed);
       const AttentionSpec& spec = (*found)->spec();
-      absl::StatusOr<SequenceInput> in =
-          InputOf(spec, 1, step.q(), step.k(), step.v(), step.g(), step.beta());
+      absl::StatusOr<SequenceInput> in = InputOf(spec, 1, step);
       if (!in.ok()) return prefix(in.status());
       v1::DecodeResponse& r = *response_.add_steps();
-      r.mutable_output()->Resize(
-          static_cast<int>(spec.num_heads * spec.value_dim), 0);
-      r.mutable_denominator()->Resize(static_cast<int>(spec.num_heads), 0);
+      const auto [output, denominator] =
+          OutputOf(!step.q_bytes().empty(), spec.num_heads, spec.value_dim, &r);
       available_[i].assign(spec.num_heads, 0);
-      group.push_back(
-          {*found,
-           *in,
-           {r.mutable_output()->mutable_data(),
-            r.mutable_denominator()->mutable_data(), available_[i].data()},
-           step.has_expected_position()
-               ? std::optional<uint64_t>(step.expected_position())
-               : std::nullopt});
+      group.push_back({*found,
+                       *in,
+                       {output, denominator, available_[i].data()},
+                       step.has_expected_position()
+                           ? std::optional<uint64_t>(step.expected_position())
+                           : std::nullopt});
       sessions_.push_back(*std::move(found));
     }
     return group;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -14,14 +15,52 @@ namespace linattn {
 
 namespace {
 
-void CopyOut(const v1::DecodeResponse& r, uint64_t row0, uint32_t heads,
-             uint32_t d_v, const SequenceOutput& out) {
-  std::copy(r.output().begin(), r.output().end(), out.output + row0 * d_v);
-  std::copy(r.denominator().begin(), r.denominator().end(),
-            out.denominator + row0);
-  for (uint32_t h = 0; h < heads && h < uint32_t(r.available_size()); ++h) {
-    out.available[row0 + h] = r.available(h) ? 1 : 0;
+// n floats as a request tensor's bytes form (packed little-endian
+// float32, docs/design.md "Tensors as bytes").
+void SetBytes(const float* from, uint64_t n, std::string* bytes) {
+  bytes->assign(reinterpret_cast<const char*>(from), n * sizeof(float));
+}
+
+// A response's tensor `name`, in whichever form it came, into `to` (room
+// for `want` floats); DATA_LOSS when the server sent another count.
+absl::Status CopyTensor(const char* name,
+                        const google::protobuf::RepeatedField<float>& floats,
+                        const std::string& bytes, uint64_t want, float* to) {
+  const uint64_t got =
+      bytes.empty() ? uint64_t(floats.size()) : bytes.size() / sizeof(float);
+  if (got != want || bytes.size() % sizeof(float) != 0) {
+    return absl::DataLossError(absl::StrCat("the server answered ", got, " ",
+                                            name, " values where ", want,
+                                            " were due"));
   }
+  if (bytes.empty()) {
+    std::copy(floats.begin(), floats.end(), to);
+  } else {
+    std::memcpy(to, bytes.data(), bytes.size());
+  }
+  return absl::OkStatus();
+}
+
+// `rows` heads' output, denominator and availability of a response at row
+// row0 of `out`.
+template <typename Response>
+absl::Status CopyOut(const Response& r, uint64_t row0, uint64_t rows,
+                     uint32_t d_v, const SequenceOutput& out) {
+  if (absl::Status s = CopyTensor("output", r.output(), r.output_bytes(),
+                                  rows * d_v, out.output + row0 * d_v);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CopyTensor("denominator", r.denominator(), r.denominator_bytes(),
+                     rows, out.denominator + row0);
+      !s.ok()) {
+    return s;
+  }
+  for (uint64_t i = 0; i < rows && i < uint64_t(r.available_size()); ++i) {
+    out.available[row0 + i] = r.available(static_cast<int>(i)) ? 1 : 0;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -174,15 +213,21 @@ absl::StatusOr<std::string> RemoteAttention::Snapshot(
 namespace {
 
 // Tokens [t0, t0 + n)'s log-gates and β, for the rules that take them.
-void AddRuleInputs(const AttentionSpec& spec, const SequenceInput& in,
-                   uint64_t t0, uint64_t n,
-                   google::protobuf::RepeatedField<float>* g,
-                   google::protobuf::RepeatedField<float>* beta) {
-  const uint64_t rows = uint64_t{spec.num_heads}, gates = GatesPerHead(spec);
-  if (gates != 0)
-    g->Add(in.g + t0 * rows * gates, in.g + (t0 + n) * rows * gates);
+// Tokens [t0, t0 + n) of `in` into a request's bytes tensors: q, k, v, and
+// g and β where the rule takes them.
+template <typename Request>
+void SetInputs(const AttentionSpec& spec, const SequenceInput& in, uint64_t t0,
+               uint64_t n, Request* req) {
+  const uint64_t H = spec.num_heads, qk = H * spec.key_dim,
+                 vv = H * spec.value_dim, gates = GatesPerHead(spec);
+  SetBytes(in.q + t0 * qk, n * qk, req->mutable_q_bytes());
+  SetBytes(in.k + t0 * qk, n * qk, req->mutable_k_bytes());
+  SetBytes(in.v + t0 * vv, n * vv, req->mutable_v_bytes());
+  if (gates != 0) {
+    SetBytes(in.g + t0 * H * gates, n * H * gates, req->mutable_g_bytes());
+  }
   if (HasBeta(spec.rule)) {
-    beta->Add(in.beta + t0 * rows, in.beta + (t0 + n) * rows);
+    SetBytes(in.beta + t0 * H, n * H, req->mutable_beta_bytes());
   }
 }
 
@@ -193,27 +238,21 @@ absl::Status RemoteAttention::Prefill(const std::string& session_id,
                                       const SequenceInput& in,
                                       const SequenceOutput& out,
                                       uint64_t max_tokens) {
-  const uint64_t H = spec.num_heads, qk = H * spec.key_dim,
-                 vv = H * spec.value_dim;
+  const uint64_t H = spec.num_heads;
   for (uint64_t t0 = 0; t0 < in.tokens; t0 += max_tokens) {
     const uint64_t n = std::min(max_tokens, in.tokens - t0);
     v1::PrefillRequest req;
     req.set_session_id(session_id);
     req.set_tokens(static_cast<uint32_t>(n));
-    req.mutable_q()->Add(in.q + t0 * qk, in.q + (t0 + n) * qk);
-    req.mutable_k()->Add(in.k + t0 * qk, in.k + (t0 + n) * qk);
-    req.mutable_v()->Add(in.v + t0 * vv, in.v + (t0 + n) * vv);
-    AddRuleInputs(spec, in, t0, n, req.mutable_g(), req.mutable_beta());
+    SetInputs(spec, in, t0, n, &req);
     grpc::ClientContext ctx;
     NameSession(ctx, session_id);
     v1::PrefillResponse resp;
     if (grpc::Status st = stub_->Prefill(&ctx, req, &resp); !st.ok())
       return FromGrpcStatus(st);
-    std::copy(resp.output().begin(), resp.output().end(), out.output + t0 * vv);
-    std::copy(resp.denominator().begin(), resp.denominator().end(),
-              out.denominator + t0 * H);
-    for (int i = 0; i < resp.available_size(); ++i) {
-      out.available[t0 * H + i] = resp.available(i) ? 1 : 0;
+    if (absl::Status s = CopyOut(resp, t0 * H, n * H, spec.value_dim, out);
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();
@@ -223,8 +262,7 @@ absl::Status RemoteAttention::Decode(const std::string& session_id,
                                      const AttentionSpec& spec,
                                      const SequenceInput& in,
                                      const SequenceOutput& out) {
-  const uint64_t H = spec.num_heads, qk = H * spec.key_dim,
-                 vv = H * spec.value_dim;
+  const uint64_t H = spec.num_heads;
   grpc::ClientContext ctx;
   NameSession(ctx, session_id);
   auto stream = stub_->Decode(&ctx);
@@ -232,13 +270,16 @@ absl::Status RemoteAttention::Decode(const std::string& session_id,
   for (; t < in.tokens; ++t) {
     v1::DecodeRequest req;
     req.set_session_id(session_id);
-    req.mutable_q()->Add(in.q + t * qk, in.q + (t + 1) * qk);
-    req.mutable_k()->Add(in.k + t * qk, in.k + (t + 1) * qk);
-    req.mutable_v()->Add(in.v + t * vv, in.v + (t + 1) * vv);
-    AddRuleInputs(spec, in, t, 1, req.mutable_g(), req.mutable_beta());
+    SetInputs(spec, in, t, 1, &req);
     v1::DecodeResponse resp;
     if (!stream->Write(req) || !stream->Read(&resp)) break;
-    CopyOut(resp, t * H, spec.num_heads, spec.value_dim, out);
+    if (absl::Status s = CopyOut(resp, t * H, H, spec.value_dim, out);
+        !s.ok()) {
+      stream->WritesDone();
+      ctx.TryCancel();
+      stream->Finish();
+      return s;
+    }
   }
   stream->WritesDone();
   if (t == in.tokens) return FromGrpcStatus(stream->Finish());

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -143,20 +144,52 @@ absl::StatusOr<AttentionSpec> LoadSpec(const LoadOptions& o) {
   return spec;
 }
 
+// Room for `n` floats of one tensor in the form `bytes` says: the
+// "<name>_bytes" string (packed little-endian float32) or the repeated
+// field, sized once.
+float* TensorRoom(bool bytes, uint64_t n,
+                  google::protobuf::RepeatedField<float>* floats,
+                  std::string* packed) {
+  if (bytes) {
+    packed->resize(n * sizeof(float));
+    return reinterpret_cast<float*>(packed->data());
+  }
+  floats->Resize(static_cast<int>(n), 0.0f);
+  return floats->mutable_data();
+}
+
+// A response tensor in whichever form it came: the repeated field, or the
+// bytes (packed little-endian float32) beside it.
+std::span<const float> TensorOf(
+    const google::protobuf::RepeatedField<float>& floats,
+    const std::string& packed) {
+  if (!packed.empty()) {
+    return {reinterpret_cast<const float*>(packed.data()),
+            packed.size() / sizeof(float)};
+  }
+  return {floats.data(), static_cast<size_t>(floats.size())};
+}
+
 // The Prefill request of session s's first `tokens` inputs.
 void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
                   const std::string& id, v1::PrefillRequest* request) {
   request->set_session_id(id);
   request->set_tokens(o.prefill);
-  std::vector<float> q(pool.qk()), k(pool.qk()), v(pool.vv()), g(pool.gg()),
-      beta(pool.bb());
-  for (uint64_t t = 0; t < o.prefill; ++t) {
-    pool.Token(s, t, q.data(), k.data(), v.data(), g.data(), beta.data());
-    request->mutable_q()->Add(q.begin(), q.end());
-    request->mutable_k()->Add(k.begin(), k.end());
-    request->mutable_v()->Add(v.begin(), v.end());
-    request->mutable_g()->Add(g.begin(), g.end());
-    request->mutable_beta()->Add(beta.begin(), beta.end());
+  const bool b = o.tensors_as_bytes;
+  const uint64_t T = o.prefill;
+  float* q = TensorRoom(b, T * pool.qk(), request->mutable_q(),
+                        request->mutable_q_bytes());
+  float* k = TensorRoom(b, T * pool.qk(), request->mutable_k(),
+                        request->mutable_k_bytes());
+  float* v = TensorRoom(b, T * pool.vv(), request->mutable_v(),
+                        request->mutable_v_bytes());
+  float* g = TensorRoom(b, T * pool.gg(), request->mutable_g(),
+                        request->mutable_g_bytes());
+  float* beta = TensorRoom(b, T * pool.bb(), request->mutable_beta(),
+                           request->mutable_beta_bytes());
+  for (uint64_t t = 0; t < T; ++t) {
+    pool.Token(s, t, q + t * pool.qk(), k + t * pool.qk(), v + t * pool.vv(),
+               g + t * pool.gg(), beta + t * pool.bb());
   }
 }
 
@@ -164,23 +197,25 @@ void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
 // With `expect`, the step names the position it follows (token), so a
 // step resent after a failover is never applied twice.
 void FillStep(const InputPool& pool, uint32_t s, const std::string& id,
-              uint64_t token, bool expect, v1::DecodeRequest* request) {
+              uint64_t token, bool expect, bool bytes,
+              v1::DecodeRequest* request) {
   request->set_session_id(id);
   if (expect) {
     request->set_expected_position(token);
   } else {
     request->clear_expected_position();
   }
-  request->mutable_q()->Resize(static_cast<int>(pool.qk()), 0.0f);
-  request->mutable_k()->Resize(static_cast<int>(pool.qk()), 0.0f);
-  request->mutable_v()->Resize(static_cast<int>(pool.vv()), 0.0f);
-  request->mutable_g()->Resize(static_cast<int>(pool.gg()), 0.0f);
-  request->mutable_beta()->Resize(static_cast<int>(pool.bb()), 0.0f);
-  pool.Token(s, token, request->mutable_q()->mutable_data(),
-             request->mutable_k()->mutable_data(),
-             request->mutable_v()->mutable_data(),
-             request->mutable_g()->mutable_data(),
-             request->mutable_beta()->mutable_data());
+  pool.Token(s, token,
+             TensorRoom(bytes, pool.qk(), request->mutable_q(),
+                        request->mutable_q_bytes()),
+             TensorRoom(bytes, pool.qk(), request->mutable_k(),
+                        request->mutable_k_bytes()),
+             TensorRoom(bytes, pool.vv(), request->mutable_v(),
+                        request->mutable_v_bytes()),
+             TensorRoom(bytes, pool.gg(), request->mutable_g(),
+                        request->mutable_g_bytes()),
+             TensorRoom(bytes, pool.bb(), request->mutable_beta(),
+                        request->mutable_beta_bytes()));
 }
 
 struct SessionRecord {
@@ -309,7 +344,8 @@ class LoadRun {
         const uint32_t s = first_ + i;
         SessionRecord& rec = run_->records_[s];
         if (s < run_->verify_) {
-          const auto& out = Response(i).output();
+          const std::span<const float> out =
+              TensorOf(Response(i).output(), Response(i).output_bytes());
           rec.outputs.insert(rec.outputs.end(), out.begin(), out.end());
         }
         ++rec.steps_done;
@@ -441,7 +477,8 @@ class LoadRun {
           step = &request_;
         }
         FillStep(run_->pool_, run_->records_[first_ + i].index,
-                 run_->records_[first_ + i].id, token, run_->o_.failover, step);
+                 run_->records_[first_ + i].id, token, run_->o_.failover,
+                 run_->o_.tensors_as_bytes, step);
       }
       this->StartWrite(&request_);
     }

@@ -70,6 +70,9 @@ struct LoadOptions {
   // With session_prefix: run only sessions <prefix>-i for these i (with
   // their own inputs), not 0 … sessions−1.
   std::vector<uint32_t> only;
+  // Tensors as packed little-endian float32 bytes (q_bytes, … and the
+  // responses' output_bytes) rather than repeated floats.
+  bool tensors_as_bytes = true;
   // How to reach `server`: TLS, a client certificate, an API key
   // (clients/common/connection.h).
   ConnectionOptions connection;

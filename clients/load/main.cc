@@ -58,6 +58,12 @@ int main(int argc, char** argv) {
                  "sessions per DecodeBatch message (0 or 1 = one Decode "
                  "stream per session)")
       ->capture_default_str();
+  std::string tensors = "bytes";
+  app.add_option("--tensors", tensors,
+                 "bytes: q, k, v, gates and outputs as packed little-endian "
+                 "float32 (q_bytes, …); floats: as repeated float fields")
+      ->check(CLI::IsMember({"bytes", "floats"}))
+      ->capture_default_str();
   app.add_option("--rate", o.rate,
                  "open loop: total steps/s (0 = closed loop); the summary "
                  "says when the run fell short of it")
@@ -110,6 +116,7 @@ int main(int argc, char** argv) {
     std::cerr << "linattn-load: error: " << s.message() << "\n";
     return 2;
   }
+  o.tensors_as_bytes = tensors == "bytes";
   if (!o.only.empty()) o.sessions = static_cast<uint32_t>(o.only.size());
   if (check) {
     auto result = linattn::CheckLedger(o);

@@ -374,6 +374,162 @@ TEST_F(AttentionServiceTest, DecodeBatchErrorsChangeNoSession) {
   }
 }
 
+// Floats as packed little-endian float32 bytes, as a client writes them.
+std::string Packed(const float* data, uint64_t n) {
+  return std::string(reinterpret_cast<const char*>(data), n * sizeof(float));
+}
+std::vector<float> Unpacked(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+// Tensors as bytes: the same session history sent as q_bytes/k_bytes/
+// v_bytes (Prefill, Decode, DecodeBatch; one tensor per form mixed in too)
+// gives the same bits as the repeated floats, and the answer comes as
+// output_bytes/denominator_bytes exactly when q came as bytes.
+TEST_F(AttentionServiceTest, TensorsAsBytesGiveTheSameBits) {
+  const v1::Session floats = Create(*stub_, ProtoSpec(4, 16, 8));
+  const v1::Session bytes = Create(*stub_, ProtoSpec(4, 16, 8));
+  const AttentionSpec spec = CoreSpec(floats);
+  constexpr uint64_t kPrefix = 40, kSteps = 6;
+  const testing::Tokens data = testing::RandomTokens(spec, kPrefix + kSteps, 9);
+  const uint64_t qk = 4 * 16, vv = 4 * 8;
+
+  v1::PrefillResponse by_floats, by_bytes;
+  {
+    grpc::ClientContext ctx;
+    v1::PrefillRequest req;
+    req.set_session_id(floats.session_id());
+    req.set_tokens(kPrefix);
+    req.mutable_q()->Add(data.q.begin(), data.q.begin() + kPrefix * qk);
+    req.mutable_k()->Add(data.k.begin(), data.k.begin() + kPrefix * qk);
+    req.mutable_v()->Add(data.v.begin(), data.v.begin() + kPrefix * vv);
+    ASSERT_TRUE(stub_->Prefill(&ctx, req, &by_floats).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::PrefillRequest req;
+    req.set_session_id(bytes.session_id());
+    req.set_tokens(kPrefix);
+    req.set_q_bytes(Packed(data.q.data(), kPrefix * qk));
+    req.set_k_bytes(Packed(data.k.data(), kPrefix * qk));
+    req.mutable_v()->Add(data.v.begin(), data.v.begin() + kPrefix * vv);
+    ASSERT_TRUE(stub_->Prefill(&ctx, req, &by_bytes).ok());
+  }
+  EXPECT_TRUE(by_bytes.output().empty());
+  EXPECT_TRUE(by_bytes.denominator().empty());
+  EXPECT_EQ(by_floats.output_bytes(), "");
+  EXPECT_TRUE(SameBits(Unpacked(by_bytes.output_bytes()),
+                       {by_floats.output().begin(), by_floats.output().end()}));
+  EXPECT_TRUE(SameBits(
+      Unpacked(by_bytes.denominator_bytes()),
+      {by_floats.denominator().begin(), by_floats.denominator().end()}));
+  EXPECT_TRUE(
+      std::equal(by_bytes.available().begin(), by_bytes.available().end(),
+                 by_floats.available().begin(), by_floats.available().end()));
+
+  // Decode: one step each way, then a DecodeBatch of both sessions.
+  StreamResult reference =
+      DecodeStream(*stub_, floats.session_id(), data, spec, kPrefix, 1);
+  ASSERT_TRUE(reference.status.ok());
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Decode(&ctx);
+    v1::DecodeRequest step = StepOf(bytes.session_id(), data, spec, kPrefix);
+    step.set_q_bytes(Packed(step.q().data(), step.q_size()));
+    step.clear_q();
+    step.set_v_bytes(Packed(step.v().data(), step.v_size()));
+    step.clear_v();
+    ASSERT_TRUE(stream->Write(step));
+    v1::DecodeResponse resp;
+    ASSERT_TRUE(stream->Read(&resp));
+    EXPECT_TRUE(resp.output().empty());
+    EXPECT_TRUE(SameBits(Unpacked(resp.output_bytes()), reference.output));
+    stream->WritesDone();
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->DecodeBatch(&ctx);
+    v1::DecodeBatchRequest batch;
+    *batch.add_steps() = StepOf(floats.session_id(), data, spec, kPrefix + 1);
+    v1::DecodeRequest* b = batch.add_steps();
+    *b = StepOf(bytes.session_id(), data, spec, kPrefix + 1);
+    b->set_q_bytes(Packed(b->q().data(), b->q_size()));
+    b->clear_q();
+    b->set_k_bytes(Packed(b->k().data(), b->k_size()));
+    b->clear_k();
+    b->set_v_bytes(Packed(b->v().data(), b->v_size()));
+    b->clear_v();
+    ASSERT_TRUE(stream->Write(batch));
+    v1::DecodeBatchResponse resp;
+    ASSERT_TRUE(stream->Read(&resp));
+    ASSERT_EQ(resp.steps_size(), 2);
+    EXPECT_FALSE(resp.steps(0).output().empty());
+    EXPECT_TRUE(resp.steps(1).output().empty());
+    EXPECT_TRUE(SameBits(
+        Unpacked(resp.steps(1).output_bytes()),
+        {resp.steps(0).output().begin(), resp.steps(0).output().end()}));
+    EXPECT_TRUE(SameBits(Unpacked(resp.steps(1).denominator_bytes()),
+                         {resp.steps(0).denominator().begin(),
+                          resp.steps(0).denominator().end()}));
+    stream->WritesDone();
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+  const v1::InspectResponse a = Inspect(*stub_, floats.session_id());
+  const v1::InspectResponse c = Inspect(*stub_, bytes.session_id());
+  EXPECT_EQ(c.position(), kPrefix + 2);
+  EXPECT_TRUE(
+      SameBits({a.s().begin(), a.s().end()}, {c.s().begin(), c.s().end()}));
+  EXPECT_TRUE(
+      SameBits({a.z().begin(), a.z().end()}, {c.z().begin(), c.z().end()}));
+}
+
+// Bytes tensors are checked like repeated ones, naming the field, and a
+// refused request changes nothing: a length that is not the tensor's, a
+// tensor given in both forms, and a gate the rule does not take.
+TEST_F(AttentionServiceTest, BadBytesTensorsAreRefusedNamingTheField) {
+  const v1::Session session = Create(*stub_, ProtoSpec(2, 8, 4));
+  const AttentionSpec spec = CoreSpec(session);
+  const testing::Tokens data = testing::RandomTokens(spec, 3, 4);
+  auto prefill = [&](const std::function<void(v1::PrefillRequest&)>& edit) {
+    grpc::ClientContext ctx;
+    v1::PrefillRequest req;
+    req.set_session_id(session.session_id());
+    req.set_tokens(3);
+    req.set_q_bytes(Packed(data.q.data(), 3 * 16));
+    req.set_k_bytes(Packed(data.k.data(), 3 * 16));
+    req.set_v_bytes(Packed(data.v.data(), 3 * 8));
+    edit(req);
+    v1::PrefillResponse resp;
+    return stub_->Prefill(&ctx, req, &resp);
+  };
+  const v1::InspectResponse before = Inspect(*stub_, session.session_id());
+  grpc::Status s =
+      prefill([](v1::PrefillRequest& r) { r.mutable_k_bytes()->pop_back(); });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("k_bytes: expected 192 bytes (48 float32 values"));
+  s = prefill([&](v1::PrefillRequest& r) {
+    r.mutable_q()->Add(data.q.begin(), data.q.begin() + 3 * 16);
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("q, q_bytes: one tensor given twice"));
+  s = prefill([](v1::PrefillRequest& r) {
+    r.set_g_bytes(std::string(3 * 2 * sizeof(float), '\0'));
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("g_bytes: rule linear takes no"));
+  const v1::InspectResponse after = Inspect(*stub_, session.session_id());
+  EXPECT_EQ(after.position(), before.position());
+  EXPECT_TRUE(SameBits({before.s().begin(), before.s().end()},
+                       {after.s().begin(), after.s().end()}));
+  EXPECT_TRUE(prefill([](v1::PrefillRequest&) {}).ok());
+  EXPECT_EQ(Inspect(*stub_, session.session_id()).position(), 3u);
+}
+
 TEST_F(AttentionServiceTest, PrefillThenDecodeEqualsDecodeAlone) {
   const v1::Session a = Create(*stub_, ProtoSpec(4, 16, 16));
   const v1::Session b = Create(*stub_, ProtoSpec(4, 16, 16));

@@ -66,25 +66,22 @@ class SessionHandle:
             self._deleted = True
 
 
-def _varint(n):
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def set_floats(message, field, values):
-    """message.field = values (a float32 array), as one packed field: a copy
-    of the array's bytes rather than one Python float per element."""
+def set_tensor(message, field, values):
+    """values (a float32 array) into the bytes form of a request's tensor,
+    message.<field>_bytes: packed little-endian float32, one copy of the
+    array's bytes (the server then answers with output_bytes)."""
     values = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
-    number = message.DESCRIPTOR.fields_by_name[field].number
-    data = values.tobytes()
-    message.MergeFromString(_varint(number << 3 | 2) + _varint(len(data)) + data)
+    setattr(message, field + "_bytes", values.tobytes())
+
+
+def tensor(message, field, shape):
+    """A response tensor as a float32 array of `shape`, from
+    message.<field>_bytes when the server answered in bytes, else from the
+    repeated field."""
+    packed = getattr(message, field + "_bytes")
+    if packed:
+        return np.frombuffer(packed, dtype="<f4").astype(np.float32).reshape(shape)
+    return floats(getattr(message, field), shape)
 
 
 def floats(container, shape):

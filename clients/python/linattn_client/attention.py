@@ -183,8 +183,8 @@ def _rule_inputs(spec, tokens, single, g, beta):
 
 def _output(spec, tokens, resp, single):
     H, dv = spec.num_heads, spec.value_dim
-    out = AttentionOutput(output=_rpc.floats(resp.output, (tokens, H, dv)),
-                          denominator=_rpc.floats(resp.denominator, (tokens, H)),
+    out = AttentionOutput(output=_rpc.tensor(resp, "output", (tokens, H, dv)),
+                          denominator=_rpc.tensor(resp, "denominator", (tokens, H)),
                           available=_rpc.bools(resp.available, (tokens, H)),
                           position=resp.position)
     if single:
@@ -194,13 +194,13 @@ def _output(spec, tokens, resp, single):
 
 def _decode_request(session_id, q, k, v, expected_position=None, g=None, beta=None):
     req = pb.DecodeRequest(session_id=session_id)
-    _rpc.set_floats(req, "q", q)
-    _rpc.set_floats(req, "k", k)
-    _rpc.set_floats(req, "v", v)
+    _rpc.set_tensor(req, "q", q)
+    _rpc.set_tensor(req, "k", k)
+    _rpc.set_tensor(req, "v", v)
     if g is not None:
-        _rpc.set_floats(req, "g", g)
+        _rpc.set_tensor(req, "g", g)
     if beta is not None:
-        _rpc.set_floats(req, "beta", beta)
+        _rpc.set_tensor(req, "beta", beta)
     if expected_position is not None:
         req.expected_position = expected_position
     return req
@@ -276,13 +276,13 @@ class Session(_rpc.SessionHandle):
         q, k, v, single = _inputs(self.spec, q, k, v)
         g, beta = _rule_inputs(self.spec, q.shape[0], single, g, beta)
         req = pb.PrefillRequest(session_id=self.id, tokens=q.shape[0])
-        _rpc.set_floats(req, "q", q)
-        _rpc.set_floats(req, "k", k)
-        _rpc.set_floats(req, "v", v)
+        _rpc.set_tensor(req, "q", q)
+        _rpc.set_tensor(req, "k", k)
+        _rpc.set_tensor(req, "v", v)
         if g is not None:
-            _rpc.set_floats(req, "g", g)
+            _rpc.set_tensor(req, "g", g)
         if beta is not None:
-            _rpc.set_floats(req, "beta", beta)
+            _rpc.set_tensor(req, "beta", beta)
         resp = self._call(self._stub.Prefill, req)
         self.position = resp.position
         return _output(self.spec, q.shape[0], resp, single)
@@ -373,8 +373,8 @@ class Decoder:
                 self._end()
                 raise errors.error(grpc.StatusCode.UNKNOWN,
                                    "the Decode stream ended before answering every token") from None
-            output[t] = _rpc.floats(resp.output, (H, dv))
-            denominator[t] = _rpc.floats(resp.denominator, (H,))
+            output[t] = _rpc.tensor(resp, "output", (H, dv))
+            denominator[t] = _rpc.tensor(resp, "denominator", (H,))
             available[t] = _rpc.bools(resp.available, (H,))
             session.position = resp.position
         if single:
