@@ -29,10 +29,6 @@
 
 namespace linattn {
 
-namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
 const char* CodeName(grpc::StatusCode code) {
   static const char* kNames[] = {"OK",
                                  "CANCELLED",
@@ -54,6 +50,10 @@ const char* CodeName(grpc::StatusCode code) {
   const int i = static_cast<int>(code);
   return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
 }
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
 
 // The inputs of every (session, token): rows of a pool of random tokens
 // (uniform in [-1, 1], from the seed), row chosen by a hash of (session,

@@ -13,6 +13,8 @@
 #ifndef LINATTN_CLIENTS_LOAD_LOAD_H_
 #define LINATTN_CLIENTS_LOAD_LOAD_H_
 
+#include <grpcpp/support/status.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -132,6 +134,9 @@ uint32_t Streams(const LoadOptions& options);
 
 // True for 127.0.0.0/8, localhost and [::1] addresses.
 bool IsLoopbackAddress(const std::string& address);
+
+// A gRPC status code's name ("UNAVAILABLE"), as summaries count errors.
+const char* CodeName(grpc::StatusCode code);
 
 }  // namespace linattn
 

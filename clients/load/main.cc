@@ -10,6 +10,7 @@
 
 #include "CLI/CLI.hpp"
 #include "clients/common/connection.h"
+#include "clients/load/generation_load.h"
 #include "clients/load/load.h"
 #include "core/util/flag_checks.h"
 #include "core/util/openmp_spin.h"
@@ -20,7 +21,16 @@ int main(int argc, char** argv) {
   CLI::App app{"linattn-load: session-aware load generator for linattn-server"};
   app.set_version_flag("--version", "linattn-load " LINATTN_VERSION);
   linattn::LoadOptions o;
+  linattn::GenerationLoadOptions g;
+  std::string service = "attention";
   bool json = false;
+  app.add_option("--service", service,
+                 "attention: AttentionService sessions (Decode, DecodeBatch, "
+                 "Prefill); generation: GenerationService model sessions "
+                 "holding conversations (Append a user turn, Generate a "
+                 "reply, repeat)")
+      ->check(CLI::IsMember({"attention", "generation"}))
+      ->capture_default_str();
   app.add_option(
          "--server", o.server,
          "host:port (loopback unless --allow-non-loopback), or unix:PATH")
@@ -57,6 +67,31 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch,
                  "sessions per DecodeBatch message (0 or 1 = one Decode "
                  "stream per session)")
+      ->capture_default_str();
+  auto* gen = app.add_option_group(
+      "Generation",
+      "with --service generation (--sessions, --concurrency, "
+      "--rate in turns/s, --duration, --verify and --seed too)");
+  gen->add_option("--model", g.model,
+                  "the served model (as ListModels names it; default: the "
+                  "server's first)");
+  gen->add_option("--turns", g.turns, "turns per session")
+      ->capture_default_str();
+  gen->add_option("--turn-tokens", g.turn_tokens,
+                  "user token ids appended per turn (seeded)")
+      ->capture_default_str();
+  gen->add_option("--reply-tokens", g.reply_tokens, "max_tokens of each reply")
+      ->capture_default_str();
+  gen->add_option("--temperature", g.temperature,
+                  "0 = greedy (verifiable); above 0 samples (then --verify 0)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  gen->add_option("--verify-model", g.verify_model_dir,
+                  "the served model's directory, to replay --verify greedy "
+                  "sessions in this process");
+  gen->add_option("--tie", g.tie,
+                  "a server token within this many nats of the local "
+                  "maximum logit passes verification")
       ->capture_default_str();
   std::string tensors = "bytes";
   app.add_option("--tensors", tensors,
@@ -117,6 +152,36 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.tensors_as_bytes = tensors == "bytes";
+  if (service == "generation") {
+    if (!linattn::IsLoopbackAddress(o.server) && !o.allow_non_loopback) {
+      std::cerr << "linattn-load: error: --server: " << o.server
+                << " is not a loopback address (--allow-non-loopback)\n";
+      return 2;
+    }
+    g.server = o.server;
+    g.sessions = o.sessions;
+    g.concurrency = o.concurrency;
+    g.rate = o.rate;
+    g.duration_s = o.duration_s;
+    g.seed = o.seed;
+    g.connection = o.connection;
+    if (app.count("--verify") > 0 || g.verify_model_dir.empty()) {
+      g.verify = app.count("--verify") > 0 ? o.verify : 0;
+    }
+    auto summary = linattn::RunGenerationLoad(g);
+    if (!summary.ok()) {
+      std::cerr << "linattn-load: error: " << summary.status().message()
+                << "\n";
+      return 2;
+    }
+    const nlohmann::json j = linattn::GenerationSummaryJson(*summary, g);
+    std::cout << (json ? j.dump() : j.dump(2)) << "\n";
+    if (!summary->first_mismatch.empty()) {
+      std::cerr << "linattn-load: mismatch: " << summary->first_mismatch
+                << "\n";
+    }
+    return summary->ok() ? 0 : 1;
+  }
   if (!o.only.empty()) o.sessions = static_cast<uint32_t>(o.only.size());
   if (check) {
     auto result = linattn::CheckLedger(o);

@@ -13,13 +13,16 @@
 #include "clients/cli/explain.h"
 #include "clients/cli/npy.h"
 #include "clients/cli/remote.h"
+#include "clients/load/generation_load.h"
 #include "clients/load/load.h"
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
+#include "linattn/v1/generation.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/attention/rule_bounds.h"
 #include "tests/attention/test_util.h"
 #include "tests/integration/server_process.h"
+#include "tests/model/test_model.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -319,6 +322,68 @@ TEST(CliLoadCleanupTest, ARunThatFailsPartwayLeavesNoSessions) {
   grpc::ClientContext ctx;
   v1::ListSessionsResponse list;
   ASSERT_TRUE(remote.stub().ListSessions(&ctx, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 0);
+}
+
+// linattn-load --service generation: multi-turn model sessions, every
+// reply of every session counted, greedy sessions replayed in process. The
+// replay passes against the served model and finds the sessions of another
+// model of the same shape; open loop and sampling run too.
+TEST(GenerationLoadTest, ConversationsRunAndVerifyAgainstTheServedModel) {
+  testing::TempDir dir;
+  const nlohmann::json config = testing::SmallConfig();
+  const std::string served = dir.Path("served"), other = dir.Path("other");
+  testing::WriteRandomModel(served, config, 11);
+  testing::WriteRandomModel(other, config, 12);
+  auto server = testing::ServerProcess::Start({"--model", served});
+  ASSERT_NE(server, nullptr);
+
+  GenerationLoadOptions o;
+  o.server = server->address();
+  o.sessions = 6;
+  o.turns = 3;
+  o.turn_tokens = 5;
+  o.reply_tokens = 12;
+  o.verify = 6;
+  o.verify_model_dir = served;
+  auto summary = RunGenerationLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok()) << summary->first_mismatch;
+  EXPECT_EQ(summary->turns, 6u * 3u);
+  // The small model has no EOS: every reply runs to max_tokens.
+  EXPECT_EQ(summary->generated_tokens, 6u * 3u * 12u);
+  EXPECT_EQ(summary->verified_sessions, 6u);
+  EXPECT_GT(summary->tokens_per_second, 0.0);
+  EXPECT_GT(summary->ttft_p50_ms, 0.0);
+  EXPECT_GE(summary->ttft_p99_ms, summary->ttft_p50_ms);
+  EXPECT_GE(summary->tbt_p99_ms, summary->tbt_p50_ms);
+
+  o.verify_model_dir = other;
+  summary = RunGenerationLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->verified_sessions, 6u);
+  EXPECT_GT(summary->mismatched_sessions, 0u);
+  EXPECT_THAT(summary->first_mismatch, HasSubstr("the server chose"));
+
+  GenerationLoadOptions open = o;
+  open.verify = 0;
+  open.temperature = 0.8f;
+  open.rate = 100;  // turns/s over all sessions
+  summary = RunGenerationLoad(open);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok());
+  EXPECT_EQ(summary->turns, 6u * 3u);
+  EXPECT_EQ(GenerationSummaryJson(*summary, open)["mode"].get<std::string>(),
+            "open");
+
+  // Sampled sessions cannot be verified; the sessions of every run are gone.
+  open.verify = 2;
+  EXPECT_EQ(RunGenerationLoad(open).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto generation = v1::GenerationService::NewStub(server->Channel());
+  grpc::ClientContext ctx;
+  v1::ListModelSessionsResponse list;
+  ASSERT_TRUE(generation->ListSessions(&ctx, {}, &list).ok());
   EXPECT_EQ(list.sessions_size(), 0);
 }
 
