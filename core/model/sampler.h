@@ -127,6 +127,7 @@ class Sampler {
   std::unordered_map<int32_t, uint32_t> window_counts_;
   std::unordered_map<int32_t, uint32_t> generated_counts_;
   std::vector<float> penalized_;
+  std::vector<float> exps_;  // SampleFrom's exp(l − max), reused
 };
 
 }  // namespace linattn

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/scheduler/iteration_planner.h"
 #include "core/session/snapshot.h"
+#include "core/util/parallel_for.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -831,20 +832,27 @@ bool GenerationEngine::RunOnce() {
                           : executor_->max_threads());
   std::map<const Model*, absl::Status> results;
   for (auto& [model, rows] : batch.rows) {
+    // Generated token j of a paced Generate is about to join its state
+    // (Job::rollback): the state before it is kept, copied by the whole
+    // team (a batch of them is megabytes).
+    // (A named reference: clang cannot capture a structured binding.)
+    const auto& group = rows;
+    ParallelFor(group.size(), group.size() > 1, [&](uint64_t i) {
+      Job& job = *group[i].job;
+      if (job.kind == Job::Kind::kGenerate && job.control->paced() &&
+          job.completion_tokens > 0) {
+        const uint64_t j = job.completion_tokens;
+        Job::Rollback& slot = job.rollback[j % 2];
+        slot.state.CopyFrom(group[i].queue->session->state());
+        slot.token = job.feed[0];
+        slot.index = j;
+      }
+    });
     std::vector<ForwardItem> items;
     items.reserve(rows.size());
     for (const Row& r : rows) {
       Job& job = *r.job;
       ModelSession& s = *r.queue->session;
-      if (job.kind == Job::Kind::kGenerate && job.control->paced() &&
-          job.completion_tokens > 0) {
-        // Generated token j is about to join the state (Job::rollback).
-        const uint64_t j = job.completion_tokens;
-        Job::Rollback& slot = job.rollback[j % 2];
-        slot.state.CopyFrom(s.state());
-        slot.token = job.feed[0];
-        slot.index = j;
-      }
       const bool last = job.fed + job.take == job.feed.size();
       const bool wants = last && job.kind == Job::Kind::kGenerate;
       if (wants) job.logits.resize(model->config().vocab_size);
