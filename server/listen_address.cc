@@ -128,14 +128,20 @@ absl::Status CheckCanListenUnix(const ListenAddress& address,
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   std::memcpy(sa.sun_path, address.unix_path.data(), address.unix_path.size());
-  const bool live =
-      connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) == 0;
+  const int rc =
+      connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
+  const int error = errno;
   close(fd);
-  if (live) {
+  if (rc == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(flag, ": ", address.ToString(),
                      " is already in use (is another linattn-server "
                      "running there?)"));
+  }
+  if (error != ECONNREFUSED) {  // not provably abandoned: left alone
+    return absl::FailedPreconditionError(
+        absl::StrCat(flag, ": cannot tell whether a server listens on ",
+                     address.unix_path, ": ", std::strerror(error)));
   }
   return absl::OkStatus();  // a socket left behind: gRPC replaces it
 }

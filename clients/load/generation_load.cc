@@ -253,8 +253,11 @@ std::string Verify(ForwardRunner& runner, const Model& model,
 
 absl::StatusOr<GenerationLoadSummary> RunGenerationLoad(
     const GenerationLoadOptions& o) {
-  if (o.sessions == 0) {
-    return absl::InvalidArgumentError("--sessions: must be at least 1");
+  if (o.sessions == 0 || o.sessions > kMaxGenerationSessions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sessions: must be in 1..", kMaxGenerationSessions,
+                     " with --service generation (a thread per session "
+                     "at once)"));
   }
   if (o.turns == 0 || o.turn_tokens == 0) {
     return absl::InvalidArgumentError(

@@ -30,6 +30,10 @@
 
 namespace linattn {
 
+// Sessions run on a thread each (gRPC's synchronous API), so a run takes at
+// most this many.
+inline constexpr uint32_t kMaxGenerationSessions = 1024;
+
 struct GenerationLoadOptions {
   std::string server = "127.0.0.1:50051";
   std::string model;  // as ListModels names it; empty = the server's first

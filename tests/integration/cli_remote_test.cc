@@ -380,6 +380,10 @@ TEST(GenerationLoadTest, ConversationsRunAndVerifyAgainstTheServedModel) {
   open.verify = 2;
   EXPECT_EQ(RunGenerationLoad(open).status().code(),
             absl::StatusCode::kInvalidArgument);
+  GenerationLoadOptions many = o;
+  many.sessions = kMaxGenerationSessions + 1;
+  EXPECT_THAT(std::string(RunGenerationLoad(many).status().message()),
+              HasSubstr("--sessions"));
   auto generation = v1::GenerationService::NewStub(server->Channel());
   grpc::ClientContext ctx;
   v1::ListModelSessionsResponse list;
