@@ -1,5 +1,6 @@
 #include "server/attention_service.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <unordered_map>
@@ -64,8 +65,20 @@ absl::Status TensorOf(const char* name, const FloatField& floats,
 template <typename Request>
 absl::StatusOr<SequenceInput> InputOf(const AttentionSpec& spec,
                                       uint64_t tokens, const Request& r) {
-  const uint64_t rows = tokens * spec.num_heads;
+  const uint64_t rows = tokens * spec.num_heads;  // ≤ 2^32 · 2^16
   const uint64_t gates = GatesPerHead(spec);
+  // No message carries more than 2 GiB (protobuf's limit), so a tensor of
+  // more than 2^29 floats cannot have arrived: refusing those first keeps
+  // every size below (floats and their bytes) far from uint64's range.
+  constexpr uint64_t kMaxTensorFloats = uint64_t{1} << 29;
+  const uint64_t widest =
+      std::max<uint64_t>({spec.key_dim, spec.value_dim, gates});
+  if (rows > kMaxTensorFloats / widest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokens: ", tokens, " tokens of ", spec.num_heads, " heads × ", widest,
+        " values are more than any message carries (at most ", kMaxTensorFloats,
+        " floats per tensor)"));
+  }
   auto shape = [&](absl::string_view dim) {
     return absl::StrCat("tokens ", tokens, " × num_heads ", spec.num_heads,
                         dim);

@@ -120,7 +120,9 @@ absl::Status CheckCanListenUnix(const ListenAddress& address,
                      " exists and is not a socket; linattn does not replace "
                      "it"));
   }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a server whose backlog is full answers EAGAIN at once
+  // instead of holding the start.
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     return absl::UnavailableError(
         absl::StrCat(flag, ": socket(): ", std::strerror(errno)));
@@ -132,7 +134,7 @@ absl::Status CheckCanListenUnix(const ListenAddress& address,
       connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
   const int error = errno;
   close(fd);
-  if (rc == 0) {
+  if (rc == 0 || error == EAGAIN) {
     return absl::FailedPreconditionError(
         absl::StrCat(flag, ": ", address.ToString(),
                      " is already in use (is another linattn-server "

@@ -247,6 +247,11 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   grpc::ResourceQuota quota("linattn-server");
   quota.Resize(static_cast<size_t>(options.transport_memory_bytes));
   builder.SetResourceQuota(quota);
+  if (listen.is_unix()) {
+    // Again just before binding: gRPC replaces whatever socket is at the
+    // path, and the first check ran before the models loaded.
+    LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
+  }
   builder.AddListeningPort(listen.ToString(),
                            server->tls_ != nullptr
                                ? server->tls_->GrpcCredentials()
@@ -270,8 +275,14 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   }
   if (listen.is_unix()) {
     server->address_ = listen.ToString();
-    server->unix_path_ = listen.unix_path;
     server->port_ = 0;  // no TCP port (gRPC reports 1 for a unix socket)
+    // The socket file this server made, so that a drain removes only it.
+    struct stat st {};
+    if (lstat(listen.unix_path.c_str(), &st) == 0) {
+      server->unix_path_ = listen.unix_path;
+      server->unix_dev_ = st.st_dev;
+      server->unix_ino_ = st.st_ino;
+    }
   } else {
     server->address_ = absl::StrCat(listen.host, ":", server->port_);
   }
@@ -580,7 +591,8 @@ void LinattnServer::Drain(std::chrono::milliseconds grace) {
     // knows at once that nobody serves there.
     struct stat st {};
     if (!unix_path_.empty() && lstat(unix_path_.c_str(), &st) == 0 &&
-        S_ISSOCK(st.st_mode)) {
+        S_ISSOCK(st.st_mode) && st.st_dev == unix_dev_ &&
+        st.st_ino == unix_ino_) {
       unlink(unix_path_.c_str());
     }
     unix_path_.clear();

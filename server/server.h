@@ -164,7 +164,10 @@ class LinattnServer {
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;
-  std::string unix_path_;  // --listen unix:PATH, removed once drained
+  // --listen unix:PATH: the socket file this server bound (device, inode),
+  // removed once drained if it is still that file.
+  std::string unix_path_;
+  uint64_t unix_dev_ = 0, unix_ino_ = 0;
   std::thread evictor_;
   std::unique_ptr<HaproxyAgent> agent_;       // --haproxy-agent-listen
   std::unique_ptr<HttpFrontend> http_;        // --http-listen

@@ -79,6 +79,7 @@ class GenerationRun {
     for (const SessionLog& log : logs_) {
       if (log.id.empty()) continue;
       grpc::ClientContext ctx;
+      NameSession(ctx, log.id);  // routed to the replica that holds it
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(10));
       v1::DeleteModelSessionRequest req;
@@ -125,11 +126,16 @@ class GenerationRun {
   void Session(uint32_t s) {
     SessionLog& log = logs_[s];
     {
+      // The client names the session, so that a proxy routes its first
+      // call where the later ones go (deploy/README.md).
+      const std::string id = NewSessionId();
       grpc::ClientContext ctx;
+      NameSession(ctx, id);
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(30));
       v1::CreateModelSessionRequest req;
       req.set_model(o_.model);
+      req.set_session_id(id);
       v1::ModelSession session;
       grpc::Status st = stub_->CreateSession(&ctx, req, &session);
       if (!st.ok()) return Error(st.error_code());
@@ -153,8 +159,16 @@ class GenerationRun {
       append.mutable_token_ids()->Add(user.begin(), user.end());
       v1::ModelSession after;
       grpc::Status st = stub_->Append(&append_ctx, append, &after);
+      if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        duration_reached_ = true;  // --duration ended the run: a timed run
+        return;
+      }
       if (!st.ok()) return Error(st.error_code());
       log.user.push_back(std::move(user));
+      // Time to first token counts from the Generate call (closed loop) or
+      // from the turn's scheduled start (open loop, which includes the
+      // Append and any wait for the schedule).
+      const Clock::time_point asked = o_.rate > 0 ? scheduled : Clock::now();
 
       grpc::ClientContext ctx;
       NameSession(ctx, log.id);
@@ -170,13 +184,13 @@ class GenerationRun {
       std::vector<int32_t> reply;
       std::vector<double> gaps;
       double first = -1;
-      Clock::time_point last = scheduled;
+      Clock::time_point last = asked;
       v1::GenerateResponse resp;
       while (stream->Read(&resp)) {
         if (resp.token_id() < 0) continue;  // a last message without a token
         const Clock::time_point now = Clock::now();
         if (first < 0) {
-          first = Millis(now - scheduled);
+          first = Millis(now - asked);
         } else {
           gaps.push_back(Millis(now - last));
         }

@@ -9,7 +9,8 @@
 // sessions, and latencies are measured from each turn's scheduled start.
 //
 // Measured: generated tokens/s over the run, time to first token (from the
-// Generate call, or its scheduled start, to its first token) and time
+// Generate call, or in the open loop from the turn's scheduled start, which
+// includes its Append, to its first token) and time
 // between tokens (p50/p90/p99), errors by code. With a model directory,
 // `verify` sessions are replayed in this process (ForwardRunner, one
 // session at a time, fed the server's tokens): every greedy token the

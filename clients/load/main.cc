@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   gen->add_option("--verify-model", g.verify_model_dir,
-                  "the served model's directory, to replay --verify greedy "
-                  "sessions in this process");
+                  "the served model's directory, to replay greedy sessions in "
+                  "this process (--verify of them; 4 unless given)");
   gen->add_option("--tie", g.tie,
                   "a server token within this many nats of the local "
                   "maximum logit passes verification")

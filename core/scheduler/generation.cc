@@ -837,10 +837,15 @@ bool GenerationEngine::RunOnce() {
     // team (a batch of them is megabytes).
     // (A named reference: clang cannot capture a structured binding.)
     const auto& group = rows;
-    ParallelFor(group.size(), group.size() > 1, [&](uint64_t i) {
+    auto needs_copy = [](const Job& job) {
+      return job.kind == Job::Kind::kGenerate && job.control->paced() &&
+             job.completion_tokens > 0;
+    };
+    uint64_t copies = 0;
+    for (const Row& r : group) copies += needs_copy(*r.job);
+    ParallelFor(group.size(), copies > 1, [&](uint64_t i) {
       Job& job = *group[i].job;
-      if (job.kind == Job::Kind::kGenerate && job.control->paced() &&
-          job.completion_tokens > 0) {
+      if (needs_copy(job)) {
         const uint64_t j = job.completion_tokens;
         Job::Rollback& slot = job.rollback[j % 2];
         slot.state.CopyFrom(group[i].queue->session->state());

@@ -522,6 +522,15 @@ TEST_F(AttentionServiceTest, BadBytesTensorsAreRefusedNamingTheField) {
   });
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("g_bytes: rule linear takes no"));
+  // A token count whose tensors no message could carry is refused before
+  // any size is computed from it (4 bytes of q would otherwise pass a
+  // wrapped-around length check).
+  s = prefill([](v1::PrefillRequest& r) {
+    r.set_tokens(4294967295u);
+    r.set_q_bytes(std::string(4, '\0'));
+  });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("tokens: 4294967295 tokens"));
   const v1::InspectResponse after = Inspect(*stub_, session.session_id());
   EXPECT_EQ(after.position(), before.position());
   EXPECT_TRUE(SameBits({before.s().begin(), before.s().end()},
