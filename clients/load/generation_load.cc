@@ -123,6 +123,13 @@ class GenerationRun {
                         std::chrono::duration<double>(at));
   }
 
+  // A call of session `id`: routed by its id, bounded by the run's end.
+  void ForSession(grpc::ClientContext& ctx, const std::string& id) const {
+    NameSession(ctx, id);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     (deadline_ - Clock::now()));
+  }
+
   void Session(uint32_t s) {
     SessionLog& log = logs_[s];
     {
@@ -151,9 +158,7 @@ class GenerationRun {
       std::vector<int32_t> user =
           UserTurn(o_.seed, s, turn, o_.turn_tokens, vocab_);
       grpc::ClientContext append_ctx;
-      NameSession(append_ctx, log.id);
-      append_ctx.set_deadline(std::chrono::system_clock::now() +
-                              (deadline_ - Clock::now()));
+      ForSession(append_ctx, log.id);
       v1::AppendRequest append;
       append.set_session_id(log.id);
       append.mutable_token_ids()->Add(user.begin(), user.end());
@@ -171,9 +176,7 @@ class GenerationRun {
       const Clock::time_point asked = o_.rate > 0 ? scheduled : Clock::now();
 
       grpc::ClientContext ctx;
-      NameSession(ctx, log.id);
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       (deadline_ - Clock::now()));
+      ForSession(ctx, log.id);
       v1::GenerateRequest req;
       req.set_session_id(log.id);
       v1::SamplingParams& sampling = *req.mutable_sampling();

@@ -346,7 +346,13 @@ class LoadRun {
         if (s < run_->verify_) {
           const std::span<const float> out =
               TensorOf(Response(i).output(), Response(i).output_bytes());
-          rec.outputs.insert(rec.outputs.end(), out.begin(), out.end());
+          if (out.size() == run_->pool_.vv()) {
+            rec.outputs.insert(rec.outputs.end(), out.begin(), out.end());
+          } else {
+            // Not one step's output: the verifier, which compares
+            // rec.outputs with its own, must never read past them.
+            run_->RecordError(grpc::StatusCode::DATA_LOSS);
+          }
         }
         ++rec.steps_done;
         run_->RecordStep(latency);
