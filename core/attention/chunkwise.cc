@@ -1,9 +1,13 @@
 #include "core/attention/chunkwise.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
@@ -30,8 +34,14 @@ struct ChunkwiseRunner::Stream {
   bool decays = false;        // γ != 1
   float rescale = 1.0f;       // FAVOR+: e^{old shift − new shift} this round
   float shift = 0.0f;         // FAVOR+: key log-scale this round
-  uint32_t first_job = 0;     // this round's jobs: [first_job, first_job+jobs)
+  // This round's jobs: chunk c of the stream is job first_job + c·job_stride
+  // (the jobs of one gather unit, all heads of an item's chunk, are
+  // consecutive, so a unit's products are one batched call).
+  uint32_t first_job = 0;
   uint32_t jobs = 0;
+  uint32_t job_stride = 1;
+
+  uint32_t job(uint32_t chunk) const { return first_job + chunk * job_stride; }
 };
 
 // One chunk of one stream.
@@ -50,8 +60,13 @@ absl::Status ChunkwiseRunner::Run(const Attention& attention,
   return Run({&item, 1});
 }
 
-absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
-                                   const float* a, const float* b, float* c) {
+namespace {
+
+// `batch` products of `shape` as primitives of power-of-two batch (so that
+// few shapes are cached). Thread-safe; inside a parallel region oneDNN runs
+// each on the calling thread.
+absl::Status BatchedPieces(MatmulShape shape, int64_t batch, const float* a,
+                           const float* b, float* c) {
   const int64_t a_stride = shape.m * shape.k;
   const int64_t b_stride = shape.k * shape.n;
   const int64_t c_stride = shape.m * shape.n;
@@ -62,9 +77,18 @@ absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
     shape.batch = piece;
     LINATTN_RETURN_IF_ERROR(BatchedMatmul(
         shape, a + done * a_stride, b + done * b_stride, c + done * c_stride));
-    last_flops_ += shape.Flops();
     done += piece;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
+                                   const float* a, const float* b, float* c) {
+  LINATTN_RETURN_IF_ERROR(BatchedPieces(shape, batch, a, b, c));
+  shape.batch = batch;
+  last_flops_ += shape.Flops();
   return absl::OkStatus();
 }
 
@@ -72,6 +96,8 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
                                   PrefillCommit mode,
                                   std::span<absl::Status> refused) {
   last_flops_ = 0;
+  last_fused_rounds_ = 0;
+  last_rounds_ = 0;
   if (options_.chunk_size == 0 || options_.chunk_size > kMaxChunk) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk_size: must be in [1, ", kMaxChunk, "], got ",
@@ -230,8 +256,18 @@ struct ChunkwiseRunner::Round {
   RowView<float> den;   // (jobs, C)   denominators
   RowView<float> qlog;  // (jobs, C)   FAVOR+ query log-scales
 
+  uint32_t max_heads = 0;  // the most heads of an item in this round
   int64_t n_jobs() const { return static_cast<int64_t>(jobs.size()); }
   const PrefillItem& item_of(const Stream& st) const { return items[st.item]; }
+};
+
+// A unit's keys (and decayed keys; the same blocks without decay), values
+// and scores: one block per head, consecutive, (C, d_φ), (C, d_v), (C, C).
+struct ChunkwiseRunner::UnitBlocks {
+  float* k = nullptr;
+  float* kd = nullptr;
+  float* v = nullptr;
+  float* a = nullptr;
 };
 
 namespace {
@@ -255,28 +291,128 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
   r.d_phi = items[members[0]].attention->feature_dim();
   r.d_v = items[members[0]].attention->value_dim();
   PlanStreams(r, members);
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   while (PlanChunks(r, non_finite)) {
     MapWorkspaces(r);
-    GatherAndMap(r, non_finite);
-    if (stop_at_non_finite) {
-      for (uint32_t i : members) {
-        if (non_finite[i]) return absl::OkStatus();  // Run names it
+    unit_bad_.assign(r.units.size(), 0);
+    // With two units or more per thread, the round is one parallel region
+    // in which each thread takes its units through every pass; with fewer,
+    // or FAVOR+ keys (whose shift needs the whole round gathered first), the
+    // passes run one after another, each spread over the team (the products
+    // through oneDNN's own threads).
+    ++last_rounds_;
+    if (!r.any_favor && threads > 1 &&
+        r.units.size() >= 2 * static_cast<size_t>(threads) &&
+        r.jobs.size() >= uint64_t{r.max_heads} * threads) {
+      ++last_fused_rounds_;
+      LINATTN_RETURN_IF_ERROR(FusedRound(r, threads));
+      MarkNonFinite(r, non_finite);
+      if (stop_at_non_finite) {
+        for (uint32_t i : members) {
+          if (non_finite[i]) return absl::OkStatus();  // Run names it
+        }
       }
+    } else {
+      const int64_t n_units = static_cast<int64_t>(r.units.size());
+#pragma omp parallel for schedule(static)
+      for (int64_t u = 0; u < n_units; ++u) {
+        GatherUnit(
+            r, u,
+            RoundBlocks(r, r.streams[r.units[u].first].job(r.units[u].second)));
+      }
+      MarkNonFinite(r, non_finite);
+      if (stop_at_non_finite) {
+        for (uint32_t i : members) {
+          if (non_finite[i]) return absl::OkStatus();  // Run names it
+        }
+      }
+      if (r.any_favor) {
+        ShiftFavorKeys(r);
+        const int64_t n_jobs = r.n_jobs();
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < n_jobs; ++j) {
+          FavorKeys(r, static_cast<uint32_t>(j));
+        }
+      }
+      LINATTN_RETURN_IF_ERROR(IntraChunkProducts(r));
+      const int64_t n_streams = static_cast<int64_t>(r.streams.size());
+#pragma omp parallel for schedule(dynamic)
+      for (int64_t si = 0; si < n_streams; ++si) ScanStream(r, si);
+      LINATTN_RETURN_IF_ERROR(InterChunk(r));
+      LINATTN_RETURN_IF_ERROR(AddIntraChunkValues(r));
+#pragma omp parallel for schedule(static)
+      for (int64_t u = 0; u < n_units; ++u) ReadOutUnit(r, u);
     }
-    if (r.any_favor) ShiftFavorKeys(r);
-    LINATTN_RETURN_IF_ERROR(IntraChunkProducts(r));
-    Scan(r);
-    LINATTN_RETURN_IF_ERROR(InterChunk(r));
-    LINATTN_RETURN_IF_ERROR(AddIntraChunkValues(r));
-    ReadOut(r);
     for (Stream& st : r.streams) {
-      for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
-        st.done += r.jobs[j].len;
-      }
+      for (uint32_t c = 0; c < st.jobs; ++c) st.done += r.jobs[st.job(c)].len;
       st.rescale = 1.0f;
     }
   }
   return absl::OkStatus();
+}
+
+// One round as one parallel region. A thread takes each of its units from
+// the gather through every product that does not need the state before the
+// chunk: keys, values and scores live in that thread's scratch (hot in its
+// cache, reused unit after unit; a slice of the round's K, V and A
+// buffers), and only what the second half needs
+// (queries, ΔS, the intra-chunk numerators) goes to the round's workspace.
+// After the scan, the units' inter-chunk terms and read-out. oneDNN runs
+// each unit's batched products on the calling thread inside the region.
+absl::Status ChunkwiseRunner::FusedRound(Round& r, int threads) {
+  const int64_t n_units = static_cast<int64_t>(r.units.size());
+  const int64_t n_streams = static_cast<int64_t>(r.streams.size());
+  const uint64_t C = options_.chunk_size;
+  // Each thread's scratch is the first max_heads blocks after its own
+  // offset in the round's K, decayed K, V and A buffers (RunGroup fuses
+  // only rounds of at least threads · max_heads jobs), which a fused round
+  // does not otherwise use: the workspace stays what the passes would hold.
+  const uint64_t blocks = r.max_heads;
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  absl::Status first_error;
+  auto note = [&](absl::Status s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_error.ok()) first_error = std::move(s);
+    failed.store(true, std::memory_order_relaxed);
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    const uint64_t first = blocks * omp_get_thread_num();
+    UnitBlocks b;
+    b.k = r.k.block(first).data();
+    b.kd = r.any_decay ? r.kd.block(first).data() : b.k;
+    b.v = r.v.block(first).data();
+    b.a = r.a.block(first).data();
+    // Dynamic: the two cores of a VM do not always run at one speed.
+#pragma omp for schedule(dynamic)
+    for (int64_t u = 0; u < n_units; ++u) {
+      GatherUnit(r, u, b);
+      if (!failed.load(std::memory_order_relaxed)) note(UnitFront(r, u, b));
+    }
+#pragma omp for schedule(dynamic)
+    for (int64_t si = 0; si < n_streams; ++si) ScanStream(r, si);
+#pragma omp for schedule(dynamic)
+    for (int64_t u = 0; u < n_units; ++u) {
+      if (!failed.load(std::memory_order_relaxed)) note(UnitBack(r, u));
+    }
+  }
+  if (!first_error.ok()) return first_error;
+  // The products every job ran (2C(C·d_φ + 2·d_φ·d_v + C·d_v) each).
+  last_flops_ += 2.0 * C * (C * r.d_phi + 2.0 * r.d_phi * r.d_v + C * r.d_v) *
+                 static_cast<double>(r.n_jobs());
+  return absl::OkStatus();
+}
+
+ChunkwiseRunner::UnitBlocks ChunkwiseRunner::RoundBlocks(const Round& r,
+                                                         uint32_t j0) const {
+  UnitBlocks b;
+  b.k = r.k.block(j0).data();
+  b.kd = r.any_decay ? r.kd.block(j0).data() : b.k;
+  b.v = r.v.block(j0).data();
+  b.a = r.a.block(j0).data();
+  return b;
 }
 
 // Every (item, head) of the group, with its decay's powers (from double).
@@ -304,33 +440,45 @@ void ChunkwiseRunner::PlanStreams(Round& r,
   }
 }
 
-// Up to round_chunks chunks of every unfinished stream (none of an item
-// found non-finite); false when every stream is done.
+// Up to round_chunks chunks of every unfinished item (none found
+// non-finite), as gather units (an item's chunk) of one job per head; false
+// when every stream is done. An item's heads advance together.
 bool ChunkwiseRunner::PlanChunks(Round& r,
                                  std::span<const uint8_t> non_finite) const {
   const uint32_t C = options_.chunk_size;
   r.jobs.clear();
-  for (uint32_t si = 0; si < r.streams.size(); ++si) {
-    Stream& st = r.streams[si];
-    const uint64_t total = r.item_of(st).in.tokens;
-    st.first_job = static_cast<uint32_t>(r.jobs.size());
-    st.jobs = 0;
-    if (non_finite[st.item]) continue;  // refused: no more rounds
-    for (uint64_t t = st.done; t < total && st.jobs < options_.round_chunks;
-         t += C) {
-      r.jobs.push_back(
-          {si, t, static_cast<uint32_t>(std::min<uint64_t>(C, total - t))});
-      ++st.jobs;
-    }
-  }
-  if (r.jobs.empty()) return false;
   r.units.clear();
-  for (uint32_t si = 0; si < r.streams.size();
-       si += r.item_of(r.streams[si]).attention->num_heads()) {
-    for (uint32_t c = 0; c < r.streams[si].jobs; ++c)
+  r.max_heads = 0;
+  for (uint32_t si = 0; si < r.streams.size();) {
+    const PrefillItem& item = r.item_of(r.streams[si]);
+    const uint32_t H = item.attention->num_heads();
+    const uint64_t total = item.in.tokens;
+    const uint64_t done = r.streams[si].done;
+    uint32_t chunks = 0;
+    if (!non_finite[r.streams[si].item]) {  // refused: no more rounds
+      while (chunks < options_.round_chunks &&
+             done + uint64_t{chunks} * C < total) {
+        ++chunks;
+      }
+    }
+    const uint32_t first = static_cast<uint32_t>(r.jobs.size());
+    for (uint32_t h = 0; h < H; ++h) {
+      Stream& st = r.streams[si + h];
+      st.first_job = first + h;
+      st.jobs = chunks;
+      st.job_stride = H;
+    }
+    if (chunks != 0) r.max_heads = std::max(r.max_heads, H);
+    for (uint32_t c = 0; c < chunks; ++c) {
       r.units.emplace_back(si, c);
+      const uint64_t start = done + uint64_t{c} * C;
+      const uint32_t len =
+          static_cast<uint32_t>(std::min<uint64_t>(C, total - start));
+      for (uint32_t h = 0; h < H; ++h) r.jobs.push_back({si + h, start, len});
+    }
+    si += H;
   }
-  return true;
+  return !r.jobs.empty();
 }
 
 void ChunkwiseRunner::MapWorkspaces(Round& r) {
@@ -360,70 +508,67 @@ void ChunkwiseRunner::MapWorkspaces(Round& r) {
   r.qlog = RowView<float>(qlog_.data(), jobs, C);
 }
 
-// Gather and map: every row of the round read once from the caller's
-// input, checked for finiteness, and put through φ (FAVOR+ keys: exponents
-// only, since their shift depends on the whole round); padding rows are
-// zero. This is the one finiteness check a prefill's input gets: an item
-// with a bad value is marked in `non_finite` (Run names the value).
-void ChunkwiseRunner::GatherAndMap(Round& r, std::span<uint8_t> non_finite) {
+// Gather and map one unit (an item's chunk, all its heads), token-major so
+// the caller's (token, head, d) rows are read contiguously, each once from
+// memory: φ applied as a row is read, then the unit's block checked for
+// finiteness while it is in this core's cache (the one finiteness check a
+// prefill's input gets: a bad value marks the unit, and Run names it). FAVOR+
+// keys get their exponents only, their shift depending on the whole round;
+// other keys are finished here, still in cache. Padding rows are zero.
+void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {
   const uint32_t C = options_.chunk_size;
   const int64_t d_phi = r.d_phi, d_v = r.d_v;
-  const int64_t n_units = static_cast<int64_t>(r.units.size());
-  unit_bad_.assign(r.units.size(), 0);
-#pragma omp parallel for schedule(static)
-  for (int64_t u = 0; u < n_units; ++u) {
-    const auto [first_stream, chunk] = r.units[u];
-    const PrefillItem& item = r.item_of(r.streams[first_stream]);
-    const FeatureMap& fm = item.attention->feature_map();
-    const uint32_t H = item.attention->num_heads();
-    const uint32_t d_k = item.attention->key_dim();
-    const uint64_t position0 = r.work[r.streams[first_stream].item]->position();
-    const RowView<const float> q = TokenRows(item.in.q, item.in.tokens, H, d_k);
-    const RowView<const float> k = TokenRows(item.in.k, item.in.tokens, H, d_k);
-    const RowView<const float> v = TokenRows(item.in.v, item.in.tokens, H, d_v);
-    {
-      // The unit's tokens are one contiguous block of each input.
-      const Job& job = r.jobs[r.streams[first_stream].first_job + chunk];
-      const uint64_t rows = uint64_t{job.len} * H;
-      unit_bad_[u] =
-          !AllFinite(q.rows(job.start * H, rows).data(), rows * d_k) ||
-          !AllFinite(k.rows(job.start * H, rows).data(), rows * d_k) ||
-          !AllFinite(v.rows(job.start * H, rows).data(), rows * d_v);
-    }
-    for (uint32_t t = 0; t < C; ++t) {
-      for (uint32_t h = 0; h < H; ++h) {
-        const uint32_t j = r.streams[first_stream + h].first_job + chunk;
-        Job& job = r.jobs[j];
-        float* qrow = r.q.row(j, t);
-        float* krow = r.k.row(j, t);
-        float* vrow = r.v.row(j, t);
-        if (t >= job.len) {
-          std::memset(qrow, 0, d_phi * sizeof(float));
-          std::memset(krow, 0, d_phi * sizeof(float));
-          std::memset(vrow, 0, d_v * sizeof(float));
-          r.qlog(j, t) = 0.0f;
-          continue;
-        }
-        const uint64_t token = job.start + t;
-        const uint64_t row = token * H + h;
-        r.qlog(j, t) = fm.Apply(q.row(row), position0 + token, qrow);
-        if (fm.is_favor()) {
-          job.key_max = std::max(job.key_max, fm.Exponents(k.row(row), krow));
-        } else {
-          fm.Apply(k.row(row), position0 + token, krow);
-        }
-        std::memcpy(vrow, v.row(row), d_v * sizeof(float));
+  const auto [first_stream, chunk] = r.units[u];
+  const PrefillItem& item = r.item_of(r.streams[first_stream]);
+  const FeatureMap& fm = item.attention->feature_map();
+  const uint32_t H = item.attention->num_heads();
+  const uint32_t d_k = item.attention->key_dim();
+  const uint64_t position0 = r.work[r.streams[first_stream].item]->position();
+  const RowView<const float> q = TokenRows(item.in.q, item.in.tokens, H, d_k);
+  const RowView<const float> k = TokenRows(item.in.k, item.in.tokens, H, d_k);
+  const RowView<const float> v = TokenRows(item.in.v, item.in.tokens, H, d_v);
+  const uint32_t j0 = r.streams[first_stream].job(chunk);
+  for (uint32_t t = 0; t < C; ++t) {
+    for (uint32_t h = 0; h < H; ++h) {
+      const uint32_t j = j0 + h;
+      Job& job = r.jobs[j];
+      float* qrow = r.q.row(j, t);
+      float* krow = b.k + (h * C + t) * d_phi;
+      float* vrow = b.v + (h * C + t) * d_v;
+      if (t >= job.len) {
+        std::memset(qrow, 0, d_phi * sizeof(float));
+        std::memset(krow, 0, d_phi * sizeof(float));
+        std::memset(vrow, 0, d_v * sizeof(float));
+        r.qlog(j, t) = 0.0f;
+        continue;
       }
-    }
-    // This unit's key blocks are still in cache: finish them now (FAVOR+
-    // keys wait for the round's shift, ShiftFavorKeys).
-    if (!fm.is_favor()) {
-      for (uint32_t h = 0; h < H; ++h) {
-        const Stream& st = r.streams[first_stream + h];
-        FinishKeys(r, st.first_job + chunk);
+      const uint64_t token = job.start + t;
+      const uint64_t row = token * H + h;
+      r.qlog(j, t) = fm.Apply(q.row(row), position0 + token, qrow);
+      if (fm.is_favor()) {
+        job.key_max = std::max(job.key_max, fm.Exponents(k.row(row), krow));
+      } else {
+        fm.Apply(k.row(row), position0 + token, krow);
       }
+      std::memcpy(vrow, v.row(row), d_v * sizeof(float));
     }
   }
+  // The unit's tokens are one contiguous block of each input, just read
+  // (in this core's cache): one check per tensor.
+  const Job& first = r.jobs[j0];
+  const uint64_t rows = uint64_t{first.len} * H;
+  unit_bad_[u] = !AllFinite(q.rows(first.start * H, rows).data(), rows * d_k) ||
+                 !AllFinite(k.rows(first.start * H, rows).data(), rows * d_k) ||
+                 !AllFinite(v.rows(first.start * H, rows).data(), rows * d_v);
+  if (!fm.is_favor()) {
+    for (uint32_t h = 0; h < H; ++h) {
+      FinishKeys(r, j0 + h, b.k + h * C * d_phi, b.kd + h * C * d_phi);
+    }
+  }
+}
+
+void ChunkwiseRunner::MarkNonFinite(const Round& r,
+                                    std::span<uint8_t> non_finite) const {
   for (size_t u = 0; u < r.units.size(); ++u) {
     if (unit_bad_[u]) non_finite[r.streams[r.units[u].first].item] = 1;
   }
@@ -432,15 +577,16 @@ void ChunkwiseRunner::GatherAndMap(Round& r, std::span<uint8_t> non_finite) {
 // One chunk's keys, left as (C, d_φ) rows (the matmuls read them
 // transposed through strides): Δz = Σ_j γ^{L−1−j} φ(k_j) and, with decay,
 // the decayed keys for ΔS. The block stays in L1 throughout.
-void ChunkwiseRunner::FinishKeys(const Round& r, uint32_t j) const {
+void ChunkwiseRunner::FinishKeys(const Round& r, uint32_t j,
+                                 const float* k_block, float* kd_block) const {
   const uint32_t C = options_.chunk_size;
   const Job& job = r.jobs[j];
   const Stream& st = r.streams[job.stream];
-  const RowView<const float> k = r.k.block(j);
+  const RowView<const float> k(k_block, C, r.d_phi);
   float* dz = r.z.row(j);
   std::fill(dz, dz + r.d_phi, 0.0f);
   if (r.any_decay) {
-    const RowView<float> kd = r.kd.block(j);
+    const RowView<float> kd(kd_block, C, r.d_phi);
     for (uint32_t t = 0; t < C; ++t) {
       const float w = t < job.len ? st.pow[job.len - 1 - t] : 0.0f;
       const float* __restrict row = k.row(t);
@@ -459,7 +605,7 @@ void ChunkwiseRunner::FinishKeys(const Round& r, uint32_t j) const {
 }
 
 // FAVOR+ keys: one shift per stream and round (the running max of the
-// exponents), then their features and FinishKeys.
+// exponents); FavorKeys then gives each job its features and FinishKeys.
 void ChunkwiseRunner::ShiftFavorKeys(Round& r) {
   for (Stream& st : r.streams) {
     if (st.jobs == 0 || !r.item_of(st).attention->feature_map().is_favor()) {
@@ -467,22 +613,22 @@ void ChunkwiseRunner::ShiftFavorKeys(Round& r) {
     }
     const float old_shift = r.work[st.item]->key_shift(st.head);
     float shift = old_shift;
-    for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
-      shift = std::max(shift, r.jobs[j].key_max);
+    for (uint32_t c = 0; c < st.jobs; ++c) {
+      shift = std::max(shift, r.jobs[st.job(c)].key_max);
     }
     st.shift = shift;
     st.rescale = shift > old_shift ? std::exp(old_shift - shift) : 1.0f;
     r.work[st.item]->key_shift(st.head) = shift;
   }
-  const int64_t n_jobs = r.n_jobs();
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < n_jobs; ++j) {
-    const Stream& st = r.streams[r.jobs[j].stream];
-    const FeatureMap& fm = r.item_of(st).attention->feature_map();
-    if (!fm.is_favor()) continue;
-    fm.FavorExp(r.k.block(j).data(), r.jobs[j].len * r.d_phi, st.shift);
-    FinishKeys(r, static_cast<uint32_t>(j));
-  }
+}
+
+void ChunkwiseRunner::FavorKeys(const Round& r, uint32_t j) const {
+  const Stream& st = r.streams[r.jobs[j].stream];
+  const FeatureMap& fm = r.item_of(st).attention->feature_map();
+  if (!fm.is_favor()) return;
+  fm.FavorExp(r.k.block(j).data(), r.jobs[j].len * r.d_phi, st.shift);
+  FinishKeys(r, j, r.k.block(j).data(),
+             r.any_decay ? r.kd.block(j).data() : nullptr);
 }
 
 // Intra-chunk products, all chunks at once: A = Q·Kᵀ and ΔS = (decayed
@@ -497,38 +643,60 @@ absl::Status ChunkwiseRunner::IntraChunkProducts(Round& r) {
   LINATTN_RETURN_IF_ERROR(
       Gemm({.m = r.d_phi, .k = C, .n = r.d_v, .transpose_a = true}, n_jobs,
            r.any_decay ? r.kd.data() : r.k.data(), r.v.data(), r.s.data()));
-  const VectorKernels& kernels = ActiveKernels();
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n_jobs; ++j) {
-    kernels.mask_rows(static_cast<uint32_t>(C),
-                      r.streams[r.jobs[j].stream].mask_w.data(),
-                      r.a.block(j).data(), r.den.row(j));
+    MaskScores(r, static_cast<uint32_t>(j), r.a.block(j).data());
   }
   return absl::OkStatus();
 }
 
-// Scan: each chunk's (ΔS, Δz) becomes the state before it, carrying
-// S ← γ^L·S + ΔS along its stream (FAVOR+ states first rescaled to the
-// round's shift). Streams are independent.
-void ChunkwiseRunner::Scan(Round& r) {
+// The first half of a fused round's unit, on the calling thread, with its
+// keys, values and scores in `b`: A = Q·Kᵀ masked (with the intra-chunk
+// denominators), ΔS = (decayed K)ᵀ·V, and the intra-chunk numerators
+// O = A·V, which need no state. UnitBack adds the inter-chunk terms.
+absl::Status ChunkwiseRunner::UnitFront(const Round& r, int64_t u,
+                                        const UnitBlocks& b) const {
+  const int64_t C = options_.chunk_size;
+  const auto [first_stream, chunk] = r.units[u];
+  const uint32_t j0 = r.streams[first_stream].job(chunk);
+  const int64_t H = r.item_of(r.streams[first_stream]).attention->num_heads();
+  LINATTN_RETURN_IF_ERROR(
+      BatchedPieces({.m = C, .k = r.d_phi, .n = C, .transpose_b = true}, H,
+                    r.q.block(j0).data(), b.k, b.a));
+  for (uint32_t h = 0; h < H; ++h) MaskScores(r, j0 + h, b.a + h * C * C);
+  LINATTN_RETURN_IF_ERROR(
+      BatchedPieces({.m = r.d_phi, .k = C, .n = r.d_v, .transpose_a = true}, H,
+                    b.kd, b.v, r.s.block(j0).data()));
+  return BatchedPieces({.m = C, .k = C, .n = r.d_v}, H, b.a, b.v,
+                       r.o.block(j0).data());
+}
+
+void ChunkwiseRunner::MaskScores(const Round& r, uint32_t j, float* a) const {
+  ActiveKernels().mask_rows(options_.chunk_size,
+                            r.streams[r.jobs[j].stream].mask_w.data(), a,
+                            r.den.row(j));
+}
+
+// Scan of one stream: each chunk's (ΔS, Δz) becomes the state before it,
+// carrying S ← γ^L·S + ΔS (FAVOR+ states first rescaled to the round's
+// shift). Streams are independent.
+void ChunkwiseRunner::ScanStream(const Round& r, int64_t si) const {
   const VectorKernels& kernels = ActiveKernels();
   const uint64_t s_floats = uint64_t(r.d_phi) * r.d_v;
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t si = 0; si < static_cast<int64_t>(r.streams.size()); ++si) {
-    const Stream& st = r.streams[si];
-    if (st.jobs == 0) continue;
-    AttentionState& state = *r.work[st.item];
-    float* s = state.s(st.head);
-    float* z = state.z(st.head);
-    if (st.rescale != 1.0f) {
-      kernels.scale(s_floats, st.rescale, s);
-      kernels.scale(r.d_phi, st.rescale, z);
-    }
-    for (uint32_t j = st.first_job; j < st.first_job + st.jobs; ++j) {
-      const float g = st.pow[r.jobs[j].len];
-      kernels.scan_step(s_floats, g, s, r.s.block(j).data());
-      kernels.scan_step(r.d_phi, g, z, r.z.row(j));
-    }
+  const Stream& st = r.streams[si];
+  if (st.jobs == 0) return;
+  AttentionState& state = *r.work[st.item];
+  float* s = state.s(st.head);
+  float* z = state.z(st.head);
+  if (st.rescale != 1.0f) {
+    kernels.scale(s_floats, st.rescale, s);
+    kernels.scale(r.d_phi, st.rescale, z);
+  }
+  for (uint32_t c = 0; c < st.jobs; ++c) {
+    const uint32_t j = st.job(c);
+    const float g = st.pow[r.jobs[j].len];
+    kernels.scan_step(s_floats, g, s, r.s.block(j).data());
+    kernels.scan_step(r.d_phi, g, z, r.z.row(j));
   }
 }
 
@@ -539,23 +707,27 @@ absl::Status ChunkwiseRunner::InterChunk(Round& r) {
   const int64_t n_jobs = r.n_jobs();
   LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = r.d_phi, .n = r.d_v}, n_jobs,
                                r.q.data(), r.s.data(), r.o.data()));
-  const VectorKernels& kernels = ActiveKernels();
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n_jobs; ++j) {
-    const Stream& st = r.streams[r.jobs[j].stream];
-    const float* z_prev = r.z.row(j);
-    for (uint32_t i = 0; i < r.jobs[j].len; ++i) {
-      float d =
-          kernels.dot(static_cast<uint32_t>(r.d_phi), r.q.row(j, i), z_prev);
-      if (st.decays) {
-        const float g = st.pow[i + 1];
-        d *= g;
-        kernels.scale(r.d_v, g, r.o.row(j, i));
-      }
-      r.den(j, i) += d;
-    }
+    InterChunkTerms(r, static_cast<uint32_t>(j));
   }
   return absl::OkStatus();
+}
+
+void ChunkwiseRunner::InterChunkTerms(const Round& r, uint32_t j) const {
+  const VectorKernels& kernels = ActiveKernels();
+  const Stream& st = r.streams[r.jobs[j].stream];
+  const float* z_prev = r.z.row(j);
+  for (uint32_t i = 0; i < r.jobs[j].len; ++i) {
+    float d =
+        kernels.dot(static_cast<uint32_t>(r.d_phi), r.q.row(j, i), z_prev);
+    if (st.decays) {
+      const float g = st.pow[i + 1];
+      d *= g;
+      kernels.scale(r.d_v, g, r.o.row(j, i));
+    }
+    r.den(j, i) += d;
+  }
 }
 
 // O += (Q·Kᵀ ⊙ D)·V: the intra-chunk numerators onto the inter-chunk ones.
@@ -565,31 +737,55 @@ absl::Status ChunkwiseRunner::AddIntraChunkValues(Round& r) {
               r.a.data(), r.v.data(), r.o.data());
 }
 
-// Read-out into the caller's (token, head) layout: y = O/den (or O, when
-// unnormalised) with FAVOR+'s query and key scales, availability per head.
-void ChunkwiseRunner::ReadOut(const Round& r) {
+// The second half of a fused round's unit, after the scan: queries scaled
+// by γ^{i+1} in place (they are not needed after), the inter-chunk
+// denominators Q·z_prev, O += Q·S_prev onto UnitFront's numerators, and the
+// read-out.
+absl::Status ChunkwiseRunner::UnitBack(const Round& r, int64_t u) const {
+  const int64_t C = options_.chunk_size;
+  const auto [first_stream, chunk] = r.units[u];
+  const uint32_t j0 = r.streams[first_stream].job(chunk);
+  const int64_t H = r.item_of(r.streams[first_stream]).attention->num_heads();
+  const VectorKernels& kernels = ActiveKernels();
+  const uint32_t d_phi = static_cast<uint32_t>(r.d_phi);
+  for (uint32_t j = j0; j < j0 + H; ++j) {
+    const Stream& st = r.streams[r.jobs[j].stream];
+    const float* z_prev = r.z.row(j);
+    for (uint32_t i = 0; i < r.jobs[j].len; ++i) {
+      float* q = r.q.row(j, i);
+      if (st.decays) kernels.scale(d_phi, st.pow[i + 1], q);
+      r.den(j, i) += kernels.dot(d_phi, q, z_prev);
+    }
+  }
+  LINATTN_RETURN_IF_ERROR(BatchedPieces(
+      {.m = C, .k = r.d_phi, .n = r.d_v, .accumulate = true}, H,
+      r.q.block(j0).data(), r.s.block(j0).data(), r.o.block(j0).data()));
+  ReadOutUnit(r, u);
+  return absl::OkStatus();
+}
+
+// Read-out of one unit into the caller's (token, head) layout: y = O/den
+// (or O, when unnormalised) with FAVOR+'s query and key scales,
+// availability per head.
+void ChunkwiseRunner::ReadOutUnit(const Round& r, int64_t u) const {
   const uint32_t C = options_.chunk_size;
-  const int64_t n_units = static_cast<int64_t>(r.units.size());
-#pragma omp parallel for schedule(static)
-  for (int64_t u = 0; u < n_units; ++u) {
-    const auto [first_stream, chunk] = r.units[u];
-    const PrefillItem& item = r.item_of(r.streams[first_stream]);
-    const AttentionSpec& spec = item.attention->spec();
-    const bool favor = item.attention->feature_map().is_favor();
-    const uint32_t H = spec.num_heads;
-    const RowView<float> y =
-        TokenRows(item.out.output, item.in.tokens, H, r.d_v);
-    for (uint32_t i = 0; i < C; ++i) {
-      for (uint32_t h = 0; h < H; ++h) {
-        const Stream& st = r.streams[first_stream + h];
-        const uint32_t j = st.first_job + chunk;
-        if (i >= r.jobs[j].len) break;
-        const uint64_t row = (r.jobs[j].start + i) * H + h;
-        std::memcpy(y.row(row), r.o.row(j, i), r.d_v * sizeof(float));
-        linattn::ReadOut(spec, r.qlog(j, i) + (favor ? st.shift : 0.0f),
-                         r.den(j, i), static_cast<uint32_t>(r.d_v), y.row(row),
-                         item.out.denominator + row, item.out.available + row);
-      }
+  const auto [first_stream, chunk] = r.units[u];
+  const PrefillItem& item = r.item_of(r.streams[first_stream]);
+  const AttentionSpec& spec = item.attention->spec();
+  const bool favor = item.attention->feature_map().is_favor();
+  const uint32_t H = spec.num_heads;
+  const RowView<float> y = TokenRows(item.out.output, item.in.tokens, H, r.d_v);
+  const uint32_t j0 = r.streams[first_stream].job(chunk);
+  const uint32_t len = r.jobs[j0].len;
+  for (uint32_t i = 0; i < std::min(C, len); ++i) {
+    for (uint32_t h = 0; h < H; ++h) {
+      const Stream& st = r.streams[first_stream + h];
+      const uint32_t j = j0 + h;
+      const uint64_t row = (r.jobs[j].start + i) * H + h;
+      std::memcpy(y.row(row), r.o.row(j, i), r.d_v * sizeof(float));
+      linattn::ReadOut(spec, r.qlog(j, i) + (favor ? st.shift : 0.0f),
+                       r.den(j, i), static_cast<uint32_t>(r.d_v), y.row(row),
+                       item.out.denominator + row, item.out.available + row);
     }
   }
 }

@@ -12,9 +12,15 @@
 // products Q·Kᵀ, Kᵀ·V, Q·S_prev and A·V each run as one batched primitive
 // over all sessions and heads. Only the state scan between chunks is
 // sequential (O(d_φ·d_v) per chunk). A round runs as named passes: gather
-// and map (the input read once: rows, finiteness, φ), intra-chunk products
+// and map (the input read once: rows, φ, finiteness), intra-chunk products
 // (A masked, ΔS), scan, inter-chunk terms (Q·S_prev, Q·z_prev), the
-// intra-chunk values (A·V) and the read-out.
+// intra-chunk values (A·V) and the read-out. With two gather units (an
+// item's chunk, all heads) or more per thread, a round is one parallel
+// region: each thread takes a unit from its gather through A, ΔS and A·V
+// with the unit's keys, values and scores in its own scratch (a slice of
+// the round's K, V and A buffers: the workspace is that of the passes),
+// then after the scan through Q·S_prev and the read-out; oneDNN runs those
+// batched products on the calling thread.
 //
 // A ChunkwiseRunner owns reusable workspaces: use one per thread.
 #ifndef LINATTN_CORE_ATTENTION_CHUNKWISE_H_
@@ -107,6 +113,10 @@ class ChunkwiseRunner {
 
   // Matmul FLOPs executed by the last Run (for benchmarks).
   double last_matmul_flops() const { return last_flops_; }
+  // Rounds of the last Run that ran as one parallel region (FusedRound),
+  // and all its rounds (for tests and benchmarks).
+  uint64_t last_fused_rounds() const { return last_fused_rounds_; }
+  uint64_t last_rounds() const { return last_rounds_; }
   const ChunkwiseOptions& options() const { return options_; }
 
  private:
@@ -130,18 +140,32 @@ class ChunkwiseRunner {
                             const std::vector<uint32_t>& members,
                             std::span<uint8_t> non_finite,
                             bool stop_at_non_finite);
-  // A round's passes, in order (the formulas are in the file comment).
+  // A round's passes (the formulas are in the file comment). A unit is one
+  // item's chunk with all its heads (consecutive jobs): gathered together,
+  // and in a fused round (FusedRound: one parallel region, a unit or more
+  // per thread) multiplied by the thread that gathered it.
   void PlanStreams(Round& r, const std::vector<uint32_t>& members) const;
   bool PlanChunks(Round& r, std::span<const uint8_t> non_finite) const;
   void MapWorkspaces(Round& r);
-  void GatherAndMap(Round& r, std::span<uint8_t> non_finite);
-  void FinishKeys(const Round& r, uint32_t job) const;
+  struct UnitBlocks;  // a unit's keys, values and scores
+  absl::Status FusedRound(Round& r, int threads);
+  UnitBlocks RoundBlocks(const Round& r, uint32_t first_job) const;
+  void GatherUnit(Round& r, int64_t unit, const UnitBlocks& b);
+  void MarkNonFinite(const Round& r, std::span<uint8_t> non_finite) const;
+  void FinishKeys(const Round& r, uint32_t job, const float* k,
+                  float* kd) const;
   void ShiftFavorKeys(Round& r);
+  void FavorKeys(const Round& r, uint32_t job) const;
   absl::Status IntraChunkProducts(Round& r);
-  void Scan(Round& r);
+  absl::Status UnitFront(const Round& r, int64_t unit,
+                         const UnitBlocks& b) const;
+  void MaskScores(const Round& r, uint32_t job, float* a) const;
+  void ScanStream(const Round& r, int64_t stream) const;
   absl::Status InterChunk(Round& r);
+  void InterChunkTerms(const Round& r, uint32_t job) const;
   absl::Status AddIntraChunkValues(Round& r);
-  void ReadOut(const Round& r);
+  absl::Status UnitBack(const Round& r, int64_t unit) const;
+  void ReadOutUnit(const Round& r, int64_t unit) const;
   // `batch` products of `shape` (its batch field ignored) on packed
   // buffers, run as primitives of power-of-two batch so that the number of
   // cached shapes stays small.
@@ -150,6 +174,8 @@ class ChunkwiseRunner {
 
   ChunkwiseOptions options_;
   double last_flops_ = 0;
+  uint64_t last_fused_rounds_ = 0;
+  uint64_t last_rounds_ = 0;
   // Round workspaces, (jobs, ...) each; grown on demand, reused.
   AlignedBuffer q_;  // (jobs, C, d_φ)  φ(Q) rows
   AlignedBuffer k_;  // (jobs, C, d_φ)  φ(K) rows

@@ -1,6 +1,8 @@
 // Recurrent = batched = chunkwise = quadratic = scalar reference, on random
 // shapes, for every feature map, normalised and not, with and without decay.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -285,6 +287,66 @@ TEST(EvaluationOrdersOverflow, LaterTokensCannotReachEarlierOutputs) {
     EXPECT_NEAR(chunked.output[i], stepped.output[i], bound) << i;
   }
   for (int t = 0; t < 9; ++t) EXPECT_EQ(chunked.available[t], 1) << t;
+}
+
+// Both forms of a chunkwise round: with two threads and at least two gather
+// units per thread, a round is one parallel region in which each thread
+// takes its units through every pass (keys, values and scores in its own
+// scratch); with one thread, or FAVOR+ keys, the passes run in turn. Items
+// of different head counts, with and without decay, share rounds; one item
+// with an infinite key, in place with `refused`, is refused alone in either
+// form while the others match the reference.
+TEST(ChunkwiseRounds, FusedAndPassByPassMatchTheReference) {
+  const AttentionSpec decayed{.num_heads = 3,
+                              .key_dim = 32,
+                              .value_dim = 16,
+                              .decay = {1.0f, 0.95f, 0.5f}};
+  const AttentionSpec plain{.num_heads = 2, .key_dim = 32, .value_dim = 16};
+  const AttentionSpec favor{.num_heads = 2,
+                            .key_dim = 20,
+                            .value_dim = 16,
+                            .feature_map = FeatureMapKind::kFavor,
+                            .feature_dim = 24,
+                            .seed = 5};
+  const Attention a = *Attention::Create(decayed);
+  const Attention p = *Attention::Create(plain);
+  const Attention f = *Attention::Create(favor);
+  constexpr uint64_t T = 700;
+  const Tokens ta = RandomTokens(decayed, T, 11);
+  const Tokens tp = RandomTokens(plain, T, 12);
+  const Tokens tf = RandomTokens(favor, T, 14);
+  Tokens bad = RandomTokens(decayed, T, 13);
+  bad.k[(650 * 3 + 1) * 32 + 7] = -INFINITY;  // token 650: the sixth round
+  const int threads_before = omp_get_max_threads();
+  for (const int threads : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(threads, " thread(s)"));
+    omp_set_num_threads(threads);
+    AttentionState sa = a.NewState(), sp = p.NewState(), sf = f.NewState(),
+                   sbad = a.NewState();
+    Outputs oa(decayed, T), op(plain, T), of(favor, T), obad(decayed, T);
+    const PrefillItem items[] = {{&a, &sa, ta.input(), oa.view()},
+                                 {&p, &sp, tp.input(), op.view()},
+                                 {&a, &sbad, bad.input(), obad.view()},
+                                 {&f, &sf, tf.input(), of.view()}};
+    ChunkwiseRunner runner({.chunk_size = 16, .round_chunks = 8});
+    std::vector<absl::Status> refused(4);
+    ASSERT_TRUE(runner.Run(items, PrefillCommit::kInPlace, refused).ok());
+    // 44 chunks per item in rounds of 8: 6 rounds per group (d_φ 32 and
+    // FAVOR+'s 24); the first group's rounds have 24 units.
+    EXPECT_EQ(runner.last_rounds(), 12u);
+    EXPECT_EQ(runner.last_fused_rounds(), threads == 2 ? 6u : 0u);
+    for (int i : {0, 1, 3}) EXPECT_TRUE(refused[i].ok()) << refused[i];
+    EXPECT_EQ(refused[2].code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused[2].message()),
+                ::testing::StartsWith(
+                    absl::StrCat("items[2].k[", (650 * 3 + 1) * 32 + 7)));
+    EXPECT_EQ(sa.position(), T);
+    EXPECT_EQ(sp.position(), T);
+    ExpectMatchesReference(a, ReferenceAttention(a, ta.input()), oa, "decayed");
+    ExpectMatchesReference(p, ReferenceAttention(p, tp.input()), op, "plain");
+    ExpectMatchesReference(f, ReferenceAttention(f, tf.input()), of, "FAVOR+");
+  }
+  omp_set_num_threads(threads_before);
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomShapes, EvaluationOrders,
