@@ -46,6 +46,8 @@ if ((python)); then
     # training of the built-in model (tools/); OpenBLAS so that torch's GEMMs
     # do not fall back to the reference BLAS
     python3-torch python3-numpy libopenblas0-pthread python3-sentencepiece
+    # bench/compare's figures (bench/plots.py)
+    python3-matplotlib
     # a standard gRPC client (grpcio, with protobuf) for the tests that check
     # what clients in other languages see
     python3-grpcio python3-protobuf

@@ -179,13 +179,14 @@ def main():
     for d in (64, 128):
         for b in (1, 64):
             rows.extend(decode(b, 8, d, rep))
-        for t in ((4096,) if args.quick else (4096, 16384)):
+        for t in ((1024, 4096) if args.quick else (1024, 4096, 16384, 65536)):
             rows.append(chunkwise(t, 8, d, 3))
         contexts = (1024, 4096) if args.quick else (1024, 4096, 16384, 65536, 262144)
         for n in contexts:
             rows.append(softmax_kv(n, 8, d, rep))
-        rows.append(softmax_fwd(1024 if args.quick else 16384, 8, d, 1 if not args.quick else 2))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        for t in ((512, 1024) if args.quick else (1024, 4096, 16384)):
+            rows.append(softmax_fwd(t, 8, d, 2 if args.quick or t < 16384 else 1))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     json.dump({"torch": torch.__version__, "threads": args.threads,
                "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "rows": rows},
               sys.stdout, indent=1)
