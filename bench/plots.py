@@ -148,12 +148,18 @@ def prefill_vs_tokens(res, out):
     return _save(fig, out, "prefill_vs_tokens")
 
 
-def write_all(res, out):
-    """Every figure of `res` (compare.json's results) into `out`; the paths."""
+def write_all(res, out, log=lambda msg: print(msg, file=sys.stderr)):
+    """Every figure of `res` (compare.json's results) into `out`; the paths.
+    A figure whose measurements the run does not hold (a compare.json from
+    before they were taken) is skipped with a message."""
     os.makedirs(out, exist_ok=True)
     paths = []
     for name in FIGURES:
-        paths += globals()[name](res, out)
+        try:
+            paths += globals()[name](res, out)
+        except KeyError as missing:
+            plt.close("all")
+            log(f"plots: no {name} figure: this run has no {missing} measurements")
     return paths
 
 
