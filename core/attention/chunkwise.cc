@@ -305,7 +305,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
         r.units.size() >= 2 * static_cast<size_t>(threads) &&
         r.jobs.size() >= uint64_t{r.max_heads} * threads) {
       ++last_fused_rounds_;
-      LINATTN_RETURN_IF_ERROR(FusedRound(r, threads));
+      LINATTN_RETURN_IF_ERROR(FusedRound(r, threads, stop_at_non_finite));
       MarkNonFinite(r, non_finite);
       if (stop_at_non_finite) {
         for (uint32_t i : members) {
@@ -359,7 +359,8 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
 // (queries, ΔS, the intra-chunk numerators) goes to the round's workspace.
 // After the scan, the units' inter-chunk terms and read-out. oneDNN runs
 // each unit's batched products on the calling thread inside the region.
-absl::Status ChunkwiseRunner::FusedRound(Round& r, int threads) {
+absl::Status ChunkwiseRunner::FusedRound(Round& r, int threads,
+                                         bool stop_at_non_finite) {
   const int64_t n_units = static_cast<int64_t>(r.units.size());
   const int64_t n_streams = static_cast<int64_t>(r.streams.size());
   const uint64_t C = options_.chunk_size;
@@ -391,11 +392,22 @@ absl::Status ChunkwiseRunner::FusedRound(Round& r, int threads) {
       GatherUnit(r, u, b);
       if (!failed.load(std::memory_order_relaxed)) note(UnitFront(r, u, b));
     }
+    // After the gather's barrier: a value that is not finite fails a Run
+    // that stops at one before any state moves, as in the passes' form;
+    // a failed product stops the round too (the caller drops its states).
+#pragma omp single
+    if (stop_at_non_finite &&
+        std::find(unit_bad_.begin(), unit_bad_.end(), 1) != unit_bad_.end()) {
+      failed.store(true, std::memory_order_relaxed);
+    }
+    const bool go_on = !failed.load(std::memory_order_relaxed);
+    if (go_on) {
 #pragma omp for schedule(dynamic)
-    for (int64_t si = 0; si < n_streams; ++si) ScanStream(r, si);
+      for (int64_t si = 0; si < n_streams; ++si) ScanStream(r, si);
 #pragma omp for schedule(dynamic)
-    for (int64_t u = 0; u < n_units; ++u) {
-      if (!failed.load(std::memory_order_relaxed)) note(UnitBack(r, u));
+      for (int64_t u = 0; u < n_units; ++u) {
+        if (!failed.load(std::memory_order_relaxed)) note(UnitBack(r, u));
+      }
     }
   }
   if (!first_error.ok()) return first_error;

@@ -148,7 +148,7 @@ class ChunkwiseRunner {
   bool PlanChunks(Round& r, std::span<const uint8_t> non_finite) const;
   void MapWorkspaces(Round& r);
   struct UnitBlocks;  // a unit's keys, values and scores
-  absl::Status FusedRound(Round& r, int threads);
+  absl::Status FusedRound(Round& r, int threads, bool stop_at_non_finite);
   UnitBlocks RoundBlocks(const Round& r, uint32_t first_job) const;
   void GatherUnit(Round& r, int64_t unit, const UnitBlocks& b);
   void MarkNonFinite(const Round& r, std::span<uint8_t> non_finite) const;

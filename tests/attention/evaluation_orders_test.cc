@@ -20,6 +20,7 @@ namespace linattn {
 namespace {
 
 using testing::ExpectMatchesReference;
+using testing::kUnitRoundoff;
 using testing::Outputs;
 using testing::RandomTokens;
 using testing::Tokens;
@@ -289,19 +290,64 @@ TEST(EvaluationOrdersOverflow, LaterTokensCannotReachEarlierOutputs) {
   for (int t = 0; t < 9; ++t) EXPECT_EQ(chunked.available[t], 1) << t;
 }
 
+// The state T tokens of an elu + 1 spec leave, S and z per head, against
+// the sums in double: each term γ^{T−1−t}·φ(k_t)·v_t passes through at most
+// C products and sums in its chunk, T/C rescalings by γ^L and additions in
+// the scan, and φ's 2 ulp, so every entry is within (3T + 16)·u of the sum
+// of its terms' magnitudes (plus the final rounding).
+void ExpectStateMatches(const Attention& attention, const Tokens& data,
+                        const AttentionState& state, const std::string& what) {
+  const AttentionSpec& spec = attention.spec();
+  const uint32_t H = spec.num_heads, d_k = spec.key_dim, d_v = spec.value_dim;
+  const uint64_t T = data.q.size() / (uint64_t{H} * d_k);
+  int failures = 0;
+  for (uint32_t h = 0; h < H && failures < 5; ++h) {
+    const double g = spec.decay.empty() ? 1.0 : spec.decay[h];
+    std::vector<double> sum(uint64_t{d_k} * (d_v + 1)), mag(sum.size());
+    for (uint64_t t = 0; t < T; ++t) {
+      const double w = std::pow(g, static_cast<double>(T - 1 - t));
+      for (uint32_t i = 0; i < d_k; ++i) {
+        const double x = data.k[(t * H + h) * d_k + i];
+        const double phi = x > 0 ? x + 1 : std::exp(x);
+        for (uint32_t j = 0; j <= d_v; ++j) {
+          const double v = j < d_v ? data.v[(t * H + h) * d_v + j] : 1.0;
+          const uint64_t e = j < d_v ? uint64_t{i} * d_v + j
+                                     : uint64_t{d_k} * d_v + i;  // z after S
+          sum[e] += w * phi * v;
+          mag[e] += std::abs(w * phi * v);
+        }
+      }
+    }
+    const float* got = state.s(h);  // S (d_k × d_v), then z (d_k)
+    for (uint64_t e = 0; e < sum.size() && failures < 5; ++e) {
+      const double bound = (3.0 * T + 16) * kUnitRoundoff * mag[e] +
+                           kUnitRoundoff * std::abs(sum[e]);
+      if (std::abs(got[e] - sum[e]) > bound) {
+        ADD_FAILURE() << what << ": head " << h << " state entry " << e << " "
+                      << got[e] << " vs " << sum[e] << " (bound " << bound
+                      << ")";
+        ++failures;
+      }
+    }
+  }
+}
+
 // Both forms of a chunkwise round: with two threads and at least two gather
 // units per thread, a round is one parallel region in which each thread
 // takes its units through every pass (keys, values and scores in its own
 // scratch); with one thread, or FAVOR+ keys, the passes run in turn. Items
-// of different head counts, with and without decay, share rounds; one item
-// with an infinite key, in place with `refused`, is refused alone in either
-// form while the others match the reference.
+// of different head counts, with and without decay, share rounds; a group
+// without decay has its own; one item with an infinite key is refused
+// alone in place with `refused` in either form, and fails a whole Run all
+// or nothing before any state moves. Outputs match the reference and
+// states the sums in double.
 TEST(ChunkwiseRounds, FusedAndPassByPassMatchTheReference) {
   const AttentionSpec decayed{.num_heads = 3,
                               .key_dim = 32,
                               .value_dim = 16,
                               .decay = {1.0f, 0.95f, 0.5f}};
   const AttentionSpec plain{.num_heads = 2, .key_dim = 32, .value_dim = 16};
+  const AttentionSpec narrow{.num_heads = 4, .key_dim = 32, .value_dim = 8};
   const AttentionSpec favor{.num_heads = 2,
                             .key_dim = 20,
                             .value_dim = 16,
@@ -310,43 +356,72 @@ TEST(ChunkwiseRounds, FusedAndPassByPassMatchTheReference) {
                             .seed = 5};
   const Attention a = *Attention::Create(decayed);
   const Attention p = *Attention::Create(plain);
+  const Attention n = *Attention::Create(narrow);
   const Attention f = *Attention::Create(favor);
   constexpr uint64_t T = 700;
   const Tokens ta = RandomTokens(decayed, T, 11);
   const Tokens tp = RandomTokens(plain, T, 12);
+  const Tokens tn = RandomTokens(narrow, T, 15);
   const Tokens tf = RandomTokens(favor, T, 14);
   Tokens bad = RandomTokens(decayed, T, 13);
   bad.k[(650 * 3 + 1) * 32 + 7] = -INFINITY;  // token 650: the sixth round
-  const int threads_before = omp_get_max_threads();
+  const std::string bad_name = absl::StrCat("k[", (650 * 3 + 1) * 32 + 7);
+  struct RestoreThreads {
+    int threads = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore;
   for (const int threads : {1, 2}) {
     SCOPED_TRACE(absl::StrCat(threads, " thread(s)"));
     omp_set_num_threads(threads);
-    AttentionState sa = a.NewState(), sp = p.NewState(), sf = f.NewState(),
-                   sbad = a.NewState();
-    Outputs oa(decayed, T), op(plain, T), of(favor, T), obad(decayed, T);
+    AttentionState sa = a.NewState(), sp = p.NewState(), sn = n.NewState(),
+                   sf = f.NewState(), sbad = a.NewState();
+    Outputs oa(decayed, T), op(plain, T), on(narrow, T), of(favor, T),
+        obad(decayed, T);
     const PrefillItem items[] = {{&a, &sa, ta.input(), oa.view()},
                                  {&p, &sp, tp.input(), op.view()},
                                  {&a, &sbad, bad.input(), obad.view()},
-                                 {&f, &sf, tf.input(), of.view()}};
+                                 {&f, &sf, tf.input(), of.view()},
+                                 {&n, &sn, tn.input(), on.view()}};
     ChunkwiseRunner runner({.chunk_size = 16, .round_chunks = 8});
-    std::vector<absl::Status> refused(4);
+    std::vector<absl::Status> refused(5);
     ASSERT_TRUE(runner.Run(items, PrefillCommit::kInPlace, refused).ok());
-    // 44 chunks per item in rounds of 8: 6 rounds per group (d_φ 32 and
-    // FAVOR+'s 24); the first group's rounds have 24 units.
-    EXPECT_EQ(runner.last_rounds(), 12u);
-    EXPECT_EQ(runner.last_fused_rounds(), threads == 2 ? 6u : 0u);
-    for (int i : {0, 1, 3}) EXPECT_TRUE(refused[i].ok()) << refused[i];
+    // 44 chunks per item in rounds of 8: 6 rounds per group (d_φ 32 with
+    // d_v 16, d_v 8, and FAVOR+'s d_φ 24); all but FAVOR+'s fuse on two.
+    EXPECT_EQ(runner.last_rounds(), 18u);
+    EXPECT_EQ(runner.last_fused_rounds(), threads == 2 ? 12u : 0u);
+    for (int i : {0, 1, 3, 4}) EXPECT_TRUE(refused[i].ok()) << refused[i];
     EXPECT_EQ(refused[2].code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(refused[2].message()),
-                ::testing::StartsWith(
-                    absl::StrCat("items[2].k[", (650 * 3 + 1) * 32 + 7)));
-    EXPECT_EQ(sa.position(), T);
-    EXPECT_EQ(sp.position(), T);
+                ::testing::StartsWith(absl::StrCat("items[2].", bad_name)));
+    for (const AttentionState* st : {&sa, &sp, &sn, &sf}) {
+      EXPECT_EQ(st->position(), T);
+    }
     ExpectMatchesReference(a, ReferenceAttention(a, ta.input()), oa, "decayed");
     ExpectMatchesReference(p, ReferenceAttention(p, tp.input()), op, "plain");
+    ExpectMatchesReference(n, ReferenceAttention(n, tn.input()), on, "narrow");
     ExpectMatchesReference(f, ReferenceAttention(f, tf.input()), of, "FAVOR+");
+    ExpectStateMatches(a, ta, sa, "decayed");
+    ExpectStateMatches(p, tp, sp, "plain");
+    ExpectStateMatches(n, tn, sn, "narrow");
+
+    // All or nothing, the same batch fails whole, naming the item, and no
+    // state has moved.
+    AttentionState fresh[] = {a.NewState(), p.NewState(), a.NewState(),
+                              f.NewState(), n.NewState()};
+    const PrefillItem again[] = {{&a, &fresh[0], ta.input(), oa.view()},
+                                 {&p, &fresh[1], tp.input(), op.view()},
+                                 {&a, &fresh[2], bad.input(), obad.view()},
+                                 {&f, &fresh[3], tf.input(), of.view()},
+                                 {&n, &fresh[4], tn.input(), on.view()}};
+    const absl::Status all = runner.Run(again);
+    EXPECT_EQ(all.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(all.message()),
+                ::testing::StartsWith(absl::StrCat("items[2].", bad_name)));
+    for (const AttentionState& st : fresh) {
+      EXPECT_EQ(st.position(), 0u);
+      EXPECT_EQ(0.0f, *std::max_element(st.data(), st.data() + st.size()));
+    }
   }
-  omp_set_num_threads(threads_before);
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomShapes, EvaluationOrders,
