@@ -46,10 +46,14 @@ def _save(fig, out, name):
     return paths
 
 
-def _subtitle(res):
+def _finish(fig, res, out, name):
+    """The run's machine and date under the figure, then the files."""
     m = res.get("machine", {})
-    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores · {res.get('date', '')}" + (
-        " · --quick" if res.get("quick") else "")
+    fig.text(0.01, 0.01, f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores · "
+             f"{res.get('date', '')}" + (" · --quick" if res.get("quick") else ""),
+             fontsize=7, color="gray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return _save(fig, out, name)
 
 
 def decode_vs_context(res, out):
@@ -66,9 +70,9 @@ def decode_vs_context(res, out):
             # across the contexts the softmax peer was measured at.
             ax.hlines(step["seconds"] * 1e6, pts[0][0], pts[-1][0], colors=COLORS.get(d),
                       linestyles="--", label=f"linattn linear step, any context (d = {d})")
-    for key, label, marker in (("flatness_in_process", "linattn at its position, in process", "s"),
-                               ("server", "linattn at its position, through the server", "^")):
-        flat = res[key] if key != "server" else res["server"]["flatness"]
+    for flat, label, marker in (
+            (res["flatness_in_process"], "linattn at its position, in process", "s"),
+            (res["server"]["flatness"], "linattn at its position, through the server", "^")):
         pts = [(p["position"], p["seconds_per_token"]) for p in flat["points"]]
         ax.plot([c for c, _ in pts], [s * 1e6 for _, s in pts], marker, color="tab:green",
                 linestyle=":", label=label + " (d = 64)")
@@ -77,11 +81,9 @@ def decode_vs_context(res, out):
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("time per token, one session, H = 8 (µs)")
     ax.set_title("Decode time per token against context", fontsize=11)
-    fig.text(0.01, 0.01, _subtitle(res), fontsize=7, color="gray")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7.5, loc="upper left")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return _save(fig, out, "decode_vs_context")
+    return _finish(fig, res, out, "decode_vs_context")
 
 
 def server_sessions(res, out):
@@ -112,9 +114,7 @@ def server_sessions(res, out):
     left.legend(fontsize=7.5)
     fig.suptitle("Server decode against sessions (loopback TCP, client on the same cores)",
                  fontsize=11)
-    fig.text(0.01, 0.01, _subtitle(res), fontsize=7, color="gray")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return _save(fig, out, "server_sessions")
+    return _finish(fig, res, out, "server_sessions")
 
 
 def prefill_vs_tokens(res, out):
@@ -141,11 +141,9 @@ def prefill_vs_tokens(res, out):
     ax.set_xlabel("prompt length T (tokens, one session, H = 8)")
     ax.set_ylabel("prefill tokens/s")
     ax.set_title("Prefill throughput against prompt length", fontsize=11)
-    fig.text(0.01, 0.01, _subtitle(res), fontsize=7, color="gray")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7.5)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return _save(fig, out, "prefill_vs_tokens")
+    return _finish(fig, res, out, "prefill_vs_tokens")
 
 
 def write_all(res, out, log=lambda msg: print(msg, file=sys.stderr)):
