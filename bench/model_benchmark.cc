@@ -2,7 +2,8 @@
 //
 //   model_benchmark --model DIR [--prompts 1024,8192,32768]
 //                   [--batches 1,8,32,128] [--decode-tokens 64]
-//                   [--contexts 1000,100000] [--weights f32|bf16] [--out FILE]
+//                   [--contexts 1000,100000] [--weights f32|bf16|int8] [--out
+//                   FILE]
 //
 //   time to first token   prefill of a random prompt of each length and the
 //                         logits of its next token (ForwardRunner, one call,
@@ -26,13 +27,28 @@
 //                         context is each of --contexts tokens long (the
 //                         contexts timed in turn, the fastest of 3 rounds)
 //   state                 bytes of state per session
+//
+//   model_benchmark --model DIR --loss-text FILE [--loss-window 256]
+//                   [--weights f32|bf16|int8]
+//
+//   loss                  the text's loss in nats per byte: the text is
+//                         encoded with the model's tokenizer and cut into
+//                         windows of --loss-window tokens, each run from an
+//                         empty state, every token after the first of a
+//                         window predicted (tools/train_tiny.py's held-out
+//                         loss). With bf16 or int8 weights the same windows
+//                         also run on the model packed as f32, and the
+//                         report holds both losses, the largest logit
+//                         difference and how often their top tokens agree.
 // bench/model_bench.py runs it beside the PyTorch reference.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <sstream>
 
 #include "CLI/CLI.hpp"
 #include "core/attention/recurrent.h"
@@ -173,6 +189,89 @@ double RuleStep(const Model& model, std::vector<ModelState>& states,
   return times[times.size() / 2];
 }
 
+void RunWindow(ForwardRunner& runner, const Model& model,
+               std::span<const int32_t> tokens, std::vector<float>& all) {
+  const uint32_t V = model.config().vocab_size;
+  all.resize(tokens.size() * V);
+  ModelState state = model.NewState();
+  ForwardItem item{.state = &state, .tokens = tokens, .all_logits = all.data()};
+  Check(runner.Run(std::span<const ForwardItem>(&item, 1)));
+}
+
+// −log softmax(row)[target], in double.
+double Nats(const float* row, uint32_t V, int32_t target) {
+  double top = row[0];
+  for (uint32_t v = 1; v < V; ++v) top = std::max(top, double(row[v]));
+  double sum = 0;
+  for (uint32_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - top);
+  return top + std::log(sum) - row[target];
+}
+
+uint32_t ArgMax(const float* row, uint32_t V) {
+  return static_cast<uint32_t>(std::max_element(row, row + V) - row);
+}
+
+nlohmann::json Loss(const std::shared_ptr<const Model>& model,
+                    const std::shared_ptr<const Model>& reference,
+                    const std::string& path, uint32_t window) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Check(absl::NotFoundError(path + ": cannot open"));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto tokens = model->tokenizer().Encode(text.str());
+  Check(tokens.status());
+  const uint32_t V = model->config().vocab_size;
+  std::vector<uint64_t> bytes(V);
+  for (uint32_t v = 0; v < V; ++v) {
+    bytes[v] = model->tokenizer().TokenBytes(static_cast<int32_t>(v)).size();
+  }
+  ForwardRunner runner(model);
+  std::unique_ptr<ForwardRunner> ref_runner;
+  if (reference != nullptr)
+    ref_runner = std::make_unique<ForwardRunner>(reference);
+  double nats = 0, ref_nats = 0, max_diff = 0, max_logit = 0;
+  uint64_t predicted = 0, nbytes = 0, agree = 0;
+  std::vector<float> all, ref_all;
+  const std::vector<int32_t>& t = *tokens;
+  for (size_t s = 0; s + window < t.size(); s += window) {
+    const std::span<const int32_t> piece(t.data() + s, window);
+    RunWindow(runner, *model, piece, all);
+    if (ref_runner != nullptr)
+      RunWindow(*ref_runner, *reference, piece, ref_all);
+    for (uint32_t i = 0; i < window; ++i) {
+      const int32_t target = t[s + i + 1];
+      const float* row = all.data() + uint64_t(i) * V;
+      nats += Nats(row, V, target);
+      nbytes += bytes[target];
+      ++predicted;
+      if (ref_runner == nullptr) continue;
+      const float* ref = ref_all.data() + uint64_t(i) * V;
+      ref_nats += Nats(ref, V, target);
+      agree += ArgMax(row, V) == ArgMax(ref, V);
+      for (uint32_t v = 0; v < V; ++v) {
+        max_diff = std::max(max_diff, std::fabs(double(row[v]) - ref[v]));
+        max_logit = std::max(max_logit, std::fabs(double(ref[v])));
+      }
+    }
+  }
+  if (predicted == 0 || nbytes == 0) {
+    Check(absl::InvalidArgumentError(
+        path + ": the text has fewer tokens than one window and one more"));
+  }
+  nlohmann::json loss = {{"text", path},
+                         {"window", window},
+                         {"predicted_tokens", predicted},
+                         {"bytes", nbytes},
+                         {"nats_per_byte", nats / nbytes}};
+  if (ref_runner != nullptr) {
+    loss["f32_nats_per_byte"] = ref_nats / nbytes;
+    loss["max_abs_logit_diff"] = max_diff;
+    loss["max_abs_f32_logit"] = max_logit;
+    loss["top1_agreement"] = double(agree) / predicted;
+  }
+  return loss;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,7 +290,16 @@ int main(int argc, char** argv) {
   app.add_option("--decode-tokens", decode_tokens, "steps per measurement");
   app.add_option("--out", out, "write the JSON here too");
   std::string weights = "f32";
-  app.add_option("--weights", weights, "f32 | bf16 (packed projection weights)")
+  app.add_option("--weights", weights,
+                 "f32 | bf16 | int8 (packed projection weights)")
+      ->capture_default_str();
+  std::string loss_text;
+  uint32_t loss_window = 256;
+  app.add_option("--loss-text", loss_text,
+                 "report the loss of this text (nats per byte) and stop");
+  app.add_option("--loss-window", loss_window,
+                 "tokens per window of --loss-text")
+      ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -208,6 +316,18 @@ int main(int argc, char** argv) {
   result["layers"] = (*model)->config().num_hidden_layers;
   result["hidden_size"] = (*model)->config().hidden_size;
   result["state_bytes_per_session"] = (*model)->state_bytes();
+  if (!loss_text.empty()) {
+    std::shared_ptr<const Model> reference;
+    if (*weight_type != linattn::WeightType::kF32) {
+      auto f32 = Model::Load(dir);
+      Check(f32.status());
+      reference = *f32;
+    }
+    result["loss"] = Loss(*model, reference, loss_text, loss_window);
+    std::cout << result.dump(2) << "\n";
+    if (!out.empty()) std::ofstream(out) << result.dump(2) << "\n";
+    return 0;
+  }
 
   std::vector<float> logits(V);
   {

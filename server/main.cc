@@ -188,10 +188,12 @@ int main(int argc, char** argv) {
   std::string weights = "f32";
   app.add_option(
          "--weights", weights,
-         "how model projection weights are packed: f32, or bf16 (half "
+         "how model projection weights are packed: f32; bf16 (half "
          "the bytes per decode step; activations rounded to bf16 before "
-         "each product; needs AVX512_BF16 or AMX)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+         "each product; needs AVX512_BF16 or AMX); or int8 (a quarter; "
+         "one scale per output channel, activations quantised per row; "
+         "needs AVX512_VNNI, AVX_VNNI or AMX)")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->envname("LINATTN_WEIGHTS")
       ->capture_default_str();
   app.add_option("--token-budget", options.generation.token_budget,

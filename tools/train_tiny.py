@@ -21,6 +21,7 @@ fp32 elsewhere, unless --matmul says which).
 
     /usr/bin/python3 tools/train_tiny.py --out models/tiny
     /usr/bin/python3 tools/train_tiny.py --evaluate models/tiny   (held-out loss of an export)
+    /usr/bin/python3 tools/train_tiny.py --held-out-text FILE     (the held-out text, as evaluated)
 """
 
 import argparse
@@ -283,7 +284,13 @@ def main():
                    help="tensor dtype of the export")
     p.add_argument("--evaluate", metavar="DIR",
                    help="print the held-out loss of the model exported in DIR and stop")
+    p.add_argument("--held-out-text", metavar="FILE",
+                   help="write the held-out text (the verses --evaluate encodes) to FILE and stop")
     args = p.parse_args()
+    if args.held_out_text:
+        with open(args.held_out_text, "w", encoding="utf-8") as f:
+            f.write("\n".join(text_split()[1]))
+        return
     if args.seq % args.chunk:
         p.error("--seq must be a multiple of --chunk")
     if args.evaluate:

@@ -458,9 +458,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     const std::string& dir, const std::string& name, WeightType weights) {
-  if (weights == WeightType::kBf16) {
-    if (absl::Status s = Bf16Supported(); !s.ok()) return s;
-  }
+  if (absl::Status s = WeightTypeSupported(weights); !s.ok()) return s;
   std::shared_ptr<Model> model(new Model());
   model->dir_ = dir;
   model->name_ = name;

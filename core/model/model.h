@@ -118,8 +118,8 @@ class Model {
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and
   // field or tensor for anything malformed or inconsistent. `name` is how
   // clients refer to the model (default: the directory's last component).
-  // `weights` is how the projections are packed (linear.h): f32, or bf16
-  // (FAILED_PRECONDITION on a CPU without native bf16 products).
+  // `weights` is how the projections are packed (linear.h): f32, bf16 or
+  // int8 (FAILED_PRECONDITION on a CPU without native products of the type).
   static absl::StatusOr<std::shared_ptr<const Model>> Load(
       const std::string& dir, const std::string& name = "",
       WeightType weights = WeightType::kF32);

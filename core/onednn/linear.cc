@@ -1,6 +1,7 @@
 #include "core/onednn/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -25,6 +26,39 @@ void ToBf16(const float* __restrict x, uint64_t n, uint16_t* __restrict out) {
   }
 }
 
+// Row r of x (m × n) quantised: q = rint(x · 127/amax), |q| ≤ 127, and its
+// step amax/127 in scale[r] (0 for a zero row; NaN when the row holds Inf or
+// NaN, so that the row's outputs come out NaN).
+void QuantiseRows(const float* __restrict x, uint64_t m, uint64_t n,
+                  int8_t* __restrict q, float* __restrict scale) {
+  for (uint64_t r = 0; r < m; ++r) {
+    const float* row = x + r * n;
+    int8_t* qr = q + r * n;
+    // |x| as bits: for non-negative floats the integer order is the float
+    // order, Inf above every finite value and NaN above Inf.
+    uint32_t top = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      top = std::max(top, __builtin_bit_cast(uint32_t, row[i]) & 0x7fffffffu);
+    }
+    if (top >= 0x7f800000u || top == 0) {
+      std::fill(qr, qr + n, int8_t{0});
+      scale[r] = top == 0 ? 0.0f : std::nanf("");
+      continue;
+    }
+    const float amax = __builtin_bit_cast(float, top);
+    const float inv = 127.0f / amax;
+    // |row[i]·inv| ≤ 127 (to within three roundings), so adding and taking
+    // away 1.5·2^23 rounds it to the nearest integer, ties to even, as
+    // nearbyint does in the default rounding mode, but in vector registers.
+    constexpr float kRound = 12582912.0f;
+    for (uint64_t i = 0; i < n; ++i) {
+      const float v = (row[i] * inv + kRound) - kRound;
+      qr[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+    scale[r] = amax / 127.0f;
+  }
+}
+
 std::vector<int64_t> Buckets() {
   std::vector<int64_t> b = {1, 2, 4, 8};
   for (int64_t m = 16; m <= PackedLinear::kMaxRows; m += 16) b.push_back(m);
@@ -34,14 +68,23 @@ std::vector<int64_t> Buckets() {
 }  // namespace
 
 const char* WeightTypeName(WeightType type) {
-  return type == WeightType::kBf16 ? "bf16" : "f32";
+  switch (type) {
+    case WeightType::kBf16:
+      return "bf16";
+    case WeightType::kInt8:
+      return "int8";
+    case WeightType::kF32:
+      break;
+  }
+  return "f32";
 }
 
 absl::StatusOr<WeightType> ParseWeightType(const std::string& name) {
   if (name == "f32") return WeightType::kF32;
   if (name == "bf16") return WeightType::kBf16;
+  if (name == "int8") return WeightType::kInt8;
   return absl::InvalidArgumentError(
-      absl::StrCat("weights: expected f32 or bf16, got '", name, "'"));
+      absl::StrCat("weights: expected f32, bf16 or int8, got '", name, "'"));
 }
 
 absl::Status Bf16Supported() {
@@ -53,6 +96,31 @@ absl::Status Bf16Supported() {
   return absl::FailedPreconditionError(
       "weights: bf16 needs a CPU with AVX512_BF16 or AMX (oneDNN's effective "
       "ISA here has neither); use f32");
+}
+
+absl::Status Int8Supported() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (isa == dnnl::cpu_isa::avx512_core_vnni ||
+      isa == dnnl::cpu_isa::avx512_core_bf16 ||
+      isa == dnnl::cpu_isa::avx512_core_amx ||
+      isa == dnnl::cpu_isa::avx2_vnni) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      "weights: int8 needs a CPU with AVX512_VNNI, AVX_VNNI or AMX (oneDNN's "
+      "effective ISA here has none of them); use f32");
+}
+
+absl::Status WeightTypeSupported(WeightType type) {
+  switch (type) {
+    case WeightType::kBf16:
+      return Bf16Supported();
+    case WeightType::kInt8:
+      return Int8Supported();
+    case WeightType::kF32:
+      break;
+  }
+  return absl::OkStatus();
 }
 
 struct PackedLinear::Shape {
@@ -80,29 +148,32 @@ absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
   static std::map<std::tuple<int64_t, int64_t, bool, WeightType>,
                   std::unique_ptr<Shape>>
       shapes;
-  if (type == WeightType::kBf16) {
-    if (absl::Status s = Bf16Supported(); !s.ok()) return s;
-  }
+  if (absl::Status s = WeightTypeSupported(type); !s.ok()) return s;
   std::unique_ptr<PackedLinear> linear(new PackedLinear());
   linear->in_ = in;
   linear->out_ = out;
   linear->type_ = type;
+  linear->accumulate_ = accumulate;
+  const bool int8 = type == WeightType::kInt8;
   const memory::data_type wt = type == WeightType::kBf16
                                    ? memory::data_type::bf16
-                                   : memory::data_type::f32;
+                               : int8 ? memory::data_type::s8
+                                      : memory::data_type::f32;
+  // int8 products land in int32 sums; Apply scales (and adds) them.
+  const memory::data_type dt =
+      int8 ? memory::data_type::s32 : memory::data_type::f32;
   try {
     const dnnl::engine& engine = CpuEngine();
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (accumulate) {
+    if (accumulate && !int8) {
       dnnl::post_ops ops;
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
     auto describe = [&](int64_t rows, const memory::desc& w) {
       memory::desc src({rows, in}, wt, memory::format_tag::ab);
-      memory::desc dst({rows, out}, memory::data_type::f32,
-                       memory::format_tag::ab);
+      memory::desc dst({rows, out}, dt, memory::format_tag::ab);
       return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, w, dst), attr,
                                           engine);
     };
@@ -127,8 +198,24 @@ absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
       linear->shape_ = shape.get();
     }
     // W (out × in) row-major is the (in × out) matrix in "ba" order.
+    std::vector<int8_t> quantised;
     memory user({{in, out}, memory::data_type::f32, memory::format_tag::ba},
                 engine, const_cast<float*>(weight));
+    if (int8) {
+      // Each output channel (a row of W) quantised with its own step.
+      quantised.resize(uint64_t(out) * in);
+      linear->scales_.resize(out);
+      QuantiseRows(weight, out, in, quantised.data(), linear->scales_.data());
+      for (int64_t j = 0; j < out; ++j) {
+        if (std::isnan(linear->scales_[j])) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("weights: output channel ", j, " of the (", in,
+                           " → ", out, ") product holds Inf or NaN"));
+        }
+      }
+      user = memory({{in, out}, memory::data_type::s8, memory::format_tag::ba},
+                    engine, quantised.data());
+    }
     linear->packed_ = memory(linear->shape_->packed, engine);
     dnnl::stream& stream = ThreadStream();
     dnnl::reorder(user, linear->packed_).execute(stream, user, linear->packed_);
@@ -158,8 +245,24 @@ absl::Status PackedLinear::Apply(const float* x, int64_t m, float* y) const {
   thread_local std::map<const Shape::Entry*, Bound> bound;
   thread_local AlignedBuffer scratch;
   thread_local std::vector<uint16_t> x_bf16;
+  thread_local std::vector<int8_t> x_s8;
+  thread_local std::vector<float> row_scales;
+  thread_local std::vector<int32_t> sums;
   const void* src = x;
-  if (type_ == WeightType::kBf16) {
+  void* dst = y;
+  const bool int8 = type_ == WeightType::kInt8;
+  if (int8) {
+    const uint64_t n = uint64_t(m) * in_, padded = uint64_t(Bucket(m)) * in_;
+    if (x_s8.size() < padded) x_s8.resize(padded);
+    if (row_scales.size() < uint64_t(m)) row_scales.resize(m);
+    if (sums.size() < uint64_t(Bucket(m)) * out_) {
+      sums.resize(uint64_t(Bucket(m)) * out_);
+    }
+    QuantiseRows(x, m, in_, x_s8.data(), row_scales.data());
+    std::fill(x_s8.begin() + n, x_s8.begin() + padded, int8_t{0});
+    src = x_s8.data();
+    dst = sums.data();
+  } else if (type_ == WeightType::kBf16) {
     // m rows rounded; the bucket's padding rows are zeros.
     const uint64_t n = uint64_t(m) * in_, padded = uint64_t(Bucket(m)) * in_;
     if (x_bf16.size() < padded) x_bf16.resize(padded);
@@ -185,7 +288,7 @@ absl::Status PackedLinear::Apply(const float* x, int64_t m, float* y) const {
                        sizeof(float));
     Bound& b = it->second;
     b.src.set_data_handle(const_cast<void*>(src));
-    b.dst.set_data_handle(y);
+    b.dst.set_data_handle(dst);
     b.pad.set_data_handle(scratch.data());
     dnnl::stream& stream = ThreadStream();
     const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, b.src.get()},
@@ -202,6 +305,19 @@ absl::Status PackedLinear::Apply(const float* x, int64_t m, float* y) const {
   } catch (const dnnl::error& err) {
     return absl::InternalError(
         absl::StrCat("oneDNN matmul failed: ", err.what()));
+  }
+  if (int8) {
+    const float* __restrict s = scales_.data();
+    for (int64_t r = 0; r < m; ++r) {
+      const float t = row_scales[r];
+      const int32_t* __restrict sum = sums.data() + uint64_t(r) * out_;
+      float* __restrict yr = y + uint64_t(r) * out_;
+      if (accumulate_) {
+        for (int64_t j = 0; j < out_; ++j) yr[j] += t * s[j] * float(sum[j]);
+      } else {
+        for (int64_t j = 0; j < out_; ++j) yr[j] = t * s[j] * float(sum[j]);
+      }
+    }
   }
   return absl::OkStatus();
 }

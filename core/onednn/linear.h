@@ -16,6 +16,17 @@
 // within (2^-7 + 2^-16)·Σ|x_i·w_i| (+ fp32 summation) of the fp32 product;
 // for weights that were bfloat16 to begin with (most checkpoints), only x's
 // rounding remains: 2^-8·Σ|x_i·w_i|.
+//
+// With WeightType::kInt8 each output channel j (a row of W) is stored as
+// int8 with its own scale s_j = max_i |w_ji| / 127 (w ≈ s_j·q_j, |q| ≤ 127),
+// each row of x is quantised to int8 with its own scale t = max_i |x_i| / 127
+// at the call, oneDNN multiplies int8 by int8 into exact int32 sums (VNNI
+// or AMX), and y = t·s_j·sum. Rounding to the nearest step moves x_i by at
+// most t/2 and w_ji by at most s_j/2, so each output is within
+//   (t/2)·Σ_i|w_ji| + (s_j/2)·Σ_i|x_i| + in·t·s_j/4
+// (times 1 + 2^-13 for the float arithmetic of the steps, plus a few fp32
+// roundings of y) of the fp32 product. A row of x holding Inf or NaN gives
+// NaN in every output of its row, as the fp32 product would give Inf/NaN.
 #ifndef LINATTN_CORE_ONEDNN_LINEAR_H_
 #define LINATTN_CORE_ONEDNN_LINEAR_H_
 
@@ -29,14 +40,19 @@
 
 namespace linattn {
 
-enum class WeightType { kF32, kBf16 };
+enum class WeightType { kF32, kBf16, kInt8 };
 
-// "f32" / "bf16".
+// "f32" / "bf16" / "int8".
 const char* WeightTypeName(WeightType type);
 absl::StatusOr<WeightType> ParseWeightType(const std::string& name);
 // OK when this CPU runs bf16 products natively (AVX512_BF16 or AMX, as
 // oneDNN sees it); FAILED_PRECONDITION saying what is missing otherwise.
 absl::Status Bf16Supported();
+// OK when oneDNN runs int8 products with VNNI (AVX512_VNNI, AVX_VNNI) or
+// AMX here; FAILED_PRECONDITION saying what is missing otherwise.
+absl::Status Int8Supported();
+// The check for `type` (OK for f32).
+absl::Status WeightTypeSupported(WeightType type);
 
 class PackedLinear {
  public:
@@ -66,6 +82,8 @@ class PackedLinear {
   WeightType type_ = WeightType::kF32;
   const Shape* shape_ = nullptr;  // the shared primitives of (in, out, acc)
   dnnl::memory packed_;
+  std::vector<float> scales_;  // kInt8: s_j per output channel
+  bool accumulate_ = false;
 };
 
 }  // namespace linattn

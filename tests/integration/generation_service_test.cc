@@ -37,7 +37,7 @@ std::shared_ptr<const Model> BuiltinModel() {
 std::string LocalWith(const std::string& prompt, SamplingParams params,
                       WeightType weights = WeightType::kF32) {
   std::shared_ptr<const Model> model = BuiltinModel();
-  if (weights == WeightType::kBf16) {
+  if (weights != WeightType::kF32) {
     model = Model::Load(LINATTN_BUILTIN_MODEL_DIR, "", weights).value();
   }
   GenerationEngine engine({model});
@@ -459,12 +459,12 @@ TEST(GenerateClientTest, AnUnreadableMessageEndsTheCallWithAnError) {
   server->Shutdown(std::chrono::system_clock::now());
 }
 
-// --weights bf16: the server streams what the bf16-packed model gives in
-// process.
-TEST(GenerationServerWeightsTest, Bf16ServerStreamsTheBf16Model) {
-  if (!Bf16Supported().ok()) GTEST_SKIP() << Bf16Supported().message();
-  auto server = testing::ServerProcess::Start(
-      {"--model", LINATTN_BUILTIN_MODEL_DIR, "--weights", "bf16"});
+// --weights bf16|int8: the server streams what the model packed that way
+// gives in process.
+void ExpectServerStreamsTheLocalModel(WeightType weights) {
+  auto server =
+      testing::ServerProcess::Start({"--model", LINATTN_BUILTIN_MODEL_DIR,
+                                     "--weights", WeightTypeName(weights)});
   ASSERT_NE(server, nullptr);
   auto stub = v1::GenerationService::NewStub(server->Channel());
   grpc::ClientContext create_ctx;
@@ -481,7 +481,17 @@ TEST(GenerationServerWeightsTest, Bf16ServerStreamsTheBf16Model) {
   v1::GenerateResponse r;
   while (reader->Read(&r)) text += r.text();
   ASSERT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(text, LocalGreedy(prompt, 24, WeightType::kBf16));
+  EXPECT_EQ(text, LocalGreedy(prompt, 24, weights));
+}
+
+TEST(GenerationServerWeightsTest, Bf16ServerStreamsTheBf16Model) {
+  if (!Bf16Supported().ok()) GTEST_SKIP() << Bf16Supported().message();
+  ExpectServerStreamsTheLocalModel(WeightType::kBf16);
+}
+
+TEST(GenerationServerWeightsTest, Int8ServerStreamsTheInt8Model) {
+  if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
+  ExpectServerStreamsTheLocalModel(WeightType::kInt8);
 }
 
 TEST(GenerationServerStartTest, UnknownWeightTypeIsRefusedNamingTheFlag) {

@@ -65,6 +65,15 @@ void CheckLogitsMatchPyTorch(const std::string& name,
     tol += (4.0 * c.num_hidden_layers + 1) * std::ldexp(1.0, -8) *
            std::max(1.0, MaxAbs(fx.logits));
   }
+  if (weights == WeightType::kInt8) {
+    // The same argument with int8's steps: a product's error is at most
+    // half a step of x (1/254 of its largest entry) against Σ|w| plus half
+    // a step of w against Σ|x| (linear.h), 2/254 + 1/(4·127²) of
+    // max|x|·Σ|w| at most, per product in the chain.
+    tol += (4.0 * c.num_hidden_layers + 1) *
+           (2.0 / 254 + 1.0 / (4 * 127 * 127)) *
+           std::max(1.0, MaxAbs(fx.logits));
+  }
   double worst = 0;
   for (size_t i = 0; i < T * V; ++i) {
     worst = std::max(worst, std::fabs(all[i] - fx.logits[i]));
@@ -90,6 +99,14 @@ TEST(ForwardReferenceTest, LogitsAtEveryPositionMatchPyTorch) {
 TEST(ForwardReferenceTest, Bf16WeightsStayWithinTheirBound) {
   if (!Bf16Supported().ok()) GTEST_SKIP() << Bf16Supported().message();
   CheckLogitsMatchPyTorch("builtin", WeightType::kBf16);
+}
+
+// int8 weights, under the same assumption, with int8's quantisation steps in
+// place of bf16's rounding. bench/compare measures the int8 model against
+// f32 on the whole held-out text (logit differences and loss).
+TEST(ForwardReferenceTest, Int8WeightsStayWithinTheirBound) {
+  if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
+  CheckLogitsMatchPyTorch("builtin", WeightType::kInt8);
 }
 
 // One call, several calls, and token by token (recurrent decode steps) give

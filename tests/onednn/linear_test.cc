@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -123,8 +124,144 @@ TEST(PackedLinear, Bf16WorstCaseRoundingStaysWithinTheBound) {
   }
 }
 
+// int8 against double loops, with the steps computed here from the inputs:
+// t = max|x_r|/127 per row, s_o = max|w_o|/127 per output channel. Rounding
+// to the nearest step moves each x_i by ≤ t/2 and each w_oi by ≤ s_o/2, so
+//   |y − x·w| ≤ (t/2)·Σ|w_oi| + (s_o/2)·Σ|x_i| + in·t·s_o/4,
+// each step's float arithmetic (127/amax, x·that, amax/127: three roundings
+// on values ≤ 127 steps) adding at most 762u < 2^-14 of a half step, hence
+// the factor 1 + 2^-13 on all three terms. The int32 sums are exact; the
+// result t·s·sum takes three fp32 roundings (3u of its size, which is
+// within Σ|x·w| + the quantisation bound), and the accumulate one more.
+void CheckInt8(const Case& c) {
+  std::mt19937_64 rng(c.out * 17 + c.in * 3 + c.rows);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> w(c.out * c.in), x(PackedLinear::Bucket(c.rows) * c.in);
+  for (float& v : w) v = dist(rng);
+  for (float& v : x) v = dist(rng);
+  // One channel of tiny weights, one row of x scaled up: the steps are per
+  // channel and per row, not shared.
+  for (int64_t i = 0; i < c.in; ++i) w[i] *= 1e-3f;
+  for (int64_t i = 0; i < c.in; ++i) x[i] *= 300.0f;
+  std::vector<float> y(PackedLinear::Bucket(c.rows) * c.out);
+  for (float& v : y) v = dist(rng);
+  const std::vector<float> y0 = y;
+  auto linear = PackedLinear::Create(w.data(), c.out, c.in, c.accumulate,
+                                     WeightType::kInt8);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ((*linear)->type(), WeightType::kInt8);
+  ASSERT_TRUE((*linear)->Apply(x.data(), c.rows, y.data()).ok());
+  const double f = 1 + 0x1.0p-13;
+  double worst_used = 0;  // the largest error as a fraction of its bound
+  for (int64_t r = 0; r < c.rows; ++r) {
+    double t = 0, x_abs = 0;
+    for (int64_t i = 0; i < c.in; ++i) {
+      t = std::max(t, std::abs(double(x[r * c.in + i])) / 127);
+      x_abs += std::abs(double(x[r * c.in + i]));
+    }
+    for (int64_t o = 0; o < c.out; ++o) {
+      double s = 0, w_abs = 0, sum = 0, abs_sum = 0;
+      for (int64_t i = 0; i < c.in; ++i) {
+        s = std::max(s, std::abs(double(w[o * c.in + i])) / 127);
+        w_abs += std::abs(double(w[o * c.in + i]));
+        const double p = double(x[r * c.in + i]) * w[o * c.in + i];
+        sum += p;
+        abs_sum += std::abs(p);
+      }
+      const double q = f * (t / 2 * w_abs + s / 2 * x_abs + c.in * t * s / 4);
+      const double y_ref = (c.accumulate ? y0[r * c.out + o] : 0.0) + sum;
+      const double bound = q + 3 * kU * (abs_sum + q) +
+                           (c.accumulate ? 2 * kU * std::abs(y_ref) : 0.0);
+      const double err = std::abs(double(y[r * c.out + o]) - y_ref);
+      ASSERT_LE(err, bound)
+          << "int8 out=" << c.out << " in=" << c.in << " rows=" << c.rows
+          << " acc=" << c.accumulate << " at (" << r << ", " << o << ")";
+      worst_used = std::max(worst_used, err / bound);
+    }
+  }
+  // Not fp32 in disguise: the quantisation shows.
+  EXPECT_GT(worst_used, 1e-3) << "out=" << c.out << " in=" << c.in;
+}
+
+TEST(PackedLinear, Int8StaysWithinItsQuantisationBound) {
+  if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
+  for (const Case& c : kCases) CheckInt8(c);
+}
+
+// Weights and inputs that are whole steps already (integers with 127 the
+// largest magnitude of every channel and row, so both steps are 1) give the
+// exact integer sums, scaled and accumulated without loss.
+TEST(PackedLinear, Int8IsExactOnItsOwnGrid) {
+  if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
+  constexpr int64_t kOut = 40, kIn = 96, kRows = 5;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::vector<float> w(kOut * kIn), x(PackedLinear::Bucket(kRows) * kIn);
+  for (float& v : w) v = float(q(rng));
+  for (float& v : x) v = float(q(rng));
+  for (int64_t o = 0; o < kOut; ++o) w[o * kIn + o % kIn] = o % 2 ? 127 : -127;
+  for (int64_t r = 0; r < kRows; ++r) x[r * kIn + r] = r % 2 ? -127 : 127;
+  for (bool accumulate : {false, true}) {
+    auto linear = PackedLinear::Create(w.data(), kOut, kIn, accumulate,
+                                       WeightType::kInt8);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    std::vector<float> y(PackedLinear::Bucket(kRows) * kOut, 0.5f);
+    ASSERT_TRUE((*linear)->Apply(x.data(), kRows, y.data()).ok());
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t o = 0; o < kOut; ++o) {
+        int64_t sum = 0;
+        for (int64_t i = 0; i < kIn; ++i) {
+          sum += int64_t(x[r * kIn + i]) * int64_t(w[o * kIn + i]);
+        }
+        EXPECT_EQ(y[r * kOut + o], float(sum) + (accumulate ? 0.5f : 0.0f))
+            << r << "," << o;
+      }
+    }
+  }
+}
+
+// A row of x holding Inf or NaN gives NaN across its own row (the fp32
+// product gives Inf or NaN there); the other rows, a zero row included,
+// are unaffected.
+TEST(PackedLinear, Int8NonFiniteRowsComeOutNaN) {
+  if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
+  constexpr int64_t kOut = 16, kIn = 32;
+  std::vector<float> w(kOut * kIn, 0.0f), x(4 * kIn, 0.25f);
+  for (int64_t o = 0; o < kOut; ++o) w[o * kIn + o] = 1.0f;  // y = x[0..16)
+  x[0 * kIn + 20] = std::numeric_limits<float>::infinity();
+  x[1 * kIn + 3] = std::nanf("");
+  std::fill(x.begin() + 2 * kIn, x.begin() + 3 * kIn, 0.0f);
+  auto linear =
+      PackedLinear::Create(w.data(), kOut, kIn, false, WeightType::kInt8);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  std::vector<float> y(4 * kOut);
+  ASSERT_TRUE((*linear)->Apply(x.data(), 4, y.data()).ok());
+  for (int64_t o = 0; o < kOut; ++o) {
+    EXPECT_TRUE(std::isnan(y[o])) << o;
+    EXPECT_TRUE(std::isnan(y[kOut + o])) << o;
+    EXPECT_EQ(y[2 * kOut + o], 0.0f) << o;
+    EXPECT_EQ(y[3 * kOut + o], 0.25f) << o;  // 0.25 is 127 steps of 0.25/127
+  }
+}
+
+// Weights that cannot be quantised are refused, naming the channel.
+TEST(PackedLinear, Int8RefusesNonFiniteWeights) {
+  if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
+  std::vector<float> w(8 * 8, 0.5f);
+  w[5 * 8 + 2] = std::numeric_limits<float>::infinity();
+  auto linear = PackedLinear::Create(w.data(), 8, 8, false, WeightType::kInt8);
+  ASSERT_FALSE(linear.ok());
+  EXPECT_EQ(linear.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(linear.status().message().find("output channel 5"),
+            std::string::npos)
+      << linear.status();
+}
+
 TEST(PackedLinear, WeightTypeNames) {
   EXPECT_EQ(*ParseWeightType("bf16"), WeightType::kBf16);
+  EXPECT_EQ(*ParseWeightType("int8"), WeightType::kInt8);
+  EXPECT_STREQ(WeightTypeName(WeightType::kInt8), "int8");
+  EXPECT_TRUE(WeightTypeSupported(WeightType::kF32).ok());
   EXPECT_EQ(*ParseWeightType("f32"), WeightType::kF32);
   EXPECT_EQ(ParseWeightType("fp8").status().code(),
             absl::StatusCode::kInvalidArgument);
