@@ -46,8 +46,9 @@ if ((python)); then
     # training of the built-in model (tools/); OpenBLAS so that torch's GEMMs
     # do not fall back to the reference BLAS
     python3-torch python3-numpy libopenblas0-pthread python3-sentencepiece
-    # bench/compare's figures (bench/plots.py)
-    python3-matplotlib
+    # bench/compare's figures (bench/plots.py), and perf for its profile of
+    # the serving path (bench/serving_profile.py)
+    python3-matplotlib linux-perf
     # a standard gRPC client (grpcio, with protobuf) for the tests that check
     # what clients in other languages see
     python3-grpcio python3-protobuf

@@ -1,5 +1,7 @@
 #include "core/scheduler/scheduler.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -573,6 +575,11 @@ void Scheduler::RunRound(std::vector<Request>& round,
   // requests is run again one request at a time: only the request at fault
   // fails.
   if (!steps.empty()) {
+    uint64_t state_bytes = 0;
+    for (const StepItem& step : steps) state_bytes += step.state->bytes();
+    omp_set_num_threads(state_bytes <= options_.single_thread_step_bytes
+                            ? 1
+                            : executor_->max_threads());
     const absl::Status s = StepBatch(steps);
     if (s.ok() || step_index.front() == step_index.back()) {
       for (size_t i : step_index) {
@@ -589,6 +596,7 @@ void Scheduler::RunRound(std::vector<Request>& round,
         b = e;
       }
     }
+    omp_set_num_threads(executor_->max_threads());
   }
 
   for (size_t i : committing) {

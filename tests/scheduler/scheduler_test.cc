@@ -39,12 +39,13 @@ class Plain {
 // Steps of many sessions submitted from many threads at once: each session's
 // outputs equal stepping it alone, in order, bit for bit, and sessions are
 // batched together.
-TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
+void ExpectConcurrentStepsKeepOrderAndBatch(SchedulerOptions options,
+                                            const AttentionSpec& spec) {
   auto manager = *SessionManager::Create({});
-  Scheduler scheduler;
-  const AttentionSpec spec{
-      .num_heads = 4, .key_dim = 8, .value_dim = 8, .epsilon = 0.0f};
+  Scheduler scheduler(std::move(options));
   constexpr int kSessions = 16, kTokens = 40;
+  const uint64_t row = uint64_t{spec.num_heads} * spec.key_dim;
+  const uint64_t out_row = uint64_t{spec.num_heads} * spec.value_dim;
   std::vector<std::shared_ptr<AttentionSession>> sessions;
   std::vector<testing::Tokens> data;
   for (int s = 0; s < kSessions; ++s) {
@@ -76,13 +77,13 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
       for (uint64_t t = 0; t < kTokens; ++t) {
         auto promise = std::make_shared<std::promise<Plain>>();
         done.push_back(promise->get_future());
-        const uint64_t qk = t * 32;
-        scheduler.Step(sessions[s],
-                       {data[s].q.data() + qk, data[s].k.data() + qk,
-                        data[s].v.data() + qk, 1},
-                       got[s].view(t, 4, 8), [promise](absl::Status st) {
-                         promise->set_value(std::move(st));
-                       });
+        const uint64_t qk = t * row;
+        scheduler.Step(
+            sessions[s],
+            {data[s].q.data() + qk, data[s].k.data() + qk,
+             data[s].v.data() + t * out_row, 1},
+            got[s].view(t, spec.num_heads, spec.value_dim),
+            [promise](absl::Status st) { promise->set_value(std::move(st)); });
       }
       queued.count_down();
       for (auto& f : done) EXPECT_TRUE(f.get().ok());
@@ -107,6 +108,21 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
   EXPECT_EQ(stats.steps, uint64_t(kSessions * kTokens));
   EXPECT_GT(stats.largest_step_batch, 1u)
       << "no two sessions were ever batched, although all were queued";
+}
+
+TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
+  ExpectConcurrentStepsKeepOrderAndBatch(
+      {}, {.num_heads = 4, .key_dim = 8, .value_dim = 8, .epsilon = 0.0f});
+}
+
+// Batches large enough for StepBatch to spread heads over threads, run by
+// the whole team (no single-thread limit) and by the compute worker alone
+// (the default limit): both give each session what it gets alone.
+TEST(Scheduler, LargeStepBatchesAreExactOnOneThreadAndOnTheTeam) {
+  const AttentionSpec spec{
+      .num_heads = 8, .key_dim = 64, .value_dim = 64, .epsilon = 0.0f};
+  ExpectConcurrentStepsKeepOrderAndBatch({.single_thread_step_bytes = 0}, spec);
+  ExpectConcurrentStepsKeepOrderAndBatch({}, spec);
 }
 
 // Step groups and single steps of the same sessions, all queued while the
