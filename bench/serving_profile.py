@@ -61,7 +61,9 @@ _KERNEL_RULES = [
 
 _USER_RULES = [
     ("OpenMP waits", lambda sym, dso: "libgomp" in dso or "libomp" in dso),
+    # oneDNN's JIT kernels show as [JIT] or, with a perf map, perf-PID.map.
     ("compute", lambda sym, dso: "libdnnl" in dso or dso.startswith("[JIT]")
+     or re.fullmatch(r"perf-\d+\.map", dso) is not None
      or re.search(r"linattn::(avx512|avx2|generic)::|StepBatch|StepHead|ReadOut|AllFinite|"
                   r"MaxAbsBits|Elu1|Chunkwise|Recurrent|FeatureMap|linattn::Attention::",
                   sym) is not None),

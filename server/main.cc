@@ -27,6 +27,7 @@
 #include "core/session/session_manager.h"
 #include "core/util/byte_size.h"
 #include "core/util/flag_checks.h"
+#include "core/util/malloc_settings.h"
 #include "core/util/openmp_spin.h"
 #include "server/listen_address.h"
 #include "server/logging.h"
@@ -53,6 +54,7 @@ std::string BuiltinModelDir() {
 
 int main(int argc, char** argv) {
   linattn::UseShortOpenMpSpin(argv);
+  linattn::UseServingMallocSettings();
   // A file size limit (RLIMIT_FSIZE) reached by the state dir's files is a
   // full disk to report (EFBIG → RESOURCE_EXHAUSTED), not a signal that
   // ends the server.

@@ -13,11 +13,13 @@
 #include "clients/load/generation_load.h"
 #include "clients/load/load.h"
 #include "core/util/flag_checks.h"
+#include "core/util/malloc_settings.h"
 #include "core/util/openmp_spin.h"
 
 int main(int argc, char** argv) {
   // Usually beside the server it loads, on the same cores.
   linattn::UseShortOpenMpSpin(argv);
+  linattn::UseServingMallocSettings();
   CLI::App app{"linattn-load: session-aware load generator for linattn-server"};
   app.set_version_flag("--version", "linattn-load " LINATTN_VERSION);
   linattn::LoadOptions o;

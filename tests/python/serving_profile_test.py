@@ -9,11 +9,14 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import serving_profile  # noqa: E402
 
-# Eight samples of 1 ms each (perf script -F comm,tid,period,event,ip,sym,dso
+# Ten samples of 1 ms each (one of 2 ms) (perf script -F comm,tid,period,event,ip,sym,dso
 # with callchains), one per rule.
 SCRIPT = """\
 worker 101 1000000 cpu-clock:ppp: 
 \t    1f622 [unknown] (/usr/lib/x86_64-linux-gnu/libgomp.so.1.0.0)
+
+worker 101 1000000 cpu-clock:ppp: 
+\t    7f3a1c00 [unknown] (/tmp/perf-4242.map)
 
 worker 101 1000000 cpu-clock:ppp: 
 \t    8a0c0 linattn::avx512::(anonymous namespace)::StepHeadRegisters<4>+0x40 (/work/build/bin/linattn-server)
@@ -51,19 +54,19 @@ grpc 102 1000000 cpu-clock:ppp:
 class Attribution(unittest.TestCase):
     def test_each_rule(self):
         samples = serving_profile.parse_script(SCRIPT)
-        self.assertEqual(len(samples), 9)
+        self.assertEqual(len(samples), 10)
         got = [serving_profile.classify(frames) for _, frames in samples]
-        self.assertEqual(got, ["OpenMP waits", "compute", "transport", "scheduling",
+        self.assertEqual(got, ["OpenMP waits", "compute", "compute", "transport", "scheduling",
                                "(de)serialisation", "allocation", "copies", "transport",
                                "other"])
 
     def test_microseconds_per_step(self):
         a = serving_profile.attribute(serving_profile.parse_script(SCRIPT), session_steps=100)
-        self.assertAlmostEqual(a["cpu_seconds"], 0.010)
-        self.assertAlmostEqual(a["us_per_step_total"], 100.0)  # 10 ms over 100 steps
+        self.assertAlmostEqual(a["cpu_seconds"], 0.011)
+        self.assertAlmostEqual(a["us_per_step_total"], 110.0)  # 11 ms over 100 steps
         self.assertAlmostEqual(a["us_per_step"]["transport"], 30.0)  # 1 ms + 2 ms
-        self.assertAlmostEqual(a["us_per_step"]["compute"], 10.0)
-        self.assertAlmostEqual(sum(a["us_per_step"].values()), 100.0)
+        self.assertAlmostEqual(a["us_per_step"]["compute"], 20.0)
+        self.assertAlmostEqual(sum(a["us_per_step"].values()), 110.0)
         self.assertEqual(a["other_top"][0][0], "_dl_fixup (ld-linux-x86-64.so.2)")
 
 
