@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
          "the bytes per decode step; activations rounded to bf16 before "
          "each product; needs AVX512_BF16 or AMX); or int8 (a quarter; "
          "one scale per output channel, activations quantised per row; "
-         "needs AVX512_VNNI, AVX_VNNI or AMX)")
+         "needs AVX512_VNNI or AMX)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->envname("LINATTN_WEIGHTS")
       ->capture_default_str();

@@ -26,9 +26,14 @@ void ToBf16(const float* __restrict x, uint64_t n, uint16_t* __restrict out) {
   }
 }
 
+// Below this largest magnitude a row is taken as zero (127/amax would
+// overflow near 2^-121, and the step would be subnormal).
+constexpr float kInt8ZeroRow = 0x1.0p-100f;
+
 // Row r of x (m × n) quantised: q = rint(x · 127/amax), |q| ≤ 127, and its
-// step amax/127 in scale[r] (0 for a zero row; NaN when the row holds Inf or
-// NaN, so that the row's outputs come out NaN).
+// step amax/127 in scale[r] (0 for a row whose amax is below kInt8ZeroRow;
+// NaN when the row holds Inf or NaN, so that the row's outputs come out
+// NaN).
 void QuantiseRows(const float* __restrict x, uint64_t m, uint64_t n,
                   int8_t* __restrict q, float* __restrict scale) {
   for (uint64_t r = 0; r < m; ++r) {
@@ -40,9 +45,10 @@ void QuantiseRows(const float* __restrict x, uint64_t m, uint64_t n,
     for (uint64_t i = 0; i < n; ++i) {
       top = std::max(top, __builtin_bit_cast(uint32_t, row[i]) & 0x7fffffffu);
     }
-    if (top >= 0x7f800000u || top == 0) {
+    if (top >= 0x7f800000u ||
+        top < __builtin_bit_cast(uint32_t, kInt8ZeroRow)) {
       std::fill(qr, qr + n, int8_t{0});
-      scale[r] = top == 0 ? 0.0f : std::nanf("");
+      scale[r] = top >= 0x7f800000u ? std::nanf("") : 0.0f;
       continue;
     }
     const float amax = __builtin_bit_cast(float, top);
@@ -100,15 +106,16 @@ absl::Status Bf16Supported() {
 
 absl::Status Int8Supported() {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  // (AVX_VNNI, which oneDNN 2.6 also knows, is left out until its int8
+  // kernels there have been run and checked on such a CPU.)
   if (isa == dnnl::cpu_isa::avx512_core_vnni ||
       isa == dnnl::cpu_isa::avx512_core_bf16 ||
-      isa == dnnl::cpu_isa::avx512_core_amx ||
-      isa == dnnl::cpu_isa::avx2_vnni) {
+      isa == dnnl::cpu_isa::avx512_core_amx) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(
-      "weights: int8 needs a CPU with AVX512_VNNI, AVX_VNNI or AMX (oneDNN's "
-      "effective ISA here has none of them); use f32");
+      "weights: int8 needs a CPU with AVX512_VNNI or AMX (oneDNN's effective "
+      "ISA here has neither); use f32");
 }
 
 absl::Status WeightTypeSupported(WeightType type) {

@@ -27,6 +27,8 @@
 // (times 1 + 2^-13 for the float arithmetic of the steps, plus a few fp32
 // roundings of y) of the fp32 product. A row of x holding Inf or NaN gives
 // NaN in every output of its row, as the fp32 product would give Inf/NaN.
+// A row or channel whose largest magnitude is below 2^-100 is taken as zero
+// (its outputs are then off by at most 2^-100·Σ|w| or 2^-100·Σ|x|).
 #ifndef LINATTN_CORE_ONEDNN_LINEAR_H_
 #define LINATTN_CORE_ONEDNN_LINEAR_H_
 
@@ -48,8 +50,8 @@ absl::StatusOr<WeightType> ParseWeightType(const std::string& name);
 // OK when this CPU runs bf16 products natively (AVX512_BF16 or AMX, as
 // oneDNN sees it); FAILED_PRECONDITION saying what is missing otherwise.
 absl::Status Bf16Supported();
-// OK when oneDNN runs int8 products with VNNI (AVX512_VNNI, AVX_VNNI) or
-// AMX here; FAILED_PRECONDITION saying what is missing otherwise.
+// OK when oneDNN runs int8 products with AVX512_VNNI or AMX here;
+// FAILED_PRECONDITION saying what is missing otherwise.
 absl::Status Int8Supported();
 // The check for `type` (OK for f32).
 absl::Status WeightTypeSupported(WeightType type);

@@ -66,10 +66,12 @@ void CheckLogitsMatchPyTorch(const std::string& name,
            std::max(1.0, MaxAbs(fx.logits));
   }
   if (weights == WeightType::kInt8) {
-    // The same argument with int8's steps: a product's error is at most
-    // half a step of x (1/254 of its largest entry) against Σ|w| plus half
-    // a step of w against Σ|x| (linear.h), 2/254 + 1/(4·127²) of
-    // max|x|·Σ|w| at most, per product in the chain.
+    // The same first-order argument with int8's steps: per product the
+    // error is at most (t/2)Σ|w| + (s/2)Σ|x| + in·t·s/4 (linear.h), which
+    // is at most 2/254 + 1/(4·127²) of in·max|x|·max|w|, the product's own
+    // scale; one such relative error per product in the chain, on the
+    // logits' scale. A tolerance for a well-conditioned forward, not a
+    // proven bound (linear_test.cc proves the per-product one).
     tol += (4.0 * c.num_hidden_layers + 1) *
            (2.0 / 254 + 1.0 / (4 * 127 * 127)) *
            std::max(1.0, MaxAbs(fx.logits));

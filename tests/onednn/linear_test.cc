@@ -244,6 +244,35 @@ TEST(PackedLinear, Int8NonFiniteRowsComeOutNaN) {
   }
 }
 
+// A row of x or a channel of w whose largest magnitude is below 2^-100
+// (where 127/max would overflow near 2^-121) is taken as zero: its outputs
+// are 0, within 2^-100·Σ|w| (or ·Σ|x|) of the fp32 product; the other rows
+// and channels keep their own steps.
+TEST(PackedLinear, Int8RowsAndChannelsBelowTheirFloorAreZero) {
+  if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
+  constexpr int64_t kOut = 16, kIn = 32;
+  std::vector<float> w(kOut * kIn, 0.5f), x(3 * kIn, 0.25f);
+  for (int64_t i = 0; i < kIn; ++i) w[3 * kIn + i] = 1e-37f;  // channel 3
+  for (int64_t i = 0; i < kIn; ++i) x[kIn + i] = i % 2 ? 4e-37f : 0.0f;
+  std::fill(x.begin() + 2 * kIn, x.end(), 0.0f);
+  x[2 * kIn + 5] = 0x1.0p-99f;  // above the floor: a row of its own scale
+  auto linear =
+      PackedLinear::Create(w.data(), kOut, kIn, false, WeightType::kInt8);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  std::vector<float> y(3 * kOut, -1.0f);
+  ASSERT_TRUE((*linear)->Apply(x.data(), 3, y.data()).ok());
+  // Every entry is a whole 127 steps of its row and channel, so only the
+  // three fp32 roundings of t·s·sum remain (linear.h).
+  const double r = 4 * kU;
+  for (int64_t o = 0; o < kOut; ++o) {
+    const bool tiny = o == 3;
+    EXPECT_NEAR(y[o], tiny ? 0.0 : 0.25 * 0.5 * kIn, r * 0.25 * 0.5 * kIn) << o;
+    EXPECT_EQ(y[kOut + o], 0.0f) << o;
+    EXPECT_NEAR(y[2 * kOut + o], tiny ? 0.0 : 0x1.0p-99 * 0.5, r * 0x1.0p-100)
+        << o;
+  }
+}
+
 // Weights that cannot be quantised are refused, naming the channel.
 TEST(PackedLinear, Int8RefusesNonFiniteWeights) {
   if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
