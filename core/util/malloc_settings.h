@@ -9,8 +9,8 @@
 // TLBs. Profiling the server at 64 sessions (bench/serving_profile.py) put
 // the madvise calls at ~5% of its CPU, and ~10% with the page faults after
 // them. glibc raises both thresholds by itself only once a block larger
-// than the current mmap threshold is freed, which a server that only
-// handles messages of tens of kilobytes never does.
+// than the current mmap threshold is freed, which a server busy with
+// messages of tens of kilobytes may not do for a long time, if ever.
 //
 // Here they are set as glibc's rule would leave them after a 4 MiB block:
 // blocks up to 4 MiB come from the arenas (larger ones are mapped and
