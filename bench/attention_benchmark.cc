@@ -187,10 +187,15 @@ struct PrefillData {
 // (b) Chunkwise prefill of T tokens into one fresh session; arguments are
 // d, T, chunk size C and chunks per head per round. GFLOPs counts the
 // matmuls executed: per head and chunk 2C(C·d + 2d² + C·d).
-void BM_ChunkwisePrefill(benchmark::State& st) {
+void ChunkwisePrefill(benchmark::State& st, PrefillPrecision precision) {
+  if (!PrefillPrecisionSupported(precision).ok()) {
+    st.SkipWithError("bf16 products are not native on this CPU");
+    return;
+  }
   PrefillData data(st.range(0), st.range(1));
   ChunkwiseRunner runner({.chunk_size = static_cast<uint32_t>(st.range(2)),
-                          .round_chunks = static_cast<uint32_t>(st.range(3))});
+                          .round_chunks = static_cast<uint32_t>(st.range(3)),
+                          .precision = precision});
   AttentionState state = data.attention.NewState();
   double flops = 0;
   for (auto _ : st) {
@@ -208,7 +213,21 @@ void BM_ChunkwisePrefill(benchmark::State& st) {
   st.counters["frac_of_peak"] =
       benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsRate);
 }
+void BM_ChunkwisePrefill(benchmark::State& st) {
+  ChunkwisePrefill(st, PrefillPrecision::kF32);
+}
 BENCHMARK(BM_ChunkwisePrefill)
+    ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}, {64}, {16}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// (b bf16) The same with bf16 operands (--prefill-precision bf16); its
+// gemm_peak_GFLOPs is still the fp32 peak, and bench/compare sets its
+// tokens/s beside BM_ChunkwisePrefill's.
+void BM_ChunkwisePrefillBf16(benchmark::State& st) {
+  ChunkwisePrefill(st, PrefillPrecision::kBf16);
+}
+BENCHMARK(BM_ChunkwisePrefillBf16)
     ->ArgsProduct({{64, 128}, {1024, 4096, 16384, 65536}, {64}, {16}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

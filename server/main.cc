@@ -198,6 +198,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->envname("LINATTN_WEIGHTS")
       ->capture_default_str();
+  std::string prefill_precision = "f32";
+  app.add_option(
+         "--prefill-precision", prefill_precision,
+         "operands of chunkwise prefill's products (linear-rule layers and "
+         "AttentionService sessions): f32; or bf16 (φ(Q), φ(K), V, the "
+         "scores and S rounded to bf16 for the products, fp32 sums and "
+         "state; error bound in docs/design.md §1; needs AVX512_BF16 or "
+         "AMX)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->envname("LINATTN_PREFILL_PRECISION")
+      ->capture_default_str();
   app.add_option("--token-budget", options.generation.token_budget,
                  "tokens one generation iteration runs (decode rows first, "
                  "then prompt pieces)")
@@ -347,6 +358,8 @@ int main(int argc, char** argv) {
   if (workers > 0) omp_set_num_threads(workers);  // model loading's threads
   options.compute_threads = workers;
   options.weights = *linattn::ParseWeightType(weights);
+  options.prefill_precision =
+      *linattn::ParsePrefillPrecision(prefill_precision);
   if (models.empty()) {
     if (std::filesystem::exists(builtin + "/config.json")) {
       options.models.push_back(builtin);

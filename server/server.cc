@@ -23,6 +23,13 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                            ParseListenAddress(options.listen, "--listen",
                                               /*allow_unix=*/true));
   LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
+  if (absl::Status s = PrefillPrecisionSupported(options.prefill_precision);
+      !s.ok()) {
+    // The message names the field; here the flag it comes from.
+    absl::string_view why = s.message();
+    why.remove_prefix(std::min(why.size(), why.find(':')));
+    return absl::Status(s.code(), absl::StrCat("--prefill-precision", why));
+  }
   // Sessions are users' contexts: a listener others can reach checks
   // who calls, unless the operator says a proxy in front does.
   const bool authenticates =
@@ -100,6 +107,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   server->executor_ =
       std::make_shared<ComputeExecutor>(options.compute_threads);
   SchedulerOptions scheduler_options = options.scheduler;
+  scheduler_options.chunkwise.precision = options.prefill_precision;
   scheduler_options.budget = server->sessions_->shared_budget();
   scheduler_options.executor = server->executor_;
   scheduler_options.store = server->store_.get();
@@ -182,6 +190,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     }
   }
   GenerationOptions generation_options = options.generation;
+  generation_options.forward.chunkwise.precision = options.prefill_precision;
   generation_options.sessions = server->sessions_.get();
   generation_options.store = server->store_.get();
   generation_options.executor = server->executor_;

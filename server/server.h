@@ -49,6 +49,10 @@ struct ServerOptions {
   // Model directories for GenerationService (none: it serves no models).
   std::vector<std::string> models;
   WeightType weights = WeightType::kF32;  // how their projections are packed
+  // The operands of chunkwise prefill's products in both services (the
+  // linear rule's; ChunkwiseOptions::precision); Start refuses bf16 on a
+  // CPU without native bf16 products.
+  PrefillPrecision prefill_precision = PrefillPrecision::kF32;
   // OpenMP threads of the compute worker's team (0 = OpenMP's default).
   int compute_threads = 0;
   GenerationOptions generation;

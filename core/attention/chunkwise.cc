@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +23,36 @@ namespace {
 constexpr int64_t kMaxBatchPiece = 256;
 constexpr uint32_t kMaxChunk = 4096;
 
+// A view of `count` bf16 values in a float buffer (two per float).
+void EnsureBf16(AlignedBuffer& buffer, uint64_t count) {
+  buffer.EnsureSize((count + 1) / 2);
+}
+uint16_t* Bf16Data(AlignedBuffer& buffer) {
+  return reinterpret_cast<uint16_t*>(buffer.data());
+}
+
 }  // namespace
+
+const char* PrefillPrecisionName(PrefillPrecision precision) {
+  return precision == PrefillPrecision::kBf16 ? "bf16" : "f32";
+}
+
+absl::StatusOr<PrefillPrecision> ParsePrefillPrecision(std::string_view name) {
+  if (name == "f32") return PrefillPrecision::kF32;
+  if (name == "bf16") return PrefillPrecision::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("prefill_precision: must be f32 or bf16, got \"",
+                   std::string(name), "\""));
+}
+
+absl::Status PrefillPrecisionSupported(PrefillPrecision precision) {
+  if (precision == PrefillPrecision::kF32 || NativeBf16Products()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      "prefill_precision: bf16 needs a CPU with AVX512_BF16 or AMX (oneDNN's "
+      "effective ISA here has neither); use f32");
+}
 
 // One (session, head) sequence.
 struct ChunkwiseRunner::Stream {
@@ -63,10 +93,13 @@ absl::Status ChunkwiseRunner::Run(const Attention& attention,
 namespace {
 
 // `batch` products of `shape` as primitives of power-of-two batch (so that
-// few shapes are cached). Thread-safe; inside a parallel region oneDNN runs
-// each on the calling thread.
-absl::Status BatchedPieces(MatmulShape shape, int64_t batch, const float* a,
-                           const float* b, float* c) {
+// few shapes are cached), on fp32 or bf16 (uint16_t) inputs. Thread-safe;
+// inside a parallel region oneDNN runs each on the calling thread.
+template <typename In>
+absl::Status BatchedPieces(MatmulShape shape, int64_t batch, const In* a,
+                           const In* b, float* c) {
+  static_assert(std::is_same_v<In, float> || std::is_same_v<In, uint16_t>);
+  shape.bf16_inputs = std::is_same_v<In, uint16_t>;
   const int64_t a_stride = shape.m * shape.k;
   const int64_t b_stride = shape.k * shape.n;
   const int64_t c_stride = shape.m * shape.n;
@@ -84,13 +117,21 @@ absl::Status BatchedPieces(MatmulShape shape, int64_t batch, const float* a,
 
 }  // namespace
 
+template <typename In>
 absl::Status ChunkwiseRunner::Gemm(MatmulShape shape, int64_t batch,
-                                   const float* a, const float* b, float* c) {
+                                   const In* a, const In* b, float* c) {
   LINATTN_RETURN_IF_ERROR(BatchedPieces(shape, batch, a, b, c));
   shape.batch = batch;
   last_flops_ += shape.Flops();
   return absl::OkStatus();
 }
+// (chunkwise_rules.cc runs fp32 products through it too.)
+template absl::Status ChunkwiseRunner::Gemm<float>(MatmulShape, int64_t,
+                                                   const float*, const float*,
+                                                   float*);
+template absl::Status ChunkwiseRunner::Gemm<uint16_t>(MatmulShape, int64_t,
+                                                      const uint16_t*,
+                                                      const uint16_t*, float*);
 
 absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
                                   PrefillCommit mode,
@@ -106,6 +147,7 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
   if (options_.round_chunks == 0) {
     return absl::InvalidArgumentError("round_chunks: must be at least 1");
   }
+  LINATTN_RETURN_IF_ERROR(PrefillPrecisionSupported(options_.precision));
   std::vector<const AttentionState*> seen;
   for (size_t i = 0; i < items.size(); ++i) {
     const PrefillItem& item = items[i];
@@ -238,6 +280,7 @@ struct ChunkwiseRunner::Round {
   int64_t d_v = 0;
   bool any_decay = false;
   bool any_favor = false;
+  bool bf16 = false;            // the products take bf16 operands
   std::vector<Stream> streams;  // every (item, head), item by item
   std::vector<Job> jobs;        // this round's chunks
   // Gather and read-out go token-major, all heads of a token together, so
@@ -255,6 +298,10 @@ struct ChunkwiseRunner::Round {
   RowView<float> z;     // (jobs, d_φ) Δz, then z before the chunk
   RowView<float> den;   // (jobs, C)   denominators
   RowView<float> qlog;  // (jobs, C)   FAVOR+ query log-scales
+  // bf16 rounds: the operands of the products, as the fp32 blocks above
+  // (fused rounds use q16, k16, kd16, v16 and a16 as thread scratch).
+  BlockView<uint16_t> q16, k16, kd16, v16, a16;
+  BlockView<uint16_t> s16;  // (d_φ, d_v) S before the chunk
 
   uint32_t max_heads = 0;  // the most heads of an item in this round
   int64_t n_jobs() const { return static_cast<int64_t>(jobs.size()); }
@@ -268,6 +315,12 @@ struct ChunkwiseRunner::UnitBlocks {
   float* kd = nullptr;
   float* v = nullptr;
   float* a = nullptr;
+  // bf16 rounds: the unit's operands, rounded (kd16 is k16 without decay).
+  uint16_t* q16 = nullptr;
+  uint16_t* k16 = nullptr;
+  uint16_t* kd16 = nullptr;
+  uint16_t* v16 = nullptr;
+  uint16_t* a16 = nullptr;
 };
 
 namespace {
@@ -290,6 +343,7 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
   r.work = work;
   r.d_phi = items[members[0]].attention->feature_dim();
   r.d_v = items[members[0]].attention->value_dim();
+  r.bf16 = options_.precision == PrefillPrecision::kBf16;
   PlanStreams(r, members);
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   while (PlanChunks(r, non_finite)) {
@@ -332,6 +386,13 @@ absl::Status ChunkwiseRunner::RunGroup(std::span<const PrefillItem> items,
 #pragma omp parallel for schedule(static)
         for (int64_t j = 0; j < n_jobs; ++j) {
           FavorKeys(r, static_cast<uint32_t>(j));
+        }
+      }
+      if (r.bf16) {
+        const int64_t n_jobs = r.n_jobs();
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < n_jobs; ++j) {
+          RoundInputs(r, static_cast<uint32_t>(j));
         }
       }
       LINATTN_RETURN_IF_ERROR(IntraChunkProducts(r));
@@ -386,6 +447,13 @@ absl::Status ChunkwiseRunner::FusedRound(Round& r, int threads,
     b.kd = r.any_decay ? r.kd.block(first).data() : b.k;
     b.v = r.v.block(first).data();
     b.a = r.a.block(first).data();
+    if (r.bf16) {
+      b.q16 = r.q16.block(first).data();
+      b.k16 = r.k16.block(first).data();
+      b.kd16 = r.any_decay ? r.kd16.block(first).data() : b.k16;
+      b.v16 = r.v16.block(first).data();
+      b.a16 = r.a16.block(first).data();
+    }
     // Dynamic: the two cores of a VM do not always run at one speed.
 #pragma omp for schedule(dynamic)
     for (int64_t u = 0; u < n_units; ++u) {
@@ -406,7 +474,7 @@ absl::Status ChunkwiseRunner::FusedRound(Round& r, int threads,
       for (int64_t si = 0; si < n_streams; ++si) ScanStream(r, si);
 #pragma omp for schedule(dynamic)
       for (int64_t u = 0; u < n_units; ++u) {
-        if (!failed.load(std::memory_order_relaxed)) note(UnitBack(r, u));
+        if (!failed.load(std::memory_order_relaxed)) note(UnitBack(r, u, b));
       }
     }
   }
@@ -518,6 +586,34 @@ void ChunkwiseRunner::MapWorkspaces(Round& r) {
   r.z = RowView<float>(z_.data(), jobs, d_phi);
   r.den = RowView<float>(den_.data(), jobs, C);
   r.qlog = RowView<float>(qlog_.data(), jobs, C);
+  if (!r.bf16) return;
+  EnsureBf16(q16_, jobs * C * d_phi);
+  EnsureBf16(k16_, jobs * C * d_phi);
+  if (r.any_decay) EnsureBf16(kd16_, jobs * C * d_phi);
+  EnsureBf16(v16_, jobs * C * d_v);
+  EnsureBf16(a16_, jobs * C * C);
+  EnsureBf16(s16_, jobs * d_phi * d_v);
+  r.q16 = BlockView<uint16_t>(Bf16Data(q16_), jobs, C, d_phi);
+  r.k16 = BlockView<uint16_t>(Bf16Data(k16_), jobs, C, d_phi);
+  r.kd16 = r.any_decay ? BlockView<uint16_t>(Bf16Data(kd16_), jobs, C, d_phi)
+                       : r.k16;
+  r.v16 = BlockView<uint16_t>(Bf16Data(v16_), jobs, C, d_v);
+  r.a16 = BlockView<uint16_t>(Bf16Data(a16_), jobs, C, C);
+  r.s16 = BlockView<uint16_t>(Bf16Data(s16_), jobs, d_phi, d_v);
+}
+
+// A bf16 round's passes: job j's φ(Q), φ(K), decayed keys and values
+// rounded for the products (FAVOR+ keys after their shift).
+void ChunkwiseRunner::RoundInputs(const Round& r, uint32_t j) const {
+  const VectorKernels& kernels = ActiveKernels();
+  const uint64_t C = options_.chunk_size;
+  const uint64_t qk = C * r.d_phi;
+  kernels.to_bf16(qk, r.q.block(j).data(), r.q16.block(j).data());
+  kernels.to_bf16(qk, r.k.block(j).data(), r.k16.block(j).data());
+  if (r.any_decay) {
+    kernels.to_bf16(qk, r.kd.block(j).data(), r.kd16.block(j).data());
+  }
+  kernels.to_bf16(C * r.d_v, r.v.block(j).data(), r.v16.block(j).data());
 }
 
 // Gather and map one unit (an item's chunk, all its heads), token-major so
@@ -649,6 +745,21 @@ void ChunkwiseRunner::FavorKeys(const Round& r, uint32_t j) const {
 absl::Status ChunkwiseRunner::IntraChunkProducts(Round& r) {
   const int64_t C = options_.chunk_size;
   const int64_t n_jobs = r.n_jobs();
+  if (r.bf16) {
+    LINATTN_RETURN_IF_ERROR(
+        Gemm({.m = C, .k = r.d_phi, .n = C, .transpose_b = true}, n_jobs,
+             r.q16.data(), r.k16.data(), r.a.data()));
+    LINATTN_RETURN_IF_ERROR(
+        Gemm({.m = r.d_phi, .k = C, .n = r.d_v, .transpose_a = true}, n_jobs,
+             r.kd16.data(), r.v16.data(), r.s.data()));
+    const VectorKernels& kernels = ActiveKernels();
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n_jobs; ++j) {
+      MaskScores(r, static_cast<uint32_t>(j), r.a.block(j).data());
+      kernels.to_bf16(C * C, r.a.block(j).data(), r.a16.block(j).data());
+    }
+    return absl::OkStatus();
+  }
   LINATTN_RETURN_IF_ERROR(
       Gemm({.m = C, .k = r.d_phi, .n = C, .transpose_b = true}, n_jobs,
            r.q.data(), r.k.data(), r.a.data()));
@@ -672,6 +783,25 @@ absl::Status ChunkwiseRunner::UnitFront(const Round& r, int64_t u,
   const auto [first_stream, chunk] = r.units[u];
   const uint32_t j0 = r.streams[first_stream].job(chunk);
   const int64_t H = r.item_of(r.streams[first_stream]).attention->num_heads();
+  if (r.bf16) {
+    // The unit's operands rounded while in this core's cache.
+    const VectorKernels& kernels = ActiveKernels();
+    const uint64_t qk = H * C * r.d_phi;
+    kernels.to_bf16(qk, r.q.block(j0).data(), b.q16);
+    kernels.to_bf16(qk, b.k, b.k16);
+    if (r.any_decay) kernels.to_bf16(qk, b.kd, b.kd16);
+    kernels.to_bf16(H * C * r.d_v, b.v, b.v16);
+    LINATTN_RETURN_IF_ERROR(
+        BatchedPieces({.m = C, .k = r.d_phi, .n = C, .transpose_b = true}, H,
+                      b.q16, b.k16, b.a));
+    for (uint32_t h = 0; h < H; ++h) MaskScores(r, j0 + h, b.a + h * C * C);
+    kernels.to_bf16(H * C * C, b.a, b.a16);
+    LINATTN_RETURN_IF_ERROR(
+        BatchedPieces({.m = r.d_phi, .k = C, .n = r.d_v, .transpose_a = true},
+                      H, b.kd16, b.v16, r.s.block(j0).data()));
+    return BatchedPieces({.m = C, .k = C, .n = r.d_v}, H, b.a16, b.v16,
+                         r.o.block(j0).data());
+  }
   LINATTN_RETURN_IF_ERROR(
       BatchedPieces({.m = C, .k = r.d_phi, .n = C, .transpose_b = true}, H,
                     r.q.block(j0).data(), b.k, b.a));
@@ -707,7 +837,12 @@ void ChunkwiseRunner::ScanStream(const Round& r, int64_t si) const {
   for (uint32_t c = 0; c < st.jobs; ++c) {
     const uint32_t j = st.job(c);
     const float g = st.pow[r.jobs[j].len];
-    kernels.scan_step(s_floats, g, s, r.s.block(j).data());
+    if (r.bf16) {  // S before the chunk only as the product's operand
+      kernels.scan_step_bf16(s_floats, g, s, r.s.block(j).data(),
+                             r.s16.block(j).data());
+    } else {
+      kernels.scan_step(s_floats, g, s, r.s.block(j).data());
+    }
     kernels.scan_step(r.d_phi, g, z, r.z.row(j));
   }
 }
@@ -717,8 +852,13 @@ void ChunkwiseRunner::ScanStream(const Round& r, int64_t si) const {
 absl::Status ChunkwiseRunner::InterChunk(Round& r) {
   const int64_t C = options_.chunk_size;
   const int64_t n_jobs = r.n_jobs();
-  LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = r.d_phi, .n = r.d_v}, n_jobs,
-                               r.q.data(), r.s.data(), r.o.data()));
+  if (r.bf16) {
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = r.d_phi, .n = r.d_v}, n_jobs,
+                                 r.q16.data(), r.s16.data(), r.o.data()));
+  } else {
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = C, .k = r.d_phi, .n = r.d_v}, n_jobs,
+                                 r.q.data(), r.s.data(), r.o.data()));
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n_jobs; ++j) {
     InterChunkTerms(r, static_cast<uint32_t>(j));
@@ -745,6 +885,10 @@ void ChunkwiseRunner::InterChunkTerms(const Round& r, uint32_t j) const {
 // O += (Q·Kᵀ ⊙ D)·V: the intra-chunk numerators onto the inter-chunk ones.
 absl::Status ChunkwiseRunner::AddIntraChunkValues(Round& r) {
   const int64_t C = options_.chunk_size;
+  if (r.bf16) {
+    return Gemm({.m = C, .k = C, .n = r.d_v, .accumulate = true}, r.n_jobs(),
+                r.a16.data(), r.v16.data(), r.o.data());
+  }
   return Gemm({.m = C, .k = C, .n = r.d_v, .accumulate = true}, r.n_jobs(),
               r.a.data(), r.v.data(), r.o.data());
 }
@@ -753,7 +897,8 @@ absl::Status ChunkwiseRunner::AddIntraChunkValues(Round& r) {
 // by γ^{i+1} in place (they are not needed after), the inter-chunk
 // denominators Q·z_prev, O += Q·S_prev onto UnitFront's numerators, and the
 // read-out.
-absl::Status ChunkwiseRunner::UnitBack(const Round& r, int64_t u) const {
+absl::Status ChunkwiseRunner::UnitBack(const Round& r, int64_t u,
+                                       const UnitBlocks& b) const {
   const int64_t C = options_.chunk_size;
   const auto [first_stream, chunk] = r.units[u];
   const uint32_t j0 = r.streams[first_stream].job(chunk);
@@ -769,9 +914,16 @@ absl::Status ChunkwiseRunner::UnitBack(const Round& r, int64_t u) const {
       r.den(j, i) += kernels.dot(d_phi, q, z_prev);
     }
   }
-  LINATTN_RETURN_IF_ERROR(BatchedPieces(
-      {.m = C, .k = r.d_phi, .n = r.d_v, .accumulate = true}, H,
-      r.q.block(j0).data(), r.s.block(j0).data(), r.o.block(j0).data()));
+  if (r.bf16) {
+    kernels.to_bf16(H * C * r.d_phi, r.q.block(j0).data(), b.q16);
+    LINATTN_RETURN_IF_ERROR(
+        BatchedPieces({.m = C, .k = r.d_phi, .n = r.d_v, .accumulate = true}, H,
+                      b.q16, r.s16.block(j0).data(), r.o.block(j0).data()));
+  } else {
+    LINATTN_RETURN_IF_ERROR(BatchedPieces(
+        {.m = C, .k = r.d_phi, .n = r.d_v, .accumulate = true}, H,
+        r.q.block(j0).data(), r.s.block(j0).data(), r.o.block(j0).data()));
+  }
   ReadOutUnit(r, u);
   return absl::OkStatus();
 }

@@ -22,6 +22,15 @@
 // then after the scan through Q·S_prev and the read-out; oneDNN runs those
 // batched products on the calling thread.
 //
+// With PrefillPrecision::kBf16 the linear rule's four products take
+// bfloat16 operands (φ(Q), φ(K), V, the masked scores and S before the
+// chunk, each rounded to nearest once) and accumulate in fp32; the state S/z,
+// the denominators' dot products, φ, the mask and the read-out stay fp32.
+// Its error bound is derived in docs/design.md §1 and held in
+// tests/attention/evaluation_orders_test.cc. The gated and delta rules keep
+// fp32 products (their chunks invert I + M, which would amplify bf16's
+// rounding).
+//
 // A ChunkwiseRunner owns reusable workspaces: use one per thread.
 #ifndef LINATTN_CORE_ATTENTION_CHUNKWISE_H_
 #define LINATTN_CORE_ATTENTION_CHUNKWISE_H_
@@ -29,9 +38,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/attention/attention.h"
 #include "core/onednn/matmul.h"
 #include "core/util/aligned_buffer.h"
@@ -46,9 +57,20 @@ namespace linattn {
 inline constexpr uint32_t kGateSubChunk = 16;
 inline constexpr float kGateSubChunkSpan = 8.0f;
 
+// The operands of the linear rule's chunkwise products.
+enum class PrefillPrecision { kF32, kBf16 };
+// "f32" / "bf16".
+const char* PrefillPrecisionName(PrefillPrecision precision);
+// Parses "f32" or "bf16"; INVALID_ARGUMENT naming prefill_precision.
+absl::StatusOr<PrefillPrecision> ParsePrefillPrecision(std::string_view name);
+// OK when this CPU runs `precision`'s products natively (bf16: AVX512_BF16
+// or AMX, as oneDNN sees it); FAILED_PRECONDITION saying what is missing.
+absl::Status PrefillPrecisionSupported(PrefillPrecision precision);
+
 struct ChunkwiseOptions {
   uint32_t chunk_size = 64;    // C, rows per chunk
   uint32_t round_chunks = 16;  // chunks per head per round (bounds workspace)
+  PrefillPrecision precision = PrefillPrecision::kF32;
 };
 
 // One session's part of a prefill batch.
@@ -90,11 +112,17 @@ class ChunkwiseRunner {
   // Workspace one (session, head, chunk) job of a round holds with these
   // widths; a round runs at most round_chunks jobs per (session, head), and
   // the workspace is kept for the next Run (it only grows).
+  // bf16 operands add their own copies (2 bytes each) of φ(Q), φ(K), the
+  // decayed keys, V, the scores and S before the chunk.
   uint64_t WorkspaceBytesPerJob(uint32_t d_phi, uint32_t d_v) const {
     const uint64_t C = options_.chunk_size;
-    return sizeof(float) *
-           (C * (3 * uint64_t{d_phi} + 2 * uint64_t{d_v} + C + 2) +
-            uint64_t{d_phi} * d_v + d_phi);
+    const uint64_t per_job_f32 =
+        sizeof(float) * (C * (3 * uint64_t{d_phi} + 2 * uint64_t{d_v} + C + 2) +
+                         uint64_t{d_phi} * d_v + d_phi);
+    if (options_.precision != PrefillPrecision::kBf16) return per_job_f32;
+    return per_job_f32 +
+           sizeof(uint16_t) *
+               (C * (3 * uint64_t{d_phi} + d_v + C) + uint64_t{d_phi} * d_v);
   }
   // The same for the gated and delta rules (chunkwise_rules.cc), whose
   // rounds hold more per job; and for whichever rule `spec` has.
@@ -108,7 +136,9 @@ class ChunkwiseRunner {
   uint64_t workspace_bytes() const {
     return sizeof(float) *
            (q_.size() + k_.size() + kd_.size() + v_.size() + a_.size() +
-            o_.size() + s_.size() + z_.size() + den_.size() + qlog_.size());
+            o_.size() + s_.size() + z_.size() + den_.size() + qlog_.size() +
+            q16_.size() + k16_.size() + kd16_.size() + v16_.size() +
+            a16_.size() + s16_.size());
   }
 
   // Matmul FLOPs executed by the last Run (for benchmarks).
@@ -164,13 +194,17 @@ class ChunkwiseRunner {
   absl::Status InterChunk(Round& r);
   void InterChunkTerms(const Round& r, uint32_t job) const;
   absl::Status AddIntraChunkValues(Round& r);
-  absl::Status UnitBack(const Round& r, int64_t unit) const;
+  absl::Status UnitBack(const Round& r, int64_t unit,
+                        const UnitBlocks& b) const;
   void ReadOutUnit(const Round& r, int64_t unit) const;
   // `batch` products of `shape` (its batch field ignored) on packed
   // buffers, run as primitives of power-of-two batch so that the number of
   // cached shapes stays small.
-  absl::Status Gemm(MatmulShape shape, int64_t batch, const float* a,
-                    const float* b, float* c);
+  template <typename In>
+  absl::Status Gemm(MatmulShape shape, int64_t batch, const In* a, const In* b,
+                    float* c);
+  // bf16 rounds: a job's (or a unit's) operands rounded to bf16.
+  void RoundInputs(const Round& r, uint32_t job) const;
 
   ChunkwiseOptions options_;
   double last_flops_ = 0;
@@ -187,6 +221,13 @@ class ChunkwiseRunner {
   AlignedBuffer z_;     // (jobs, d_φ)      Δz, then z before the chunk
   AlignedBuffer den_;   // (jobs, C)       denominators
   AlignedBuffer qlog_;  // (jobs, C)       FAVOR+ query log-scales
+  // bf16 rounds: the products' operands, 2 bytes each (sizes in floats).
+  AlignedBuffer q16_;   // (jobs, C, d_φ)   φ(Q) (fused: the unit's, scaled)
+  AlignedBuffer k16_;   // (jobs, C, d_φ)   φ(K)
+  AlignedBuffer kd16_;  // (jobs, C, d_φ)   decayed φ(K) (decay only)
+  AlignedBuffer v16_;   // (jobs, C, d_v)
+  AlignedBuffer a16_;   // (jobs, C, C)     masked scores
+  AlignedBuffer s16_;   // (jobs, d_φ, d_v) S before the chunk
   std::vector<uint8_t> unit_bad_;         // per gather unit: a non-finite input
   std::unique_ptr<RuleWorkspace> rules_;  // the gated and delta rules'
 };

@@ -32,6 +32,13 @@ struct VectorKernels {
   // Chunkwise scan step: (carry, delta) ← (g·carry + delta, carry), i.e.
   // delta receives the state before the chunk and carry the state after.
   void (*scan_step)(uint64_t n, float g, float* carry, float* delta);
+  // The bf16 chunkwise scan step: before ← bf16(carry), then carry ←
+  // g·carry + delta (delta is only read).
+  void (*scan_step_bf16)(uint64_t n, float g, float* carry, const float* delta,
+                         uint16_t* before);
+  // out = bf16(x): bfloat16 bits, rounded to nearest (ties to even), with no
+  // flushing of subnormals; NaN stays NaN (quiet) and ±inf stays ±inf.
+  void (*to_bf16)(uint64_t n, const float* x, uint16_t* out);
   // x ← a·x.
   void (*scale)(uint64_t n, float a, float* x);
   // ELU(x)+1: out = x ≥ 0 ? x + 1 : exp(x), with a vectorised exp accurate

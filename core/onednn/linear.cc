@@ -94,11 +94,7 @@ absl::StatusOr<WeightType> ParseWeightType(const std::string& name) {
 }
 
 absl::Status Bf16Supported() {
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  if (isa == dnnl::cpu_isa::avx512_core_bf16 ||
-      isa == dnnl::cpu_isa::avx512_core_amx) {
-    return absl::OkStatus();
-  }
+  if (NativeBf16Products()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       "weights: bf16 needs a CPU with AVX512_BF16 or AMX (oneDNN's effective "
       "ISA here has neither); use f32");

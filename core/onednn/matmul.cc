@@ -12,13 +12,14 @@ namespace {
 
 using dnnl::memory;
 
-memory::desc Desc(int64_t batch, int64_t rows, int64_t cols, bool transposed) {
+memory::desc Desc(int64_t batch, int64_t rows, int64_t cols, bool transposed,
+                  memory::data_type type = memory::data_type::f32) {
   // A logical (batch, rows, cols) matrix stored row-major, or stored as
   // (batch, cols, rows) when transposed.
   memory::dims dims = {batch, rows, cols};
   memory::dims strides = transposed ? memory::dims{rows * cols, 1, rows}
                                     : memory::dims{rows * cols, cols, 1};
-  return memory::desc(dims, memory::data_type::f32, strides);
+  return memory::desc(dims, type, strides);
 }
 
 }  // namespace
@@ -51,8 +52,10 @@ const MatmulCache::Entry& MatmulCache::Get(const MatmulShape& shape) {
 
   // Step 1: memory descriptors of the three operands.
   auto entry = std::make_unique<Entry>();
-  entry->a = Desc(shape.batch, shape.m, shape.k, shape.transpose_a);
-  entry->b = Desc(shape.batch, shape.k, shape.n, shape.transpose_b);
+  const memory::data_type in =
+      shape.bf16_inputs ? memory::data_type::bf16 : memory::data_type::f32;
+  entry->a = Desc(shape.batch, shape.m, shape.k, shape.transpose_a, in);
+  entry->b = Desc(shape.batch, shape.k, shape.n, shape.transpose_b, in);
   entry->c = Desc(shape.batch, shape.m, shape.n, false);
   // Step 2: attributes: a user-provided scratchpad (so concurrent calls
   // never share one) and, to accumulate, a sum post-op C ← A·B + C.
@@ -73,8 +76,10 @@ const MatmulCache::Entry& MatmulCache::Get(const MatmulShape& shape) {
   return ref;
 }
 
-absl::Status BatchedMatmul(const MatmulShape& shape, const float* a,
-                           const float* b, float* c) {
+namespace {
+
+absl::Status Execute(const MatmulShape& shape, const void* a, const void* b,
+                     float* c) {
   try {
     const MatmulCache::Entry& e = MatmulCache::Global().Get(shape);
     thread_local AlignedBuffer scratch;
@@ -82,8 +87,8 @@ absl::Status BatchedMatmul(const MatmulShape& shape, const float* a,
                        sizeof(float));
     const dnnl::engine& engine = CpuEngine();
     // Step 4: wrap the caller's buffers (no copies) and execute.
-    memory a_mem(e.a, engine, const_cast<float*>(a));
-    memory b_mem(e.b, engine, const_cast<float*>(b));
+    memory a_mem(e.a, engine, const_cast<void*>(a));
+    memory b_mem(e.b, engine, const_cast<void*>(b));
     memory c_mem(e.c, engine, c);
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, a_mem},
                                             {DNNL_ARG_WEIGHTS, b_mem},
@@ -105,6 +110,30 @@ absl::Status BatchedMatmul(const MatmulShape& shape, const float* a,
     return absl::ResourceExhaustedError("out of memory in oneDNN matmul");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status BatchedMatmul(const MatmulShape& shape, const float* a,
+                           const float* b, float* c) {
+  if (shape.bf16_inputs) {
+    return absl::InternalError("BatchedMatmul: fp32 inputs for a bf16 shape");
+  }
+  return Execute(shape, a, b, c);
+}
+
+absl::Status BatchedMatmul(const MatmulShape& shape, const uint16_t* a,
+                           const uint16_t* b, float* c) {
+  if (!shape.bf16_inputs) {
+    return absl::InternalError("BatchedMatmul: bf16 inputs for an fp32 shape");
+  }
+  return Execute(shape, a, b, c);
+}
+
+bool NativeBf16Products() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 ||
+         isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
 }  // namespace linattn

@@ -1,7 +1,8 @@
 // oneDNN (v2.6 API) matmul primitives, created once per shape and reused.
 //
-// linattn's GEMMs are all batched products of packed, row-major fp32
-// buffers: C[b] (+)= op(A[b])·op(B[b]). MatmulCache keys the primitive on the
+// linattn's GEMMs are all batched products of packed, row-major buffers:
+// C[b] (+)= op(A[b])·op(B[b]), C fp32, A and B fp32 or (bf16_inputs) both
+// bfloat16 with fp32 accumulation. MatmulCache keys the primitive on the
 // shape; BatchedMatmul() wraps the user pointers, supplies a per-thread
 // scratchpad and stream, executes, and turns oneDNN's exceptions into a
 // status, so nothing thrown by oneDNN crosses this file.
@@ -34,6 +35,7 @@ struct MatmulShape {
   bool transpose_a = false;
   bool transpose_b = false;
   bool accumulate = false;
+  bool bf16_inputs = false;  // A and B bfloat16 (uint16_t bits), C fp32
   auto operator<=>(const MatmulShape&) const = default;
 
   double Flops() const { return 2.0 * batch * m * k * n; }
@@ -70,6 +72,13 @@ class MatmulCache {
 // runs out.
 absl::Status BatchedMatmul(const MatmulShape& shape, const float* a,
                            const float* b, float* c);
+// The same with bfloat16 inputs (shape.bf16_inputs must be set).
+absl::Status BatchedMatmul(const MatmulShape& shape, const uint16_t* a,
+                           const uint16_t* b, float* c);
+
+// True when oneDNN runs bf16 products natively here (AVX512_BF16 or AMX),
+// not by emulation.
+bool NativeBf16Products();
 
 }  // namespace linattn
 

@@ -14,13 +14,16 @@
 #include "core/attention/quadratic.h"
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
+#include "core/onednn/matmul.h"
 #include "tests/attention/test_util.h"
 
 namespace linattn {
 namespace {
 
+using testing::Bf16Rounding;
 using testing::ExpectMatchesReference;
 using testing::kUnitRoundoff;
+using testing::OperandRounding;
 using testing::Outputs;
 using testing::RandomTokens;
 using testing::Tokens;
@@ -179,6 +182,48 @@ TEST_P(EvaluationOrders, AgreeWithReference) {
   }
 }
 
+TEST_P(EvaluationOrders, Bf16ChunkwiseStaysWithinItsBound) {
+  if (!NativeBf16Products()) GTEST_SKIP() << "no native bf16 products here";
+  const Case& c = GetParam();
+  const AttentionSpec& spec = c.spec;
+  auto attention = Attention::Create(spec);
+  ASSERT_TRUE(attention.ok()) << attention.status();
+  const uint32_t H = spec.num_heads, d_v = spec.value_dim;
+  const uint64_t T = c.tokens;
+  Tokens data = RandomTokens(spec, T, c.seed);
+  const ReferenceResult ref = ReferenceAttention(*attention, data.input());
+  const OperandRounding rounding = Bf16Rounding(*attention, data, c.chunk);
+  ChunkwiseRunner runner(
+      {.chunk_size = c.chunk, .precision = PrefillPrecision::kBf16});
+  // In two calls (the state carries over), then a chunkwise prefix and
+  // recurrent fp32 steps after it.
+  for (const bool recurrent_tail : {false, true}) {
+    Outputs out(spec, T);
+    AttentionState state = attention->NewState();
+    const uint64_t split = recurrent_tail ? T - T / 4 : T / 3;
+    ASSERT_TRUE(runner
+                    .Run(*attention, state,
+                         {data.q.data(), data.k.data(), data.v.data(), split},
+                         out.view())
+                    .ok());
+    const uint64_t qk = split * H * spec.key_dim, vv = split * H * d_v;
+    const SequenceInput rest{data.q.data() + qk, data.k.data() + qk,
+                             data.v.data() + vv, T - split};
+    if (recurrent_tail) {
+      ASSERT_TRUE(
+          StepSequence(*attention, state, rest, out.view(split, H, d_v)).ok());
+    } else {
+      ASSERT_TRUE(
+          runner.Run(*attention, state, rest, out.view(split, H, d_v)).ok());
+    }
+    EXPECT_EQ(state.position(), T);
+    ExpectMatchesReference(
+        *attention, ref, out,
+        recurrent_tail ? "bf16 chunkwise then recurrent" : "bf16 chunkwise",
+        rounding);
+  }
+}
+
 // Several sessions at once: the batched step equals stepping each session
 // alone bit for bit, and a multi-session chunkwise batch matches each
 // session's reference.
@@ -295,8 +340,11 @@ TEST(EvaluationOrdersOverflow, LaterTokensCannotReachEarlierOutputs) {
 // C products and sums in its chunk, T/C rescalings by γ^L and additions in
 // the scan, and φ's 2 ulp, so every entry is within (3T + 16)·u of the sum
 // of its terms' magnitudes (plus the final rounding).
+// With bf16 products each term of S also meets two roundings to bf16 (the
+// decayed key and v in ΔS): (1 + u_b)² on its magnitude; z stays fp32.
 void ExpectStateMatches(const Attention& attention, const Tokens& data,
-                        const AttentionState& state, const std::string& what) {
+                        const AttentionState& state, const std::string& what,
+                        bool bf16 = false) {
   const AttentionSpec& spec = attention.spec();
   const uint32_t H = spec.num_heads, d_k = spec.key_dim, d_v = spec.value_dim;
   const uint64_t T = data.q.size() / (uint64_t{H} * d_k);
@@ -320,8 +368,11 @@ void ExpectStateMatches(const Attention& attention, const Tokens& data,
     }
     const float* got = state.s(h);  // S (d_k × d_v), then z (d_k)
     for (uint64_t e = 0; e < sum.size() && failures < 5; ++e) {
-      const double bound = (3.0 * T + 16) * kUnitRoundoff * mag[e] +
-                           kUnitRoundoff * std::abs(sum[e]);
+      const double e_fp32 = (3.0 * T + 16) * kUnitRoundoff;
+      const double rel = bf16 && e < uint64_t{d_k} * d_v
+                             ? (1 + e_fp32) * std::pow(1 + 0x1.0p-8, 2) - 1
+                             : e_fp32;
+      const double bound = rel * mag[e] + kUnitRoundoff * std::abs(sum[e]);
       if (std::abs(got[e] - sum[e]) > bound) {
         ADD_FAILURE() << what << ": head " << h << " state entry " << e << " "
                       << got[e] << " vs " << sum[e] << " (bound " << bound
@@ -340,7 +391,7 @@ void ExpectStateMatches(const Attention& attention, const Tokens& data,
 // without decay has its own; one item with an infinite key is refused
 // alone in place with `refused` in either form, and fails a whole Run all
 // or nothing before any state moves. Outputs match the reference and
-// states the sums in double.
+// states the sums in double; with bf16 products, within their bound.
 TEST(ChunkwiseRounds, FusedAndPassByPassMatchTheReference) {
   const AttentionSpec decayed{.num_heads = 3,
                               .key_dim = 32,
@@ -370,8 +421,15 @@ TEST(ChunkwiseRounds, FusedAndPassByPassMatchTheReference) {
     int threads = omp_get_max_threads();
     ~RestoreThreads() { omp_set_num_threads(threads); }
   } restore;
-  for (const int threads : {1, 2}) {
-    SCOPED_TRACE(absl::StrCat(threads, " thread(s)"));
+  std::vector<float> f32_outputs[3];  // by thread count
+  for (const auto& [threads, precision] : {std::pair{1, PrefillPrecision::kF32},
+                                           {2, PrefillPrecision::kF32},
+                                           {1, PrefillPrecision::kBf16},
+                                           {2, PrefillPrecision::kBf16}}) {
+    const bool bf16 = precision == PrefillPrecision::kBf16;
+    if (bf16 && !NativeBf16Products()) continue;
+    SCOPED_TRACE(
+        absl::StrCat(threads, " thread(s), ", PrefillPrecisionName(precision)));
     omp_set_num_threads(threads);
     AttentionState sa = a.NewState(), sp = p.NewState(), sn = n.NewState(),
                    sf = f.NewState(), sbad = a.NewState();
@@ -382,7 +440,8 @@ TEST(ChunkwiseRounds, FusedAndPassByPassMatchTheReference) {
                                  {&a, &sbad, bad.input(), obad.view()},
                                  {&f, &sf, tf.input(), of.view()},
                                  {&n, &sn, tn.input(), on.view()}};
-    ChunkwiseRunner runner({.chunk_size = 16, .round_chunks = 8});
+    ChunkwiseRunner runner(
+        {.chunk_size = 16, .round_chunks = 8, .precision = precision});
     std::vector<absl::Status> refused(5);
     ASSERT_TRUE(runner.Run(items, PrefillCommit::kInPlace, refused).ok());
     // 44 chunks per item in rounds of 8: 6 rounds per group (d_φ 32 with
@@ -396,13 +455,25 @@ TEST(ChunkwiseRounds, FusedAndPassByPassMatchTheReference) {
     for (const AttentionState* st : {&sa, &sp, &sn, &sf}) {
       EXPECT_EQ(st->position(), T);
     }
-    ExpectMatchesReference(a, ReferenceAttention(a, ta.input()), oa, "decayed");
-    ExpectMatchesReference(p, ReferenceAttention(p, tp.input()), op, "plain");
-    ExpectMatchesReference(n, ReferenceAttention(n, tn.input()), on, "narrow");
-    ExpectMatchesReference(f, ReferenceAttention(f, tf.input()), of, "FAVOR+");
-    ExpectStateMatches(a, ta, sa, "decayed");
-    ExpectStateMatches(p, tp, sp, "plain");
-    ExpectStateMatches(n, tn, sn, "narrow");
+    auto rounding = [&](const Attention& at, const Tokens& t) {
+      return bf16 ? Bf16Rounding(at, t, 16) : OperandRounding{};
+    };
+    ExpectMatchesReference(a, ReferenceAttention(a, ta.input()), oa, "decayed",
+                           rounding(a, ta));
+    ExpectMatchesReference(p, ReferenceAttention(p, tp.input()), op, "plain",
+                           rounding(p, tp));
+    ExpectMatchesReference(n, ReferenceAttention(n, tn.input()), on, "narrow",
+                           rounding(n, tn));
+    ExpectMatchesReference(f, ReferenceAttention(f, tf.input()), of, "FAVOR+",
+                           rounding(f, tf));
+    // The bf16 operands were used: their rounding shows in the outputs.
+    if (!bf16) f32_outputs[threads] = oa.output;
+    if (bf16 && !f32_outputs[threads].empty()) {
+      EXPECT_NE(f32_outputs[threads], oa.output);
+    }
+    ExpectStateMatches(a, ta, sa, "decayed", bf16);
+    ExpectStateMatches(p, tp, sp, "plain", bf16);
+    ExpectStateMatches(n, tn, sn, "narrow", bf16);
 
     // All or nothing, the same batch fails whole, naming the item, and no
     // state has moved.

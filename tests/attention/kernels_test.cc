@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -250,6 +253,90 @@ TEST(Kernels, ScanStepAndScale) {
     }
     kernels->scale(carry.size(), 0.25f, carry.data());
     EXPECT_EQ(carry[3], (0.5f * 4 + 1.5f) * 0.25f) << kernels->name;
+  }
+}
+
+// bf16 rounding from its definition: the two bf16 values around x (its
+// bits truncated, and the next value away from zero), in double, and the
+// nearer of them, the one with an even last bit on a tie. Overflow past
+// the largest bf16 goes to inf, as round-to-nearest does.
+uint16_t Bf16FromDefinition(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  if (std::isinf(x)) return static_cast<uint16_t>(bits >> 16);
+  const uint16_t down = static_cast<uint16_t>(bits >> 16);
+  const uint16_t up = static_cast<uint16_t>(down + 1);
+  auto value = [](uint16_t b) {
+    return static_cast<double>(std::bit_cast<float>(uint32_t{b} << 16));
+  };
+  const double dist_down = std::abs(static_cast<double>(x) - value(down));
+  // `up` past the largest finite bf16 is inf: take the distance to 2^128.
+  const double up_value =
+      (up & 0x7fffu) == 0x7f80u ? std::copysign(0x1.0p128, x) : value(up);
+  const double dist_up = std::abs(static_cast<double>(x) - up_value);
+  if (dist_down < dist_up) return down;
+  if (dist_up < dist_down) return up;
+  return (down & 1u) == 0 ? down : up;
+}
+
+TEST(Kernels, ToBf16RoundsToNearestEven) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          std::bit_cast<float>(0x3f808000u),  // tie, even below
+                          std::bit_cast<float>(0x3f818000u),  // tie, odd below
+                          std::bit_cast<float>(0x3f808001u),  // just above half
+                          std::bit_cast<float>(0x3f807fffu),  // just below half
+                          std::bit_cast<float>(0xbf818000u),  // negative tie
+                          std::bit_cast<float>(0x3fffffffu),  // carries to 2
+                          FLT_MAX,                            // rounds to inf
+                          -FLT_MAX,
+                          std::bit_cast<float>(0x7f7f7fffu),  // stays finite
+                          FLT_MIN,
+                          std::bit_cast<float>(0x00008000u),  // subnormal tie
+                          std::bit_cast<float>(0x00018000u),
+                          std::bit_cast<float>(0x007fffffu),  // to FLT_MIN
+                          std::numeric_limits<float>::denorm_min(),
+                          INFINITY,
+                          -INFINITY,
+                          NAN,
+                          std::bit_cast<float>(0xffffffffu),   // NaN, all ones
+                          std::bit_cast<float>(0x7f800001u)};  // signalling
+  std::mt19937 rng(7);
+  for (int i = 0; i < 4000; ++i)
+    x.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    std::vector<uint16_t> out(x.size());
+    kernels->to_bf16(x.size(), x.data(), out.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(out[i], Bf16FromDefinition(x[i]))
+          << kernels->name << " x=" << x[i] << " bits " << std::hex
+          << std::bit_cast<uint32_t>(x[i]);
+      if (std::isnan(x[i])) {
+        const float back = std::bit_cast<float>(uint32_t{out[i]} << 16);
+        EXPECT_TRUE(std::isnan(back)) << kernels->name;
+      }
+    }
+  }
+}
+
+TEST(Kernels, ScanStepBf16KeepsTheStateInFp32) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    std::vector<float> carry(37), delta(37);
+    for (size_t i = 0; i < carry.size(); ++i) {
+      carry[i] = 1.0f + 0x1.0p-12f * i;  // not all bf16 values
+      delta[i] = 0.25f * i;
+    }
+    const std::vector<float> before = carry, d = delta;
+    std::vector<uint16_t> rounded(carry.size());
+    kernels->scan_step_bf16(carry.size(), 0.5f, carry.data(), delta.data(),
+                            rounded.data());
+    for (size_t i = 0; i < carry.size(); ++i) {
+      EXPECT_EQ(rounded[i], Bf16FromDefinition(before[i])) << kernels->name;
+      EXPECT_EQ(carry[i], 0.5f * before[i] + d[i]) << kernels->name;
+      EXPECT_EQ(delta[i], d[i]) << kernels->name;  // only read
+    }
   }
 }
 

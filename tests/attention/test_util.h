@@ -17,11 +17,18 @@
 //   |Ñ − N| ≤ e·Σ|w||v|,   |D̃ − D| ≤ e·Σ|w|,
 // and for the normalised read-out y = N/D,
 //   |ỹ − y| ≤ e·(Σ|w||v| + |y|·Σ|w|) / (D − e·Σ|w|) + 2u|y|.
+//
+// Products whose operands are rounded first (bf16 chunkwise prefill,
+// docs/design.md §1) multiply each term's error by (1 + u_b)^r for the r
+// roundings in its chain (numerators and denominators have their own r),
+// and operands a product flushes for being subnormal add an absolute
+// error; OperandRounding carries both.
 #ifndef LINATTN_TESTS_ATTENTION_TEST_UTIL_H_
 #define LINATTN_TESTS_ATTENTION_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -97,21 +104,74 @@ inline bool WithinBound(double got, double want, double bound,
   return ++*failures < 5;
 }
 
+struct OperandRounding {
+  double unit = 0;              // u_b of the operands' format (bf16: 2^-8)
+  int numerator_roundings = 0;  // roundings in a numerator term's chain
+  int denominator_roundings = 0;
+  double absolute = 0;  // bound on flushed terms, numerator or denominator
+};
+
+// The bound of bf16 chunkwise prefill (docs/design.md §1): each operand of
+// the four products is rounded to bf16 once (u_b = 2^-8). A numerator term
+// meets four roundings either way: within its chunk φ(q), φ(k), the masked
+// score and v; across chunks the decayed key and v (in ΔS, which the fp32
+// state keeps), S before the chunk and φ(q). A denominator term meets two
+// (φ(q) and φ(k) in the scores whose row sums it takes; Q·z_prev is fp32).
+// A product may also flush an operand below 2^-126 (bf16 has fp32's
+// exponent range; vdpbf16ps treats subnormal inputs as zero), each such
+// term off by less than 2^-126 times its other operand, whose magnitude X
+// bounds: the features M, values V, scores d_φ·M², state entries T·M·V.
+// Per row that is at most d_φ·C score terms carried by C values, C terms
+// of A·V, T·d_φ terms of S carried by the queries and d_φ of Q·S.
+inline OperandRounding Bf16Rounding(const Attention& attention,
+                                    const Tokens& data, uint32_t chunk) {
+  const AttentionSpec& spec = attention.spec();
+  const uint64_t rows = data.tokens * spec.num_heads;
+  const uint32_t d_phi = attention.feature_dim();
+  std::vector<float> phi(d_phi);
+  double M = 1, V = 1;
+  for (uint64_t r = 0; r < rows; ++r) {
+    for (const std::vector<float>* x : {&data.q, &data.k}) {
+      attention.feature_map().Apply(x->data() + r * spec.key_dim,
+                                    r / spec.num_heads, phi.data());
+      for (float f : phi) M = std::max(M, double(std::abs(f)));
+    }
+  }
+  for (float v : data.v) V = std::max(V, double(std::abs(v)));
+  const double T = static_cast<double>(data.tokens);
+  const double X = std::max({M, V, d_phi * M * M, T * M * V});
+  const double terms =
+      d_phi * double(chunk) * V + chunk + T * d_phi * M + d_phi;
+  return {.unit = 0x1.0p-8,
+          .numerator_roundings = 4,
+          .denominator_roundings = 2,
+          .absolute = 0x1.0p-126 * X * terms};
+}
+
 // Checks every (token, head) of `got` against the reference within the bound
 // above; `what` names the evaluation order in failure messages.
 inline void ExpectMatchesReference(const Attention& attention,
                                    const ReferenceResult& ref,
-                                   const Outputs& got,
-                                   const std::string& what) {
+                                   const Outputs& got, const std::string& what,
+                                   const OperandRounding& rounding = {}) {
   const AttentionSpec& spec = attention.spec();
   const uint32_t H = spec.num_heads, d_v = spec.value_dim;
   const uint64_t T = ref.denominator.size() / H;
   const double rho = FeatureError(spec, ref);
   int failures = 0;
   for (uint64_t t = 0; t < T && failures < 5; ++t) {
-    const double e =
+    const double e_fp32 =
         rho +
         (3.0 * (t + 1) + 2.0 * attention.feature_dim() + 16) * kUnitRoundoff;
+    // (1 + e_fp32)·(1 + u_b)^r − 1, for the numerators and denominators.
+    const double e = (1 + e_fp32) * std::pow(1 + rounding.unit,
+                                             rounding.numerator_roundings) -
+                     1;
+    const double e_den =
+        (1 + e_fp32) *
+            std::pow(1 + rounding.unit, rounding.denominator_roundings) -
+        1;
+    const double tiny = rounding.absolute;
     for (uint32_t h = 0; h < H && failures < 5; ++h) {
       const uint64_t row = t * H + h;
       const double D_abs = ref.denominator_abs[row];
@@ -124,7 +184,7 @@ inline void ExpectMatchesReference(const Attention& attention,
         continue;
       }
       const double den_bound =
-          e * D_abs + kUnitRoundoff * std::abs(ref.denominator[row]);
+          e_den * D_abs + tiny + kUnitRoundoff * std::abs(ref.denominator[row]);
       if (std::abs(ref.denominator[row]) > std::numeric_limits<float>::max()) {
         // Beyond fp32's range the reported denominator saturates to ±inf.
         EXPECT_TRUE(std::isinf(got.denominator[row]))
@@ -150,11 +210,12 @@ inline void ExpectMatchesReference(const Attention& attention,
         const double N_abs = ref.numerator_abs[row * d_v + c];
         double bound;
         if (spec.unnormalized) {
-          bound = e * N_abs + 2 * kUnitRoundoff * std::abs(y);
+          bound = e * N_abs + tiny + 2 * kUnitRoundoff * std::abs(y);
         } else {
-          const double margin = D - e * D_abs;
+          const double margin = D - e_den * D_abs - tiny;
           if (margin <= 0) continue;  // too ill-conditioned to bound
-          bound = e * (N_abs + std::abs(y) * D_abs) / margin +
+          bound = (e * N_abs + tiny + std::abs(y) * (e_den * D_abs + tiny)) /
+                      margin +
                   2 * kUnitRoundoff * std::abs(y);
         }
         if (!WithinBound(

@@ -6,17 +6,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 
+#include "core/attention/chunkwise.h"
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
+#include "core/onednn/matmul.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "linattn/v1/attention.grpc.pb.h"
 #include "tests/attention/test_util.h"
 #include "tests/integration/attention_calls.h"
 #include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
+#include "tests/util/temp_dir.h"
 
 namespace linattn {
 namespace {
@@ -593,6 +598,90 @@ TEST_F(AttentionServiceTest, PrefillThenDecodeEqualsDecodeAlone) {
   testing::ExpectMatchesReference(attention, ref, via_prefill,
                                   "prefill then decode");
   testing::ExpectMatchesReference(attention, ref, via_decode, "decode alone");
+}
+
+// --prefill-precision bf16: a Prefill through the server is within the
+// bf16 bound of the double reference (docs/design.md §1), and is not the
+// fp32 prefill's result (the rounding happened); decode after it stays
+// within the bound too.
+TEST(AttentionServiceBf16Prefill, PrefillIsWithinTheBf16Bound) {
+  if (!NativeBf16Products()) GTEST_SKIP() << "no native bf16 products here";
+  auto server = ServerProcess::Start({"--prefill-precision", "bf16"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::AttentionService::NewStub(server->Channel());
+  v1::AttentionSpec proto = ProtoSpec(4, 32, 32);
+  proto.add_decay(1.0f);
+  proto.add_decay(0.99f);
+  proto.add_decay(0.9f);
+  proto.add_decay(1.0f);
+  const v1::Session session = Create(*stub, proto);
+  const AttentionSpec spec = CoreSpec(session);
+  constexpr uint64_t kTokens = 700, kPrefix = 650;
+  const testing::Tokens data = testing::RandomTokens(spec, kTokens, 9);
+  const uint64_t qk = kPrefix * 4 * 32;
+
+  grpc::ClientContext ctx;
+  v1::PrefillRequest req;
+  req.set_session_id(session.session_id());
+  req.set_tokens(kPrefix);
+  req.mutable_q()->Add(data.q.begin(), data.q.begin() + qk);
+  req.mutable_k()->Add(data.k.begin(), data.k.begin() + qk);
+  req.mutable_v()->Add(data.v.begin(), data.v.begin() + qk);
+  v1::PrefillResponse resp;
+  ASSERT_TRUE(stub->Prefill(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.output_size(), int(qk));
+  StreamResult rest = DecodeStream(*stub, session.session_id(), data, spec,
+                                   kPrefix, kTokens - kPrefix);
+  ASSERT_TRUE(rest.status.ok());
+
+  Attention attention = *Attention::Create(spec);
+  testing::Outputs got(spec, kTokens);
+  std::copy(resp.output().begin(), resp.output().end(), got.output.begin());
+  std::copy(resp.denominator().begin(), resp.denominator().end(),
+            got.denominator.begin());
+  std::copy(resp.available().begin(), resp.available().end(),
+            got.available.begin());
+  std::copy(rest.output.begin(), rest.output.end(), got.output.begin() + qk);
+  std::copy(rest.available.begin(), rest.available.end(),
+            got.available.begin() + kPrefix * 4);
+  const ReferenceResult ref = ReferenceAttention(attention, data.input());
+  for (uint64_t i = kPrefix * 4; i < kTokens * 4; ++i) {
+    got.denominator[i] = static_cast<float>(ref.denominator[i]);
+  }
+  testing::ExpectMatchesReference(attention, ref, got, "bf16 prefill, decode",
+                                  testing::Bf16Rounding(attention, data, 64));
+
+  testing::Outputs f32(spec, kPrefix);
+  AttentionState state = attention.NewState();
+  ASSERT_TRUE(ChunkwiseRunner()
+                  .Run(attention, state,
+                       {data.q.data(), data.k.data(), data.v.data(), kPrefix},
+                       f32.view())
+                  .ok());
+  EXPECT_FALSE(
+      std::equal(f32.output.begin(), f32.output.end(), got.output.begin()))
+      << "the server's prefill is the fp32 one";
+}
+
+// On a CPU without native bf16 products (oneDNN held to AVX512_CORE here),
+// --prefill-precision bf16 is refused at start, naming the flag and what
+// is missing.
+TEST(AttentionServiceBf16Prefill, RefusedWithoutNativeBf16) {
+  testing::TempDir tmp;
+  const std::string log = tmp.Path("log.txt");
+  const std::string cmd = "timeout 20 env ONEDNN_MAX_CPU_ISA=AVX512_CORE " +
+                          std::string(LINATTN_SERVER_BINARY) +
+                          " --listen 127.0.0.1:0 --http-listen none "
+                          "--prefill-precision bf16 > " +
+                          log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the server started";
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_THAT(text, HasSubstr("--prefill-precision: bf16 needs")) << text;
+  EXPECT_THAT(text, HasSubstr("AVX512_BF16")) << text;
 }
 
 TEST_F(AttentionServiceTest, SnapshotRestoreAndForkContinueBitIdentically) {

@@ -199,6 +199,41 @@ TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
   }
 }
 
+// bf16 chunkwise products (ForwardOptions::chunkwise.precision, the
+// server's --prefill-precision) reach the linear-rule layers: a prompt's
+// prefill gives other logits than the fp32 one, all finite, and its decode
+// continues from the state it left. Their bound is the attention-level one
+// (tests/attention/evaluation_orders_test.cc); a random fixture's forward
+// is too ill-conditioned to carry it to the logits (see above).
+TEST(ForwardBatchTest, Bf16PrefillReachesTheLinearLayers) {
+  if (!PrefillPrecisionSupported(PrefillPrecision::kBf16).ok()) {
+    GTEST_SKIP() << "no native bf16 products here";
+  }
+  const FixtureCase fx = LoadFixture("elu_norm_gqa");
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const size_t V = (*model)->config().vocab_size;
+  std::span<const int32_t> tokens(fx.tokens);
+  ASSERT_GT(tokens.size(), 8u);
+  std::vector<float> logits[2];
+  int p = 0;
+  for (PrefillPrecision precision :
+       {PrefillPrecision::kF32, PrefillPrecision::kBf16}) {
+    ForwardOptions options;
+    options.chunkwise.precision = precision;
+    ForwardRunner runner(*model, options);
+    ModelState state = (*model)->NewState();
+    logits[p].resize(V);
+    ASSERT_TRUE(
+        runner.Run(state, tokens.first(tokens.size() - 1), nullptr).ok());
+    ASSERT_TRUE(runner.Run(state, tokens.last(1), logits[p].data()).ok());
+    EXPECT_EQ(state.position(), tokens.size());
+    for (float x : logits[p]) ASSERT_TRUE(std::isfinite(x));
+    ++p;
+  }
+  EXPECT_NE(logits[0], logits[1]);
+}
+
 // Bad input changes nothing.
 TEST(ForwardBatchTest, BadTokenLeavesEveryStateAsItWas) {
   const FixtureCase fx = LoadFixture("hedgehog_norm_mha");
