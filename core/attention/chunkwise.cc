@@ -618,9 +618,9 @@ void ChunkwiseRunner::RoundInputs(const Round& r, uint32_t j) const {
 
 // Gather and map one unit (an item's chunk, all its heads), token-major so
 // the caller's (token, head, d) rows are read contiguously, each once from
-// memory: φ applied as a row is read, then the unit's block checked for
-// finiteness while it is in this core's cache (the one finiteness check a
-// prefill's input gets: a bad value marks the unit, and Run names it). FAVOR+
+// memory: φ applied as a row is read, and the row checked for finiteness
+// right after, from L1 (the one finiteness check a prefill's input gets: a
+// bad value marks the unit, and Run names it). FAVOR+
 // keys get their exponents only, their shift depending on the whole round;
 // other keys are finished here, still in cache. Padding rows are zero.
 void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {
@@ -636,6 +636,8 @@ void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {
   const RowView<const float> k = TokenRows(item.in.k, item.in.tokens, H, d_k);
   const RowView<const float> v = TokenRows(item.in.v, item.in.tokens, H, d_v);
   const uint32_t j0 = r.streams[first_stream].job(chunk);
+  const VectorKernels& kernels = ActiveKernels();
+  bool finite = true;
   for (uint32_t t = 0; t < C; ++t) {
     for (uint32_t h = 0; h < H; ++h) {
       const uint32_t j = j0 + h;
@@ -659,15 +661,13 @@ void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {
         fm.Apply(k.row(row), position0 + token, krow);
       }
       std::memcpy(vrow, v.row(row), d_v * sizeof(float));
+      // Each input row checked as it is read (in L1 now): no second pass.
+      finite &= kernels.all_finite(d_k, q.row(row)) &&
+                kernels.all_finite(d_k, k.row(row)) &&
+                kernels.all_finite(d_v, v.row(row));
     }
   }
-  // The unit's tokens are one contiguous block of each input, just read
-  // (in this core's cache): one check per tensor.
-  const Job& first = r.jobs[j0];
-  const uint64_t rows = uint64_t{first.len} * H;
-  unit_bad_[u] = !AllFinite(q.rows(first.start * H, rows).data(), rows * d_k) ||
-                 !AllFinite(k.rows(first.start * H, rows).data(), rows * d_k) ||
-                 !AllFinite(v.rows(first.start * H, rows).data(), rows * d_v);
+  unit_bad_[u] = !finite;
   if (!fm.is_favor()) {
     for (uint32_t h = 0; h < H; ++h) {
       FinishKeys(r, j0 + h, b.k + h * C * d_phi, b.kd + h * C * d_phi);
