@@ -574,12 +574,12 @@ void Scheduler::RunRound(std::vector<Request>& round,
   // overflow included, before it commits), so a failed batch of several
   // requests is run again one request at a time: only the request at fault
   // fails.
+  bool one_thread = false;
   if (!steps.empty()) {
     uint64_t state_bytes = 0;
     for (const StepItem& step : steps) state_bytes += step.state->bytes();
-    omp_set_num_threads(state_bytes <= options_.single_thread_step_bytes
-                            ? 1
-                            : executor_->max_threads());
+    one_thread = state_bytes <= options_.single_thread_step_bytes;
+    omp_set_num_threads(one_thread ? 1 : executor_->max_threads());
     const absl::Status s = StepBatch(steps);
     if (s.ok() || step_index.front() == step_index.back()) {
       for (size_t i : step_index) {
@@ -635,6 +635,7 @@ void Scheduler::RunRound(std::vector<Request>& round,
     ++stats_.rounds;
     stats_.steps += steps.size();
     stats_.step_batches += steps.empty() ? 0 : 1;
+    stats_.single_thread_step_batches += one_thread ? 1 : 0;
     stats_.largest_step_batch =
         std::max<uint64_t>(stats_.largest_step_batch, steps.size());
     stats_.prefills += prefills_finished;

@@ -91,6 +91,9 @@ struct SchedulerStats {
   uint64_t steps = 0;
   uint64_t step_batches = 0;
   uint64_t largest_step_batch = 0;
+  // Step batches run on the compute worker alone (their states within
+  // single_thread_step_bytes); the others ran on the worker's team.
+  uint64_t single_thread_step_batches = 0;
   uint64_t prefills = 0;
   uint64_t prefill_batches = 0;
   uint64_t prefill_tokens = 0;

@@ -91,14 +91,14 @@ TEST(ForwardReferenceTest, LogitsAtEveryPositionMatchPyTorch) {
 }
 
 // With bf16 weights (where the CPU has native bf16 products) the built-in
-// model's logits stay within the fp32 bound plus one bf16 rounding per
-// product. The bound assumes a well-conditioned forward (perturbations of
+// model's logits stay within a tolerance: the fp32 bound plus one bf16
+// rounding per product. It assumes a well-conditioned forward (perturbations of
 // a product's inputs move the logits by their own relative size), which a
 // trained model is; several random fixtures are not (features normalised
 // by sums that nearly cancel amplify any 2^-8 perturbation to O(1) changes
 // in the logits), so they are checked at fp32 only. PackedLinear's own
 // bf16 bound is tested on every shape in tests/onednn/linear_test.cc.
-TEST(ForwardReferenceTest, Bf16WeightsStayWithinTheirBound) {
+TEST(ForwardReferenceTest, Bf16WeightsStayWithinTheirTolerance) {
   if (!Bf16Supported().ok()) GTEST_SKIP() << Bf16Supported().message();
   CheckLogitsMatchPyTorch("builtin", WeightType::kBf16);
 }
@@ -106,7 +106,7 @@ TEST(ForwardReferenceTest, Bf16WeightsStayWithinTheirBound) {
 // int8 weights, under the same assumption, with int8's quantisation steps in
 // place of bf16's rounding. bench/compare measures the int8 model against
 // f32 on the whole held-out text (logit differences and loss).
-TEST(ForwardReferenceTest, Int8WeightsStayWithinTheirBound) {
+TEST(ForwardReferenceTest, Int8WeightsStayWithinTheirTolerance) {
   if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
   CheckLogitsMatchPyTorch("builtin", WeightType::kInt8);
 }

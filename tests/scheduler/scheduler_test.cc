@@ -39,8 +39,10 @@ class Plain {
 // Steps of many sessions submitted from many threads at once: each session's
 // outputs equal stepping it alone, in order, bit for bit, and sessions are
 // batched together.
-void ExpectConcurrentStepsKeepOrderAndBatch(SchedulerOptions options,
-                                            const AttentionSpec& spec) {
+// `stats` (optional) receives the scheduler's stats after the run.
+void ExpectConcurrentStepsKeepOrderAndBatch(
+    SchedulerOptions options, const AttentionSpec& spec,
+    SchedulerStats* stats_out = nullptr) {
   auto manager = *SessionManager::Create({});
   Scheduler scheduler(std::move(options));
   constexpr int kSessions = 16, kTokens = 40;
@@ -108,6 +110,7 @@ void ExpectConcurrentStepsKeepOrderAndBatch(SchedulerOptions options,
   EXPECT_EQ(stats.steps, uint64_t(kSessions * kTokens));
   EXPECT_GT(stats.largest_step_batch, 1u)
       << "no two sessions were ever batched, although all were queued";
+  if (stats_out != nullptr) *stats_out = stats;
 }
 
 TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
@@ -117,12 +120,17 @@ TEST(Scheduler, ConcurrentStepsKeepPerSessionOrderAndBatch) {
 
 // Batches large enough for StepBatch to spread heads over threads, run by
 // the whole team (no single-thread limit) and by the compute worker alone
-// (the default limit): both give each session what it gets alone.
+// (the default limit): both give each session what it gets alone, and
+// every batch took the path its limit names.
 TEST(Scheduler, LargeStepBatchesAreExactOnOneThreadAndOnTheTeam) {
   const AttentionSpec spec{
       .num_heads = 8, .key_dim = 64, .value_dim = 64, .epsilon = 0.0f};
-  ExpectConcurrentStepsKeepOrderAndBatch({.single_thread_step_bytes = 0}, spec);
-  ExpectConcurrentStepsKeepOrderAndBatch({}, spec);
+  SchedulerStats team, alone;
+  ExpectConcurrentStepsKeepOrderAndBatch({.single_thread_step_bytes = 0}, spec,
+                                         &team);
+  EXPECT_EQ(team.single_thread_step_batches, 0u);
+  ExpectConcurrentStepsKeepOrderAndBatch({}, spec, &alone);
+  EXPECT_EQ(alone.single_thread_step_batches, alone.step_batches);
 }
 
 // Step groups and single steps of the same sessions, all queued while the
