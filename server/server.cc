@@ -81,6 +81,8 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   session_options.max_message_bytes =
       static_cast<uint64_t>(options.max_message_bytes);
   DurableStoreOptions durable = options.durable;
+  durable.forward = options.generation.forward;
+  durable.forward.chunkwise.precision = options.prefill_precision;
   durable.on_commit = [observability](double seconds) {
     observability->DurableCommit(seconds);
   };

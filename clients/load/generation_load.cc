@@ -292,7 +292,12 @@ absl::StatusOr<GenerationLoadSummary> RunGenerationLoad(
   }
   std::shared_ptr<const Model> local;
   if (o.verify > 0) {
-    auto loaded = Model::Load(o.verify_model_dir);
+    if (absl::Status s = PrefillPrecisionSupported(o.verify_prefill_precision);
+        !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--verify-prefill-precision: ", s.message()));
+    }
+    auto loaded = Model::Load(o.verify_model_dir, "", o.verify_weights);
     if (!loaded.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--verify-model: ", loaded.status().message()));
@@ -333,7 +338,9 @@ absl::StatusOr<GenerationLoadSummary> RunGenerationLoad(
   run.Run();
   GenerationLoadSummary summary = run.Summary();
   if (local != nullptr) {
-    ForwardRunner runner(local);
+    ForwardOptions forward;
+    forward.chunkwise.precision = o.verify_prefill_precision;
+    ForwardRunner runner(local, forward);
     const uint32_t n = std::min(o.verify, o.sessions);
     for (uint32_t s = 0; s < n; ++s) {
       const SessionLog& log = run.logs()[s];

@@ -27,6 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "clients/common/connection.h"
+#include "core/attention/chunkwise.h"
+#include "core/onednn/linear.h"
 #include "nlohmann/json.hpp"
 
 namespace linattn {
@@ -49,6 +51,10 @@ struct GenerationLoadOptions {
   uint32_t verify = 4;           // sessions replayed locally (greedy only)
   std::string verify_model_dir;  // the served model's directory (local)
   double tie = 1e-3;  // logits this close to the local maximum count as it
+  // How the server runs the model, for the local replay to run it alike
+  // (its --weights and --prefill-precision).
+  WeightType verify_weights = WeightType::kF32;
+  PrefillPrecision verify_prefill_precision = PrefillPrecision::kF32;
   uint64_t seed = 1;
   ConnectionOptions connection;
 };

@@ -91,6 +91,17 @@ int main(int argc, char** argv) {
   gen->add_option("--verify-model", g.verify_model_dir,
                   "the served model's directory, to replay greedy sessions in "
                   "this process (--verify of them; 4 unless given)");
+  std::string verify_weights = "f32", verify_prefill = "f32";
+  gen->add_option("--verify-weights", verify_weights,
+                  "the server's --weights, for the local replay to pack the "
+                  "model alike")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}))
+      ->capture_default_str();
+  gen->add_option("--verify-prefill-precision", verify_prefill,
+                  "the server's --prefill-precision, for the local replay's "
+                  "chunkwise products")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   gen->add_option("--tie", g.tie,
                   "a server token within this many nats of the local "
                   "maximum logit passes verification")
@@ -167,6 +178,9 @@ int main(int argc, char** argv) {
     g.duration_s = o.duration_s;
     g.seed = o.seed;
     g.connection = o.connection;
+    g.verify_weights = *linattn::ParseWeightType(verify_weights);
+    g.verify_prefill_precision =
+        *linattn::ParsePrefillPrecision(verify_prefill);
     if (app.count("--verify") > 0 || g.verify_model_dir.empty()) {
       g.verify = app.count("--verify") > 0 ? o.verify : 0;
     }

@@ -426,9 +426,12 @@ absl::Status ChunkwiseRunner::FusedRound(Round& r, int threads,
   const int64_t n_streams = static_cast<int64_t>(r.streams.size());
   const uint64_t C = options_.chunk_size;
   // Each thread's scratch is the first max_heads blocks after its own
-  // offset in the round's K, decayed K, V and A buffers (RunGroup fuses
-  // only rounds of at least threads · max_heads jobs), which a fused round
-  // does not otherwise use: the workspace stays what the passes would hold.
+  // offset in the round's K, decayed K, V and A buffers, and in a bf16
+  // round the same blocks of their bf16 copies and of φ(Q)'s (which holds
+  // the unit's queries, unscaled for Q·Kᵀ, then scaled for Q·S_prev).
+  // RunGroup fuses only rounds of at least threads · max_heads jobs, and a
+  // fused round does not otherwise use these buffers: the workspace stays
+  // what the passes would hold.
   const uint64_t blocks = r.max_heads;
   std::atomic<bool> failed{false};
   std::mutex mu;

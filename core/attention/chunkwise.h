@@ -102,7 +102,9 @@ class ChunkwiseRunner {
   // the value) or whose state would leave fp32's range (OUT_OF_RANGE) fails
   // the Run; in place, `refused` (one status per item) instead receives its
   // status, its working state is garbage for the caller to drop, and the
-  // other items complete.
+  // other items complete. With PrefillPrecision::kBf16 on a CPU without
+  // native bf16 products every Run fails (FAILED_PRECONDITION, see
+  // PrefillPrecisionSupported), whatever its items' rules.
   absl::Status Run(std::span<const PrefillItem> items,
                    PrefillCommit mode = PrefillCommit::kAllOrNothing,
                    std::span<absl::Status> refused = {});
@@ -203,7 +205,7 @@ class ChunkwiseRunner {
   template <typename In>
   absl::Status Gemm(MatmulShape shape, int64_t batch, const In* a, const In* b,
                     float* c);
-  // bf16 rounds: a job's (or a unit's) operands rounded to bf16.
+  // bf16 rounds, pass by pass: a job's operands rounded to bf16.
   void RoundInputs(const Round& r, uint32_t job) const;
 
   ChunkwiseOptions options_;
@@ -222,7 +224,7 @@ class ChunkwiseRunner {
   AlignedBuffer den_;   // (jobs, C)       denominators
   AlignedBuffer qlog_;  // (jobs, C)       FAVOR+ query log-scales
   // bf16 rounds: the products' operands, 2 bytes each (sizes in floats).
-  AlignedBuffer q16_;   // (jobs, C, d_φ)   φ(Q) (fused: the unit's, scaled)
+  AlignedBuffer q16_;   // (jobs, C, d_φ)   φ(Q) (fused: thread scratch)
   AlignedBuffer k16_;   // (jobs, C, d_φ)   φ(K)
   AlignedBuffer kd16_;  // (jobs, C, d_φ)   decayed φ(K) (decay only)
   AlignedBuffer v16_;   // (jobs, C, d_v)

@@ -1325,7 +1325,7 @@ absl::StatusOr<DurableStore::Rebuilt> DurableStore::Rebuild(
       by_id[id] = &r;
     }
     for (auto& [model, list] : feeds) {
-      ForwardRunner runner(owners[model]);
+      ForwardRunner runner(owners[model], options_.forward);
       for (size_t first = 0; first < list.size(); first += kItemsPerPass) {
         std::vector<ForwardItem> items;
         for (size_t i = first; i < std::min(list.size(), first + kItemsPerPass);

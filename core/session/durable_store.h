@@ -94,6 +94,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/attention/attention.h"
+#include "core/model/forward.h"
 #include "core/model/model.h"
 #include "core/session/journal.h"
 #include "core/session/session_manager.h"
@@ -133,6 +134,11 @@ struct DurableStoreOptions {
   // are 1/factor of the bytes logged.
   uint64_t snapshot_tail_factor = 4;
   uint64_t min_snapshot_tail_bytes = uint64_t{64} << 10;
+  // How model sessions' recorded tokens are run again at recovery and
+  // takeover: the options their live forward ran with (the chunkwise
+  // products' precision among them), so a rebuilt state is the one the
+  // session had.
+  ForwardOptions forward;
   // Told of every commit's length (write and, per durability, sync; or the
   // shared store's round trip), from the committing thread; must not
   // block. For metrics.

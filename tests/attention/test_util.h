@@ -120,9 +120,14 @@ struct OperandRounding {
 // A product may also flush an operand below 2^-126 (bf16 has fp32's
 // exponent range; vdpbf16ps treats subnormal inputs as zero), each such
 // term off by less than 2^-126 times its other operand, whose magnitude X
-// bounds: the features M, values V, scores d_φ·M², state entries T·M·V.
-// Per row that is at most d_φ·C score terms carried by C values, C terms
-// of A·V, T·d_φ terms of S carried by the queries and d_φ of Q·S.
+// bounds: the features M, values V, scores d_φ·M², state entries T·M·V;
+// and it may flush a subnormal sum, off by less than 2^-126: so each term
+// is off by less than 2^-126·(X + 1). Per row that is at most d_φ·C score
+// terms carried by C values, C terms of A·V, T·d_φ terms of S carried by
+// the queries and d_φ of Q·S. FAVOR+ features are computed scaled (by
+// e^{-log scale} of their query, and of the round's largest key exponent)
+// and scaled back in the read-out, so there the term grows by
+// e^{largest query log scale + largest key exponent}.
 inline OperandRounding Bf16Rounding(const Attention& attention,
                                     const Tokens& data, uint32_t chunk) {
   const AttentionSpec& spec = attention.spec();
@@ -130,10 +135,14 @@ inline OperandRounding Bf16Rounding(const Attention& attention,
   const uint32_t d_phi = attention.feature_dim();
   std::vector<float> phi(d_phi);
   double M = 1, V = 1;
+  double log_scale[2] = {-INFINITY, -INFINITY};  // queries, keys
   for (uint64_t r = 0; r < rows; ++r) {
+    int which = 0;
     for (const std::vector<float>* x : {&data.q, &data.k}) {
-      attention.feature_map().Apply(x->data() + r * spec.key_dim,
-                                    r / spec.num_heads, phi.data());
+      const float ls = attention.feature_map().Apply(
+          x->data() + r * spec.key_dim, r / spec.num_heads, phi.data());
+      log_scale[which] = std::max(log_scale[which], double(ls));
+      ++which;
       for (float f : phi) M = std::max(M, double(std::abs(f)));
     }
   }
@@ -142,10 +151,11 @@ inline OperandRounding Bf16Rounding(const Attention& attention,
   const double X = std::max({M, V, d_phi * M * M, T * M * V});
   const double terms =
       d_phi * double(chunk) * V + chunk + T * d_phi * M + d_phi;
+  const double scale = rows == 0 ? 1.0 : std::exp(log_scale[0] + log_scale[1]);
   return {.unit = 0x1.0p-8,
           .numerator_roundings = 4,
           .denominator_roundings = 2,
-          .absolute = 0x1.0p-126 * X * terms};
+          .absolute = 0x1.0p-126 * (X + 1) * terms * scale};
 }
 
 // Checks every (token, head) of `got` against the reference within the bound

@@ -391,6 +391,35 @@ TEST(GenerationLoadTest, ConversationsRunAndVerifyAgainstTheServedModel) {
   EXPECT_EQ(list.sessions_size(), 0);
 }
 
+// A server running the model with bf16 weights and bf16 chunkwise products
+// is verified by a replay told to run it alike (--verify-weights,
+// --verify-prefill-precision).
+TEST(GenerationLoadTest, VerifiesAServerRunningBf16) {
+  if (!PrefillPrecisionSupported(PrefillPrecision::kBf16).ok()) {
+    GTEST_SKIP() << "no native bf16 products here";
+  }
+  testing::TempDir dir;
+  const std::string served = dir.Path("served");
+  testing::WriteRandomModel(served, testing::SmallConfig(), 11);
+  auto server = testing::ServerProcess::Start(
+      {"--model", served, "--weights", "bf16", "--prefill-precision", "bf16"});
+  ASSERT_NE(server, nullptr);
+  GenerationLoadOptions o;
+  o.server = server->address();
+  o.sessions = 4;
+  o.turns = 2;
+  o.turn_tokens = 70;  // past one chunk of the chunkwise prefill
+  o.reply_tokens = 8;
+  o.verify = 4;
+  o.verify_model_dir = served;
+  o.verify_weights = WeightType::kBf16;
+  o.verify_prefill_precision = PrefillPrecision::kBf16;
+  auto summary = RunGenerationLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok()) << summary->first_mismatch;
+  EXPECT_EQ(summary->verified_sessions, 4u);
+}
+
 // `linattn sessions` lists both services' sessions and deletes them by id
 // (the way to remove what `generate --keep` kept); unknown commands and
 // attend --server without --mode behave.

@@ -7,11 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <future>
 #include <map>
 
 #include "core/scheduler/generation.h"
 #include "core/session/durable_store.h"
+#include "tests/model/test_model.h"
 #include "tests/scheduler/builtin_model.h"
 #include "tests/util/redis_server.h"
 #include "tests/util/temp_dir.h"
@@ -153,6 +155,71 @@ TEST(DurableGeneration, RecoveredSessionsContinueAsTheirTwins) {
         << id;
   }
   EXPECT_FALSE((*d)->engine->GetSession("gone").ok());
+}
+
+// Replay runs the recorded tokens with the store's forward options (the
+// server passes its own, --prefill-precision among them): a recovered
+// linear_attn session whose context went in with bf16 chunkwise products
+// holds the state a bf16 forward of that context gives, not the fp32 one.
+TEST(DurableGeneration, ReplayRunsWithTheStoresForwardOptions) {
+  if (!PrefillPrecisionSupported(PrefillPrecision::kBf16).ok()) {
+    GTEST_SKIP() << "no native bf16 products here";
+  }
+  testing::TempDir tmp;
+  testing::WriteRandomModel(tmp.Path("model"), testing::SmallConfig(), 3);
+  const std::shared_ptr<const Model> model =
+      Model::Load(tmp.Path("model")).value();
+  const std::vector<std::shared_ptr<const Model>> models = {model};
+  ForwardOptions bf16;
+  bf16.chunkwise.precision = PrefillPrecision::kBf16;
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "In the beginning. ";
+  const std::vector<int32_t> ids = Bytes(text);
+  {
+    auto store =
+        DurableStore::Open({.dir = tmp.Path("state"), .forward = bf16});
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto table = SessionManager::Create({.observer = store->get()}).value();
+    ASSERT_TRUE((*store)->Recover(*table, models).ok());
+    GenerationOptions options{.sessions = table.get(), .store = store->get()};
+    options.forward = bf16;
+    GenerationEngine engine(models, options);
+    ASSERT_TRUE(engine.CreateSession("", "s").ok());
+    ASSERT_EQ(Append(engine, "s", text), absl::StatusCode::kOk);
+  }
+  auto store = DurableStore::Open({.dir = tmp.Path("state"), .forward = bf16});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto table = SessionManager::Create({.observer = store->get()}).value();
+  ASSERT_TRUE((*store)->Recover(*table, models).ok());
+  auto recovered = table->FindModel("s");
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  EXPECT_EQ((*recovered)->pending_token(), ids.back());
+  // Replay feeds all but the last token (which stays pending) in one call.
+  auto expected = [&](ForwardOptions options) {
+    ForwardRunner runner(model, options);
+    ModelState state = model->NewState();
+    EXPECT_TRUE(runner
+                    .Run(state,
+                         std::span<const int32_t>(ids).first(ids.size() - 1),
+                         nullptr)
+                    .ok());
+    return state;
+  };
+  auto same = [](const ModelState& a, const ModelState& b) {
+    if (a.position() != b.position()) return false;
+    for (size_t l = 0; l < a.layers().size(); ++l) {
+      const AttentionState& x = a.layers()[l];
+      const AttentionState& y = b.layers()[l];
+      if (x.size() != y.size() ||
+          std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const ModelState& got = (*recovered)->state();
+  EXPECT_TRUE(same(got, expected(bf16)));
+  EXPECT_FALSE(same(got, expected(ForwardOptions{})));
 }
 
 // A sampling Generate cut after 8 tokens (here by a "crash"), asked again
