@@ -297,6 +297,10 @@ absl::StatusOr<GenerationLoadSummary> RunGenerationLoad(
       return absl::FailedPreconditionError(
           absl::StrCat("--verify-prefill-precision: ", s.message()));
     }
+    if (absl::Status s = WeightTypeSupported(o.verify_weights); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--verify-weights: ", s.message()));
+    }
     auto loaded = Model::Load(o.verify_model_dir, "", o.verify_weights);
     if (!loaded.ok()) {
       return absl::InvalidArgumentError(
