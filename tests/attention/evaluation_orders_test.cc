@@ -142,85 +142,44 @@ TEST_P(EvaluationOrders, AgreeWithReference) {
   }
 
   // Chunkwise order in two calls (the state carries over), then the rest of
-  // a second copy through recurrent steps after a chunkwise prefix.
-  ChunkwiseRunner runner({.chunk_size = c.chunk});
-  const uint64_t split = T / 3;
-  {
-    Outputs out(spec, T);
-    AttentionState state = attention->NewState();
-    ASSERT_TRUE(runner
-                    .Run(*attention, state,
-                         {data.q.data(), data.k.data(), data.v.data(), split},
-                         out.view())
-                    .ok());
-    const uint64_t qk = split * H * spec.key_dim, vv = split * H * d_v;
-    ASSERT_TRUE(runner
-                    .Run(*attention, state,
-                         {data.q.data() + qk, data.k.data() + qk,
-                          data.v.data() + vv, T - split},
-                         out.view(split, H, d_v))
-                    .ok());
-    EXPECT_EQ(state.position(), T);
-    ExpectMatchesReference(*attention, ref, out, "chunkwise");
-  }
-  {
-    Outputs out(spec, T);
-    AttentionState state = attention->NewState();
-    const uint64_t prefix = T - T / 4;
-    ASSERT_TRUE(runner
-                    .Run(*attention, state,
-                         {data.q.data(), data.k.data(), data.v.data(), prefix},
-                         out.view())
-                    .ok());
-    const uint64_t qk = prefix * H * spec.key_dim, vv = prefix * H * d_v;
-    ASSERT_TRUE(StepSequence(*attention, state,
-                             {data.q.data() + qk, data.k.data() + qk,
-                              data.v.data() + vv, T - prefix},
-                             out.view(prefix, H, d_v))
-                    .ok());
-    ExpectMatchesReference(*attention, ref, out, "chunkwise then recurrent");
-  }
-}
-
-TEST_P(EvaluationOrders, Bf16ChunkwiseStaysWithinItsBound) {
-  if (!NativeBf16Products()) GTEST_SKIP() << "no native bf16 products here";
-  const Case& c = GetParam();
-  const AttentionSpec& spec = c.spec;
-  auto attention = Attention::Create(spec);
-  ASSERT_TRUE(attention.ok()) << attention.status();
-  const uint32_t H = spec.num_heads, d_v = spec.value_dim;
-  const uint64_t T = c.tokens;
-  Tokens data = RandomTokens(spec, T, c.seed);
-  const ReferenceResult ref = ReferenceAttention(*attention, data.input());
-  const OperandRounding rounding = Bf16Rounding(*attention, data, c.chunk);
-  ChunkwiseRunner runner(
-      {.chunk_size = c.chunk, .precision = PrefillPrecision::kBf16});
-  // In two calls (the state carries over), then a chunkwise prefix and
-  // recurrent fp32 steps after it.
-  for (const bool recurrent_tail : {false, true}) {
-    Outputs out(spec, T);
-    AttentionState state = attention->NewState();
-    const uint64_t split = recurrent_tail ? T - T / 4 : T / 3;
-    ASSERT_TRUE(runner
-                    .Run(*attention, state,
-                         {data.q.data(), data.k.data(), data.v.data(), split},
-                         out.view())
-                    .ok());
-    const uint64_t qk = split * H * spec.key_dim, vv = split * H * d_v;
-    const SequenceInput rest{data.q.data() + qk, data.k.data() + qk,
-                             data.v.data() + vv, T - split};
-    if (recurrent_tail) {
-      ASSERT_TRUE(
-          StepSequence(*attention, state, rest, out.view(split, H, d_v)).ok());
-    } else {
-      ASSERT_TRUE(
-          runner.Run(*attention, state, rest, out.view(split, H, d_v)).ok());
+  // a second copy through recurrent (fp32) steps after a chunkwise prefix;
+  // with fp32 products and, where the CPU has them natively, bf16 ones
+  // within their bound (test_util.h, Bf16Rounding).
+  std::vector<PrefillPrecision> precisions = {PrefillPrecision::kF32};
+  if (NativeBf16Products()) precisions.push_back(PrefillPrecision::kBf16);
+  for (const PrefillPrecision precision : precisions) {
+    const bool bf16 = precision == PrefillPrecision::kBf16;
+    const OperandRounding rounding =
+        bf16 ? Bf16Rounding(*attention, data, c.chunk) : OperandRounding{};
+    ChunkwiseRunner runner({.chunk_size = c.chunk, .precision = precision});
+    for (const bool recurrent_tail : {false, true}) {
+      Outputs out(spec, T);
+      AttentionState state = attention->NewState();
+      const uint64_t split = recurrent_tail ? T - T / 4 : T / 3;
+      ASSERT_TRUE(runner
+                      .Run(*attention, state,
+                           {data.q.data(), data.k.data(), data.v.data(), split},
+                           out.view())
+                      .ok());
+      const uint64_t qk = split * H * spec.key_dim, vv = split * H * d_v;
+      const SequenceInput rest{data.q.data() + qk, data.k.data() + qk,
+                               data.v.data() + vv, T - split};
+      if (recurrent_tail) {
+        ASSERT_TRUE(
+            StepSequence(*attention, state, rest, out.view(split, H, d_v))
+                .ok());
+      } else {
+        ASSERT_TRUE(
+            runner.Run(*attention, state, rest, out.view(split, H, d_v)).ok());
+      }
+      EXPECT_EQ(state.position(), T);
+      ExpectMatchesReference(
+          *attention, ref, out,
+          absl::StrCat(
+              PrefillPrecisionName(precision),
+              recurrent_tail ? " chunkwise then recurrent" : " chunkwise"),
+          rounding);
     }
-    EXPECT_EQ(state.position(), T);
-    ExpectMatchesReference(
-        *attention, ref, out,
-        recurrent_tail ? "bf16 chunkwise then recurrent" : "bf16 chunkwise",
-        rounding);
   }
 }
 
