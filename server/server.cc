@@ -81,6 +81,15 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   session_options.max_message_bytes =
       static_cast<uint64_t>(options.max_message_bytes);
   DurableStoreOptions durable = options.durable;
+  // A commit that finds sessions taken over (their writes fenced) sends
+  // them away as the heartbeat would; either way the operator hears of it.
+  durable.on_taken_over = [](size_t sessions) {
+    spdlog::warn(
+        "state store: {} session(s) were taken over by another replica "
+        "while this one's lease had lapsed (their writes were refused); they "
+        "leave this replica",
+        sessions);
+  };
   durable.forward = options.generation.forward;
   durable.forward.chunkwise.precision = options.prefill_precision;
   durable.on_commit = [observability](double seconds) {

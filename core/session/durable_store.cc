@@ -844,6 +844,9 @@ absl::Status DurableStore::CommitSharedLocked(std::vector<Staged> staged,
       for (const auto& [id, incarnation] : lost) {
         (void)table_->HandOver(id, incarnation);
       }
+      if (absl::IsAborted(status) && !lost.empty() && options_.on_taken_over) {
+        options_.on_taken_over(lost.size());
+      }
       break;
     }
     ++stats_.commits;

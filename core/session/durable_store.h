@@ -134,6 +134,10 @@ struct DurableStoreOptions {
   // are 1/factor of the bytes logged.
   uint64_t snapshot_tail_factor = 4;
   uint64_t min_snapshot_tail_bytes = uint64_t{64} << 10;
+  // Told, from the committing thread, how many sessions a commit found
+  // taken over by another replica (they leave this replica's table); must
+  // not block. For the operator's log.
+  std::function<void(size_t sessions)> on_taken_over;
   // How model sessions' recorded tokens are run again at recovery and
   // takeover: the options their live forward ran with (the chunkwise
   // products' precision among them), so a rebuilt state is the one the
