@@ -37,11 +37,13 @@ def start_server(build, *extra, unix_path=None):
     sys.exit("linattn-server did not start")
 
 
-def load(build, server, sessions, steps, prefill=0, batch=0):
-    """linattn-load's JSON summary; batch > 1: DecodeBatch groups of `batch`."""
+def load(build, server, sessions, steps, prefill=0, batch=0, concurrency=0):
+    """linattn-load's JSON summary; batch > 1: DecodeBatch groups of `batch`;
+    concurrency > 0: at most that many sessions' streams at once."""
     out = subprocess.run([f"{build}/bin/linattn-load", "--server", server, "--sessions",
                           str(sessions), "--steps", str(steps), "--prefill", str(prefill),
-                          "--batch", str(batch), "--heads", "8", "--dim", "64", "--json",
+                          "--batch", str(batch), "--concurrency", str(concurrency),
+                          "--heads", "8", "--dim", "64", "--json",
                           "--no-progress", "--duration", "120"], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"linattn-load failed: {out.stdout}{out.stderr}")
