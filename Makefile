@@ -33,8 +33,8 @@ run: build
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
 
-# Sanitizer builds keep line tables only (-g1): reports still name file and
-# line, and the builds take markedly less time and disk than with full -g.
+# Sanitizer and fuzz builds keep line tables only (-g1): reports still name
+# file and line, and the builds take less time and disk than with full -g.
 SANITIZER_FLAGS ?= -O2 -g1 -DNDEBUG
 
 # The core tests under AddressSanitizer + UndefinedBehaviorSanitizer.
@@ -69,6 +69,7 @@ FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 30
 fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
 	  -DLINATTN_FUZZ=ON -DLINATTN_BUILD_BENCH=OFF
 	cmake --build $(FUZZ_DIR) -j$(JOBS) --target fuzzers
 	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
