@@ -396,16 +396,14 @@ class LoadRun {
     void PrefillNext(uint32_t i) {
       const LoadOptions& o = run_->o_;
       if (o.prefill == 0 || i == count_) {
-        if (o.prefill != 0) {
-          // The prefill's tensors are not needed again. Released now, a run
-          // holds one unit's at a time (units live until the run ends), and
-          // the next unit's prefill reuses their memory rather than
-          // faulting in fresh pages. Its call is complete: this runs from
-          // its callback or after it.
-          v1::PrefillRequest().Swap(&prefill_request_);
-          v1::PrefillResponse().Swap(&prefill_response_);
-          prefill_ctx_.reset();
-        }
+        // The prefills' tensors are not needed again. Released now, a run
+        // holds one unit's at a time (units live until the run ends), and
+        // the next unit's prefill reuses their memory rather than faulting
+        // in fresh pages. The last call is complete: this runs from its
+        // callback (or with no prefill, when they are empty).
+        v1::PrefillRequest().Swap(&prefill_request_);
+        v1::PrefillResponse().Swap(&prefill_response_);
+        prefill_ctx_.reset();
         OpenStream();
         return;
       }
