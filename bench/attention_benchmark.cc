@@ -18,6 +18,7 @@
 #include "core/attention/chunkwise.h"
 #include "core/attention/kernels.h"
 #include "core/attention/recurrent.h"
+#include "core/onednn/linear.h"
 #include "core/onednn/matmul.h"
 
 namespace linattn {
@@ -153,6 +154,39 @@ BENCHMARK(BM_BatchedMatmul)
     ->Args({64, 0})
     ->Args({64, 1})
     ->Args({128, 0})
+    ->UseRealTime();
+
+// A model projection y = x·Wᵀ of `rows` rows, (in → out), f32 weights, on
+// oneDNN's matmul (kernel 0) or the panel kernels (1): the decode step's
+// products at batch 1 and 32 and a 512-row prompt piece of the built-in
+// model's shapes.
+void BM_PackedLinear(benchmark::State& st) {
+  const int64_t rows = st.range(0), in = st.range(1), out = st.range(2);
+  const LinearKernel kernel =
+      st.range(3) == 0 ? LinearKernel::kOneDnn : LinearKernel::kPanels;
+  const std::vector<float> w = Random(out * in, 1);
+  const std::vector<float> x = Random(PackedLinear::Bucket(rows) * in, 2);
+  std::vector<float> y(PackedLinear::Bucket(rows) * out);
+  auto linear =
+      PackedLinear::Create(w.data(), out, in, false, WeightType::kF32, kernel);
+  if (!linear.ok()) {
+    st.SkipWithError(linear.status().ToString().c_str());
+    return;
+  }
+  for (auto _ : st) {
+    if (!(*linear)->Apply(x.data(), rows, y.data()).ok()) {
+      st.SkipWithError("product failed");
+    }
+  }
+  st.counters["GFLOPs"] = benchmark::Counter(
+      2.0 * rows * in * out * st.iterations() / 1e9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PackedLinear)
+    ->ArgsProduct({{1, 32}, {256}, {256, 1032, 1536, 4096}, {0, 1}})
+    ->ArgsProduct({{1, 32}, {768}, {256}, {0, 1}})
+    ->ArgsProduct({{512}, {256}, {1536}, {0, 1}})
+    ->ArgsProduct({{1, 32}, {1024}, {5632}, {0, 1}})
     ->UseRealTime();
 
 // oneDNN's fp32 GEMM at n = 2048: the compute bound.

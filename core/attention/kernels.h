@@ -85,7 +85,22 @@ struct VectorKernels {
   // (T − I)_m over m < i). Above the diagonal is ignored on entry and 0 on
   // return. scratch holds n floats.
   void (*unit_lower_inverse)(uint32_t n, float* t, float* scratch);
+  // The f32 projections' product over weights packed in panels of
+  // kPanelColumns columns (PackedLinear): for the panels [p0, p1),
+  //   y[r][j] (+)= Σ_i x[r][i]·w[i][j]   (r < m, 16·p0 ≤ j < min(16·p1, n))
+  // with x (m × k) and y (m × n) row-major and panel p holding w[i][16p + c]
+  // at panels[(p·k + i)·16 + c] (zero for columns past n). Every element's
+  // sum runs over i = 0, 1, …, k − 1 in that order, from y with
+  // `accumulate` and from 0 without. Rows go through register tiles and k
+  // through blocks that stay in the L1 cache.
+  void (*panel_gemm)(const float* x, uint64_t m, uint64_t k,
+                     const float* panels, uint64_t n, uint64_t p0, uint64_t p1,
+                     float* y, bool accumulate);
 };
+
+// Columns per panel of VectorKernels::panel_gemm's packed weights (the same
+// on every ISA, so that one packing serves all of them).
+inline constexpr uint32_t kPanelColumns = 16;
 
 // The kernels for `isa`, or nullptr when this CPU cannot run them.
 const VectorKernels* KernelsFor(Isa isa);

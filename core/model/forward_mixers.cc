@@ -231,9 +231,7 @@ absl::Status ForwardRunner::MixerInputs(std::span<const Piece> pieces,
       std::memcpy(low.row(r), proj.row(r) + cols.gk,
                   kGlaGateRank * sizeof(float));
     }
-    LINATTN_RETURN_IF_ERROR(LinearGemm(low.data(), rows, kGlaGateRank,
-                                       L.gk_up.data(), c.k_width(), gk_.data(),
-                                       false));
+    LINATTN_RETURN_IF_ERROR(L.gk_up->Apply(low.data(), rows, gk_.data()));
   }
   // State head h reads q head h / (HS / num_heads), k head
   // h / (HS / num_kv_heads) and v head h / (HS / v heads): GQA repeats k

@@ -243,7 +243,11 @@ absl::Status LoadMixer(TensorReader& r, const ModelConfig& c,
       break;
     case ModelType::kGla: {
       LINATTN_ASSIGN_OR_RETURN(
-          L.gk_up, r.Matrix(p + "gk_proj.1.weight", c.k_width(), kGlaGateRank));
+          AlignedBuffer up,
+          r.Matrix(p + "gk_proj.1.weight", c.k_width(), kGlaGateRank));
+      LINATTN_ASSIGN_OR_RETURN(
+          L.gk_up, PackedLinear::Create(up.data(), c.k_width(), kGlaGateRank,
+                                        false, WeightType::kF32));
       LINATTN_ASSIGN_OR_RETURN(L.gk_bias,
                                r.Vector(p + "gk_proj.1.bias", c.k_width()));
       break;

@@ -106,7 +106,8 @@ class Model {
     std::vector<float> in_bias;             // mamba2 use_bias
     AlignedBuffer conv;  // W × channels: tap j, channel c at j·C + c
     std::vector<float> conv_bias;  // mamba2 use_conv_bias
-    AlignedBuffer gk_up;           // GLA gk_proj.1: k_width × 16 (out, in)
+    // GLA gk_proj.1 (16 → k_width), f32 whatever the projections' type.
+    std::unique_ptr<PackedLinear> gk_up;
     std::vector<float> gk_bias;    // its bias, k_width
     std::vector<float> neg_exp_a;  // −exp(A_log) per state head (fp32)
     std::vector<float> dt_bias;    // per state head

@@ -6,7 +6,10 @@
 #include <mutex>
 #include <tuple>
 
+#include <omp.h>
+
 #include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
 #include "core/onednn/matmul.h"
 #include "core/util/aligned_buffer.h"
 
@@ -64,6 +67,11 @@ void QuantiseRows(const float* __restrict x, uint64_t m, uint64_t n,
     scale[r] = amax / 127.0f;
   }
 }
+
+// Panel products spread over the OpenMP team from this many multiply-adds
+// (a parallel region's wake-up and barrier cost a few microseconds; 2^16
+// multiply-adds take about as long on one core).
+constexpr uint64_t kPanelParallelMacs = uint64_t{1} << 16;
 
 std::vector<int64_t> Buckets() {
   std::vector<int64_t> b = {1, 2, 4, 8};
@@ -146,17 +154,45 @@ int64_t PackedLinear::Bucket(int64_t m) {
 
 absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
     const float* weight, int64_t out, int64_t in, bool accumulate,
-    WeightType type) {
+    WeightType type, LinearKernel kernel) {
   static std::mutex mu;
   static std::map<std::tuple<int64_t, int64_t, bool, WeightType>,
                   std::unique_ptr<Shape>>
       shapes;
   if (absl::Status s = WeightTypeSupported(type); !s.ok()) return s;
+  if (kernel == LinearKernel::kPanels && type != WeightType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: the panel kernels multiply f32 weights only, "
+                     "not ",
+                     WeightTypeName(type)));
+  }
   std::unique_ptr<PackedLinear> linear(new PackedLinear());
   linear->in_ = in;
   linear->out_ = out;
   linear->type_ = type;
   linear->accumulate_ = accumulate;
+  const VectorKernels& kernels = ActiveKernels();
+  if (type == WeightType::kF32 &&
+      (kernel == LinearKernel::kPanels ||
+       (kernel == LinearKernel::kAuto && kernels.isa == Isa::kAvx2))) {
+    // Panel p holds columns [16p, 16p + 16) of Wᵀ (rows of W), k-major:
+    // panels[(p·in + i)·16 + c] = W[16p + c][i], zero past `out`.
+    const uint64_t count = (uint64_t(out) + kPanelColumns - 1) / kPanelColumns;
+    try {
+      linear->panels_ = AlignedBuffer(count * uint64_t(in) * kPanelColumns);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError("out of memory packing weights");
+    }
+    float* panels = linear->panels_.data();
+    for (int64_t j = 0; j < out; ++j) {
+      const float* row = weight + uint64_t(j) * in;
+      float* dst = panels + uint64_t(j / kPanelColumns) * in * kPanelColumns +
+                   j % kPanelColumns;
+      for (int64_t i = 0; i < in; ++i) dst[uint64_t(i) * kPanelColumns] = row[i];
+    }
+    linear->panel_gemm_ = kernels.panel_gemm;
+    return linear;
+  }
   const bool int8 = type == WeightType::kInt8;
   const memory::data_type wt = type == WeightType::kBf16
                                    ? memory::data_type::bf16
@@ -233,10 +269,35 @@ absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
   return linear;
 }
 
+absl::Status PackedLinear::ApplyPanels(const float* x, int64_t m,
+                                       float* y) const {
+  const uint64_t count = (uint64_t(out_) + kPanelColumns - 1) / kPanelColumns;
+  const uint64_t macs = uint64_t(m) * uint64_t(in_) * uint64_t(out_);
+  const int threads =
+      omp_in_parallel() || macs < kPanelParallelMacs
+          ? 1
+          : static_cast<int>(
+                std::min<uint64_t>(omp_get_max_threads(), count));
+  if (threads <= 1) {
+    panel_gemm_(x, m, in_, panels_.data(), out_, 0, count, y, accumulate_);
+    return absl::OkStatus();
+  }
+  // Each thread takes a contiguous run of panels: its columns of y, all
+  // rows; the weights are read once in all.
+#pragma omp parallel num_threads(threads)
+  {
+    const uint64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    panel_gemm_(x, m, in_, panels_.data(), out_, count * t / n,
+                count * (t + 1) / n, y, accumulate_);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PackedLinear::Apply(const float* x, int64_t m, float* y) const {
   if (m <= 0 || m > kMaxRows) {
     return absl::InternalError(absl::StrCat("PackedLinear: ", m, " rows"));
   }
+  if (panel_gemm_ != nullptr) return ApplyPanels(x, m, y);
   const Shape::Entry& e = shape_->by_rows.at(Bucket(m));
   // Decode steps call this a few dozen times per token with small products,
   // so the per-call cost matters: the memory objects for each primitive are

@@ -38,11 +38,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/util/aligned_buffer.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace linattn {
 
 enum class WeightType { kF32, kBf16, kInt8 };
+
+// Which kernels run f32 products. kPanels: the weights packed in panels of
+// 16 output columns and multiplied by linattn's own register-tiled kernel
+// (VectorKernels::panel_gemm, each ISA's); kOneDnn: oneDNN's matmul.
+// kAuto takes kPanels where the AVX2 kernels are the active ones — on
+// AVX2 machines it ran the decode-sized products (1–64 rows) at 1.2–2.5×
+// oneDNN 2.6's speed and a 512-row prompt product at 1.15× (bench:
+// BM_PackedLinear) — and oneDNN's matmul elsewhere (its brgemm kernels on
+// AVX-512). bf16 and int8 weights always run on oneDNN.
+enum class LinearKernel { kAuto, kOneDnn, kPanels };
 
 // "f32" / "bf16" / "int8".
 const char* WeightTypeName(WeightType type);
@@ -60,10 +71,12 @@ class PackedLinear {
  public:
   static constexpr int64_t kMaxRows = 512;
 
-  // `weight` is (out × in) row-major; `accumulate` adds into y.
+  // `weight` is (out × in) row-major; `accumulate` adds into y. kPanels
+  // with bf16 or int8 weights is INVALID_ARGUMENT.
   static absl::StatusOr<std::unique_ptr<PackedLinear>> Create(
       const float* weight, int64_t out, int64_t in, bool accumulate,
-      WeightType type = WeightType::kF32);
+      WeightType type = WeightType::kF32,
+      LinearKernel kernel = LinearKernel::kAuto);
 
   // Rows a call with m (1 ≤ m ≤ kMaxRows) rows touches in x and y.
   static int64_t Bucket(int64_t m);
@@ -72,6 +85,11 @@ class PackedLinear {
   // oneDNN only.
   absl::Status Apply(const float* x, int64_t m, float* y) const;
 
+  // The kernels this product runs on (kPanels or kOneDnn, never kAuto).
+  LinearKernel kernel() const {
+    return panel_gemm_ != nullptr ? LinearKernel::kPanels
+                                  : LinearKernel::kOneDnn;
+  }
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   WeightType type() const { return type_; }
@@ -82,8 +100,14 @@ class PackedLinear {
   PackedLinear() = default;
   int64_t in_ = 0, out_ = 0;
   WeightType type_ = WeightType::kF32;
+  absl::Status ApplyPanels(const float* x, int64_t m, float* y) const;
+
   const Shape* shape_ = nullptr;  // the shared primitives of (in, out, acc)
   dnnl::memory packed_;
+  // kPanels: the weights in panels, and the kernel that reads them.
+  AlignedBuffer panels_;
+  void (*panel_gemm_)(const float*, uint64_t, uint64_t, const float*, uint64_t,
+                      uint64_t, uint64_t, float*, bool) = nullptr;
   std::vector<float> scales_;  // kInt8: s_j per output channel
   bool accumulate_ = false;
 };

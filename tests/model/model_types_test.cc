@@ -199,6 +199,54 @@ TEST(ModelTypesTest, BatchedEqualsOneByOne) {
   }
 }
 
+// On the panel kernels (f32 weights on AVX2) each row's products sum in
+// the same order whatever rows share the call, and every other pass of a
+// decode step works on one session's row alone, so a session's step gives
+// the same bits alone and in a batch: its greedy text does not depend on
+// which other sessions the server batches it with.
+TEST(ModelTypesTest, DecodeStepsGiveTheSameBitsAloneAndBatchedOnPanels) {
+  for (const char* name : kOnePerType) {
+    SCOPED_TRACE(name);
+    const auto [fx, model] = Open(name);
+    ASSERT_NE(model, nullptr);
+    if (model->lm_head().kernel() != LinearKernel::kPanels) {
+      GTEST_SKIP() << "the f32 products run on oneDNN on this CPU";
+    }
+    const size_t V = model->config().vocab_size;
+    ForwardRunner runner(model);
+    std::span<const int32_t> tokens(fx.tokens);
+    // Nine sessions: more rows than one register tile holds on any ISA
+    // but AVX-512, and a shorter last tile.
+    const size_t contexts[] = {1, 2, 3, 5, 8, 13, 21, 30, 40};
+    constexpr size_t kSessions = std::size(contexts);
+    std::vector<ModelState> alone, batched;
+    for (size_t i = 0; i < kSessions; ++i) {
+      alone.push_back(model->NewState());
+      Feed(runner, alone[i], tokens.subspan(0, contexts[i]));
+      batched.push_back(alone[i].Copy());
+    }
+    for (size_t step = 0; step < 3; ++step) {
+      std::vector<std::vector<float>> l_alone(kSessions),
+          l_batched(kSessions, std::vector<float>(V));
+      std::vector<ForwardItem> items;
+      for (size_t i = 0; i < kSessions; ++i) {
+        auto token = tokens.subspan(contexts[i] + step, 1);
+        l_alone[i] = Feed(runner, alone[i], token);
+        items.push_back(ForwardItem{.state = &batched[i],
+                                    .tokens = token,
+                                    .logits = l_batched[i].data()});
+      }
+      ASSERT_TRUE(runner.Run(items).ok());
+      for (size_t i = 0; i < kSessions; ++i) {
+        EXPECT_TRUE(SameBits(l_alone[i], l_batched[i]))
+            << "session " << i << " step " << step;
+        EXPECT_TRUE(SameState(alone[i], batched[i]))
+            << "session " << i << " step " << step;
+      }
+    }
+  }
+}
+
 // Bad input anywhere in a batch changes no state and no window.
 TEST(ModelTypesTest, BadTokenLeavesStatesAndWindowsAsTheyWere) {
   for (const char* name : kOnePerType) {

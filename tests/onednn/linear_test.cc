@@ -1,11 +1,14 @@
 #include "core/onednn/linear.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "core/attention/kernels.h"
 
 namespace linattn {
 namespace {
@@ -29,7 +32,8 @@ struct Case {
 // weights that are bfloat16 already: x is rounded (relative 2^-8 each),
 // then the same fp32 sums, so (2^-8 + (in + 2)·u)·Σ|x·w|; with arbitrary
 // fp32 weights both factors are rounded: (2^-7 + 2^-16 + (in + 2)·u)·Σ|x·w|.
-void Check(WeightType type, bool bf16_weights, const Case& c) {
+void Check(WeightType type, bool bf16_weights, const Case& c,
+           LinearKernel kernel = LinearKernel::kAuto) {
   std::mt19937_64 rng(c.out * 131 + c.in * 7 + c.rows);
   std::uniform_real_distribution<float> dist(-1, 1);
   std::vector<float> w(c.out * c.in), x(PackedLinear::Bucket(c.rows) * c.in);
@@ -38,9 +42,13 @@ void Check(WeightType type, bool bf16_weights, const Case& c) {
   std::vector<float> y(PackedLinear::Bucket(c.rows) * c.out);
   for (float& v : y) v = dist(rng);
   const std::vector<float> y0 = y;
-  auto linear = PackedLinear::Create(w.data(), c.out, c.in, c.accumulate, type);
+  auto linear =
+      PackedLinear::Create(w.data(), c.out, c.in, c.accumulate, type, kernel);
   ASSERT_TRUE(linear.ok()) << linear.status();
   EXPECT_EQ((*linear)->type(), type);
+  if (kernel != LinearKernel::kAuto) {
+    EXPECT_EQ((*linear)->kernel(), kernel);
+  }
   ASSERT_TRUE((*linear)->Apply(x.data(), c.rows, y.data()).ok());
   const double rel = type == WeightType::kF32
                          ? 0.0
@@ -57,7 +65,8 @@ void Check(WeightType type, bool bf16_weights, const Case& c) {
       const double bound = (rel + (c.in + 2) * kU) * abs_sum +
                            (c.accumulate ? 2 * kU * std::abs(sum) : 0.0);
       ASSERT_NEAR(y[r * c.out + o], sum, bound)
-          << WeightTypeName(type) << " out=" << c.out << " in=" << c.in
+          << WeightTypeName(type) << " kernels " << int(kernel)
+          << " isa " << ActiveKernels().name << " out=" << c.out << " in=" << c.in
           << " rows=" << c.rows << " acc=" << c.accumulate << " at (" << r
           << ", " << o << ")";
     }
@@ -72,6 +81,64 @@ const Case kCases[] = {{48, 64, 1, false},
 
 TEST(PackedLinear, F32MatchesDoubleLoops) {
   for (const Case& c : kCases) Check(WeightType::kF32, false, c);
+  for (const Case& c : kCases) {
+    Check(WeightType::kF32, false, c, LinearKernel::kOneDnn);
+  }
+}
+
+// The panel kernels of every ISA this CPU runs: every height of row tile
+// and of the last tile (up to AVX-512's 12 rows), partial last panels,
+// several k blocks (in > 256, not a multiple of it), one thread and the
+// whole team (from 2^16 multiply-adds).
+TEST(PackedLinear, F32PanelsMatchDoubleLoopsOnEveryIsa) {
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    ScopedKernelsOverride use(kernels);
+    for (int64_t rows : {1, 2, 3, 5, 6, 7, 11, 12, 13, 25, 32, 64}) {
+      Check(WeightType::kF32, false, {48, 64, rows, false},
+            LinearKernel::kPanels);
+      Check(WeightType::kF32, false, {33, 600, rows, true},
+            LinearKernel::kPanels);
+      Check(WeightType::kF32, false, {7, 5, rows, rows % 2 == 0},
+            LinearKernel::kPanels);
+    }
+    Check(WeightType::kF32, false, {200, 300, 512, true},
+          LinearKernel::kPanels);
+    Check(WeightType::kF32, false, {1032, 256, 32, false},
+          LinearKernel::kPanels);
+  }
+}
+
+// Each element's sum runs in the same order however the panels are split
+// over threads, so one thread and two give the same bits; the panel
+// kernels take bf16 and int8 weights as an error, not as f32.
+TEST(PackedLinear, PanelsGiveTheSameBitsOnAnyNumberOfThreads) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  const int64_t out = 515, in = 700, rows = 19;
+  std::vector<float> w(out * in), x(PackedLinear::Bucket(rows) * in);
+  for (float& v : w) v = dist(rng);
+  for (float& v : x) v = dist(rng);
+  auto linear = PackedLinear::Create(w.data(), out, in, false, WeightType::kF32,
+                                     LinearKernel::kPanels);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  const int threads = omp_get_max_threads();
+  std::vector<float> one(PackedLinear::Bucket(rows) * out), team(one.size());
+  omp_set_num_threads(1);
+  ASSERT_TRUE((*linear)->Apply(x.data(), rows, one.data()).ok());
+  omp_set_num_threads(std::max(2, threads));
+  ASSERT_TRUE((*linear)->Apply(x.data(), rows, team.data()).ok());
+  omp_set_num_threads(threads);
+  for (uint64_t i = 0; i < uint64_t(rows * out); ++i) {
+    ASSERT_EQ(__builtin_bit_cast(uint32_t, one[i]),
+              __builtin_bit_cast(uint32_t, team[i]))
+        << i;
+  }
+  for (WeightType type : {WeightType::kBf16, WeightType::kInt8}) {
+    if (!WeightTypeSupported(type).ok()) continue;
+    auto refused = PackedLinear::Create(w.data(), out, in, false, type,
+                                        LinearKernel::kPanels);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(PackedLinear, Bf16StaysWithinItsRoundingBound) {
