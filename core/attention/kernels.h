@@ -70,15 +70,21 @@ struct VectorKernels {
   //   S_i ← a_i·S_i + k_i·v  (row i, a_i = alpha[i·alpha_stride]),
   //   num = Sᵀq
   // alpha_stride 0 gives one gate for the head, 1 one per key channel.
+  // S is read from `from` and the new S written to `s`: the same block
+  // (in place) or another of the same shape, which `from` does not overlap
+  // otherwise (`from` is then left as it was).
   void (*gated_step_head)(const float* alpha, uint32_t alpha_stride,
                           const float* q, const float* k, const float* v,
-                          uint32_t d_k, uint32_t d_v, float* s, float* num);
+                          uint32_t d_k, uint32_t d_v, const float* from,
+                          float* s, float* num);
   // The (gated) delta rule's step of one head:
   //   e = β(v − α·Sᵀk),  S ← α·S + k·eᵀ,  num = S_newᵀq = α·Sᵀq + (kᵀq)·e
-  // S is read twice and written once; scratch holds 2·d_v floats.
+  // S is read twice (from `from`) and written once (to `s`; as above);
+  // scratch holds 2·d_v floats.
   void (*delta_step_head)(float alpha, float beta, const float* q,
                           const float* k, const float* v, uint32_t d_k,
-                          uint32_t d_v, float* s, float* num, float* scratch);
+                          uint32_t d_v, const float* from, float* s,
+                          float* num, float* scratch);
   // The delta rules' UT transform of one chunk: t (n×n, row-major) holds M
   // strictly below its diagonal on entry and T = (I + M)⁻¹ on return, by
   // forward substitution row by row (row i of T − I is −M_i − Σ_m M_im·

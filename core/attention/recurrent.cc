@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,8 +34,9 @@ float* FeatureScratch(uint32_t d_phi) {
 // Token `t`, head `h` of `in` under a gated or delta rule: q and k
 // prepared (L2 norm, scale), the fused update and the read-out.
 void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
-                  AttentionState& state, const SequenceInput& in,
-                  const SequenceOutput& out, uint64_t t, uint32_t h) {
+                  const AttentionState& state, AttentionState& to,
+                  const SequenceInput& in, const SequenceOutput& out,
+                  uint64_t t, uint32_t h) {
   const uint32_t H = spec.num_heads, d_k = spec.key_dim, d_v = spec.value_dim;
   const uint64_t row = t * H + h;
   thread_local AlignedBuffer scratch;
@@ -54,29 +56,40 @@ void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
       kernels.exp_shifted(G, 0.0f, 1.0f, alpha);
     }
     kernels.gated_step_head(alpha, G == 1 ? 0 : 1, q, k, in.v + row * d_v, d_k,
-                            d_v, state.s(h), y);
+                            d_v, state.s(h), to.s(h), y);
   } else {
     const float a =
         spec.rule == UpdateRule::kGatedDelta ? std::exp(in.g[row]) : 1.0f;
     kernels.delta_step_head(a, in.beta[row], q, k, in.v + row * d_v, d_k, d_v,
-                            state.s(h), y, delta_scratch);
+                            state.s(h), to.s(h), y, delta_scratch);
   }
   ReadOut(spec, 0.0f, 0.0f, d_v, y, out.denominator + row, out.available + row);
 }
 
-// Token `t`, head `h` of `in`: features, fused state update and read-out.
+// Token `t`, head `h` of `in`: features, fused state update and read-out,
+// from head h of `from` into head h of `state` (the same state in place).
 void StepHead(const VectorKernels& kernels, const Attention& attention,
-              AttentionState& state, const SequenceInput& in,
-              const SequenceOutput& out, uint64_t t, uint32_t h) {
+              const AttentionState& from, AttentionState& state,
+              const SequenceInput& in, const SequenceOutput& out, uint64_t t,
+              uint32_t h) {
   const AttentionSpec& spec = attention.spec();
   if (spec.rule != UpdateRule::kLinear) {
-    return RuleStepHead(kernels, spec, state, in, out, t, h);
+    return RuleStepHead(kernels, spec, from, state, in, out, t, h);
   }
   const FeatureMap& fm = attention.feature_map();
   const uint32_t H = spec.num_heads, d_k = spec.key_dim, d_v = spec.value_dim;
   const uint32_t d_phi = fm.dim();
+  if (&from != &state) {
+    // The linear rule's kernel works in place: the head's S, z and key
+    // shift first.
+    std::memcpy(state.s(h), from.s(h), uint64_t{d_phi} * d_v * sizeof(float));
+    if (state.has_z()) {
+      std::memcpy(state.z(h), from.z(h), uint64_t{d_phi} * sizeof(float));
+    }
+    if (state.has_key_shift()) state.key_shift(h) = from.key_shift(h);
+  }
   const uint64_t row = t * H + h;
-  const uint64_t position = state.position() + t;
+  const uint64_t position = from.position() + t;
 
   float* phi_q = FeatureScratch(d_phi);
   float* phi_k = phi_q + d_phi;
@@ -130,7 +143,7 @@ absl::Status CheckGrowth(const VectorKernels& kernels,
     for (uint64_t t = 0; t < in.tokens; ++t) {
       const SequenceInput token = TokenOf(spec, in, t);
       for (uint32_t h = 0; h < H; ++h) {
-        StepHead(kernels, attention, trial, token, out, 0, h);
+        StepHead(kernels, attention, trial, trial, token, out, 0, h);
       }
       trial.set_position(trial.position() + 1);
     }
@@ -170,6 +183,13 @@ absl::Status CheckItem(const VectorKernels& kernels, const StepItem& item,
         "items[", i, "].tokens: a step takes exactly 1 token, got ",
         item.token.tokens));
   }
+  if (item.into != nullptr &&
+      (item.into == item.state ||
+       !item.into->Matches(item.attention->spec()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("items[", i,
+                     "].into: not a separate state of the item's spec"));
+  }
   InputMagnitude magnitude;
   absl::Status s =
       item.attention->ValidateInput(*item.state, item.token, true, &magnitude);
@@ -193,6 +213,7 @@ absl::Status CheckStepBatch(std::span<const StepItem> items) {
     double grown = 0;
     LINATTN_RETURN_IF_ERROR(CheckItem(kernels, items[i], i, &grown));
     states.push_back(items[i].state);
+    if (items[i].into != nullptr) states.push_back(items[i].into);
   }
   std::sort(states.begin(), states.end());
   if (std::adjacent_find(states.begin(), states.end()) != states.end()) {
@@ -229,6 +250,7 @@ absl::Status StepBatch(std::span<const StepItem> items) {
     const StepItem& item = items[i];
     LINATTN_RETURN_IF_ERROR(CheckItem(kernels, item, i, &grown[i]));
     states.push_back(item.state);
+    if (item.into != nullptr) states.push_back(item.into);
     state_floats += item.state->size();
     total_heads += item.attention->num_heads();
   }
@@ -250,12 +272,15 @@ absl::Status StepBatch(std::span<const StepItem> items) {
   const uint64_t n = work.size();
   ParallelFor(n, state_floats >= kParallelStateFloats, [&](uint64_t w) {
     const StepItem& item = items[work[w].first];
-    StepHead(kernels, *item.attention, *item.state, item.token, item.out, 0,
-             work[w].second);
+    StepHead(kernels, *item.attention, *item.state,
+             item.into != nullptr ? *item.into : *item.state, item.token,
+             item.out, 0, work[w].second);
   });
   for (size_t i = 0; i < items.size(); ++i) {
-    items[i].state->set_position(items[i].state->position() + 1);
-    items[i].state->set_magnitude_bound(grown[i]);
+    AttentionState& to =
+        items[i].into != nullptr ? *items[i].into : *items[i].state;
+    to.set_position(items[i].state->position() + 1);
+    to.set_magnitude_bound(grown[i]);
   }
   return absl::OkStatus();
 }
@@ -275,7 +300,8 @@ absl::Status StepSequence(const Attention& attention, AttentionState& state,
   const bool parallel = state.size() >= kParallelSequenceStateFloats && H > 1;
   ParallelFor(H, parallel, [&](uint64_t h) {
     for (uint64_t t = 0; t < in.tokens; ++t) {
-      StepHead(kernels, attention, state, in, out, t, static_cast<uint32_t>(h));
+      StepHead(kernels, attention, state, state, in, out, t,
+               static_cast<uint32_t>(h));
     }
   });
   state.set_position(state.position() + in.tokens);

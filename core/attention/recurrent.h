@@ -23,11 +23,19 @@ absl::Status Step(const Attention& attention, AttentionState& state,
 // One token for each of several sessions (the decode batch). Items may have
 // different specs; each state may appear once. Heads of all items are spread
 // over the OpenMP threads. Bit-identical to calling Step() per item.
+//
+// With `into` (a state of the same spec, distinct from every state and
+// `into` of the batch) the step reads `state` and writes the state after
+// the token to `into`, position and bound included; `state` is left as it
+// was. A caller that must be able to take a token back (a generation
+// engine whose message may not reach its client) keeps the state before
+// it this way without copying it.
 struct StepItem {
   const Attention* attention = nullptr;
   AttentionState* state = nullptr;
   SequenceInput token;  // tokens must be 1
   SequenceOutput out;
+  AttentionState* into = nullptr;
 };
 absl::Status StepBatch(std::span<const StepItem> items);
 // StepBatch's checks alone: OK exactly when StepBatch(items) would run

@@ -159,6 +159,13 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
       return absl::InvalidArgumentError(
           absl::StrCat("items[", i, "].state: appears twice in one batch"));
     }
+    if (item.into != nullptr &&
+        (item.tokens.size() != 1 || !model_->Matches(*item.into) ||
+         !seen.insert(item.into).second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "items[", i,
+          "].into: not a separate state of this model for a one-token item"));
+    }
     if (item.tokens.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("items[", i, "].tokens: empty"));
@@ -363,7 +370,9 @@ absl::Status ForwardRunner::RunAttention(std::span<const ForwardItem> items,
                        .available = available.row(p.row0)};
     AttentionState* state = &items[p.item].state->layers()[l];
     if (p.rows == 1) {
-      steps.push_back(StepItem{&m.attention(), state, in, out});
+      ModelState* into = items[p.item].into;
+      steps.push_back(StepItem{&m.attention(), state, in, out,
+                               into != nullptr ? &into->layers()[l] : nullptr});
     } else {
       prefills.push_back(PrefillItem{&m.attention(), state, in, out});
     }

@@ -8,7 +8,8 @@
 //   → per-head rmsnorm → o_proj GEMM (+residual)
 //   → rmsnorm → (gate|up) GEMM → SiLU(gate)·up → down GEMM (+residual)
 // and the final norm and lm_head GEMM run only for rows whose logits are
-// wanted. Every GEMM is oneDNN's sgemm over all rows of the batch.
+// wanted. Every GEMM runs over all rows of the batch (PackedLinear: the
+// panel kernels on AVX2, oneDNN's matmul elsewhere).
 //
 // The gated and delta-rule types (retnet, gla, delta_net, gated_deltanet,
 // mamba2; forward_mixers.cc) replace the attention block by their mixer:
@@ -49,6 +50,12 @@ struct ForwardItem {
   float* logits = nullptr;
   // tokens × vocab_size floats: the logits after every token (tests).
   float* all_logits = nullptr;
+  // For a one-token item: another state of the model that receives the
+  // state after the token (windows, position and all), `state` being left
+  // as it was. The generation engine keeps the state from before a token it
+  // may have to take back this way, without copying it. Distinct from
+  // every state and `into` of the batch.
+  ModelState* into = nullptr;
 };
 
 struct ForwardOptions {

@@ -134,7 +134,8 @@ void ForwardRunner::ShortConvolution(std::span<const ForwardItem> items,
         float* y = proj.row(p.row0) + cols.conv;
         x.assign(y, y + C);
         std::fill(y, y + C, 0.0f);
-        float* window = W > 1 ? items[p.item].state->conv()[l].data() : nullptr;
+        const ForwardItem& item = items[p.item];
+        float* window = W > 1 ? item.state->conv()[l].data() : nullptr;
         for (uint32_t j = 0; j + 1 < W; ++j) {
           const float* w = L.conv.data() + uint64_t{j} * C;
           const float* h = window + uint64_t{j} * C;
@@ -143,8 +144,12 @@ void ForwardRunner::ShortConvolution(std::span<const ForwardItem> items,
         const float* w = L.conv.data() + uint64_t{W - 1} * C;
         for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * x[ch];
         if (window != nullptr) {
-          std::memmove(window, window + C, (keep - C) * sizeof(float));
-          std::memcpy(window + keep - C, x.data(), C * sizeof(float));
+          // The window moves up one row (into `into`'s, when the item has
+          // one, leaving the state's as it was).
+          float* to =
+              item.into != nullptr ? item.into->conv()[l].data() : window;
+          std::memmove(to, window + C, (keep - C) * sizeof(float));
+          std::memcpy(to + keep - C, x.data(), C * sizeof(float));
         }
         finish(y);
       });

@@ -558,6 +558,12 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
     leased_jobs_.fetch_add(1);
     try {
       job.backup = s.state().Copy();
+      if (paced) {
+        // The rollback slots (RunOnce's steps write into them).
+        for (Job::Rollback& slot : job.rollback) {
+          slot.state = s.model().NewState();
+        }
+      }
     } catch (const std::bad_alloc&) {
       start = absl::ResourceExhaustedError(
           "memory: allocating a backup of the session's state failed");
@@ -833,26 +839,16 @@ bool GenerationEngine::RunOnce() {
   std::map<const Model*, absl::Status> results;
   for (auto& [model, rows] : batch.rows) {
     // Generated token j of a paced Generate is about to join its state
-    // (Job::rollback): the state before it is kept, copied by the whole
-    // team (a batch of them is megabytes).
-    // (A named reference: clang cannot capture a structured binding.)
-    const auto& group = rows;
-    auto needs_copy = [](const Job& job) {
+    // (Job::rollback): the step writes the state after it into rollback
+    // slot j % 2 (ForwardItem::into), which then trades places with the
+    // session's, so the slot holds the state from before the token without
+    // a copy. (Start gave the slots their shape; the slot's old content,
+    // from before token j − 2, is no longer needed: pacing keeps token
+    // j − 1 delivered or under way.)
+    auto rolls_back = [](const Job& job) {
       return job.kind == Job::Kind::kGenerate && job.control->paced() &&
-             job.completion_tokens > 0;
+             job.completion_tokens > 0 && job.take == 1;
     };
-    uint64_t copies = 0;
-    for (const Row& r : group) copies += needs_copy(*r.job);
-    ParallelFor(group.size(), copies > 1, [&](uint64_t i) {
-      Job& job = *group[i].job;
-      if (needs_copy(job)) {
-        const uint64_t j = job.completion_tokens;
-        Job::Rollback& slot = job.rollback[j % 2];
-        slot.state.CopyFrom(group[i].queue->session->state());
-        slot.token = job.feed[0];
-        slot.index = j;
-      }
-    });
     std::vector<ForwardItem> items;
     items.reserve(rows.size());
     for (const Row& r : rows) {
@@ -865,9 +861,23 @@ bool GenerationEngine::RunOnce() {
           .state = &s.state(),
           .tokens =
               std::span<const int32_t>(job.feed.data() + job.fed, job.take),
-          .logits = wants ? job.logits.data() : nullptr});
+          .logits = wants ? job.logits.data() : nullptr,
+          .into = rolls_back(job)
+                      ? &job.rollback[job.completion_tokens % 2].state
+                      : nullptr});
     }
     results[model] = runners_.at(model)->Run(items);
+    if (results[model].ok()) {
+      for (const Row& r : rows) {
+        Job& job = *r.job;
+        if (!rolls_back(job)) continue;
+        const uint64_t j = job.completion_tokens;
+        Job::Rollback& slot = job.rollback[j % 2];
+        std::swap(slot.state, r.queue->session->state());
+        slot.token = job.feed[0];
+        slot.index = j;
+      }
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -232,6 +232,44 @@ TEST_P(RuleOrders, BatchedEqualsOneByOne) {
   }
 }
 
+// A step into another state (StepItem::into) on every ISA: the state
+// after the token has the bits the step in place gives, the outputs too,
+// and the state read is left as it was. Register widths and the plain
+// loops (d_v = 40).
+TEST_P(RuleOrders, StepIntoAnotherStateGivesTheInPlaceBits) {
+  const Case& c = GetParam();
+  for (uint32_t d_v : {16u, 40u, 64u, 128u}) {
+    const AttentionSpec spec = SpecOf(c, 2, 24, d_v);
+    auto attention = *Attention::Create(spec);
+    const RuleTokens data = testing::RandomRuleTokens(
+        spec, 9, 40 + d_v, {.k_scale = KeyScaleFor(spec)});
+    for (const VectorKernels* kernels : SupportedKernels()) {
+      ScopedKernelsOverride use(kernels);
+      const std::string where =
+          c.name + " " + kernels->name + " d_v=" + std::to_string(d_v);
+      AttentionState state = attention.NewState();
+      Outputs warm(spec, 8);
+      ASSERT_TRUE(StepSequence(attention, state, data.slice(spec, 0, 8),
+                               warm.view())
+                      .ok());
+      AttentionState in_place = state.Copy(), before = state.Copy();
+      AttentionState into = attention.NewState();
+      const SequenceInput last = data.slice(spec, 8, 1);
+      Outputs out_in_place(spec, 1), out_into(spec, 1);
+      ASSERT_TRUE(Step(attention, in_place, last, out_in_place.view()).ok());
+      const StepItem item{&attention, &state, last, out_into.view(), &into};
+      ASSERT_TRUE(StepBatch({&item, 1}).ok()) << where;
+      EXPECT_EQ(out_into.output, out_in_place.output) << where;
+      EXPECT_EQ(into.position(), in_place.position()) << where;
+      EXPECT_EQ(0, std::memcmp(into.data(), in_place.data(), into.bytes()))
+          << where;
+      EXPECT_EQ(state.position(), before.position()) << where;
+      EXPECT_EQ(0, std::memcmp(state.data(), before.data(), state.bytes()))
+          << where << ": the state read must be left as it was";
+    }
+  }
+}
+
 // 65,536 tokens: the state stays finite and the outputs stay within the
 // bound (H = 1, d = 16 so that the double reference stays quick).
 TEST_P(RuleOrders, LongSequencesStayFinite) {
@@ -321,6 +359,57 @@ TEST(Rules, OneDeltaStepFromEmpty) {
 }
 
 // Bad per-token inputs are refused naming the field, and nothing changes.
+// The linear rule steps into another state too (S, z and FAVOR+'s key
+// shifts carried over); an `into` that is the state itself, of another
+// spec, or another item's state is refused and nothing changes.
+TEST(Rules, StepIntoChecksItsTargetAndCarriesTheLinearRule) {
+  const AttentionSpec favor{.num_heads = 2,
+                            .key_dim = 20,
+                            .value_dim = 16,
+                            .feature_map = FeatureMapKind::kFavor,
+                            .feature_dim = 24,
+                            .seed = 5};
+  const AttentionSpec elu{.num_heads = 2, .key_dim = 20, .value_dim = 16};
+  for (const AttentionSpec& spec : {favor, elu}) {
+    const Attention attention = *Attention::Create(spec);
+    const testing::Tokens data = testing::RandomTokens(spec, 6, 3);
+    AttentionState state = attention.NewState();
+    Outputs warm(spec, 5), out(spec, 1), out_into(spec, 1);
+    const SequenceInput first{data.q.data(), data.k.data(), data.v.data(), 5};
+    ASSERT_TRUE(StepSequence(attention, state, first, warm.view()).ok());
+    const uint64_t q_at = 5 * spec.num_heads * spec.key_dim;
+    const SequenceInput last{data.q.data() + q_at, data.k.data() + q_at,
+                             data.v.data() + 5 * spec.num_heads * 16, 1};
+    AttentionState in_place = state.Copy(), before = state.Copy();
+    AttentionState into = attention.NewState();
+    ASSERT_TRUE(Step(attention, in_place, last, out.view()).ok());
+    const StepItem item{&attention, &state, last, out_into.view(), &into};
+    ASSERT_TRUE(StepBatch({&item, 1}).ok());
+    EXPECT_EQ(out_into.output, out.output);
+    EXPECT_EQ(0, std::memcmp(into.data(), in_place.data(), into.bytes()));
+    EXPECT_EQ(0, std::memcmp(state.data(), before.data(), state.bytes()));
+    EXPECT_EQ(into.position(), 6u);
+    EXPECT_EQ(state.position(), 5u);
+
+    const Attention other = *Attention::Create(
+        AttentionSpec{.num_heads = 1, .key_dim = 20, .value_dim = 16});
+    AttentionState wrong = other.NewState(), second = attention.NewState();
+    Outputs out2(spec, 1);
+    const std::vector<StepItem> bad[] = {
+        {{&attention, &state, last, out.view(), &state}},
+        {{&attention, &state, last, out.view(), &wrong}},
+        {{&attention, &state, last, out.view(), &second},
+         {&attention, &second, last, out2.view()}}};
+    for (const auto& items : bad) {
+      const absl::Status s = StepBatch(items);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_EQ(0, std::memcmp(state.data(), before.data(), state.bytes()));
+      EXPECT_EQ(state.position(), 5u);
+      EXPECT_EQ(second.position(), 0u);
+    }
+  }
+}
+
 TEST(Rules, BadGatesAndBetasAreRefusedAndChangeNothing) {
   for (const Case& c : AllCases()) {
     const AttentionSpec spec = SpecOf(c, 2, 8, 8);

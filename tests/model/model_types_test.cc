@@ -247,6 +247,57 @@ TEST(ModelTypesTest, DecodeStepsGiveTheSameBitsAloneAndBatchedOnPanels) {
   }
 }
 
+// A decode step into another state (ForwardItem::into: how the generation
+// engine keeps the state before a token it may take back) gives the logits
+// and the state (windows included) of the step in place, and leaves the
+// state it read as it was; beside an ordinary item in the same batch. An
+// `into` for a prompt piece, or shared with another item, is refused.
+TEST(ModelTypesTest, AStepIntoAnotherStateLeavesTheStateAsItWas) {
+  for (const char* name : kOnePerType) {
+    SCOPED_TRACE(name);
+    const auto [fx, model] = Open(name);
+    ASSERT_NE(model, nullptr);
+    const size_t V = model->config().vocab_size;
+    ForwardRunner runner(model);
+    std::span<const int32_t> tokens(fx.tokens);
+    ModelState state = model->NewState(), other = model->NewState();
+    Feed(runner, state, tokens.subspan(0, 6));
+    Feed(runner, other, tokens.subspan(0, 3));
+    const ModelState before = state.Copy();
+    ModelState in_place = state.Copy(), other_alone = other.Copy();
+    ModelState into = model->NewState();
+    const auto token = tokens.subspan(6, 1);
+    const std::vector<float> l_in_place = Feed(runner, in_place, token);
+    const std::vector<float> l_other = Feed(runner, other_alone, token);
+    std::vector<float> l_into(V), l_beside(V);
+    const ForwardItem items[] = {
+        {.state = &state, .tokens = token, .logits = l_into.data(),
+         .into = &into},
+        {.state = &other, .tokens = token, .logits = l_beside.data()}};
+    ASSERT_TRUE(runner.Run(items).ok());
+    EXPECT_TRUE(SameState(state, before));
+    EXPECT_TRUE(SameState(into, in_place));
+    EXPECT_TRUE(SameState(other, other_alone));
+    EXPECT_TRUE(SameBits(l_into, l_in_place));
+    EXPECT_TRUE(SameBits(l_beside, l_other));
+
+    const ForwardItem prompt[] = {{.state = &state,
+                                   .tokens = tokens.subspan(7, 2),
+                                   .logits = l_into.data(),
+                                   .into = &into}};
+    const ForwardItem shared[] = {
+        {.state = &state, .tokens = token, .into = &other},
+        {.state = &other, .tokens = token}};
+    for (const auto& bad : {std::span<const ForwardItem>(prompt),
+                            std::span<const ForwardItem>(shared)}) {
+      const absl::Status s = runner.Run(bad);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("items["));
+      EXPECT_TRUE(SameState(state, before));
+    }
+  }
+}
+
 // Bad input anywhere in a batch changes no state and no window.
 TEST(ModelTypesTest, BadTokenLeavesStatesAndWindowsAsTheyWere) {
   for (const char* name : kOnePerType) {
