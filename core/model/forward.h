@@ -8,8 +8,9 @@
 //   → per-head rmsnorm → o_proj GEMM (+residual)
 //   → rmsnorm → (gate|up) GEMM → SiLU(gate)·up → down GEMM (+residual)
 // and the final norm and lm_head GEMM run only for rows whose logits are
-// wanted. Every GEMM runs over all rows of the batch (PackedLinear: the
-// panel kernels on AVX2, oneDNN's matmul elsewhere).
+// wanted. The projections run over all rows of the batch (PackedLinear:
+// the panel kernels on AVX2, oneDNN's matmul elsewhere); a learned feature
+// map's small product runs on oneDNN's sgemm over rows × heads.
 //
 // The gated and delta-rule types (retnet, gla, delta_net, gated_deltanet,
 // mamba2; forward_mixers.cc) replace the attention block by their mixer:
@@ -52,7 +53,7 @@ struct ForwardItem {
   float* all_logits = nullptr;
   // For a one-token item: another state of the model that receives the
   // state after the token (windows, position and all), `state` being left
-  // as it was. The generation engine keeps the state from before a token it
+  // as it was (its magnitude bounds aside, which the checks may tighten). The generation engine keeps the state from before a token it
   // may have to take back this way, without copying it. Distinct from
   // every state and `into` of the batch.
   ModelState* into = nullptr;

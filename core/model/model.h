@@ -81,9 +81,9 @@ inline constexpr uint32_t kGlaGateRank = 16;
 
 class Model {
  public:
-  // Weights of one layer, fp32. The projections are prepacked for oneDNN's
-  // matmul (PackedLinear); the small feature-map weights stay (out, in)
-  // row-major as nn.Linear stores them.
+  // Weights of one layer, fp32. The projections are prepacked
+  // (PackedLinear); the small feature-map weights stay (out, in) row-major
+  // as nn.Linear stores them.
   struct Layer {
     std::vector<float> attn_norm;       // hidden
     std::unique_ptr<PackedLinear> qkv;  // hidden → Dq + Dk + Dv

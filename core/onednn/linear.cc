@@ -159,13 +159,17 @@ absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
   static std::map<std::tuple<int64_t, int64_t, bool, WeightType>,
                   std::unique_ptr<Shape>>
       shapes;
-  if (absl::Status s = WeightTypeSupported(type); !s.ok()) return s;
+  if (in <= 0 || out <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights: a (", in, " → ", out, ") product has no elements"));
+  }
   if (kernel == LinearKernel::kPanels && type != WeightType::kF32) {
     return absl::InvalidArgumentError(
         absl::StrCat("weights: the panel kernels multiply f32 weights only, "
                      "not ",
                      WeightTypeName(type)));
   }
+  if (absl::Status s = WeightTypeSupported(type); !s.ok()) return s;
   std::unique_ptr<PackedLinear> linear(new PackedLinear());
   linear->in_ = in;
   linear->out_ = out;

@@ -1,6 +1,6 @@
-// PackedLinear: y = x·Wᵀ (+ y) for one weight matrix, on oneDNN's matmul
-// with the weights reordered once into the blocked layout its brgemm
-// kernels read (a model's prepacked weights).
+// PackedLinear: y = x·Wᵀ (+ y) for one weight matrix, with the weights
+// packed once: for oneDNN's matmul, reordered into the layout its kernels
+// read, or (f32 on AVX2, LinearKernel) in panels for linattn's own kernel.
 //
 // W comes as nn.Linear stores it, (out × in) row-major. Primitives exist
 // per row bucket (1, 2, 4, 8, 16, then multiples of 16 up to kMaxRows) and
@@ -48,11 +48,13 @@ enum class WeightType { kF32, kBf16, kInt8 };
 // Which kernels run f32 products. kPanels: the weights packed in panels of
 // 16 output columns and multiplied by linattn's own register-tiled kernel
 // (VectorKernels::panel_gemm, each ISA's); kOneDnn: oneDNN's matmul.
-// kAuto takes kPanels where the AVX2 kernels are the active ones — on
-// AVX2 machines it ran the decode-sized products (1–64 rows) at 1.2–2.5×
-// oneDNN 2.6's speed and a 512-row prompt product at 1.15× (bench:
-// BM_PackedLinear) — and oneDNN's matmul elsewhere (its brgemm kernels on
-// AVX-512). bf16 and int8 weights always run on oneDNN.
+// kAuto takes kPanels where the AVX2 kernels are the active ones — on an
+// AVX2 machine it ran the built-in model's 32-row decode products at
+// 1.0–2.6× oneDNN 2.6's speed (the 4096-wide lm_head 2.6×) and a 512-row
+// prompt product at 0.97× (bench: BM_PackedLinear); in the model, where the
+// weights no longer fit the cache, the batch-32 step's products took
+// 0.63–0.88 of oneDNN's time — and oneDNN's matmul elsewhere (its brgemm
+// kernels on AVX-512). bf16 and int8 weights always run on oneDNN.
 enum class LinearKernel { kAuto, kOneDnn, kPanels };
 
 // "f32" / "bf16" / "int8".
@@ -71,8 +73,8 @@ class PackedLinear {
  public:
   static constexpr int64_t kMaxRows = 512;
 
-  // `weight` is (out × in) row-major; `accumulate` adds into y. kPanels
-  // with bf16 or int8 weights is INVALID_ARGUMENT.
+  // `weight` is (out × in) row-major, in, out ≥ 1; `accumulate` adds into
+  // y. kPanels with bf16 or int8 weights is INVALID_ARGUMENT.
   static absl::StatusOr<std::unique_ptr<PackedLinear>> Create(
       const float* weight, int64_t out, int64_t in, bool accumulate,
       WeightType type = WeightType::kF32,

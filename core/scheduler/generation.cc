@@ -868,6 +868,17 @@ bool GenerationEngine::RunOnce() {
     }
     results[model] = runners_.at(model)->Run(items);
     if (results[model].ok()) {
+      // The next tokens, each from its job's own sampler, sampled here and
+      // spread over the team rather than one by one under mu_ (Finish
+      // takes them). (A named reference: clang cannot capture a structured
+      // binding.)
+      const auto& group = rows;
+      ParallelFor(group.size(), group.size() > 1, [&](uint64_t i) {
+        Job& job = *group[i].job;
+        if (items[i].logits != nullptr) {
+          job.sampled = job.sampler->Sample(job.logits);
+        }
+      });
       for (const Row& r : rows) {
         Job& job = *r.job;
         if (!rolls_back(job)) continue;
@@ -925,7 +936,10 @@ void GenerationEngine::Finish(Batch& batch, const absl::Status& status,
         CommitAppend(q, job, callbacks);
         continue;
       }
-      auto token = job.sampler->Sample(job.logits);
+      absl::StatusOr<SampledToken> token =
+          job.sampled.has_value() ? *std::move(job.sampled)
+                                  : job.sampler->Sample(job.logits);
+      job.sampled.reset();
       if (!token.ok()) {
         RestoreBackup(s, job);
         job.Fail(token.status(), callbacks);

@@ -184,6 +184,9 @@ struct GenerationJob {
 
   // --- Sampling (Generate) ---
   std::unique_ptr<Sampler> sampler;
+  // The token sampled from `logits` right after the step, outside the
+  // engine's lock; Finish takes it.
+  std::optional<absl::StatusOr<SampledToken>> sampled;
   std::unique_ptr<TextStream> text;
   uint64_t prompt_tokens = 0;
   // What joins the context with the first generated token: the prompt (or

@@ -253,7 +253,12 @@ TEST_P(RuleOrders, StepIntoAnotherStateGivesTheInPlaceBits) {
                                warm.view())
                       .ok());
       AttentionState in_place = state.Copy(), before = state.Copy();
+      // The target holds another state, as an engine's reused slot does.
       AttentionState into = attention.NewState();
+      Outputs other(spec, 3);
+      ASSERT_TRUE(StepSequence(attention, into, data.slice(spec, 2, 3),
+                               other.view())
+                      .ok());
       const SequenceInput last = data.slice(spec, 8, 1);
       Outputs out_in_place(spec, 1), out_into(spec, 1);
       ASSERT_TRUE(Step(attention, in_place, last, out_in_place.view()).ok());
@@ -358,7 +363,6 @@ TEST(Rules, OneDeltaStepFromEmpty) {
   EXPECT_EQ(out.output[1], 2.0f);
 }
 
-// Bad per-token inputs are refused naming the field, and nothing changes.
 // The linear rule steps into another state too (S, z and FAVOR+'s key
 // shifts carried over); an `into` that is the state itself, of another
 // spec, or another item's state is refused and nothing changes.
@@ -381,7 +385,12 @@ TEST(Rules, StepIntoChecksItsTargetAndCarriesTheLinearRule) {
     const SequenceInput last{data.q.data() + q_at, data.k.data() + q_at,
                              data.v.data() + 5 * spec.num_heads * 16, 1};
     AttentionState in_place = state.Copy(), before = state.Copy();
+    // The target holds another state (FAVOR+: other key shifts too).
     AttentionState into = attention.NewState();
+    Outputs earlier(spec, 2);
+    const SequenceInput two{data.q.data() + q_at / 5, data.k.data() + q_at / 5,
+                            data.v.data() + spec.num_heads * 16, 2};
+    ASSERT_TRUE(StepSequence(attention, into, two, earlier.view()).ok());
     ASSERT_TRUE(Step(attention, in_place, last, out.view()).ok());
     const StepItem item{&attention, &state, last, out_into.view(), &into};
     ASSERT_TRUE(StepBatch({&item, 1}).ok());
@@ -410,6 +419,7 @@ TEST(Rules, StepIntoChecksItsTargetAndCarriesTheLinearRule) {
   }
 }
 
+// Bad per-token inputs are refused naming the field, and nothing changes.
 TEST(Rules, BadGatesAndBetasAreRefusedAndChangeNothing) {
   for (const Case& c : AllCases()) {
     const AttentionSpec spec = SpecOf(c, 2, 8, 8);

@@ -265,7 +265,10 @@ TEST(ModelTypesTest, AStepIntoAnotherStateLeavesTheStateAsItWas) {
     Feed(runner, other, tokens.subspan(0, 3));
     const ModelState before = state.Copy();
     ModelState in_place = state.Copy(), other_alone = other.Copy();
+    // The target holds another session's state, as an engine's reused
+    // rollback slot does.
     ModelState into = model->NewState();
+    Feed(runner, into, tokens.subspan(10, 4));
     const auto token = tokens.subspan(6, 1);
     const std::vector<float> l_in_place = Feed(runner, in_place, token);
     const std::vector<float> l_other = Feed(runner, other_alone, token);
@@ -288,12 +291,17 @@ TEST(ModelTypesTest, AStepIntoAnotherStateLeavesTheStateAsItWas) {
     const ForwardItem shared[] = {
         {.state = &state, .tokens = token, .into = &other},
         {.state = &other, .tokens = token}};
+    const ForwardItem itself[] = {
+        {.state = &state, .tokens = token, .into = &state}};
+    const ModelState other_before = other.Copy();
     for (const auto& bad : {std::span<const ForwardItem>(prompt),
-                            std::span<const ForwardItem>(shared)}) {
+                            std::span<const ForwardItem>(shared),
+                            std::span<const ForwardItem>(itself)}) {
       const absl::Status s = runner.Run(bad);
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
       EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("items["));
       EXPECT_TRUE(SameState(state, before));
+      EXPECT_TRUE(SameState(other, other_before));
     }
   }
 }

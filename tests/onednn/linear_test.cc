@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -108,6 +109,40 @@ TEST(PackedLinear, F32PanelsMatchDoubleLoopsOnEveryIsa) {
   }
 }
 
+// On every ISA's panel kernel a row's outputs do not depend on the rows
+// beside it: each row alone, and the first 13 (tiles of other heights on
+// every ISA), give the bits it gets among 19.
+TEST(PackedLinear, PanelsGiveEachRowTheSameBitsInAnyBatch) {
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  const int64_t out = 75, in = 300, rows = 19;
+  std::vector<float> w(out * in), x(PackedLinear::Bucket(rows) * in);
+  for (float& v : w) v = dist(rng);
+  for (float& v : x) v = dist(rng);
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    ScopedKernelsOverride use(kernels);
+    auto linear = PackedLinear::Create(w.data(), out, in, false,
+                                       WeightType::kF32, LinearKernel::kPanels);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    std::vector<float> all(PackedLinear::Bucket(rows) * out);
+    ASSERT_TRUE((*linear)->Apply(x.data(), rows, all.data()).ok());
+    std::vector<float> part(PackedLinear::Bucket(13) * out);
+    ASSERT_TRUE((*linear)->Apply(x.data(), 13, part.data()).ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> alone(out);
+      ASSERT_TRUE((*linear)->Apply(x.data() + r * in, 1, alone.data()).ok());
+      EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + r * out,
+                               out * sizeof(float)))
+          << kernels->name << " row " << r << " alone";
+      if (r < 13) {
+        EXPECT_EQ(0, std::memcmp(part.data() + r * out, all.data() + r * out,
+                                 out * sizeof(float)))
+            << kernels->name << " row " << r << " among 13";
+      }
+    }
+  }
+}
+
 // Each element's sum runs in the same order however the panels are split
 // over threads, so one thread and two give the same bits; the panel
 // kernels take bf16 and int8 weights as an error, not as f32.
@@ -121,23 +156,39 @@ TEST(PackedLinear, PanelsGiveTheSameBitsOnAnyNumberOfThreads) {
   auto linear = PackedLinear::Create(w.data(), out, in, false, WeightType::kF32,
                                      LinearKernel::kPanels);
   ASSERT_TRUE(linear.ok()) << linear.status();
-  const int threads = omp_get_max_threads();
+  struct RestoreThreads {
+    int threads = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore;
   std::vector<float> one(PackedLinear::Bucket(rows) * out), team(one.size());
   omp_set_num_threads(1);
   ASSERT_TRUE((*linear)->Apply(x.data(), rows, one.data()).ok());
-  omp_set_num_threads(std::max(2, threads));
+  omp_set_num_threads(std::max(2, restore.threads));
+  int team_size = 0;
+#pragma omp parallel
+  {
+#pragma omp single
+    team_size = omp_get_num_threads();
+  }
+  ASSERT_GE(team_size, 2) << "OpenMP gives no second thread here";
   ASSERT_TRUE((*linear)->Apply(x.data(), rows, team.data()).ok());
-  omp_set_num_threads(threads);
   for (uint64_t i = 0; i < uint64_t(rows * out); ++i) {
     ASSERT_EQ(__builtin_bit_cast(uint32_t, one[i]),
               __builtin_bit_cast(uint32_t, team[i]))
         << i;
   }
   for (WeightType type : {WeightType::kBf16, WeightType::kInt8}) {
-    if (!WeightTypeSupported(type).ok()) continue;
     auto refused = PackedLinear::Create(w.data(), out, in, false, type,
                                         LinearKernel::kPanels);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // A product with no elements is refused on either kernel.
+  for (LinearKernel kernel : {LinearKernel::kPanels, LinearKernel::kOneDnn}) {
+    EXPECT_EQ(PackedLinear::Create(w.data(), out, 0, false, WeightType::kF32,
+                                   kernel)
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
   }
 }
 
