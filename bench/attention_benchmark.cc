@@ -178,9 +178,9 @@ void BM_PackedLinear(benchmark::State& st) {
       st.SkipWithError("product failed");
     }
   }
-  st.counters["GFLOPs"] = benchmark::Counter(
-      2.0 * rows * in * out * st.iterations() / 1e9,
-      benchmark::Counter::kIsRate);
+  st.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * rows * in * out * st.iterations() / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_PackedLinear)
     ->ArgsProduct({{1, 32}, {256}, {256, 1032, 1536, 4096}, {0, 1}})

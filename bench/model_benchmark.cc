@@ -116,9 +116,9 @@ double DecodeStep(ForwardRunner& runner, std::vector<ModelState>& states,
 double ProductsStep(const Model& model, uint32_t b, uint32_t steps) {
   std::vector<const linattn::PackedLinear*> chain;
   for (const Model::Layer& layer : model.layers()) {
-    for (const auto* p : {layer.qkv.get(), layer.in_proj.get(),
-                          layer.gk_up.get(), layer.o.get(),
-                          layer.gate_up.get(), layer.down.get()}) {
+    for (const auto* p :
+         {layer.qkv.get(), layer.in_proj.get(), layer.gk_up.get(),
+          layer.o.get(), layer.gate_up.get(), layer.down.get()}) {
       if (p != nullptr) chain.push_back(p);
     }
   }

@@ -83,8 +83,8 @@ struct VectorKernels {
   // scratch holds 2·d_v floats.
   void (*delta_step_head)(float alpha, float beta, const float* q,
                           const float* k, const float* v, uint32_t d_k,
-                          uint32_t d_v, const float* from, float* s,
-                          float* num, float* scratch);
+                          uint32_t d_v, const float* from, float* s, float* num,
+                          float* scratch);
   // The delta rules' UT transform of one chunk: t (n×n, row-major) holds M
   // strictly below its diagonal on entry and T = (I + M)⁻¹ on return, by
   // forward substitution row by row (row i of T − I is −M_i − Σ_m M_im·

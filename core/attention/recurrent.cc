@@ -183,12 +183,10 @@ absl::Status CheckItem(const VectorKernels& kernels, const StepItem& item,
         "items[", i, "].tokens: a step takes exactly 1 token, got ",
         item.token.tokens));
   }
-  if (item.into != nullptr &&
-      (item.into == item.state ||
-       !item.into->Matches(item.attention->spec()))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("items[", i,
-                     "].into: not a separate state of the item's spec"));
+  if (item.into != nullptr && (item.into == item.state ||
+                               !item.into->Matches(item.attention->spec()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "items[", i, "].into: not a separate state of the item's spec"));
   }
   InputMagnitude magnitude;
   absl::Status s =

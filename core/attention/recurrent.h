@@ -27,9 +27,9 @@ absl::Status Step(const Attention& attention, AttentionState& state,
 // With `into` (a state of the same spec, distinct from every state and
 // `into` of the batch) the step reads `state` and writes the state after
 // the token to `into`, position and bound included; `state` is left as it
-// was (but for its magnitude bound, which the checks may tighten). A caller that must be able to take a token back (a generation
-// engine whose message may not reach its client) keeps the state before
-// it this way without copying it.
+// was (but for its magnitude bound, which the checks may tighten). A caller
+// that must be able to take a token back (a generation engine whose message may
+// not reach its client) keeps the state before it this way without copying it.
 struct StepItem {
   const Attention* attention = nullptr;
   AttentionState* state = nullptr;

@@ -53,9 +53,10 @@ struct ForwardItem {
   float* all_logits = nullptr;
   // For a one-token item: another state of the model that receives the
   // state after the token (windows, position and all), `state` being left
-  // as it was (its magnitude bounds aside, which the checks may tighten). The generation engine keeps the state from before a token it
-  // may have to take back this way, without copying it. Distinct from
-  // every state and `into` of the batch.
+  // as it was (its magnitude bounds aside, which the checks may tighten). The
+  // generation engine keeps the state from before a token it may have to take
+  // back this way, without copying it. Distinct from every state and `into` of
+  // the batch.
   ModelState* into = nullptr;
 };
 

@@ -1,12 +1,12 @@
 #include "core/onednn/linear.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
-
-#include <omp.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
@@ -192,7 +192,8 @@ absl::StatusOr<std::unique_ptr<PackedLinear>> PackedLinear::Create(
       const float* row = weight + uint64_t(j) * in;
       float* dst = panels + uint64_t(j / kPanelColumns) * in * kPanelColumns +
                    j % kPanelColumns;
-      for (int64_t i = 0; i < in; ++i) dst[uint64_t(i) * kPanelColumns] = row[i];
+      for (int64_t i = 0; i < in; ++i)
+        dst[uint64_t(i) * kPanelColumns] = row[i];
     }
     linear->panel_gemm_ = kernels.panel_gemm;
     return linear;
@@ -280,8 +281,7 @@ absl::Status PackedLinear::ApplyPanels(const float* x, int64_t m,
   const int threads =
       omp_in_parallel() || macs < kPanelParallelMacs
           ? 1
-          : static_cast<int>(
-                std::min<uint64_t>(omp_get_max_threads(), count));
+          : static_cast<int>(std::min<uint64_t>(omp_get_max_threads(), count));
   if (threads <= 1) {
     panel_gemm_(x, m, in_, panels_.data(), out_, 0, count, y, accumulate_);
     return absl::OkStatus();

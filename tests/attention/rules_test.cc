@@ -249,16 +249,16 @@ TEST_P(RuleOrders, StepIntoAnotherStateGivesTheInPlaceBits) {
           c.name + " " + kernels->name + " d_v=" + std::to_string(d_v);
       AttentionState state = attention.NewState();
       Outputs warm(spec, 8);
-      ASSERT_TRUE(StepSequence(attention, state, data.slice(spec, 0, 8),
-                               warm.view())
-                      .ok());
+      ASSERT_TRUE(
+          StepSequence(attention, state, data.slice(spec, 0, 8), warm.view())
+              .ok());
       AttentionState in_place = state.Copy(), before = state.Copy();
       // The target holds another state, as an engine's reused slot does.
       AttentionState into = attention.NewState();
       Outputs other(spec, 3);
-      ASSERT_TRUE(StepSequence(attention, into, data.slice(spec, 2, 3),
-                               other.view())
-                      .ok());
+      ASSERT_TRUE(
+          StepSequence(attention, into, data.slice(spec, 2, 3), other.view())
+              .ok());
       const SequenceInput last = data.slice(spec, 8, 1);
       Outputs out_in_place(spec, 1), out_into(spec, 1);
       ASSERT_TRUE(Step(attention, in_place, last, out_in_place.view()).ok());
