@@ -657,17 +657,18 @@ void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {
       }
       const uint64_t token = job.start + t;
       const uint64_t row = token * H + h;
-      r.qlog(j, t) = fm.Apply(q.row(row), position0 + token, qrow);
+      // Each input row checked as it is read (by φ's pass over q and k, by
+      // the copy of v; FAVOR+ keys from L1 right after): no second pass.
+      bool q_finite = true, k_finite = true;
+      r.qlog(j, t) = fm.Apply(q.row(row), position0 + token, qrow, &q_finite);
       if (fm.is_favor()) {
         job.key_max = std::max(job.key_max, fm.Exponents(k.row(row), krow));
+        k_finite = kernels.all_finite(d_k, k.row(row));
       } else {
-        fm.Apply(k.row(row), position0 + token, krow);
+        fm.Apply(k.row(row), position0 + token, krow, &k_finite);
       }
-      std::memcpy(vrow, v.row(row), d_v * sizeof(float));
-      // Each input row checked as it is read (in L1 now): no second pass.
-      finite &= kernels.all_finite(d_k, q.row(row)) &&
-                kernels.all_finite(d_k, k.row(row)) &&
-                kernels.all_finite(d_v, v.row(row));
+      finite &=
+          kernels.copy_finite(d_v, v.row(row), vrow) && q_finite && k_finite;
     }
   }
   unit_bad_[u] = !finite;

@@ -127,12 +127,18 @@ void FeatureMap::FavorExp(float* a, uint32_t count, float shift) const {
   ActiveKernels().exp_shifted(count, shift, output_scale_, a);
 }
 
-float FeatureMap::Apply(const float* x, uint64_t position, float* out) const {
+float FeatureMap::Apply(const float* x, uint64_t position, float* out,
+                        bool* finite) const {
   const uint32_t d = key_dim_;
+  if (kind_ == FeatureMapKind::kElu1) {
+    const bool all_finite = ActiveKernels().elu1(d, x, out);
+    if (finite != nullptr) *finite = all_finite;
+    return 0.0f;
+  }
+  if (finite != nullptr) *finite = ActiveKernels().all_finite(d, x);
   switch (kind_) {
     case FeatureMapKind::kElu1:
-      ActiveKernels().elu1(d, x, out);
-      return 0.0f;
+      break;  // above
     case FeatureMapKind::kRelu:
       for (uint32_t c = 0; c < d; ++c) out[c] = std::max(x[c], 0.0f);
       return 0.0f;

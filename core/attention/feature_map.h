@@ -37,8 +37,11 @@ class FeatureMap {
   // φ(x) of one head's vector x[d_k] at sequence position `position`, into
   // out[d_φ], scaled by e^{-log_scale}; returns log_scale. For every map but
   // FAVOR+ the scale is 0 (out is φ(x) itself); for FAVOR+ it is the largest
-  // exponent, so the largest feature written is m^{-½}.
-  float Apply(const float* x, uint64_t position, float* out) const;
+  // exponent, so the largest feature written is m^{-½}. With `finite`,
+  // *finite becomes whether every element of x is finite (for ELU+1 from
+  // the same pass over x).
+  float Apply(const float* x, uint64_t position, float* out,
+              bool* finite = nullptr) const;
 
   // FAVOR+ only: exponents a[m] of x[d_k]; returns max_i a_i.
   float Exponents(const float* x, float* a) const;

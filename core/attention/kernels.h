@@ -42,8 +42,9 @@ struct VectorKernels {
   // x ← a·x.
   void (*scale)(uint64_t n, float a, float* x);
   // ELU(x)+1: out = x ≥ 0 ? x + 1 : exp(x), with a vectorised exp accurate
-  // to 2 ulp (subnormal results included).
-  void (*elu1)(uint32_t n, const float* x, float* out);
+  // to 2 ulp (subnormal results included). Returns whether every element
+  // of x is finite (checked in the pass that reads x anyway).
+  bool (*elu1)(uint32_t n, const float* x, float* out);
   // a ← scale·exp(a − shift) for a − shift ≤ 88 (FAVOR+ features, the
   // gates' factors); same exp.
   void (*exp_shifted)(uint32_t n, float shift, float scale, float* a);
@@ -56,6 +57,8 @@ struct VectorKernels {
   void (*sigmoid)(uint32_t n, const float* x, float* out);
   // True when no element of x is NaN or ±inf.
   bool (*all_finite)(uint64_t n, const float* x);
+  // out = x, and all_finite(n, x), in one pass.
+  bool (*copy_finite)(uint64_t n, const float* x, float* out);
   // The bits of max_i |x[i]| (0 for n = 0); at least 0x7f800000 exactly when
   // some element is NaN or ±inf.
   uint32_t (*max_abs_bits)(uint64_t n, const float* x);

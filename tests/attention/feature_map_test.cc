@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <vector>
 
 #include "core/attention/chunkwise.h"
 #include "core/attention/quadratic.h"
@@ -49,6 +50,32 @@ TEST(FeatureMap, ElementwiseMapsFollowTheirDefinitions) {
   EXPECT_FLOAT_EQ(out[9], 3.0f * std::sin(std::numbers::pi / 4));
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_EQ(out[5], 0.0f);
+}
+
+// Apply reports whether its input is finite, for every map (ELU+1 from its
+// own pass over x).
+TEST(FeatureMap, ApplyReportsWhetherTheInputIsFinite) {
+  for (FeatureMapKind kind :
+       {FeatureMapKind::kElu1, FeatureMapKind::kRelu, FeatureMapKind::kIdentity,
+        FeatureMapKind::kCosine, FeatureMapKind::kFavor}) {
+    FeatureMap fm =
+        Make({.key_dim = 8,
+              .feature_map = kind,
+              .unnormalized = kind == FeatureMapKind::kIdentity,
+              .feature_dim = kind == FeatureMapKind::kFavor ? 16u : 0u,
+              .horizon = kind == FeatureMapKind::kCosine ? 10u : 0u});
+    float x[8] = {-1.0f, 0.5f, 2.0f, -3.0f, 0.0f, 1.0f, -0.25f, 4.0f};
+    std::vector<float> out(fm.dim());
+    bool finite = false;
+    fm.Apply(x, 3, out.data(), &finite);
+    EXPECT_TRUE(finite) << static_cast<int>(kind);
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      x[5] = bad;
+      finite = true;
+      fm.Apply(x, 3, out.data(), &finite);
+      EXPECT_FALSE(finite) << static_cast<int>(kind) << " " << bad;
+    }
+  }
 }
 
 TEST(FeatureMap, FavorIsDeterministicInItsSeed) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -113,6 +114,35 @@ TEST(Kernels, ExpIsAccurateEverywhere) {
   }
 }
 
+// elu1 takes a shorter exp for a row with nothing below −86; it gives the
+// bits of the full one, which the row above takes (it holds −104).
+TEST(Kernels, Elu1GivesTheSameBitsOnEitherExp) {
+  std::vector<float> x;
+  for (float v = -86.0f; v <= 4.0f; v += 0.00731f) x.push_back(v);
+  for (float v : {-86.0f, -85.99999f, -87.0f + 1.0f, -0.0f, 0.0f, -1e-30f,
+                  -1e-40f, 1e-40f}) {
+    x.push_back(v);
+  }
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    std::vector<float> slow(x.size() + 1), fast(x.size());
+    std::vector<float> with_low = x;
+    with_low.push_back(-104.0f);
+    kernels->elu1(static_cast<uint32_t>(with_low.size()), with_low.data(),
+                  slow.data());
+    for (size_t i = 0; i < x.size(); i += 64) {
+      const uint32_t n =
+          static_cast<uint32_t>(std::min<size_t>(64, x.size() - i));
+      kernels->elu1(n, x.data() + i, fast.data() + i);
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(fast[i]),
+                std::bit_cast<uint32_t>(slow[i]))
+          << kernels->name << " elu1(" << x[i] << "): " << fast[i] << " vs "
+          << slow[i];
+    }
+  }
+}
+
 // SiLU(g)·u for the model's MLP, against double precision. exp(−g) carries
 // ≤ 4u, 1 + e adds u, the division u and the product u: relative error
 // ≤ 7u plus one rounding of the result, so 8u.
@@ -170,25 +200,41 @@ TEST(Kernels, SiluAndSigmoidMatchDoublePrecision) {
 
 // Every non-finite value is found at every position (vector body and tail);
 // the largest finite values and subnormals are not flagged.
+// all_finite, and the same answer from copy_finite (which copies) and elu1
+// (whose exp takes the full path once −FLT_MAX is in the row).
 TEST(Kernels, AllFiniteFindsEveryNonFiniteValue) {
   const float specials[] = {NAN, -NAN, INFINITY, -INFINITY};
   for (const VectorKernels* kernels : SupportedKernels()) {
     for (uint64_t n : {1u, 7u, 16u, 37u, 100u}) {
-      std::vector<float> x(n, 1.5f);
-      x[0] = FLT_MAX;
-      x[n - 1] = -FLT_TRUE_MIN;
-      EXPECT_TRUE(kernels->all_finite(n, x.data())) << kernels->name;
-      for (uint64_t i = 0; i < n; ++i) {
-        for (float bad : specials) {
-          const float keep = x[i];
-          x[i] = bad;
-          EXPECT_FALSE(kernels->all_finite(n, x.data()))
-              << kernels->name << " n=" << n << " at " << i;
-          x[i] = keep;
+      for (float first : {FLT_MAX, -FLT_MAX, -86.0f}) {
+        std::vector<float> x(n, 1.5f), out(n);
+        x[0] = first;
+        x[n - 1] = -FLT_TRUE_MIN;
+        const uint32_t n32 = static_cast<uint32_t>(n);
+        EXPECT_TRUE(kernels->all_finite(n, x.data())) << kernels->name;
+        EXPECT_TRUE(kernels->elu1(n32, x.data(), out.data())) << kernels->name;
+        EXPECT_TRUE(kernels->copy_finite(n, x.data(), out.data()))
+            << kernels->name;
+        EXPECT_EQ(out, x) << kernels->name;
+        for (uint64_t i = 0; i < n; ++i) {
+          for (float bad : specials) {
+            const float keep = x[i];
+            x[i] = bad;
+            EXPECT_FALSE(kernels->all_finite(n, x.data()))
+                << kernels->name << " n=" << n << " at " << i;
+            EXPECT_FALSE(kernels->elu1(n32, x.data(), out.data()))
+                << kernels->name << " n=" << n << " at " << i;
+            EXPECT_FALSE(kernels->copy_finite(n, x.data(), out.data()))
+                << kernels->name << " n=" << n << " at " << i;
+            EXPECT_EQ(std::bit_cast<uint32_t>(out[i]),
+                      std::bit_cast<uint32_t>(bad));
+            x[i] = keep;
+          }
         }
       }
     }
     EXPECT_TRUE(kernels->all_finite(0, nullptr)) << kernels->name;
+    EXPECT_TRUE(kernels->copy_finite(0, nullptr, nullptr)) << kernels->name;
   }
 }
 
