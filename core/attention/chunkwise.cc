@@ -621,9 +621,10 @@ void ChunkwiseRunner::RoundInputs(const Round& r, uint32_t j) const {
 
 // Gather and map one unit (an item's chunk, all its heads), token-major so
 // the caller's (token, head, d) rows are read contiguously, each once from
-// memory: φ applied as a row is read, and the row checked for finiteness
-// right after, from L1 (the one finiteness check a prefill's input gets: a
-// bad value marks the unit, and Run names it). FAVOR+
+// memory, and checked for finiteness as it is read (the one check a
+// prefill's input gets: a bad value marks the unit, and Run names it):
+// ELU+1's pass over q and k rows and the copy of v rows are the check, the
+// other maps check a row from L1 next to φ. FAVOR+
 // keys get their exponents only, their shift depending on the whole round;
 // other keys are finished here, still in cache. Padding rows are zero.
 void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {

@@ -42,8 +42,9 @@ struct VectorKernels {
   // x ← a·x.
   void (*scale)(uint64_t n, float a, float* x);
   // ELU(x)+1: out = x ≥ 0 ? x + 1 : exp(x), with a vectorised exp accurate
-  // to 2 ulp (subnormal results included). Returns whether every element
-  // of x is finite (checked in the pass that reads x anyway).
+  // to 2 ulp (subnormal results included); a NaN element gives 1, not NaN.
+  // Returns whether every element of x is finite (checked in the pass that
+  // reads x anyway): callers that take NaN for an error look at it.
   bool (*elu1)(uint32_t n, const float* x, float* out);
   // a ← scale·exp(a − shift) for a − shift ≤ 88 (FAVOR+ features, the
   // gates' factors); same exp.

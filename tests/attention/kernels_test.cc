@@ -115,12 +115,16 @@ TEST(Kernels, ExpIsAccurateEverywhere) {
 }
 
 // elu1 takes a shorter exp for a row with nothing below −86; it gives the
-// bits of the full one, which the row above takes (it holds −104).
+// bits of the full one, which a row holding −104 takes: over [−86, 4]
+// densely, every 997th float of [−86, 0] by its bits, and the edges.
 TEST(Kernels, Elu1GivesTheSameBitsOnEitherExp) {
   std::vector<float> x;
   for (float v = -86.0f; v <= 4.0f; v += 0.00731f) x.push_back(v);
-  for (float v : {-86.0f, -85.99999f, -87.0f + 1.0f, -0.0f, 0.0f, -1e-30f,
-                  -1e-40f, 1e-40f}) {
+  for (uint32_t bits = 0x80000000u; bits <= 0xC2AC0000u; bits += 997) {
+    x.push_back(std::bit_cast<float>(bits));
+  }
+  for (float v : {-86.0f, std::nextafter(-86.0f, 0.0f), -85.99999f, -0.0f, 0.0f,
+                  -1e-30f, -1e-40f, 1e-40f, -FLT_TRUE_MIN}) {
     x.push_back(v);
   }
   for (const VectorKernels* kernels : SupportedKernels()) {

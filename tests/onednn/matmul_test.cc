@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace linattn {
@@ -52,6 +54,51 @@ TEST(Matmul, MatchesTripleLoop) {
       }
     }
   }
+}
+
+// Each thread binds a shape's oneDNN memory objects once and points them
+// at every call's buffers: one shape over different buffers in turn, and
+// from several threads at once, gives every call its own product.
+TEST(Matmul, OneShapeOverManyBuffersAndThreads) {
+  const MatmulShape shape{.batch = 2, .m = 5, .k = 6, .n = 3};
+  auto matches = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    std::vector<float> a(2 * 5 * 6), b(2 * 6 * 3), c(2 * 5 * 3, NAN);
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+    if (!BatchedMatmul(shape, a.data(), b.data(), c.data()).ok()) return false;
+    for (int bi = 0; bi < 2; ++bi) {
+      for (int i = 0; i < 5; ++i) {
+        for (int j = 0; j < 3; ++j) {
+          double sum = 0, abs_sum = 0;
+          for (int p = 0; p < 6; ++p) {
+            const double t =
+                double(a[(bi * 5 + i) * 6 + p]) * b[(bi * 6 + p) * 3 + j];
+            sum += t;
+            abs_sum += std::abs(t);
+          }
+          if (!(std::abs(c[(bi * 5 + i) * 3 + j] - sum) <=
+                8 * 0x1.0p-24 * abs_sum)) {
+            return false;
+          }
+        }
+      }
+    }
+    return true;
+  };
+  for (uint64_t seed = 0; seed < 10; ++seed) EXPECT_TRUE(matches(seed)) << seed;
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (uint64_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 50; ++i) {
+        if (!matches(100 * (t + 1) + i)) ++mismatches;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Matmul, PrimitivesAreCreatedOncePerShape) {
