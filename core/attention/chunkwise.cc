@@ -624,7 +624,7 @@ void ChunkwiseRunner::RoundInputs(const Round& r, uint32_t j) const {
 // memory, and checked for finiteness as it is read (the one check a
 // prefill's input gets: a bad value marks the unit, and Run names it):
 // ELU+1's pass over q and k rows and the copy of v rows are the check, the
-// other maps check a row from L1 next to φ. FAVOR+
+// other maps check a row next to φ. FAVOR+
 // keys get their exponents only, their shift depending on the whole round;
 // other keys are finished here, still in cache. Padding rows are zero.
 void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {
@@ -658,8 +658,9 @@ void ChunkwiseRunner::GatherUnit(Round& r, int64_t u, const UnitBlocks& b) {
       }
       const uint64_t token = job.start + t;
       const uint64_t row = token * H + h;
-      // Each input row checked as it is read (by φ's pass over q and k, by
-      // the copy of v; FAVOR+ keys from L1 right after): no second pass.
+      // Each input row checked as it is read, no second pass: q and k by
+      // ELU+1's pass over them (other maps check next to φ, FAVOR+ keys
+      // right after their exponents), v by its copy.
       bool q_finite = true, k_finite = true;
       r.qlog(j, t) = fm.Apply(q.row(row), position0 + token, qrow, &q_finite);
       if (fm.is_favor()) {
