@@ -274,7 +274,9 @@ TEST(ModelTypesTest, AStepIntoAnotherStateLeavesTheStateAsItWas) {
     const std::vector<float> l_other = Feed(runner, other_alone, token);
     std::vector<float> l_into(V), l_beside(V);
     const ForwardItem items[] = {
-        {.state = &state, .tokens = token, .logits = l_into.data(),
+        {.state = &state,
+         .tokens = token,
+         .logits = l_into.data(),
          .into = &into},
         {.state = &other, .tokens = token, .logits = l_beside.data()}};
     ASSERT_TRUE(runner.Run(items).ok());

@@ -66,8 +66,8 @@ void Check(WeightType type, bool bf16_weights, const Case& c,
       const double bound = (rel + (c.in + 2) * kU) * abs_sum +
                            (c.accumulate ? 2 * kU * std::abs(sum) : 0.0);
       ASSERT_NEAR(y[r * c.out + o], sum, bound)
-          << WeightTypeName(type) << " kernels " << int(kernel)
-          << " isa " << ActiveKernels().name << " out=" << c.out << " in=" << c.in
+          << WeightTypeName(type) << " kernels " << int(kernel) << " isa "
+          << ActiveKernels().name << " out=" << c.out << " in=" << c.in
           << " rows=" << c.rows << " acc=" << c.accumulate << " at (" << r
           << ", " << o << ")";
     }
@@ -184,11 +184,11 @@ TEST(PackedLinear, PanelsGiveTheSameBitsOnAnyNumberOfThreads) {
   }
   // A product with no elements is refused on either kernel.
   for (LinearKernel kernel : {LinearKernel::kPanels, LinearKernel::kOneDnn}) {
-    EXPECT_EQ(PackedLinear::Create(w.data(), out, 0, false, WeightType::kF32,
-                                   kernel)
-                  .status()
-                  .code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        PackedLinear::Create(w.data(), out, 0, false, WeightType::kF32, kernel)
+            .status()
+            .code(),
+        absl::StatusCode::kInvalidArgument);
   }
 }
 
