@@ -37,14 +37,19 @@ def start_server(build, *extra, unix_path=None):
     sys.exit("linattn-server did not start")
 
 
-def load(build, server, sessions, steps, prefill=0, batch=0, concurrency=0):
+def load(build, server, sessions, steps, prefill=0, batch=0, concurrency=0,
+         shared_memory=False):
     """linattn-load's JSON summary; batch > 1: DecodeBatch groups of `batch`;
-    concurrency > 0: at most that many sessions' streams at once."""
+    concurrency > 0: at most that many sessions' streams at once;
+    shared_memory: prefills' tensors through memfds (a unix-socket server
+    started with --shared-memory)."""
     out = subprocess.run([f"{build}/bin/linattn-load", "--server", server, "--sessions",
                           str(sessions), "--steps", str(steps), "--prefill", str(prefill),
                           "--batch", str(batch), "--concurrency", str(concurrency),
                           "--heads", "8", "--dim", "64", "--json",
-                          "--no-progress", "--duration", "120"], capture_output=True, text=True)
+                          "--no-progress", "--duration", "120"]
+                         + (["--shared-memory"] if shared_memory else []),
+                         capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"linattn-load failed: {out.stdout}{out.stderr}")
     return json.loads(out.stdout)

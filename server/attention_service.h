@@ -7,6 +7,8 @@
 #ifndef LINATTN_SERVER_ATTENTION_SERVICE_H_
 #define LINATTN_SERVER_ATTENTION_SERVICE_H_
 
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <set>
 
@@ -17,14 +19,24 @@
 
 namespace linattn {
 
+// Shared-memory tensors (PrefillRequest.shared_memory; docs/design.md,
+// "Shared-memory tensors"): off unless `enabled`, and then a Prefill's
+// tensors there total at most `max_tensor_bytes`, as a message's would.
+struct SharedMemoryOptions {
+  bool enabled = false;
+  uint64_t max_tensor_bytes = 64 << 20;
+};
+
 class AttentionServiceImpl final
     : public EntryPoints<v1::AttentionService::CallbackService> {
  public:
   // All of them outlive the service. Every method enters through `gate`
   // (server/rpc_entry.h). With a durable `store` (may be null), a request
   // that creates or deletes a session answers once that is recorded.
-  AttentionServiceImpl(SessionManager* sessions, Scheduler* scheduler,
-                       const CallGate* gate, DurableStore* store = nullptr);
+  AttentionServiceImpl(
+      SessionManager* sessions, Scheduler* scheduler, const CallGate* gate,
+      DurableStore* store = nullptr,
+      SharedMemoryOptions shared_memory = SharedMemoryOptions());
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* request,
@@ -70,9 +82,14 @@ class AttentionServiceImpl final
   class DecodeReactor;
   class DecodeBatchReactor;
 
+  grpc::ServerUnaryReactor* PrefillShared(
+      grpc::CallbackServerContext* ctx, const v1::PrefillRequest* request,
+      v1::PrefillResponse* response, std::shared_ptr<AttentionSession> session);
+
   SessionManager* const sessions_;
   Scheduler* const scheduler_;
   DurableStore* const store_;
+  const SharedMemoryOptions shared_memory_;
   std::recursive_mutex streams_mu_;
   std::set<OpenStream*> streams_;  // guarded by streams_mu_
 };

@@ -321,6 +321,13 @@ int main(int argc, char** argv) {
                "--tls-client-ca (refused otherwise: anyone who reaches the "
                "server could use every session)")
       ->envname("LINATTN_ALLOW_UNAUTHENTICATED");
+  app.add_flag("--shared-memory", options.shared_memory,
+               "take Prefill tensors from co-located clients' memfds "
+               "(PrefillRequest.shared_memory: read and written by the "
+               "server, no copy through the socket); needs --listen "
+               "unix:PATH. Any client of the socket can name any linattn "
+               "memfd of the server's user")
+      ->envname("LINATTN_SHARED_MEMORY");
   std::string metrics = "on";
   app.add_option("--metrics", metrics,
                  "Prometheus metrics at /metrics: on | off (off also skips "

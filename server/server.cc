@@ -23,6 +23,11 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
                            ParseListenAddress(options.listen, "--listen",
                                               /*allow_unix=*/true));
   LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
+  if (options.shared_memory && listen.unix_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--shared-memory: needs --listen unix:PATH (a region is named by a "
+        "client on this machine, which connects through the socket)");
+  }
   if (absl::Status s = PrefillPrecisionSupported(options.prefill_precision);
       !s.ok()) {
     // The message names the field; here the flag it comes from.
@@ -129,7 +134,10 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   server->scheduler_ = std::make_unique<Scheduler>(scheduler_options);
   server->service_ = std::make_unique<AttentionServiceImpl>(
       server->sessions_.get(), server->scheduler_.get(), &server->gate_,
-      server->store_.get());
+      server->store_.get(),
+      SharedMemoryOptions{.enabled = options.shared_memory,
+                          .max_tensor_bytes = static_cast<uint64_t>(
+                              options.max_message_bytes)});
   std::vector<std::shared_ptr<const Model>> models;
   for (const std::string& dir : options.models) {
     auto model = Model::Load(dir, "", options.weights);
@@ -271,6 +279,11 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     // Again just before binding: gRPC replaces whatever socket is at the
     // path, and the first check ran before the models loaded.
     LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
+    if (options.shared_memory && listen.unix_path.empty()) {
+      return absl::InvalidArgumentError(
+          "--shared-memory: needs --listen unix:PATH (a region is named by a "
+          "client on this machine, which connects through the socket)");
+    }
   }
   builder.AddListeningPort(listen.ToString(),
                            server->tls_ != nullptr

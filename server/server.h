@@ -84,6 +84,10 @@ struct ServerOptions {
   // Serve on an address other machines can reach with no credentials
   // checked (no API keys, no client certificates). Refused unless set.
   bool allow_unauthenticated = false;
+  // Prefill tensors in co-located clients' memfds
+  // (PrefillRequest.shared_memory; docs/design.md, "Shared-memory
+  // tensors"). Only with `listen` on a unix socket.
+  bool shared_memory = false;
   // Prometheus metrics (server/observability.h); off: /metrics is 404.
   bool metrics = true;
   // How often the maintenance thread looks for sessions to snapshot (and,

@@ -13,15 +13,18 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/remote.h"
+#include "clients/common/shared_region.h"
 #include "core/attention/chunkwise.h"
 #include "core/attention/recurrent.h"
 #include "core/session/snapshot.h"
@@ -67,7 +70,8 @@ class InputPool {
   // Rows of q, k (qk floats each), v (vv), and for the gated and delta
   // rules gg log-gates in [−0.1, 0] and bb β in [0, 1].
   InputPool(uint64_t seed, const AttentionSpec& spec)
-      : qk_(uint64_t{spec.num_heads} * spec.key_dim),
+      : heads_(spec.num_heads),
+        qk_(uint64_t{spec.num_heads} * spec.key_dim),
         vv_(uint64_t{spec.num_heads} * spec.value_dim),
         gg_(uint64_t{spec.num_heads} * GatesPerHead(spec)),
         bb_(HasBeta(spec.rule) ? spec.num_heads : 0),
@@ -100,6 +104,7 @@ class InputPool {
       std::memcpy(beta, row + 2 * qk_ + vv_ + gg_, bb_ * sizeof(float));
     }
   }
+  uint64_t heads() const { return heads_; }
   uint64_t qk() const { return qk_; }
   uint64_t vv() const { return vv_; }
   uint64_t gg() const { return gg_; }
@@ -113,7 +118,7 @@ class InputPool {
     return z ^ (z >> 31);
   }
 
-  const uint64_t qk_, vv_, gg_, bb_, row_;
+  const uint64_t heads_, qk_, vv_, gg_, bb_, row_;
   std::vector<float> data_;
 };
 
@@ -170,23 +175,62 @@ std::span<const float> TensorOf(
   return {floats.data(), static_cast<size_t>(floats.size())};
 }
 
-// The Prefill request of session s's first `tokens` inputs.
+// Where a Prefill's tensors sit in a unit's shared-memory region: q, k, v,
+// g, beta, output, denominator one after another (bytes).
+struct SharedLayout {
+  uint64_t q, k, v, g, beta, output, denominator, end;
+};
+SharedLayout SharedLayoutOf(const InputPool& pool, uint64_t T) {
+  SharedLayout l;
+  l.q = 0;
+  l.k = l.q + T * pool.qk() * sizeof(float);
+  l.v = l.k + T * pool.qk() * sizeof(float);
+  l.g = l.v + T * pool.vv() * sizeof(float);
+  l.beta = l.g + T * pool.gg() * sizeof(float);
+  l.output = l.beta + T * pool.bb() * sizeof(float);
+  l.denominator = l.output + T * pool.vv() * sizeof(float);
+  l.end = l.denominator + T * pool.heads() * sizeof(float);
+  return l;
+}
+
+// The Prefill request of session s's first `tokens` inputs; with `region`,
+// the tensors go there (shared_memory) instead of into the message.
 void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
-                  const std::string& id, v1::PrefillRequest* request) {
+                  const std::string& id, const ClientSharedRegion* region,
+                  v1::PrefillRequest* request) {
   request->set_session_id(id);
   request->set_tokens(o.prefill);
   const bool b = o.tensors_as_bytes;
   const uint64_t T = o.prefill;
-  float* q = TensorRoom(b, T * pool.qk(), request->mutable_q(),
-                        request->mutable_q_bytes());
-  float* k = TensorRoom(b, T * pool.qk(), request->mutable_k(),
-                        request->mutable_k_bytes());
-  float* v = TensorRoom(b, T * pool.vv(), request->mutable_v(),
-                        request->mutable_v_bytes());
-  float* g = TensorRoom(b, T * pool.gg(), request->mutable_g(),
-                        request->mutable_g_bytes());
-  float* beta = TensorRoom(b, T * pool.bb(), request->mutable_beta(),
-                           request->mutable_beta_bytes());
+  float *q, *k, *v, *g, *beta;
+  if (region != nullptr) {
+    const SharedLayout l = SharedLayoutOf(pool, T);
+    v1::SharedMemoryTensors* shm = request->mutable_shared_memory();
+    shm->set_path(region->path());
+    shm->set_q_offset(l.q);
+    shm->set_k_offset(l.k);
+    shm->set_v_offset(l.v);
+    if (pool.gg() != 0) shm->set_g_offset(l.g);
+    if (pool.bb() != 0) shm->set_beta_offset(l.beta);
+    shm->set_output_offset(l.output);
+    shm->set_denominator_offset(l.denominator);
+    q = region->floats(l.q);
+    k = region->floats(l.k);
+    v = region->floats(l.v);
+    g = region->floats(l.g);
+    beta = region->floats(l.beta);
+  } else {
+    q = TensorRoom(b, T * pool.qk(), request->mutable_q(),
+                   request->mutable_q_bytes());
+    k = TensorRoom(b, T * pool.qk(), request->mutable_k(),
+                   request->mutable_k_bytes());
+    v = TensorRoom(b, T * pool.vv(), request->mutable_v(),
+                   request->mutable_v_bytes());
+    g = TensorRoom(b, T * pool.gg(), request->mutable_g(),
+                   request->mutable_g_bytes());
+    beta = TensorRoom(b, T * pool.bb(), request->mutable_beta(),
+                      request->mutable_beta_bytes());
+  }
   for (uint64_t t = 0; t < T; ++t) {
     pool.Token(s, t, q + t * pool.qk(), k + t * pool.qk(), v + t * pool.vv(),
                g + t * pool.gg(), beta + t * pool.bb());
@@ -404,13 +448,26 @@ class LoadRun {
         v1::PrefillRequest().Swap(&prefill_request_);
         v1::PrefillResponse().Swap(&prefill_response_);
         prefill_ctx_.reset();
+        region_.reset();
         OpenStream();
         return;
       }
       SessionRecord& rec = run_->records_[first_ + i];
       prefill_request_.Clear();
       prefill_response_.Clear();
-      BuildPrefill(o, run_->pool_, rec.index, rec.id, &prefill_request_);
+      if (o.shared_memory && !region_.has_value()) {
+        absl::StatusOr<ClientSharedRegion> region = ClientSharedRegion::Create(
+            "linattn-load", SharedLayoutOf(run_->pool_, o.prefill).end);
+        if (!region.ok()) {  // memory: RunLoad made one region already
+          run_->RecordError(grpc::StatusCode::RESOURCE_EXHAUSTED);
+          run_->UnitDone();
+          return;
+        }
+        region_.emplace(*std::move(region));
+      }
+      BuildPrefill(o, run_->pool_, rec.index, rec.id,
+                   region_.has_value() ? &*region_ : nullptr,
+                   &prefill_request_);
       prefill_ctx_ = std::make_unique<grpc::ClientContext>();
       NameSession(*prefill_ctx_, rec.id);
       const auto sent = SteadyClock::now();
@@ -503,6 +560,7 @@ class LoadRun {
     std::unique_ptr<grpc::ClientContext> prefill_ctx_;
     v1::PrefillRequest prefill_request_;
     v1::PrefillResponse prefill_response_;
+    std::optional<ClientSharedRegion> region_;  // --shared-memory's prefills
     std::conditional_t<kBatched, v1::DecodeBatchRequest, v1::DecodeRequest>
         request_;
     std::conditional_t<kBatched, v1::DecodeBatchResponse, v1::DecodeResponse>
@@ -771,6 +829,16 @@ absl::StatusOr<LoadSummary> RunLoad(const LoadOptions& o) {
     return absl::InvalidArgumentError(
         "--only: needs --session-prefix, and is the list of the sessions run "
         "(--sessions is its length)");
+  }
+  if (o.shared_memory) {
+    if (o.prefill == 0 || !absl::StartsWith(o.server, "unix:")) {
+      return absl::InvalidArgumentError(
+          "--shared-memory: prefills' tensors through a memfd need --prefill "
+          "and a server on a unix socket (--server unix:PATH)");
+    }
+    // Refused here rather than unit by unit when memfds are not available.
+    LINATTN_RETURN_IF_ERROR(
+        ClientSharedRegion::Create("linattn-load", sizeof(float)).status());
   }
   if (o.failover && o.session_prefix.empty()) {
     return absl::InvalidArgumentError(

@@ -75,6 +75,9 @@ struct LoadOptions {
   // Tensors as packed little-endian float32 bytes (q_bytes, … and the
   // responses' output_bytes) rather than repeated floats.
   bool tensors_as_bytes = true;
+  // Prefills' tensors in a memfd of each unit's (PrefillRequest
+  // .shared_memory), for a server with --shared-memory on a unix socket.
+  bool shared_memory = false;
   // How to reach `server`: TLS, a client certificate, an API key
   // (clients/common/connection.h).
   ConnectionOptions connection;

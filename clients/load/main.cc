@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
                  "float32 (q_bytes, …); floats: as repeated float fields")
       ->check(CLI::IsMember({"bytes", "floats"}))
       ->capture_default_str();
+  app.add_flag("--shared-memory", o.shared_memory,
+               "prefills' tensors in a sealed memfd of each stream's, which "
+               "the server reads and writes (a server with --shared-memory "
+               "on a unix socket; --server unix:PATH)");
   app.add_option("--rate", o.rate,
                  "open loop: total steps/s (0 = closed loop); the summary "
                  "says when the run fell short of it")

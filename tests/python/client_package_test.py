@@ -37,6 +37,7 @@ DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 
 SERVER = None  # outer: the server binary, from argv
 TARGET = None  # inside: the server's address, from argv
+SHM_TARGET = None  # inside: a unix-socket server with --shared-memory
 
 
 # --------------------------------------------------------------------------
@@ -53,9 +54,18 @@ class ClientPackageTest(unittest.TestCase):
             [SERVER, "--listen", "127.0.0.1:0", "--port-file", port_file, "--http-listen", "none",
              "--model", os.path.join(ROOT, "models", "tiny"), "--log-level", "warn"],
             stdout=cls.log, stderr=subprocess.STDOUT)
+        # A second server on a unix socket taking shared-memory tensors.
+        cls.shm_target = "unix:" + os.path.join(cls.work, "linattn.sock")
+        cls.shm_log_path = os.path.join(cls.work, "shm_server.log")
+        cls.shm_log = open(cls.shm_log_path, "w")
+        cls.shm_server = subprocess.Popen(
+            [SERVER, "--listen", cls.shm_target, "--http-listen", "none", "--model", "none",
+             "--shared-memory", "--log-level", "warn"],
+            stdout=cls.shm_log, stderr=subprocess.STDOUT)
         try:
             cls.venv_python = cls.install()
             cls.target = f"127.0.0.1:{cls.wait_for_port(port_file)}"
+            cls.wait_for_socket(cls.shm_target[len("unix:"):])
         except BaseException:
             cls.tearDownClass()
             raise
@@ -105,15 +115,29 @@ class ClientPackageTest(unittest.TestCase):
         raise RuntimeError("the server did not write its port within 20 s")
 
     @classmethod
+    def wait_for_socket(cls, path):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if cls.shm_server.poll() is not None:
+                raise RuntimeError(f"the server exited ({cls.shm_server.returncode}); see its "
+                                   "log:\n" + open(cls.shm_log_path).read())
+            if os.path.exists(path):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the server did not create its socket within 20 s")
+
+    @classmethod
     def tearDownClass(cls):
-        if cls.server.poll() is None:
-            cls.server.send_signal(signal.SIGTERM)
-            try:
-                cls.server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                cls.server.kill()
-                cls.server.wait()
+        for server in (cls.server, cls.shm_server):
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
         cls.log.close()
+        cls.shm_log.close()
         shutil.rmtree(cls.work, ignore_errors=True)
 
     def clean_env(self):
@@ -123,9 +147,11 @@ class ClientPackageTest(unittest.TestCase):
 
     def test_installed_package_against_a_real_server(self):
         r = subprocess.run([self.venv_python, "-I", os.path.abspath(__file__), "--inside",
-                            self.target], cwd=self.work, env=self.clean_env(), timeout=240)
+                            self.target, self.shm_target], cwd=self.work, env=self.clean_env(),
+                           timeout=240)
         self.assertEqual(r.returncode, 0, "the checks inside the venv failed (output above)")
         self.assertIsNone(self.server.poll(), "the server exited during the checks")
+        self.assertIsNone(self.shm_server.poll(), "the shared-memory server exited")
 
     def test_tls_client_certificates_and_api_keys(self):
         """The installed Client over TLS with a client certificate (mTLS) and
@@ -568,6 +594,49 @@ def builtin_tokens(text):
     return sp.encode(text)
 
 
+class SharedMemory(InsideTest):
+    H, DK, DV = 4, 16, 8
+
+    def test_a_prefill_through_shared_memory_gives_the_messages_bits(self):
+        T = 300
+        q, k, v = self.random(T, self.H, self.DK), self.random(T, self.H, self.DK), \
+            self.random(T, self.H, self.DV)
+        rng = np.random.default_rng(11)
+        g = (-0.2 * rng.random((T, self.H))).astype(np.float32)
+        beta = rng.random((T, self.H)).astype(np.float32)
+        client = linattn_client.Client(SHM_TARGET, timeout=60)
+        try:
+            for rule, extra in (("linear", {}), ("gated_delta", {"g": g, "beta": beta})):
+                spec = dict(num_heads=self.H, key_dim=self.DK, value_dim=self.DV, rule=rule)
+                if rule != "linear":
+                    spec["qk_l2norm"] = True
+                with client.create_session(**spec) as a, client.create_session(**spec) as b:
+                    by_message = a.prefill(q, k, v, **extra)
+                    by_region = b.prefill(q, k, v, shared_memory=True, **extra)
+                    self.assertEqual(by_region.position, T)
+                    self.assertEqual(b.position, T)
+                    for x, y in ((by_message.output, by_region.output),
+                                 (by_message.denominator, by_region.denominator),
+                                 (by_message.available, by_region.available)):
+                        self.assertEqual(x.shape, y.shape, rule)
+                        self.assertEqual(x.tobytes(), y.tobytes(), rule)
+                    self.assertEqual(a.inspect().s.tobytes(), b.inspect().s.tobytes(), rule)
+                    # One token, as decode's shapes allow.
+                    one = b.prefill(q[0], k[0], v[0], shared_memory=True,
+                                    **{n: x[0] for n, x in extra.items()})
+                    self.assertEqual(one.output.shape, (self.H, self.DV))
+                    self.assertEqual(one.position, T + 1)
+        finally:
+            client.close()
+        # A server without --shared-memory refuses, naming the field.
+        with self.client.create_session(num_heads=self.H, key_dim=self.DK,
+                                        value_dim=self.DV) as s:
+            with self.assertRaises(linattn_client.FailedPrecondition) as refused:
+                s.prefill(q[:4], k[:4], v[:4], shared_memory=True)
+            self.assertIn("shared_memory", str(refused.exception))
+            self.assertEqual(s.info().position, 0)
+
+
 class Generation(InsideTest):
     PROMPT = "In the beginning God created"
 
@@ -708,9 +777,9 @@ class Generation(InsideTest):
 
 
 def inside_main(argv):
-    global TARGET
-    TARGET = argv[0]
-    unittest.main(argv=[sys.argv[0], "-v"] + argv[1:], verbosity=2)
+    global TARGET, SHM_TARGET
+    TARGET, SHM_TARGET = argv[0], argv[1]
+    unittest.main(argv=[sys.argv[0], "-v"] + argv[2:], verbosity=2)
 
 
 if __name__ == "__main__":
@@ -725,6 +794,7 @@ if __name__ == "__main__":
         inside_main(sys.argv[2:])
     else:
         SERVER = sys.argv.pop(1)
-        for name in ("InsideTest", "Packaging", "Health", "Attention", "Generation"):
+        for name in ("InsideTest", "Packaging", "Health", "Attention", "SharedMemory",
+                     "Generation"):
             del globals()[name]
         unittest.main(verbosity=2)

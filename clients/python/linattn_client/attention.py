@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 import grpc
 import numpy as np
 
-from . import _rpc, errors
+from . import _rpc, _shared_memory, errors
 from .proto import attention_pb2 as pb
 
 __all__ = ["AttentionSpec", "SessionInfo", "AttentionOutput", "SessionState", "Session",
@@ -270,11 +270,18 @@ class Session(_rpc.SessionHandle):
         (default: none)."""
         return Decoder(self, timeout)
 
-    def prefill(self, q, k, v, *, g=None, beta=None):
+    def prefill(self, q, k, v, *, g=None, beta=None, shared_memory=False):
         """Runs a whole sequence at once through the chunkwise path (one
-        Prefill request, all of it or none). Shapes as decode."""
+        Prefill request, all of it or none). Shapes as decode.
+
+        shared_memory: the arrays go through a sealed memfd of this
+        process's that the server reads and writes, none of them through
+        the socket (a server started with --shared-memory, reached as
+        unix:PATH; docs/design.md, "Shared-memory tensors")."""
         q, k, v, single = _inputs(self.spec, q, k, v)
         g, beta = _rule_inputs(self.spec, q.shape[0], single, g, beta)
+        if shared_memory:
+            return self._prefill_shared(q, k, v, g, beta, single)
         req = pb.PrefillRequest(session_id=self.id, tokens=q.shape[0])
         _rpc.set_tensor(req, "q", q)
         _rpc.set_tensor(req, "k", k)
@@ -286,6 +293,32 @@ class Session(_rpc.SessionHandle):
         resp = self._call(self._stub.Prefill, req)
         self.position = resp.position
         return _output(self.spec, q.shape[0], resp, single)
+
+    def _prefill_shared(self, q, k, v, g, beta, single):
+        T, H, dv = q.shape[0], self.spec.num_heads, self.spec.value_dim
+        arrays = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
+        outputs = {"output": (T, H, dv), "denominator": (T, H)}
+        offsets, nbytes = _shared_memory.layout(arrays, outputs)
+        with _shared_memory.Region(nbytes) as region:
+            tensors = pb.SharedMemoryTensors(path=region.path)
+            for name, a in arrays.items():
+                if a is not None:
+                    region.view(offsets[name], a.shape)[...] = a
+                    setattr(tensors, name + "_offset", offsets[name])
+            tensors.output_offset = offsets["output"]
+            tensors.denominator_offset = offsets["denominator"]
+            req = pb.PrefillRequest(session_id=self.id, tokens=T, shared_memory=tensors)
+            resp = self._call(self._stub.Prefill, req)
+            output = region.view(offsets["output"], outputs["output"]).copy()
+            denominator = region.view(offsets["denominator"], outputs["denominator"]).copy()
+        self.position = resp.position
+        out = AttentionOutput(output=output, denominator=denominator,
+                              available=_rpc.bools(resp.available, (T, H)),
+                              position=resp.position)
+        if single:
+            out = AttentionOutput(out.output[0], out.denominator[0], out.available[0],
+                                  out.position)
+        return out
 
     def inspect(self):
         """The stored state: a SessionState with S (heads, d_φ, value_dim) and

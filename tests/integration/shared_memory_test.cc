@@ -1,0 +1,369 @@
+// Shared-memory tensors (PrefillRequest.shared_memory) end to end: a real
+// linattn-server on a unix socket with --shared-memory, regions made as a
+// client makes them (sealed memfds), and hostile ones.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "clients/common/shared_region.h"
+#include "clients/load/load.h"
+#include "linattn/v1/attention.grpc.pb.h"
+#include "tests/attention/rule_bounds.h"
+#include "tests/integration/server_process.h"
+#include "tests/util/temp_dir.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ServerProcess;
+using Stub = v1::AttentionService::Stub;
+
+constexpr uint32_t kHeads = 2, kDim = 8;
+
+v1::AttentionSpec ProtoSpec(const std::string& rule) {
+  v1::AttentionSpec s;
+  s.set_num_heads(kHeads);
+  s.set_key_dim(kDim);
+  s.set_value_dim(kDim);
+  s.set_rule(rule);
+  if (rule == "gated_delta") {
+    s.set_qk_l2norm(true);
+    s.set_scale(0.5f);
+  } else {
+    s.set_feature_map("elu1");
+  }
+  return s;
+}
+
+AttentionSpec CoreSpec(const std::string& rule) {
+  AttentionSpec s{.rule = *ParseUpdateRule(rule),
+                  .num_heads = kHeads,
+                  .key_dim = kDim,
+                  .value_dim = kDim};
+  if (rule == "gated_delta") {
+    s.feature_map = FeatureMapKind::kIdentity;
+    s.unnormalized = true;
+    s.qk_l2norm = true;
+    s.scale = 0.5f;
+  }
+  return s;
+}
+
+std::string Packed(const float* data, uint64_t n) {
+  return std::string(reinterpret_cast<const char*>(data), n * sizeof(float));
+}
+
+bool SameBits(const float* a, const std::string& b, uint64_t n) {
+  return b.size() == n * sizeof(float) &&
+         std::memcmp(a, b.data(), b.size()) == 0;
+}
+
+// Where a prefill of T tokens puts its tensors in a region (bytes).
+struct Layout {
+  uint64_t q, k, v, g, beta, output, denominator, end;
+};
+Layout LayoutOf(const AttentionSpec& spec, uint64_t T) {
+  const uint64_t rows = T * spec.num_heads;
+  Layout l;
+  l.q = 0;
+  l.k = l.q + rows * spec.key_dim * 4;
+  l.v = l.k + rows * spec.key_dim * 4;
+  l.g = l.v + rows * spec.value_dim * 4;
+  l.beta = l.g + rows * GatesPerHead(spec) * 4;
+  l.output = l.beta + (HasBeta(spec.rule) ? rows * 4 : 0);
+  l.denominator = l.output + rows * spec.value_dim * 4;
+  l.end = l.denominator + rows * 4;
+  return l;
+}
+
+// Writes tokens' inputs into `region` at `l` and names them in `shm`.
+void Place(const AttentionSpec& spec, const testing::RuleTokens& data,
+           const Layout& l, const ClientSharedRegion& region,
+           v1::SharedMemoryTensors* shm) {
+  std::memcpy(region.floats(l.q), data.q.data(), data.q.size() * 4);
+  std::memcpy(region.floats(l.k), data.k.data(), data.k.size() * 4);
+  std::memcpy(region.floats(l.v), data.v.data(), data.v.size() * 4);
+  if (!data.g.empty())
+    std::memcpy(region.floats(l.g), data.g.data(), data.g.size() * 4);
+  if (!data.beta.empty())
+    std::memcpy(region.floats(l.beta), data.beta.data(), data.beta.size() * 4);
+  shm->set_path(region.path());
+  shm->set_q_offset(l.q);
+  shm->set_k_offset(l.k);
+  shm->set_v_offset(l.v);
+  if (GatesPerHead(spec) != 0) shm->set_g_offset(l.g);
+  if (HasBeta(spec.rule)) shm->set_beta_offset(l.beta);
+  shm->set_output_offset(l.output);
+  shm->set_denominator_offset(l.denominator);
+}
+
+class SharedMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ =
+        ServerProcess::StartOn("unix:" + tmp_.Path("linattn.sock"),
+                               {"--http-listen", "none", "--shared-memory"});
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::AttentionService::NewStub(server_->Channel());
+  }
+  std::string Create(const std::string& rule) {
+    grpc::ClientContext ctx;
+    v1::CreateSessionRequest req;
+    *req.mutable_spec() = ProtoSpec(rule);
+    v1::Session session;
+    const grpc::Status s = stub_->CreateSession(&ctx, req, &session);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return session.session_id();
+  }
+  v1::InspectResponse Inspect(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::InspectRequest req;
+    req.set_session_id(id);
+    v1::InspectResponse resp;
+    EXPECT_TRUE(stub_->Inspect(&ctx, req, &resp).ok());
+    return resp;
+  }
+  testing::TempDir tmp_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<Stub> stub_;
+};
+
+// The same prefill as bytes in the message and through a region gives the
+// same bits: outputs and denominators (written into the region, none in the
+// response), availability, and the state; for the linear rule and for one
+// that takes gates and β. Long enough (200 tokens) for the chunkwise path.
+TEST_F(SharedMemoryTest, APrefillThroughARegionGivesTheMessagesBits) {
+  for (const std::string rule : {"linear", "gated_delta"}) {
+    SCOPED_TRACE(rule);
+    const AttentionSpec spec = CoreSpec(rule);
+    constexpr uint64_t T = 200;
+    const testing::RuleTokens data = testing::RandomRuleTokens(spec, T, 17, {});
+    const uint64_t rows = T * kHeads;
+    const std::string by_bytes = Create(rule), by_region = Create(rule);
+
+    v1::PrefillResponse expected;
+    {
+      grpc::ClientContext ctx;
+      v1::PrefillRequest req;
+      req.set_session_id(by_bytes);
+      req.set_tokens(T);
+      req.set_q_bytes(Packed(data.q.data(), data.q.size()));
+      req.set_k_bytes(Packed(data.k.data(), data.k.size()));
+      req.set_v_bytes(Packed(data.v.data(), data.v.size()));
+      if (!data.g.empty())
+        req.set_g_bytes(Packed(data.g.data(), data.g.size()));
+      if (!data.beta.empty())
+        req.set_beta_bytes(Packed(data.beta.data(), data.beta.size()));
+      const grpc::Status s = stub_->Prefill(&ctx, req, &expected);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+    const Layout l = LayoutOf(spec, T);
+    auto region = ClientSharedRegion::Create("linattn-test", l.end);
+    ASSERT_TRUE(region.ok()) << region.status();
+    // Outputs' room starts as NaN: every value must be written.
+    std::fill(region->floats(l.output), region->floats(l.end),
+              std::numeric_limits<float>::quiet_NaN());
+    v1::PrefillResponse got;
+    {
+      grpc::ClientContext ctx;
+      v1::PrefillRequest req;
+      req.set_session_id(by_region);
+      req.set_tokens(T);
+      Place(spec, data, l, *region, req.mutable_shared_memory());
+      const grpc::Status s = stub_->Prefill(&ctx, req, &got);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
+    EXPECT_TRUE(got.output().empty() && got.output_bytes().empty());
+    EXPECT_TRUE(got.denominator().empty() && got.denominator_bytes().empty());
+    EXPECT_EQ(got.position(), T);
+    EXPECT_TRUE(SameBits(region->floats(l.output), expected.output_bytes(),
+                         rows * kDim));
+    EXPECT_TRUE(SameBits(region->floats(l.denominator),
+                         expected.denominator_bytes(), rows));
+    EXPECT_TRUE(std::equal(got.available().begin(), got.available().end(),
+                           expected.available().begin(),
+                           expected.available().end()));
+    const v1::InspectResponse a = Inspect(by_bytes), b = Inspect(by_region);
+    EXPECT_EQ(b.position(), T);
+    ASSERT_EQ(a.s_size(), b.s_size());
+    EXPECT_EQ(std::memcmp(a.s().data(), b.s().data(), a.s_size() * 4), 0);
+    ASSERT_EQ(a.z_size(), b.z_size());
+    EXPECT_EQ(std::memcmp(a.z().data(), b.z().data(), a.z_size() * 4), 0);
+  }
+}
+
+// A memfd made by hand: `name`, `bytes` long, with `seals` added.
+struct RawMemfd {
+  int fd = -1;
+  RawMemfd(const char* name, uint64_t bytes, int seals) {
+    fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    if (seals != 0) {
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+    }
+  }
+  ~RawMemfd() { close(fd); }
+  std::string path() const {
+    return "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
+  }
+};
+
+// Every refusal names its field, comes before the state is touched, and
+// leaves the session and the region's output room as they were.
+TEST_F(SharedMemoryTest, BadRegionsAndRangesAreRefusedNamingTheField) {
+  const AttentionSpec spec = CoreSpec("linear");
+  constexpr uint64_t T = 100;
+  const testing::RuleTokens data = testing::RandomRuleTokens(spec, T, 5, {});
+  const std::string id = Create("linear");
+  const Layout l = LayoutOf(spec, T);
+  auto region = ClientSharedRegion::Create("linattn-test", l.end);
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::fill(region->floats(l.output), region->floats(l.end), -7.0f);
+  auto prefill = [&](const std::function<void(v1::PrefillRequest&)>& edit) {
+    grpc::ClientContext ctx;
+    v1::PrefillRequest req;
+    req.set_session_id(id);
+    req.set_tokens(T);
+    Place(spec, data, l, *region, req.mutable_shared_memory());
+    edit(req);
+    v1::PrefillResponse resp;
+    return stub_->Prefill(&ctx, req, &resp);
+  };
+  auto refused = [&](grpc::StatusCode code, const std::string& says,
+                     const std::function<void(v1::PrefillRequest&)>& edit) {
+    const grpc::Status s = prefill(edit);
+    EXPECT_EQ(s.error_code(), code) << says << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(says));
+  };
+  const v1::InspectResponse before = Inspect(id);
+
+  testing::TempDir files;
+  const std::string plain = files.Path("plain");
+  std::ofstream(plain) << std::string(l.end, '\0');
+  const RawMemfd unsealed("linattn-unsealed", l.end, 0);
+  const RawMemfd misnamed("other", l.end, F_SEAL_SHRINK);
+  const RawMemfd write_sealed("linattn-ro", l.end,
+                              F_SEAL_SHRINK | F_SEAL_WRITE);
+  const std::string gone = "/proc/" + std::to_string(getpid()) + "/fd/999999";
+  using C = grpc::StatusCode;
+  refused(C::INVALID_ARGUMENT, "shared_memory.path: " + plain + ": not a link",
+          [&](auto& r) { r.mutable_shared_memory()->set_path(plain); });
+  refused(C::NOT_FOUND, "shared_memory.path: " + gone + ": not a link",
+          [&](auto& r) { r.mutable_shared_memory()->set_path(gone); });
+  refused(C::INVALID_ARGUMENT, "not sealed against shrinking", [&](auto& r) {
+    r.mutable_shared_memory()->set_path(unsealed.path());
+  });
+  refused(C::INVALID_ARGUMENT, "not a memfd named linattn", [&](auto& r) {
+    r.mutable_shared_memory()->set_path(misnamed.path());
+  });
+  refused(C::INVALID_ARGUMENT, "sealed against writes", [&](auto& r) {
+    r.mutable_shared_memory()->set_path(write_sealed.path());
+  });
+  refused(C::INVALID_ARGUMENT, "shared_memory.v_offset: ", [&](auto& r) {
+    r.mutable_shared_memory()->set_v_offset(l.end - 4);
+  });
+  refused(C::INVALID_ARGUMENT,
+          "shared_memory.denominator_offset: 800 bytes from offset "
+          "18446744073709551612 pass the region's end",
+          [&](auto& r) {
+            r.mutable_shared_memory()->set_denominator_offset(
+                std::numeric_limits<uint64_t>::max() - 3);
+          });
+  refused(C::INVALID_ARGUMENT, "shared_memory.k_offset: 6 is not a multiple",
+          [&](auto& r) { r.mutable_shared_memory()->set_k_offset(6); });
+  refused(C::INVALID_ARGUMENT, "q: given beside shared_memory", [&](auto& r) {
+    r.set_q_bytes(Packed(data.q.data(), data.q.size()));
+  });
+  refused(C::INVALID_ARGUMENT,
+          "shared_memory.g_offset: rule linear takes no log-gates",
+          [&](auto& r) { r.mutable_shared_memory()->set_g_offset(l.g); });
+  refused(C::INVALID_ARGUMENT, "tokens: 4294967295 tokens",
+          [&](auto& r) { r.set_tokens(4294967295u); });
+  // A value that is not finite, read out of the region, is named as in a
+  // message (after Place has written the good inputs).
+  refused(C::INVALID_ARGUMENT, "k[53]: must be finite", [&](auto&) {
+    region->floats(l.k)[3 * kHeads * kDim + 5] =
+        std::numeric_limits<float>::infinity();
+  });
+
+  const v1::InspectResponse after = Inspect(id);
+  EXPECT_EQ(after.position(), before.position());
+  ASSERT_EQ(after.s_size(), before.s_size());
+  EXPECT_EQ(
+      std::memcmp(after.s().data(), before.s().data(), after.s_size() * 4), 0);
+  for (const float* p = region->floats(l.output); p != region->floats(l.end);
+       ++p) {
+    ASSERT_EQ(*p, -7.0f) << "a refused call wrote into the region";
+  }
+  EXPECT_TRUE(prefill([](auto&) {}).ok());
+  EXPECT_EQ(Inspect(id).position(), T);
+}
+
+// Without --shared-memory a server refuses such a Prefill; the flag itself
+// is refused on a TCP listener.
+TEST(SharedMemoryOff, RefusedWithoutTheFlagAndOnTcp) {
+  auto server = ServerProcess::Start({"--http-listen", "none"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::AttentionService::NewStub(server->Channel());
+  v1::Session session;
+  {
+    grpc::ClientContext ctx;
+    v1::CreateSessionRequest req;
+    *req.mutable_spec() = ProtoSpec("linear");
+    ASSERT_TRUE(stub->CreateSession(&ctx, req, &session).ok());
+  }
+  auto region = ClientSharedRegion::Create("linattn-test", 4096);
+  ASSERT_TRUE(region.ok());
+  grpc::ClientContext ctx;
+  v1::PrefillRequest req;
+  req.set_session_id(session.session_id());
+  req.set_tokens(1);
+  req.mutable_shared_memory()->set_path(region->path());
+  v1::PrefillResponse resp;
+  const grpc::Status s = stub->Prefill(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("shared_memory: this server takes no"));
+
+  testing::TempDir tmp;
+  const std::string log = tmp.Path("log");
+  EXPECT_EQ(ServerProcess::Start({"--shared-memory"}, log), nullptr);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("--shared-memory: needs --listen unix:PATH"));
+}
+
+// linattn-load --shared-memory: its prefills through regions, checked
+// session by session against the local recomputation.
+TEST_F(SharedMemoryTest, TheLoadToolsPrefillsThroughRegionsVerify) {
+  LoadOptions o;
+  o.server = server_->address();
+  o.sessions = 6;
+  o.steps = 10;
+  o.prefill = 300;
+  o.batch = 3;
+  o.duration_s = 120;
+  o.progress = false;
+  o.shared_memory = true;
+  auto summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->ok());
+  EXPECT_EQ(summary->prefill_tokens, 6u * 300u);
+  EXPECT_EQ(summary->verified_sessions, 6u);
+}
+
+}  // namespace
+}  // namespace linattn
