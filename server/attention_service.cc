@@ -1,10 +1,12 @@
 #include "server/attention_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -278,10 +280,41 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::Prefill(
 
 namespace {
 
+// A share of the bytes shared-memory Prefills may hold at once, returned
+// when it goes.
+class InFlightBytes {
+ public:
+  InFlightBytes(InFlightBytes&& other) noexcept
+      : counter_(std::move(other.counter_)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  InFlightBytes& operator=(InFlightBytes&&) = delete;
+  ~InFlightBytes() {
+    if (counter_ != nullptr) counter_->fetch_sub(bytes_);
+  }
+
+  // `bytes` more, unless that passes `limit`.
+  static std::optional<InFlightBytes> Take(
+      const std::shared_ptr<std::atomic<uint64_t>>& counter, uint64_t bytes,
+      uint64_t limit) {
+    uint64_t held = counter->load();
+    do {
+      if (bytes > limit || held > limit - bytes) return std::nullopt;
+    } while (!counter->compare_exchange_weak(held, held + bytes));
+    return InFlightBytes(counter, bytes);
+  }
+
+ private:
+  InFlightBytes(std::shared_ptr<std::atomic<uint64_t>> counter, uint64_t bytes)
+      : counter_(std::move(counter)), bytes_(bytes) {}
+  std::shared_ptr<std::atomic<uint64_t>> counter_;
+  uint64_t bytes_ = 0;
+};
+
 // A shared-memory Prefill's tensors, read out of the client's region, and
 // room for its outputs; they live until the call's last callback.
 struct SharedPrefillBuffers {
   SharedRegion region;
+  InFlightBytes share;
   std::unique_ptr<float[]> q, k, v, g, beta, output, denominator;
   std::vector<uint8_t> available;
 };
@@ -381,14 +414,25 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
       return FinishCall(ctx, s);
     }
   }
+  const uint64_t held = rows * (in_per_row + out_per_row) * sizeof(float);
+  std::optional<InFlightBytes> share = InFlightBytes::Take(
+      shared_bytes_in_flight_, held, shared_memory_.max_bytes_in_flight);
+  if (!share.has_value()) {
+    return FinishCall(
+        ctx, absl::ResourceExhaustedError(absl::StrCat(
+                 "shared_memory: the server holds as many shared-memory "
+                 "prefills' tensors as it takes at once (",
+                 shared_memory_.max_bytes_in_flight,
+                 " bytes, --transport-memory); this one needs ", held,
+                 "; try again when others are done")));
+  }
   if (absl::Status s = gate()->limiter().Take(TenantOf(ctx), T); !s.ok()) {
     return FinishCall(ctx, s);
   }
   ContextOf(ctx).tokens_in.fetch_add(T, std::memory_order_relaxed);
-  auto buffers = std::make_shared<SharedPrefillBuffers>(
-      SharedPrefillBuffers{.region = *std::move(region)});
+  auto buffers = std::make_shared<SharedPrefillBuffers>(SharedPrefillBuffers{
+      .region = *std::move(region), .share = *std::move(share)});
   SharedPrefillBuffers& b = *buffers;
-  absl::Status read;
   try {
     b.q = Floats(qk_floats);
     b.k = Floats(qk_floats);

@@ -7,6 +7,7 @@
 #ifndef LINATTN_SERVER_ATTENTION_SERVICE_H_
 #define LINATTN_SERVER_ATTENTION_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,9 +23,14 @@ namespace linattn {
 // Shared-memory tensors (PrefillRequest.shared_memory; docs/design.md,
 // "Shared-memory tensors"): off unless `enabled`, and then a Prefill's
 // tensors there total at most `max_tensor_bytes`, as a message's would.
+// The buffers such Prefills hold at once (inputs read out of the regions,
+// outputs before they are written back) stay within `max_bytes_in_flight`
+// (the transport's memory bound, which messages' tensors would count
+// against); a call beyond it is refused with RESOURCE_EXHAUSTED.
 struct SharedMemoryOptions {
   bool enabled = false;
   uint64_t max_tensor_bytes = 64 << 20;
+  uint64_t max_bytes_in_flight = uint64_t{1} << 30;
 };
 
 class AttentionServiceImpl final
@@ -90,6 +96,9 @@ class AttentionServiceImpl final
   Scheduler* const scheduler_;
   DurableStore* const store_;
   const SharedMemoryOptions shared_memory_;
+  // Bytes of shared-memory Prefills' buffers held now (≤ max_bytes_in_flight).
+  std::shared_ptr<std::atomic<uint64_t>> shared_bytes_in_flight_ =
+      std::make_shared<std::atomic<uint64_t>>(0);
   std::recursive_mutex streams_mu_;
   std::set<OpenStream*> streams_;  // guarded by streams_mu_
 };

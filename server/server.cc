@@ -135,9 +135,10 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
   server->service_ = std::make_unique<AttentionServiceImpl>(
       server->sessions_.get(), server->scheduler_.get(), &server->gate_,
       server->store_.get(),
-      SharedMemoryOptions{.enabled = options.shared_memory,
-                          .max_tensor_bytes = static_cast<uint64_t>(
-                              options.max_message_bytes)});
+      SharedMemoryOptions{
+          .enabled = options.shared_memory,
+          .max_tensor_bytes = static_cast<uint64_t>(options.max_message_bytes),
+          .max_bytes_in_flight = options.transport_memory_bytes});
   std::vector<std::shared_ptr<const Model>> models;
   for (const std::string& dir : options.models) {
     auto model = Model::Load(dir, "", options.weights);

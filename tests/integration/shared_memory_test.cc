@@ -346,6 +346,60 @@ TEST(SharedMemoryOff, RefusedWithoutTheFlagAndOnTcp) {
   EXPECT_THAT(text, HasSubstr("--shared-memory: needs --listen unix:PATH"));
 }
 
+// The buffers shared-memory prefills hold at once stay within
+// --transport-memory: a call that would pass it is refused, changing
+// nothing, and what a finished call held is returned (calls of just over
+// half the bound, one after another, all pass).
+TEST(SharedMemoryBound, BuffersInFlightStayWithinTheTransportBound) {
+  testing::TempDir tmp;
+  auto server =
+      ServerProcess::StartOn("unix:" + tmp.Path("linattn.sock"),
+                             {"--http-listen", "none", "--shared-memory",
+                              "--transport-memory", "1MiB"});
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::AttentionService::NewStub(server->Channel());
+  std::string id;
+  {
+    grpc::ClientContext ctx;
+    v1::CreateSessionRequest req;
+    *req.mutable_spec() = ProtoSpec("linear");
+    v1::Session session;
+    ASSERT_TRUE(stub->CreateSession(&ctx, req, &session).ok());
+    id = session.session_id();
+  }
+  const AttentionSpec spec = CoreSpec("linear");
+  // Per token: 2 heads × (3·8 in + 9 out) floats = 264 bytes.
+  constexpr uint64_t kBig = 4000, kHalf = 2000;  // 1,056,000 and 528,000
+  const testing::RuleTokens data = testing::RandomRuleTokens(spec, kBig, 3, {});
+  const Layout l = LayoutOf(spec, kBig);
+  auto region = ClientSharedRegion::Create("linattn-test", l.end);
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto prefill = [&](uint64_t T) {
+    grpc::ClientContext ctx;
+    v1::PrefillRequest req;
+    req.set_session_id(id);
+    req.set_tokens(T);
+    Place(spec, data, l, *region, req.mutable_shared_memory());
+    v1::PrefillResponse resp;
+    return stub->Prefill(&ctx, req, &resp);
+  };
+  const grpc::Status s = prefill(kBig);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("shared_memory: the server holds as many"));
+  EXPECT_THAT(s.error_message(), HasSubstr("this one needs 1056000"));
+  for (int i = 0; i < 4; ++i) {
+    const grpc::Status ok = prefill(kHalf);
+    EXPECT_TRUE(ok.ok()) << i << ": " << ok.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::InspectRequest req;
+  req.set_session_id(id);
+  v1::InspectResponse resp;
+  ASSERT_TRUE(stub->Inspect(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.position(), 4 * kHalf);
+}
+
 // linattn-load --shared-memory: its prefills through regions, checked
 // session by session against the local recomputation.
 TEST_F(SharedMemoryTest, TheLoadToolsPrefillsThroughRegionsVerify) {
