@@ -364,15 +364,18 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
   const uint64_t gates = GatesPerHead(spec);
   const bool beta = HasBeta(spec.rule);
   const absl::string_view rule = UpdateRuleName(spec.rule);
-  if (gates == 0 && shm.g_offset() != 0) {
-    return FinishCall(ctx, absl::InvalidArgumentError(
-                               absl::StrCat("shared_memory.g_offset: rule ",
-                                            rule, " takes no log-gates")));
+  if ((gates != 0) != shm.has_g_offset()) {
+    return FinishCall(
+        ctx, absl::InvalidArgumentError(
+                 absl::StrCat("shared_memory.g_offset: rule ", rule,
+                              gates != 0 ? " takes log-gates; give their offset"
+                                         : " takes no log-gates")));
   }
-  if (!beta && shm.beta_offset() != 0) {
+  if (beta != shm.has_beta_offset()) {
     return FinishCall(
         ctx, absl::InvalidArgumentError(absl::StrCat(
-                 "shared_memory.beta_offset: rule ", rule, " takes no beta")));
+                 "shared_memory.beta_offset: rule ", rule,
+                 beta ? " takes beta; give its offset" : " takes no beta")));
   }
   // Floats per token and head in and out: each side is bounded as the
   // request or response message carrying it would be, before anything is
@@ -414,7 +417,11 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
       return FinishCall(ctx, s);
     }
   }
-  const uint64_t held = rows * (in_per_row + out_per_row) * sizeof(float);
+  // Each call holds the region's descriptor too: it counts at least a
+  // 64th of the budget, so at most 64 such calls are in flight.
+  const uint64_t held =
+      std::max(rows * (in_per_row + out_per_row) * sizeof(float) + rows,
+               shared_memory_.max_bytes_in_flight / 64);
   std::optional<InFlightBytes> share = InFlightBytes::Take(
       shared_bytes_in_flight_, held, shared_memory_.max_bytes_in_flight);
   if (!share.has_value()) {
@@ -473,16 +480,24 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
       [reactor, response, raw, buffers = std::move(buffers), v_floats, rows,
        output_offset, denominator_offset, o = gate()->observability(),
        start = ContextOf(ctx).start](absl::Status status) mutable {
-        // The region's range was checked and cannot shrink: a write fails
-        // only on an I/O error of the kernel's, after the state advanced.
-        if (status.ok()) {
-          status = buffers->region.Write(
-              output_offset, v_floats * sizeof(float), buffers->output.get());
-        }
-        if (status.ok()) {
-          status =
-              buffers->region.Write(denominator_offset, rows * sizeof(float),
-                                    buffers->denominator.get());
+        // The prefill is applied. Should the region refuse the outputs
+        // now (the client sealed it against writes meanwhile), they go
+        // back in the response instead, so the call still succeeds whole.
+        if (status.ok() &&
+            !(buffers->region
+                  .Write(output_offset, v_floats * sizeof(float),
+                         buffers->output.get())
+                  .ok() &&
+              buffers->region
+                  .Write(denominator_offset, rows * sizeof(float),
+                         buffers->denominator.get())
+                  .ok())) {
+          response->set_output_bytes(
+              reinterpret_cast<const char*>(buffers->output.get()),
+              v_floats * sizeof(float));
+          response->set_denominator_bytes(
+              reinterpret_cast<const char*>(buffers->denominator.get()),
+              rows * sizeof(float));
         }
         const std::vector<uint8_t> available = std::move(buffers->available);
         buffers.reset();  // the region is closed with the call

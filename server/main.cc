@@ -325,8 +325,8 @@ int main(int argc, char** argv) {
                "take Prefill tensors from co-located clients' memfds "
                "(PrefillRequest.shared_memory: read and written by the "
                "server, no copy through the socket); needs --listen "
-               "unix:PATH. Any client of the socket can name any linattn "
-               "memfd of the server's user")
+               "unix:PATH, and not --api-keys: any client of the socket can "
+               "name any linattn memfd of the server's user")
       ->envname("LINATTN_SHARED_MEMORY");
   std::string metrics = "on";
   app.add_option("--metrics", metrics,

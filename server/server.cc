@@ -28,6 +28,13 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
         "--shared-memory: needs --listen unix:PATH (a region is named by a "
         "client on this machine, which connects through the socket)");
   }
+  if (options.shared_memory && !options.api_keys_file.empty()) {
+    // A client can name any linattn memfd the server can open, another
+    // tenant's among them.
+    return absl::InvalidArgumentError(
+        "--shared-memory: not with --api-keys (a client could name another "
+        "tenant's region; the socket's clients must trust each other)");
+  }
   if (absl::Status s = PrefillPrecisionSupported(options.prefill_precision);
       !s.ok()) {
     // The message names the field; here the flag it comes from.
@@ -280,11 +287,6 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     // Again just before binding: gRPC replaces whatever socket is at the
     // path, and the first check ran before the models loaded.
     LINATTN_RETURN_IF_ERROR(CheckCanListen(listen, "--listen"));
-    if (options.shared_memory && listen.unix_path.empty()) {
-      return absl::InvalidArgumentError(
-          "--shared-memory: needs --listen unix:PATH (a region is named by a "
-          "client on this machine, which connects through the socket)");
-    }
   }
   builder.AddListeningPort(listen.ToString(),
                            server->tls_ != nullptr

@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -12,7 +15,9 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace linattn {
 
@@ -21,22 +26,37 @@ namespace {
 // A memfd's link in /proc reads "/memfd:NAME (deleted)".
 constexpr absl::string_view kMemfdLink = "/memfd:";
 
-absl::Status Errno(absl::string_view field, const std::string& path,
-                   absl::string_view what, int err) {
-  const std::string message =
-      absl::StrCat(field, ": ", path, ": ", what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InvalidArgumentError(message);
-  }
+// Why a path is refused, without saying what is or is not there (a
+// client learns nothing of other processes' files from the answer).
+absl::Status NotARegion(absl::string_view field, const std::string& path,
+                        absl::string_view why = "") {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", path, " is not a memfd named ",
+                   kSharedRegionNamePrefix, "… that this server can open",
+                   why.empty() ? "" : " (", why, why.empty() ? "" : ")",
+                   "; name the client's memfd as /proc/<pid>/fd/<fd>"));
 }
 
-// Where a link points; false with errno set.
+// /proc/<pid>/fd/<fd>, with the pid; nothing else is opened at all.
+bool ProcFdPath(const std::string& path, uint64_t* pid) {
+  constexpr absl::string_view kProc = "/proc/";
+  absl::string_view rest(path);
+  if (!absl::ConsumePrefix(&rest, kProc)) return false;
+  const size_t slash = rest.find('/');
+  if (slash == absl::string_view::npos) return false;
+  const absl::string_view pid_text = rest.substr(0, slash);
+  rest.remove_prefix(slash);
+  if (!absl::ConsumePrefix(&rest, "/fd/")) return false;
+  auto digits = [](absl::string_view t) {
+    return !t.empty() && t.size() <= 10 && t[0] != '0' &&
+           std::all_of(t.begin(), t.end(),
+                       [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(pid_text) || !(digits(rest) || rest == "0")) return false;
+  return absl::SimpleAtoi(pid_text, pid);
+}
+
+// Where a link points; false when it cannot be read.
 bool LinkTarget(const std::string& link, std::string* target) {
   char buffer[PATH_MAX];
   const ssize_t n = readlink(link.c_str(), buffer, sizeof(buffer));
@@ -45,53 +65,55 @@ bool LinkTarget(const std::string& link, std::string* target) {
   return true;
 }
 
-absl::Status CheckName(absl::string_view field, const std::string& path,
-                       const std::string& target) {
-  if (!absl::StartsWith(target, kMemfdLink) ||
-      !absl::StartsWith(absl::string_view(target).substr(kMemfdLink.size()),
-                        kSharedRegionNamePrefix)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", path, " is ", target, ", not a memfd named ",
-                     kSharedRegionNamePrefix,
-                     "… (open the client's memfd as /proc/<pid>/fd/<fd>)"));
-  }
-  return absl::OkStatus();
+bool NamedRegion(const std::string& target) {
+  return absl::StartsWith(target, kMemfdLink) &&
+         absl::StartsWith(absl::string_view(target).substr(kMemfdLink.size()),
+                          kSharedRegionNamePrefix);
 }
+
+// Closes a descriptor when it goes.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
 
 }  // namespace
 
 absl::StatusOr<SharedRegion> SharedRegion::Open(absl::string_view field,
                                                 const std::string& path) {
-  if (path.empty() || path.size() >= PATH_MAX ||
-      path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field,
-        ": expected the path of the client's memfd (/proc/<pid>/fd/<fd>)"));
-  }
-  // The name first, so that nothing but a memfd is ever opened (opening a
-  // device can have effects of its own).
+  uint64_t pid = 0;
+  if (!ProcFdPath(path, &pid)) return NotARegion(field, path);
+  // A region this server holds open for another call is not the client's
+  // to name.
+  if (pid == static_cast<uint64_t>(getpid())) return NotARegion(field, path);
+  // O_PATH resolves the link without opening the file itself (no device's
+  // or FUSE file system's open runs, nothing can block); what it resolved
+  // to is checked through the descriptor, and only a memfd is then opened
+  // for reading and writing, through that same descriptor.
+  Fd located{open(path.c_str(), O_PATH | O_CLOEXEC)};
+  if (located.fd < 0) return NotARegion(field, path);
+  const std::string self = absl::StrCat("/proc/self/fd/", located.fd);
   std::string target;
-  if (!LinkTarget(path, &target)) {
-    return Errno(field, path, "not a link to a memfd", errno);
-  }
-  if (absl::Status s = CheckName(field, path, target); !s.ok()) return s;
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return Errno(field, path, "cannot open it", errno);
-  SharedRegion region(fd, 0);
-  // And again on what was opened: the client's fd may have changed since.
-  if (!LinkTarget(absl::StrCat("/proc/self/fd/", fd), &target)) {
-    return Errno(field, path, "cannot read what it opened", errno);
-  }
-  if (absl::Status s = CheckName(field, path, target); !s.ok()) return s;
   struct stat st;
-  if (fstat(fd, &st) != 0) return Errno(field, path, "fstat", errno);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", path, " is not a memfd"));
+  if (!LinkTarget(self, &target) || !NamedRegion(target) ||
+      fstat(located.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return NotARegion(field, path);
+  }
+  const int fd = open(self.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return NotARegion(field, path);
+  SharedRegion region(fd, 0);
+  struct stat opened;
+  struct statfs fs;
+  if (fstat(fd, &opened) != 0 || opened.st_dev != st.st_dev ||
+      opened.st_ino != st.st_ino || fstatfs(fd, &fs) != 0 ||
+      fs.f_type != TMPFS_MAGIC) {
+    // (hugetlbfs memfds take no write(2): the outputs could not go back.)
+    return NotARegion(field, path);
   }
   const int seals = fcntl(fd, F_GET_SEALS);
-  if (seals < 0) return Errno(field, path, "F_GET_SEALS", errno);
-  if ((seals & F_SEAL_SHRINK) == 0) {
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": ", path,
         " is not sealed against shrinking: create it with MFD_ALLOW_SEALING, "
@@ -108,7 +130,17 @@ absl::StatusOr<SharedRegion> SharedRegion::Open(absl::string_view field,
                      " is sealed against writes; the outputs are written "
                      "into the region"));
   }
-  region.size_ = static_cast<uint64_t>(st.st_size);
+  // All of it memory already, allocated by the client (fallocate, or
+  // written once): the outputs then go into pages charged to the client,
+  // not ones the server's writes would allocate.
+  if (static_cast<uint64_t>(opened.st_blocks) * 512 <
+      static_cast<uint64_t>(opened.st_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", path,
+        " is not all allocated; allocate it once (posix_fallocate, or write "
+        "every page) before naming it"));
+  }
+  region.size_ = static_cast<uint64_t>(opened.st_size);
   return region;
 }
 
@@ -179,16 +211,27 @@ absl::Status Copy(int fd, bool write, uint64_t offset, uint64_t bytes,
   absl::Status second;
   std::thread helper;
   try {
-    helper = std::thread([&] {
-      second =
-          Transfer(fd, write, offset + first, bytes - first, buffer + first);
+    helper = std::thread([&]() noexcept {
+      try {
+        second =
+            Transfer(fd, write, offset + first, bytes - first, buffer + first);
+      } catch (...) {  // only an error message's allocation can throw
+        second = absl::ResourceExhaustedError("out of memory");
+      }
     });
   } catch (const std::system_error&) {  // no thread to be had: one goes
     return Transfer(fd, write, offset, bytes, buffer);
   }
+  struct Joiner {  // joined whatever happens here
+    std::thread& thread;
+    ~Joiner() {
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{helper};
   absl::Status status = Transfer(fd, write, offset, first, buffer);
-  helper.join();
-  return status.ok() ? second : status;
+  if (!status.ok()) return status;
+  helper.join();  // before `second` is read
+  return second;
 }
 
 }  // namespace

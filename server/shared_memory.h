@@ -22,10 +22,13 @@ inline constexpr absl::string_view kSharedRegionNamePrefix = "linattn";
 
 class SharedRegion {
  public:
-  // Opens `path` (/proc/<pid>/fd/<fd> of the client's memfd) and checks
-  // it: a memfd whose name begins with kSharedRegionNamePrefix, sealed
-  // with F_SEAL_SHRINK and without F_SEAL_WRITE / F_SEAL_FUTURE_WRITE.
-  // Errors name `field` (the request's path field).
+  // Opens `path`, which must read /proc/<pid>/fd/<fd> with a pid other
+  // than this process's, and checks it: a memfd on tmpfs whose name begins
+  // with kSharedRegionNamePrefix, all of it allocated, sealed with
+  // F_SEAL_SHRINK and without F_SEAL_WRITE / F_SEAL_FUTURE_WRITE. The link is
+  // resolved with O_PATH and checked through that descriptor before anything is
+  // opened for reading or writing. Errors name `field` (the request's path
+  // field) and say nothing of what the path holds when it is not such a memfd.
   static absl::StatusOr<SharedRegion> Open(absl::string_view field,
                                            const std::string& path);
 
@@ -41,7 +44,8 @@ class SharedRegion {
   // multiple of 4 (float32); errors name `field`.
   absl::Status CheckRange(absl::string_view field, uint64_t offset,
                           uint64_t bytes) const;
-  // Copies a checked range out of the region, or into it.
+  // Copies a checked range out of the region, or into it (large ones on
+  // two threads).
   absl::Status Read(uint64_t offset, uint64_t bytes, void* to) const;
   absl::Status Write(uint64_t offset, uint64_t bytes, const void* from) const;
 

@@ -24,7 +24,10 @@ absl::StatusOr<ClientSharedRegion> ClientSharedRegion::Create(
         absl::StrCat("memfd_create: ", std::strerror(errno)));
   }
   ClientSharedRegion region(fd, nullptr, bytes);
+  // Every page allocated now (the server writes outputs only into memory
+  // the client already has), then sealed at that size.
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0 ||
       fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     return absl::InternalError(
         absl::StrCat("sizing and sealing the memfd: ", std::strerror(errno)));

@@ -3,7 +3,8 @@
 
 // A client's side of shared-memory tensors (PrefillRequest.shared_memory;
 // docs/design.md, "Shared-memory tensors"): a memfd named "linattn…",
-// sized once and sealed against shrinking and growing, mapped here. The
+// sized and allocated once and sealed against shrinking and growing,
+// mapped here. The
 // client writes a Prefill's inputs into it and reads the outputs the server
 // wrote after the call; the server opens it as path().
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "clients/common/shared_region.h"
@@ -31,32 +32,33 @@ using Stub = v1::AttentionService::Stub;
 
 constexpr uint32_t kHeads = 2, kDim = 8;
 
-v1::AttentionSpec ProtoSpec(const std::string& rule) {
+// The cases: "linear" (ELU+1, normalised), "gated_key" (the gated rule
+// with a log-gate per key channel) and "gated_delta" (gates and β).
+v1::AttentionSpec ProtoSpec(const std::string& name) {
   v1::AttentionSpec s;
   s.set_num_heads(kHeads);
   s.set_key_dim(kDim);
   s.set_value_dim(kDim);
-  s.set_rule(rule);
-  if (rule == "gated_delta") {
-    s.set_qk_l2norm(true);
-    s.set_scale(0.5f);
-  } else {
+  if (name == "linear") {
     s.set_feature_map("elu1");
+    return s;
   }
+  s.set_rule(name == "gated_key" ? "gated" : name);
+  if (name == "gated_key") s.set_gate("key");
+  s.set_qk_l2norm(name == "gated_delta");
+  s.set_scale(0.5f);
   return s;
 }
 
-AttentionSpec CoreSpec(const std::string& rule) {
-  AttentionSpec s{.rule = *ParseUpdateRule(rule),
-                  .num_heads = kHeads,
-                  .key_dim = kDim,
-                  .value_dim = kDim};
-  if (rule == "gated_delta") {
-    s.feature_map = FeatureMapKind::kIdentity;
-    s.unnormalized = true;
-    s.qk_l2norm = true;
-    s.scale = 0.5f;
-  }
+AttentionSpec CoreSpec(const std::string& name) {
+  AttentionSpec s{.num_heads = kHeads, .key_dim = kDim, .value_dim = kDim};
+  if (name == "linear") return s;
+  s.rule = *ParseUpdateRule(name == "gated_key" ? "gated" : name);
+  if (name == "gated_key") s.gate = GateShape::kKey;
+  s.feature_map = FeatureMapKind::kIdentity;
+  s.unnormalized = true;
+  s.qk_l2norm = name == "gated_delta";
+  s.scale = 0.5f;
   return s;
 }
 
@@ -141,10 +143,11 @@ class SharedMemoryTest : public ::testing::Test {
 
 // The same prefill as bytes in the message and through a region gives the
 // same bits: outputs and denominators (written into the region, none in the
-// response), availability, and the state; for the linear rule and for one
-// that takes gates and β. Long enough (200 tokens) for the chunkwise path.
+// response), availability, and the state; for the linear rule, the gated
+// rule with a gate per key channel, and one that takes gates and β. Long
+// enough (200 tokens) for the chunkwise path.
 TEST_F(SharedMemoryTest, APrefillThroughARegionGivesTheMessagesBits) {
-  for (const std::string rule : {"linear", "gated_delta"}) {
+  for (const std::string rule : {"linear", "gated_key", "gated_delta"}) {
     SCOPED_TRACE(rule);
     const AttentionSpec spec = CoreSpec(rule);
     constexpr uint64_t T = 200;
@@ -258,10 +261,27 @@ TEST_F(SharedMemoryTest, BadRegionsAndRangesAreRefusedNamingTheField) {
                               F_SEAL_SHRINK | F_SEAL_WRITE);
   const std::string gone = "/proc/" + std::to_string(getpid()) + "/fd/999999";
   using C = grpc::StatusCode;
-  refused(C::INVALID_ARGUMENT, "shared_memory.path: " + plain + ": not a link",
-          [&](auto& r) { r.mutable_shared_memory()->set_path(plain); });
-  refused(C::NOT_FOUND, "shared_memory.path: " + gone + ": not a link",
-          [&](auto& r) { r.mutable_shared_memory()->set_path(gone); });
+  // Paths that are not /proc/<pid>/fd/<fd> of a linattn memfd, named
+  // without a word about what they are: a file, a symlink whose target
+  // reads like a memfd's link, a descriptor that does not exist, a pipe
+  // (opened with O_PATH only: nothing blocks), and the server's own
+  // descriptors.
+  const std::string lookalike = files.Path("lookalike");
+  ASSERT_EQ(symlink("/memfd:linattn-x (deleted)", lookalike.c_str()), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const std::string a_pipe = "/proc/" + std::to_string(getpid()) + "/fd/" +
+                             std::to_string(pipe_fds[0]);
+  const std::string servers =
+      "/proc/" + std::to_string(server_->pid()) + "/fd/0";
+  for (const std::string& path : {plain, lookalike, gone, a_pipe, servers}) {
+    refused(C::INVALID_ARGUMENT,
+            "shared_memory.path: " + path +
+                " is not a memfd named linattn… that this server can open",
+            [&](auto& r) { r.mutable_shared_memory()->set_path(path); });
+  }
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
   refused(C::INVALID_ARGUMENT, "not sealed against shrinking", [&](auto& r) {
     r.mutable_shared_memory()->set_path(unsealed.path());
   });
@@ -271,6 +291,13 @@ TEST_F(SharedMemoryTest, BadRegionsAndRangesAreRefusedNamingTheField) {
   refused(C::INVALID_ARGUMENT, "sealed against writes", [&](auto& r) {
     r.mutable_shared_memory()->set_path(write_sealed.path());
   });
+  // A region not all allocated (half of it never written).
+  const RawMemfd holes("linattn-holes", l.end, F_SEAL_SHRINK);
+  ASSERT_EQ(pwrite(holes.fd, region->floats(0), l.output, 0),
+            static_cast<ssize_t>(l.output));
+  refused(C::INVALID_ARGUMENT,
+          "shared_memory.path: " + holes.path() + " is not all allocated",
+          [&](auto& r) { r.mutable_shared_memory()->set_path(holes.path()); });
   refused(C::INVALID_ARGUMENT, "shared_memory.v_offset: ", [&](auto& r) {
     r.mutable_shared_memory()->set_v_offset(l.end - 4);
   });
@@ -311,6 +338,115 @@ TEST_F(SharedMemoryTest, BadRegionsAndRangesAreRefusedNamingTheField) {
   EXPECT_EQ(Inspect(id).position(), T);
 }
 
+// The gates' and β's offsets are there exactly when the rule takes them
+// (an offset left out would otherwise read as 0, q's bytes).
+TEST_F(SharedMemoryTest, GateAndBetaOffsetsAreThereExactlyWhenTaken) {
+  const AttentionSpec spec = CoreSpec("gated_delta");
+  constexpr uint64_t T = 70;
+  const testing::RuleTokens data = testing::RandomRuleTokens(spec, T, 8, {});
+  const std::string id = Create("gated_delta");
+  const Layout l = LayoutOf(spec, T);
+  auto region = ClientSharedRegion::Create("linattn-test", l.end);
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto prefill =
+      [&](const std::function<void(v1::SharedMemoryTensors&)>& edit) {
+        grpc::ClientContext ctx;
+        v1::PrefillRequest req;
+        req.set_session_id(id);
+        req.set_tokens(T);
+        Place(spec, data, l, *region, req.mutable_shared_memory());
+        edit(*req.mutable_shared_memory());
+        v1::PrefillResponse resp;
+        return stub_->Prefill(&ctx, req, &resp);
+      };
+  grpc::Status s = prefill([](auto& m) { m.clear_g_offset(); });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("shared_memory.g_offset: rule gated_delta takes "
+                        "log-gates; give their offset"));
+  s = prefill([](auto& m) { m.clear_beta_offset(); });
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("shared_memory.beta_offset: rule gated_delta takes "
+                        "beta; give its offset"));
+  EXPECT_EQ(Inspect(id).position(), 0u);
+  s = prefill([](auto&) {});
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Inspect(id).position(), T);
+}
+
+// A region sealed against writes while the prefill runs (after the server
+// checked it) cannot take the outputs: the prefill is applied all the same
+// and the outputs come back in the response. The seal is added a few
+// milliseconds into a long prefill; a seal that lands before the check is
+// refused instead, and the attempt is made again.
+TEST_F(SharedMemoryTest, OutputsTheRegionRefusesComeBackInTheResponse) {
+#ifndef F_SEAL_FUTURE_WRITE
+  GTEST_SKIP() << "F_SEAL_FUTURE_WRITE is not defined here";
+#else
+  bool came_back = false;
+  for (int attempt = 0; attempt < 10 && !came_back; ++attempt) {
+    SCOPED_TRACE(attempt);
+    grpc::ClientContext create_ctx;
+    v1::CreateSessionRequest create;
+    v1::AttentionSpec* p = create.mutable_spec();
+    p->set_num_heads(8);
+    p->set_key_dim(64);
+    p->set_value_dim(64);
+    p->set_feature_map("elu1");
+    v1::Session session;
+    ASSERT_TRUE(stub_->CreateSession(&create_ctx, create, &session).ok());
+    const AttentionSpec spec{.num_heads = 8, .key_dim = 64, .value_dim = 64};
+    constexpr uint64_t T = 5000;
+    const testing::RuleTokens data =
+        testing::RandomRuleTokens(spec, T, 40 + attempt, {});
+    const Layout l = LayoutOf(spec, T);
+    auto region = ClientSharedRegion::Create("linattn-test", l.end);
+    ASSERT_TRUE(region.ok()) << region.status();
+    grpc::ClientContext ctx;
+    v1::PrefillRequest req;
+    req.set_session_id(session.session_id());
+    req.set_tokens(T);
+    Place(spec, data, l, *region, req.mutable_shared_memory());
+    v1::PrefillResponse resp;
+    std::thread sealer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 + 2 * attempt));
+      const int fd = open(region->path().c_str(), O_RDWR | O_CLOEXEC);
+      ASSERT_GE(fd, 0);
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), 0);
+      close(fd);
+    });
+    const grpc::Status s = stub_->Prefill(&ctx, req, &resp);
+    sealer.join();
+    if (!s.ok()) {  // sealed before the check
+      EXPECT_THAT(s.error_message(), HasSubstr("sealed against writes"));
+      EXPECT_EQ(Inspect(session.session_id()).position(), 0u);
+      continue;
+    }
+    EXPECT_EQ(resp.position(), T);
+    if (resp.output_bytes().empty()) continue;  // written before the seal
+    came_back = true;
+    // The same prefill through a message gives the same bits.
+    grpc::ClientContext c2;
+    v1::CreateSessionRequest create2 = create;
+    v1::Session other;
+    ASSERT_TRUE(stub_->CreateSession(&c2, create2, &other).ok());
+    grpc::ClientContext c3;
+    v1::PrefillRequest by_bytes;
+    by_bytes.set_session_id(other.session_id());
+    by_bytes.set_tokens(T);
+    by_bytes.set_q_bytes(Packed(data.q.data(), data.q.size()));
+    by_bytes.set_k_bytes(Packed(data.k.data(), data.k.size()));
+    by_bytes.set_v_bytes(Packed(data.v.data(), data.v.size()));
+    v1::PrefillResponse expected;
+    ASSERT_TRUE(stub_->Prefill(&c3, by_bytes, &expected).ok());
+    EXPECT_EQ(resp.output_bytes(), expected.output_bytes());
+    EXPECT_EQ(resp.denominator_bytes(), expected.denominator_bytes());
+  }
+  EXPECT_TRUE(came_back) << "no attempt sealed the region mid-prefill";
+#endif
+}
+
 // Without --shared-memory a server refuses such a Prefill; the flag itself
 // is refused on a TCP listener.
 TEST(SharedMemoryOff, RefusedWithoutTheFlagAndOnTcp) {
@@ -344,6 +480,18 @@ TEST(SharedMemoryOff, RefusedWithoutTheFlagAndOnTcp) {
   const std::string text((std::istreambuf_iterator<char>(in)),
                          std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("--shared-memory: needs --listen unix:PATH"));
+  // Nor with API keys: a tenant could name another tenant's region.
+  const std::string keys = tmp.Path("keys");
+  std::ofstream(keys) << "";
+  const std::string log2 = tmp.Path("log2");
+  EXPECT_EQ(
+      ServerProcess::StartOn("unix:" + tmp.Path("s.sock"),
+                             {"--shared-memory", "--api-keys", keys}, log2),
+      nullptr);
+  std::ifstream in2(log2);
+  const std::string text2((std::istreambuf_iterator<char>(in2)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_THAT(text2, HasSubstr("--shared-memory: not with --api-keys"));
 }
 
 // The buffers shared-memory prefills hold at once stay within
@@ -368,8 +516,9 @@ TEST(SharedMemoryBound, BuffersInFlightStayWithinTheTransportBound) {
     id = session.session_id();
   }
   const AttentionSpec spec = CoreSpec("linear");
-  // Per token: 2 heads × (3·8 in + 9 out) floats = 264 bytes.
-  constexpr uint64_t kBig = 4000, kHalf = 2000;  // 1,056,000 and 528,000
+  // Per token: 2 heads × (3·8 floats in, 9 out, 1 byte of availability)
+  // = 266 bytes.
+  constexpr uint64_t kBig = 4000, kHalf = 2000;  // 1,064,000 and 532,000
   const testing::RuleTokens data = testing::RandomRuleTokens(spec, kBig, 3, {});
   const Layout l = LayoutOf(spec, kBig);
   auto region = ClientSharedRegion::Create("linattn-test", l.end);
@@ -387,7 +536,7 @@ TEST(SharedMemoryBound, BuffersInFlightStayWithinTheTransportBound) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(),
               HasSubstr("shared_memory: the server holds as many"));
-  EXPECT_THAT(s.error_message(), HasSubstr("this one needs 1056000"));
+  EXPECT_THAT(s.error_message(), HasSubstr("this one needs 1064000"));
   for (int i = 0; i < 4; ++i) {
     const grpc::Status ok = prefill(kHalf);
     EXPECT_TRUE(ok.ok()) << i << ": " << ok.error_message();

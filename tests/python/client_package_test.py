@@ -626,6 +626,15 @@ class SharedMemory(InsideTest):
                                     **{n: x[0] for n, x in extra.items()})
                     self.assertEqual(one.output.shape, (self.H, self.DV))
                     self.assertEqual(one.position, T + 1)
+            # The server reads what the offsets name, so a g of the wrong
+            # shape is refused here, before anything is sent.
+            with client.create_session(num_heads=self.H, key_dim=self.DK, value_dim=self.DV,
+                                       rule="gated", gate="key") as s:
+                with self.assertRaises(linattn_client.InvalidArgument) as bad:
+                    s.prefill(q[:4], k[:4], v[:4], g=g[:4], shared_memory=True)
+                self.assertIn(f"g: rule gated takes log-gates of shape (4, {self.H}, {self.DK})",
+                              str(bad.exception))
+                self.assertEqual(s.info().position, 0)
         finally:
             client.close()
         # A server without --shared-memory refuses, naming the field.

@@ -12,8 +12,8 @@ _F32 = np.dtype("<f4")
 
 
 class Region:
-    """A memfd named linattn-python of `nbytes`, sealed against shrinking
-    and growing, mapped here; path is what the server opens. A context
+    """A memfd named linattn-python of `nbytes`, allocated and sealed
+    against shrinking and growing, mapped here; path is what the server opens. A context
     manager (closed on exit); arrays handed out by view() must be dropped
     before it closes."""
 
@@ -21,6 +21,9 @@ class Region:
         self.fd = os.memfd_create("linattn-python", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, nbytes)
+            # Every page allocated now: the server writes outputs only into
+            # memory the client already has.
+            os.posix_fallocate(self.fd, 0, nbytes)
             fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
             self.map = mmap.mmap(self.fd, nbytes)
         except BaseException:
@@ -34,8 +37,10 @@ class Region:
         return np.frombuffer(self.map, dtype=_F32, count=count, offset=offset).reshape(shape)
 
     def close(self):
-        self.map.close()
-        os.close(self.fd)
+        try:
+            self.map.close()
+        finally:
+            os.close(self.fd)
 
     def __enter__(self):
         return self

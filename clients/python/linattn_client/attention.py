@@ -296,6 +296,21 @@ class Session(_rpc.SessionHandle):
 
     def _prefill_shared(self, q, k, v, g, beta, single):
         T, H, dv = q.shape[0], self.spec.num_heads, self.spec.value_dim
+        # The server reads what the offsets name, so the shapes are checked
+        # here: a g or beta of another shape would read other tensors' bytes.
+        rule = self.spec.rule or "linear"
+        g_shape = ((T, H, self.spec.key_dim) if self.spec.gate == "key" else (T, H)) \
+            if rule in ("gated", "gated_delta") else None
+        beta_shape = (T, H) if rule in ("delta", "gated_delta") else None
+        for name, a, shape, what in (("g", g, g_shape, "log-gates"),
+                                     ("beta", beta, beta_shape, "beta")):
+            if shape is None and a is not None:
+                raise errors.error(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"{name}: rule {rule} takes no {what}")
+            if shape is not None and (a is None or a.shape != shape):
+                raise errors.error(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"{name}: rule {rule} takes {what} of shape {shape}, got "
+                                   f"{None if a is None else a.shape}")
         arrays = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
         outputs = {"output": (T, H, dv), "denominator": (T, H)}
         offsets, nbytes = _shared_memory.layout(arrays, outputs)
@@ -309,8 +324,13 @@ class Session(_rpc.SessionHandle):
             tensors.denominator_offset = offsets["denominator"]
             req = pb.PrefillRequest(session_id=self.id, tokens=T, shared_memory=tensors)
             resp = self._call(self._stub.Prefill, req)
-            output = region.view(offsets["output"], outputs["output"]).copy()
-            denominator = region.view(offsets["denominator"], outputs["denominator"]).copy()
+            if resp.output_bytes:  # the region took no write: they came back
+                output = _rpc.tensor(resp, "output", outputs["output"])
+                denominator = _rpc.tensor(resp, "denominator", outputs["denominator"])
+            else:
+                output = region.view(offsets["output"], outputs["output"]).copy()
+                denominator = region.view(offsets["denominator"],
+                                          outputs["denominator"]).copy()
         self.position = resp.position
         out = AttentionOutput(output=output, denominator=denominator,
                               available=_rpc.bools(resp.available, (T, H)),
