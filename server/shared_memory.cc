@@ -28,13 +28,11 @@ constexpr absl::string_view kMemfdLink = "/memfd:";
 
 // Why a path is refused, without saying what is or is not there (a
 // client learns nothing of other processes' files from the answer).
-absl::Status NotARegion(absl::string_view field, const std::string& path,
-                        absl::string_view why = "") {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": ", path, " is not a memfd named ",
-                   kSharedRegionNamePrefix, "… that this server can open",
-                   why.empty() ? "" : " (", why, why.empty() ? "" : ")",
-                   "; name the client's memfd as /proc/<pid>/fd/<fd>"));
+absl::Status NotARegion(absl::string_view field, const std::string& path) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": ", path, " is not a memfd named ", kSharedRegionNamePrefix,
+      "… that this server can open; name the client's memfd as "
+      "/proc/<pid>/fd/<fd>"));
 }
 
 // /proc/<pid>/fd/<fd>, with the pid; nothing else is opened at all.
