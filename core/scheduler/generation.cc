@@ -464,7 +464,7 @@ bool GenerationEngine::Runnable(const Queue& q) const {
     return false;  // waits for a request under way to give memory back
   }
   if (job.kind != Job::Kind::kGenerate || !job.started() ||
-      !job.control->paced()) {
+      !job.control->paced() || HasSideRequest(q)) {
     return true;
   }
   if (!abort_.ok() || cancelled) return true;
@@ -487,13 +487,109 @@ void GenerationEngine::Emit(Job& job, std::function<void()> event,
   if (counts) job.emitted++;
 }
 
+uint64_t GenerationEngine::KeptTokens(const Job& job) {
+  const uint64_t sampled = job.completion_tokens;
+  if (job.control->atomic()) return 0;
+  return job.control->paced() ? std::min(job.control->delivered(), sampled)
+                              : sampled;
+}
+
+ModelContextRef GenerationEngine::Visible(const Queue& q) const {
+  const ModelSession& s = *q.session;
+  const ModelContextRef own{s.state(), s.pending_token(), s.sampler()};
+  if (q.jobs.empty()) return own;
+  const Job& job = *q.jobs.front();
+  if (job.kind != Job::Kind::kGenerate || !job.started()) return own;
+  // The branches of EndCancelled, reading instead of moving.
+  const uint64_t sampled = job.completion_tokens;
+  const uint64_t kept = KeptTokens(job);
+  const ModelContextRef start{job.backup, job.backup_pending,
+                              job.backup_sampler};
+  if (kept == 0) return start;
+  if (kept < sampled) {
+    const Job::Rollback& r = job.rollback[kept % 2];
+    if (r.index != kept) return start;
+    return ModelContextRef{
+        r.state, r.token,
+        job.params.temperature > 0.0f
+            ? SamplerPosition{job.params.seed, job.first_draw + kept, true}
+            : s.sampler()};
+  }
+  // Every sampled token is kept: the last one is pending (not fed yet, or
+  // the final one, which is never fed).
+  if (job.finished_sampling()) return own;
+  return ModelContextRef{s.state(), job.feed.back(), s.sampler()};
+}
+
+bool GenerationEngine::HasSideRequest(const Queue& q) const {
+  if (q.jobs.size() < 2) return false;
+  const Job& head = *q.jobs.front();
+  if (head.kind != Job::Kind::kGenerate || !head.started() ||
+      head.awaiting_commit) {
+    return false;
+  }
+  const Job& next = *q.jobs[1];
+  return next.kind == Job::Kind::kFork ||
+         (next.kind == Job::Kind::kSnapshot && next.covered_seq == nullptr);
+}
+
+void GenerationEngine::AnswerSideRequests(Queue& q, Callbacks& callbacks) {
+  while (HasSideRequest(q)) {
+    Job& job = *q.jobs[1];
+    if (absl::Status gone = job.caller.Check(); !gone.ok()) {
+      job.Fail(gone, callbacks);
+    } else if (job.kind == Job::Kind::kFork) {
+      AnswerFork(job, *q.session, Visible(q), callbacks);
+    } else {
+      AnswerSnapshot(job, *q.session, Visible(q), callbacks);
+    }
+    q.jobs.erase(q.jobs.begin() + 1);
+    q.session->pending().fetch_sub(1);
+  }
+}
+
+void GenerationEngine::AnswerFork(Job& job, const ModelSession& s,
+                                  const ModelContextRef& context,
+                                  Callbacks& callbacks) {
+  auto forked = sessions_->ForkModelSession(s, context, job.new_id,
+                                            "new_session_id", job.tenant);
+  absl::StatusOr<ModelSessionInfo> result =
+      forked.ok() ? absl::StatusOr<ModelSessionInfo>(Describe(**forked))
+                  : forked.status();
+  // Callbacks run once this iteration's records are committed: the fork's
+  // create among them.
+  callbacks.push_back([cb = job.on_info, result, store = options_.store,
+                       sessions = sessions_,
+                       child = forked.ok() ? *forked : nullptr] {
+    if (store != nullptr && child != nullptr) {
+      if (absl::Status recorded = store->AwaitCreate(*sessions, *child);
+          !recorded.ok()) {
+        return cb(recorded);
+      }
+    }
+    cb(result);
+  });
+}
+
+void GenerationEngine::AnswerSnapshot(Job& job, const ModelSession& s,
+                                      const ModelContextRef& context,
+                                      Callbacks& callbacks) {
+  std::string blob = SerializeModelSnapshot(s.model(), context.state,
+                                            context.pending, context.sampler);
+  // A snapshot for the store is taken at the head of the queue: every
+  // record of the session the blob holds is committed by now (a request
+  // ahead of this one waited for its commit).
+  if (job.covered_seq != nullptr && options_.store != nullptr) {
+    *job.covered_seq = options_.store->CoveredPosition(s);
+  }
+  callbacks.push_back(
+      [cb = job.on_snapshot, blob = std::move(blob)] { cb(blob); });
+}
+
 void GenerationEngine::EndCancelled(Queue& q, Job& job, Callbacks& callbacks) {
   ModelSession& s = *q.session;
   const uint64_t sampled = job.completion_tokens;
-  const uint64_t delivered = job.control->atomic() ? 0
-                             : job.control->paced()
-                                 ? std::min(job.control->delivered(), sampled)
-                                 : sampled;
+  const uint64_t delivered = KeptTokens(job);
   bool changed = true;  // the context holds the prompt and delivered tokens
   if (delivered == 0 ||
       (delivered < sampled && job.rollback[delivered % 2].index != delivered)) {
@@ -663,41 +759,14 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
     return true;
   }
   switch (job.kind) {
-    case Job::Kind::kFork: {
-      auto forked = sessions_->ForkModelSession(s, job.new_id, "new_session_id",
-                                                job.tenant);
-      absl::StatusOr<ModelSessionInfo> result =
-          forked.ok() ? absl::StatusOr<ModelSessionInfo>(Describe(**forked))
-                      : forked.status();
-      // Callbacks run once this iteration's records are committed: the
-      // fork's create among them.
-      callbacks.push_back([cb = job.on_info, result, store = options_.store,
-                           sessions = sessions_,
-                           child = forked.ok() ? *forked : nullptr] {
-        if (store != nullptr && child != nullptr) {
-          if (absl::Status recorded = store->AwaitCreate(*sessions, *child);
-              !recorded.ok()) {
-            return cb(recorded);
-          }
-        }
-        cb(result);
-      });
+    case Job::Kind::kFork:
+      AnswerFork(job, s, Visible(q), callbacks);
       Pop(q);
       return true;
-    }
-    case Job::Kind::kSnapshot: {
-      std::string blob = SerializeModelSnapshot(s.model(), s.state(),
-                                                s.pending_token(), s.sampler());
-      // Every record of the session the blob holds is committed by now (a
-      // request ahead of this one waited for its commit).
-      if (job.covered_seq != nullptr && options_.store != nullptr) {
-        *job.covered_seq = options_.store->CoveredPosition(s);
-      }
-      callbacks.push_back(
-          [cb = job.on_snapshot, blob = std::move(blob)] { cb(blob); });
+    case Job::Kind::kSnapshot:
+      AnswerSnapshot(job, s, Visible(q), callbacks);
       Pop(q);
       return true;
-    }
     case Job::Kind::kDelete: {
       DurableStore* const store = options_.store;
       const uint64_t before = store != nullptr ? store->last_ticket() : 0;
@@ -759,6 +828,7 @@ bool GenerationEngine::Advance(Queue& q, std::vector<Row>& candidates,
       EndCancelled(q, job, callbacks);
       return true;
     }
+    AnswerSideRequests(q, callbacks);
     if (job.waiting && job.emitted <= job.control->delivered()) {
       Emit(job, std::move(job.waiting), callbacks,
            job.waiting_counts);  // its turn now

@@ -243,6 +243,30 @@ class GenerationEngine : private ComputeExecutor::Source {
             bool counts = true);
   // Under mu_: ends the cancelled (or aborted) Generate at the head of `q`.
   void EndCancelled(Queue& q, Job& job, Callbacks& callbacks);
+  // Of a started Generate's sampled tokens, those its caller has (what a
+  // cancel now keeps): none when atomic; paced, the delivered ones; else
+  // every one.
+  static uint64_t KeptTokens(const Job& job);
+  // Under mu_: the context of `q`'s session as its callers know it. With a
+  // Generate under way at the head, what a cancel now would leave: the
+  // prompt and the kept tokens, the last of them pending, and the random
+  // stream after them (nothing kept yet: the context it started from).
+  // Else the session's own.
+  ModelContextRef Visible(const Queue& q) const;
+  // Under mu_: a client's Fork or Snapshot waits right behind a Generate
+  // under way. It does not wait for the Generate to end: it is answered at
+  // the next token boundary from Visible(), so the fork (or a restore of
+  // the snapshot) continues exactly as the original does from there.
+  // (A snapshot for the durable store waits: its blob must cover every
+  // record of the session, the undelivered tokens' too.)
+  bool HasSideRequest(const Queue& q) const;
+  void AnswerSideRequests(Queue& q, Callbacks& callbacks);
+  // Under mu_: answers a Fork or a Snapshot from `context` (it leaves
+  // `job` in the queue).
+  void AnswerFork(Job& job, const ModelSession& s,
+                  const ModelContextRef& context, Callbacks& callbacks);
+  void AnswerSnapshot(Job& job, const ModelSession& s,
+                      const ModelContextRef& context, Callbacks& callbacks);
   // Under mu_: puts the session back where `job` found it (and publishes
   // that); recorded too if the job had recorded generated tokens.
   void RestoreBackup(ModelSession& s, Job& job);

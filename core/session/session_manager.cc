@@ -504,19 +504,29 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AdoptModelSession(
 absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
     const ModelSession& parent, absl::string_view requested_id,
     absl::string_view id_field, const Tenant& tenant) {
+  return ForkModelSession(
+      parent,
+      ModelContextRef{parent.state(), parent.pending_token(), parent.sampler()},
+      requested_id, id_field, tenant);
+}
+
+absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
+    const ModelSession& parent, const ModelContextRef& context,
+    absl::string_view requested_id, absl::string_view id_field,
+    const Tenant& tenant) {
   LINATTN_ASSIGN_OR_RETURN(
       SessionReservation reservation,
       Reserve(parent.shared_model(), requested_id, id_field, tenant));
   ModelState copy;
   try {
-    copy = parent.state().Copy();
+    copy = context.state.Copy();
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("memory: allocating ", parent.state_bytes(),
                      " bytes for the forked state failed"));
   }
-  return Commit(std::move(reservation), std::move(copy), parent.pending_token(),
-                parent.sampler(), requested_id, id_field);
+  return Commit(std::move(reservation), std::move(copy), context.pending,
+                context.sampler, requested_id, id_field);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(

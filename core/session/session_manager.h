@@ -177,6 +177,14 @@ class ModelSession final : public Session {
   SamplerPosition sampler_;
 };
 
+// A model session's context at one moment, by reference (what a fork or a
+// snapshot copies): its state, its pending token and its random stream.
+struct ModelContextRef {
+  const ModelState& state;
+  std::optional<int32_t> pending;
+  SamplerPosition sampler;
+};
+
 // What a durable store (or a metrics exporter) hears from the table, in
 // order for each session: OnCreated once it is in the table (created,
 // restored or forked; no other call about it comes first), OnStepped after
@@ -336,6 +344,12 @@ class SessionManager {
   // A copy of `parent`'s context (worker-only, as ForkSession).
   absl::StatusOr<std::shared_ptr<ModelSession>> ForkModelSession(
       const ModelSession& parent, absl::string_view requested_id,
+      absl::string_view id_field = "new_session_id", const Tenant& tenant = {});
+  // A copy of `context`, a context of `parent` other than its live one
+  // (what a Generate under way has delivered so far; worker-only).
+  absl::StatusOr<std::shared_ptr<ModelSession>> ForkModelSession(
+      const ModelSession& parent, const ModelContextRef& context,
+      absl::string_view requested_id,
       absl::string_view id_field = "new_session_id", const Tenant& tenant = {});
 
   // The two halves of the above, for callers that allocate the state

@@ -265,6 +265,94 @@ TEST_F(GenerationServiceTest, AppendForkSnapshotRestoreDelete) {
   }
 }
 
+// A session that is generating is snapshotted and forked at the next token
+// boundary, not after its Generate (a client checkpointing a long reply, or
+// forking a conversation mid-reply): both answer within a 2 s deadline while
+// the stream runs, and the fork and a restore of the snapshot continue
+// exactly as the original stream does from the token they hold, greedy and
+// seeded alike.
+TEST_F(GenerationServiceTest, SnapshotAndForkOfAGeneratingSessionAnswerAtOnce) {
+  for (const float temperature : {0.0f, 0.9f}) {
+    SCOPED_TRACE(temperature);
+    const auto s = Create();
+    grpc::ClientContext gen_ctx;
+    v1::GenerateRequest gen;
+    gen.set_session_id(s.session_id());
+    gen.set_prompt("And God said");
+    gen.mutable_sampling()->set_max_tokens(3000);
+    gen.mutable_sampling()->set_temperature(temperature);
+    gen.mutable_sampling()->set_seed(17);
+    auto reader = stub_->Generate(&gen_ctx, gen);
+    std::vector<v1::GenerateResponse> original;
+    v1::GenerateResponse r;
+    while (original.size() < 8 && reader->Read(&r)) original.push_back(r);
+    ASSERT_EQ(original.size(), 8u);
+
+    auto within = [](grpc::ClientContext& ctx) {
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(2));
+    };
+    std::string blob;
+    {
+      grpc::ClientContext ctx;
+      within(ctx);
+      v1::SnapshotModelSessionRequest req;
+      req.set_session_id(s.session_id());
+      v1::SnapshotModelSessionResponse resp;
+      const grpc::Status st = stub_->Snapshot(&ctx, req, &resp);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+      blob = resp.state();
+    }
+    v1::ModelSession fork;
+    {
+      grpc::ClientContext ctx;
+      within(ctx);
+      v1::ForkModelSessionRequest req;
+      req.set_session_id(s.session_id());
+      const grpc::Status st = stub_->Fork(&ctx, req, &fork);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+    }
+    v1::ModelSession restored;
+    {
+      grpc::ClientContext ctx;
+      v1::RestoreModelSessionRequest req;
+      req.set_state(blob);
+      ASSERT_TRUE(stub_->Restore(&ctx, req, &restored).ok());
+    }
+    while (reader->Read(&r)) original.push_back(r);
+    const grpc::Status finished = reader->Finish();
+    ASSERT_TRUE(finished.ok()) << finished.error_message();
+    ASSERT_EQ(original.size(), 3000u);
+
+    // Each holds the prompt and a prefix of the stream (at least what was
+    // read), and continues with the stream's next tokens.
+    auto continues = [&](const v1::ModelSession& session) {
+      auto at = std::find_if(original.begin(), original.end(),
+                             [&](const v1::GenerateResponse& m) {
+                               return m.position() == session.position();
+                             });
+      ASSERT_NE(at, original.end()) << "position " << session.position();
+      ASSERT_GE(at - original.begin(), 7);
+      const size_t more = std::min<size_t>(40, original.end() - std::next(at));
+      ASSERT_GT(more, 0u);
+      grpc::ClientContext ctx;
+      v1::GenerateRequest req;
+      req.set_session_id(session.session_id());
+      req.mutable_sampling()->set_max_tokens(more);
+      req.mutable_sampling()->set_temperature(temperature);
+      req.mutable_sampling()->set_resume_stream(temperature > 0.0f);
+      auto next = stub_->Generate(&ctx, req);
+      std::vector<int32_t> got, want;
+      while (next->Read(&r)) got.push_back(r.token_id());
+      ASSERT_TRUE(next->Finish().ok());
+      for (size_t i = 1; i <= more; ++i) want.push_back((at + i)->token_id());
+      EXPECT_EQ(got, want);
+    };
+    continues(fork);
+    continues(restored);
+  }
+}
+
 TEST_F(GenerationServiceTest, BadRequestsGetClearErrorsAndChangeNothing) {
   const auto s = Create();
   auto append = [&](const std::string& text, std::vector<int32_t> ids) {

@@ -601,6 +601,124 @@ TEST(GenerationTest, PacedCancelKeepsExactlyTheDeliveredTokens) {
   }
 }
 
+// A Fork or Snapshot of a session whose paced Generate is under way (and
+// whose client stopped reading) is answered at the next token boundary,
+// not after the Generate: from the tokens delivered so far, with the random
+// stream where they left it. The fork, and a restore of the snapshot, then
+// continue exactly as the original does from that token, greedy or seeded.
+TEST(GenerationTest, ForkAndSnapshotOfAGeneratingSessionContinueAsItDoes) {
+  GenerationEngine engine({Builtin()});
+  const std::string prompt = "And God said";
+  constexpr uint32_t kTokens = 24;
+  // Waits for a request a Generate under way must not hold up; a request
+  // that waited for the Generate's end would never be answered.
+  auto await = [](auto& future) {
+    return future.wait_for(std::chrono::seconds(30)) ==
+           std::future_status::ready;
+  };
+  struct Case {
+    const char* name;
+    SamplingParams params;
+    int deliver;  // messages delivered before the fork and snapshot
+  };
+  const SamplingParams greedy{.max_tokens = kTokens};
+  const SamplingParams seeded{.temperature = 0.9f,
+                              .top_k = 40,
+                              .top_p = 0.95f,
+                              .seed = 11,
+                              .max_tokens = kTokens};
+  for (const Case& c : {Case{"greedy", greedy, 5}, Case{"seeded", seeded, 5},
+                        Case{"greedy, nothing delivered", greedy, 0},
+                        Case{"seeded, nothing delivered", seeded, 0}}) {
+    SCOPED_TRACE(c.name);
+    auto s = engine.CreateSession("", "").value();
+    auto control = std::make_shared<GenerateControl>(/*paced=*/true);
+    Collector original;
+    std::promise<void> stalled;  // the first undelivered message came
+    std::atomic<bool> reading{false};
+    int tokens = 0;
+    original.OnEvent([&](const GenerateEvent& e) {
+      if (e.token_id < 0) return;
+      if (++tokens <= c.deliver || reading.load()) {
+        engine.Delivered(*control);
+      } else if (tokens == c.deliver + 1) {
+        stalled.set_value();
+      }
+    });
+    engine.Generate(s.session_id, Bytes(prompt), c.params, original.Callback(),
+                    control);
+    stalled.get_future().wait();
+
+    std::promise<PlainResult<ModelSessionInfo>> forked;
+    engine.Fork(s.session_id, "", [&](absl::StatusOr<ModelSessionInfo> r) {
+      forked.set_value(PlainResult<ModelSessionInfo>(r));
+    });
+    std::promise<PlainResult<std::string>> snapshotted;
+    engine.Snapshot(s.session_id, [&](absl::StatusOr<std::string> r) {
+      snapshotted.set_value(PlainResult<std::string>(r));
+    });
+    auto fork_future = forked.get_future();
+    auto snapshot_future = snapshotted.get_future();
+    ASSERT_TRUE(await(fork_future)) << "the fork waited for the Generate";
+    ASSERT_TRUE(await(snapshot_future))
+        << "the snapshot waited for the Generate";
+    auto fork = fork_future.get().ToStatusOr();
+    auto blob = snapshot_future.get().ToStatusOr();
+    ASSERT_TRUE(fork.ok()) << fork.status();
+    ASSERT_TRUE(blob.ok()) << blob.status();
+    const uint64_t kept = c.deliver == 0 ? 0 : prompt.size() + c.deliver;
+    EXPECT_EQ(fork->position, kept);
+    auto restored = engine.Restore(*blob, "");
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(restored->position, kept);
+
+    // The original goes on to its end.
+    reading.store(true);
+    engine.Delivered(*control);  // the message it stalled on
+    const Generated whole = original.Wait();
+    ASSERT_TRUE(whole.status.ok()) << whole.status;
+    ASSERT_EQ(whole.ids.size(), kTokens);
+    const std::vector<int32_t> rest(whole.ids.begin() + c.deliver,
+                                    whole.ids.end());
+
+    // The fork and the restored session continue it: the rest of the
+    // tokens (nothing delivered: the prompt again, from the start).
+    SamplingParams more = c.params;
+    more.max_tokens = kTokens - c.deliver;
+    more.resume_stream = c.params.temperature > 0.0f && c.deliver > 0;
+    const std::string again = c.deliver == 0 ? prompt : "";
+    EXPECT_EQ(Generate(engine, fork->session_id, again, more).ids, rest);
+    EXPECT_EQ(Generate(engine, restored->session_id, again, more).ids, rest);
+  }
+}
+
+// An all-or-nothing Generate (a non-streamed completion) has given its
+// caller nothing until it ends: a snapshot meanwhile is the session as it
+// was before it, and the snapshot does not wait for it.
+TEST(GenerationTest, SnapshotBesideAnAtomicGenerateIsTheContextBeforeIt) {
+  GenerationEngine engine({Builtin()});
+  auto s = engine.CreateSession("", "").value();
+  ASSERT_TRUE(Append(engine, s.session_id, Bytes("Hear, O Israel")).ok());
+  const std::string before = Snapshot(engine, s.session_id).value();
+  auto control = std::make_shared<GenerateControl>(/*paced=*/true,
+                                                   /*atomic=*/true);
+  Collector generating;
+  std::promise<void> first;
+  int tokens = 0;
+  generating.OnEvent([&](const GenerateEvent& e) {
+    if (e.token_id >= 0 && ++tokens == 3) first.set_value();
+    if (e.token_id >= 0 && tokens < 3) engine.Delivered(*control);
+  });
+  engine.Generate(s.session_id, Bytes(" the LORD"),
+                  SamplingParams{.max_tokens = 100000}, generating.Callback(),
+                  control);
+  first.get_future().wait();
+  EXPECT_EQ(Snapshot(engine, s.session_id).value(), before);
+  engine.Cancel(*control);
+  EXPECT_EQ(generating.Wait().reason, "cancelled");
+  EXPECT_EQ(Snapshot(engine, s.session_id).value(), before);
+}
+
 // A Delete does not wait behind a paced Generate whose messages are never
 // delivered (a client that stopped reading): it cancels it.
 TEST(GenerationTest, DeleteCancelsAGenerateWaitingForDelivery) {
