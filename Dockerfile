@@ -3,7 +3,7 @@
 #
 #   podman build -t linattn .          (or docker build)
 #   KEY=$(deploy/make-api-keys.sh api-keys.json me)   # hashes only
-#   podman run -p 50051:50051 -p 8080:8080 \
+#   podman run -p 50051:50051 -p 8080:8080 -v linattn-state:/var/lib/linattn \
 #     -v ./api-keys.json:/etc/linattn/api-keys.json:ro \
 #     -e LINATTN_API_KEYS=/etc/linattn/api-keys.json linattn   (gRPC, HTTP)
 # The server listens on 0.0.0.0 here, so it refuses to start without keys
@@ -33,10 +33,15 @@ RUN apt-get update -qq \
 # model, share/doc/linattn/ with the LICENSE); the programs find the model
 # and the SentencePiece module relative to themselves.
 COPY --from=build /opt/linattn /usr/local
-# Where durable sessions go when LINATTN_STATE_DIR=/var/lib/linattn is set
-# (a volume mounted here starts owned by the server's user).
+# Sessions are durable in the volume /var/lib/linattn (every change is
+# there, fsynced, before it is acknowledged; a volume mounted here starts
+# owned by the server's user): a restart of the container keeps them.
+# LINATTN_STATE_DIR=none keeps them in memory only; replicas sharing Redis
+# (LINATTN_STATE_STORE) set it to none too.
 USER linattn
-ENV LINATTN_LISTEN=0.0.0.0:50051 LINATTN_HTTP_LISTEN=0.0.0.0:8080
+ENV LINATTN_LISTEN=0.0.0.0:50051 LINATTN_HTTP_LISTEN=0.0.0.0:8080 \
+    LINATTN_STATE_DIR=/var/lib/linattn
+VOLUME /var/lib/linattn
 EXPOSE 50051 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
   CMD ["linattn", "health", "--server", "127.0.0.1:50051"]

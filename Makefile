@@ -25,10 +25,14 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
-# The server on its built-in defaults (127.0.0.1:50051; LINATTN_* variables
-# and flags change them, see linattn-server --help). Ctrl-C drains it.
+# The server on its built-in defaults (127.0.0.1:50051, HTTP on
+# 127.0.0.1:8080), its sessions durable in $XDG_STATE_HOME/linattn
+# (~/.local/state/linattn; scripts/run-server.sh). LINATTN_* variables and
+# ARGS="--flag value ..." change them (LINATTN_STATE_DIR=none: memory only;
+# see linattn-server --help). Ctrl-C drains it.
+ARGS ?=
 run: build
-	$(BUILD_DIR)/bin/linattn-server
+	bash scripts/run-server.sh $(BUILD_DIR)/bin/linattn-server $(ARGS)
 
 # ctest runs JOBS test processes at once on as many cores: OpenMP workers
 # that spin after each parallel region would take the cores from the other

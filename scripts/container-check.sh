@@ -144,9 +144,10 @@ rm -rf "$tmp"
 # (podman without systemd logs that it has no healthcheck timer to remove.)
 podman stop -t 10 "$name" >/dev/null 2>&1
 
-# Durable sessions in a volume: sessions written by one container, killed
-# with SIGKILL, are all there in the next one (at least at their
-# acknowledged step, bit for bit), and again after a SIGTERM'd one.
+# Durable sessions in a volume, as the image keeps them by default (no
+# LINATTN_STATE_DIR given): sessions written by one container, killed with
+# SIGKILL, are all there in the next one (at least at their acknowledged
+# step, bit for bit), and again after a SIGTERM'd one.
 load_bin=$(dirname "$client")/linattn-load
 volume=linattn-check-state-$$
 ledger=$(mktemp)
@@ -159,8 +160,7 @@ trap 'cleanup; durable_cleanup' EXIT
 start_durable() {
   podman rm -f "$name-durable" >/dev/null 2>&1 || true
   podman run -d --name "$name-durable" -p "127.0.0.1:$port:50051" \
-    -v "$volume:/var/lib/linattn" -e LINATTN_STATE_DIR=/var/lib/linattn \
-    -e LINATTN_MODEL=none "${keys_mount[@]}" "$image" >/dev/null
+    -v "$volume:/var/lib/linattn" -e LINATTN_MODEL=none "${keys_mount[@]}" "$image" >/dev/null
   for _ in $(seq 1 60); do
     if "$client" health --server "127.0.0.1:$port" --timeout 1 >/dev/null 2>&1; then return; fi
     sleep 0.5

@@ -224,8 +224,10 @@ int main(int argc, char** argv) {
                  "keep sessions durable in this directory: every change is "
                  "recorded there before it is acknowledged, and at start every "
                  "session is recovered from it before the server serves "
-                 "(docs/design.md, \"Durable sessions\"); default: sessions "
-                 "live in memory only")
+                 "(docs/design.md, \"Durable sessions\"); one server per "
+                 "directory. none (the default of this binary; `make run` "
+                 "and the container give one): sessions live in memory only, "
+                 "and a restart loses them")
       ->envname("LINATTN_STATE_DIR");
   std::string durability = "always";
   app.add_option("--durability", durability,
@@ -273,14 +275,18 @@ int main(int argc, char** argv) {
                  "stops routing sessions here before the listener closes "
                  "(deploy/haproxy); default: none")
       ->envname("LINATTN_HAPROXY_AGENT_LISTEN");
-  options.http_listen = "127.0.0.1:8080";
-  app.add_option("--http-listen", options.http_listen,
-                 "HOST:PORT of the HTTP listener (OpenAI's API: /v1/models, "
-                 "/v1/completions, /v1/chat/completions, /v1/responses; "
-                 "/v1/sessions; /health, /tokenize, /detokenize; the explorer "
-                 "page at /), or none")
-      ->envname("LINATTN_HTTP_LISTEN")
-      ->capture_default_str();
+  CLI::Option* http_listen =
+      app.add_option("--http-listen", options.http_listen,
+                     "HOST:PORT of the HTTP listener (OpenAI's API: "
+                     "/v1/models, /v1/completions, /v1/chat/completions, "
+                     "/v1/responses; /v1/sessions; /health, /tokenize, "
+                     "/detokenize; the explorer page at /), or none. "
+                     "Default: 127.0.0.1:8080, following --listen: its host "
+                     "when a loopback one, and port 8080 + (P - 50051) for "
+                     "--listen HOST:P with P >= 50051 (a free port for P = "
+                     "0), so servers side by side on their own --listen "
+                     "ports get their own HTTP ports")
+          ->envname("LINATTN_HTTP_LISTEN");
   app.add_option("--http-threads", options.http_threads,
                  "requests the HTTP listener serves at once (a streamed "
                  "completion holds one for its length); completions, chats "
@@ -382,6 +388,13 @@ int main(int argc, char** argv) {
   }
   options.idle_ttl =
       std::chrono::milliseconds(static_cast<int64_t>(idle_ttl_s * 1000));
+  if (options.durable.dir == "none") options.durable.dir.clear();
+  if (http_listen->count() == 0) {
+    // (--listen was checked by its validator.)
+    options.http_listen = linattn::DefaultHttpListen(
+        *linattn::ParseListenAddress(options.listen, "--listen",
+                                     /*allow_unix=*/true));
+  }
   options.durable.durability = *linattn::ParseDurability(durability);
   options.durable.sync_interval = std::chrono::milliseconds(sync_interval_ms);
   if (!options.shared.url.empty()) {
@@ -419,6 +432,18 @@ int main(int argc, char** argv) {
       linattn::FormatByteSize(options.sessions.max_state_bytes), idle_ttl_s);
   if ((*server)->http_port() != 0) {
     spdlog::info("HTTP on port {}", (*server)->http_port());
+  }
+  // Where sessions live, said once at start: a server whose sessions a
+  // restart loses says so.
+  if (!options.durable.dir.empty()) {
+    spdlog::info("sessions are durable in {} (--durability {})",
+                 std::filesystem::absolute(options.durable.dir).string(),
+                 durability);
+  } else if (options.shared.url.empty()) {
+    spdlog::warn(
+        "sessions live in memory only: a restart loses them (--state-dir "
+        "DIR keeps them; `make run` keeps them in "
+        "$XDG_STATE_HOME/linattn)");
   }
   if (!http_port_file.empty()) {
     std::ofstream(http_port_file) << (*server)->http_port() << "\n";

@@ -111,7 +111,8 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
     if (!durable.dir.empty()) {
       return absl::InvalidArgumentError(
           "--state-store: sessions are kept in the state store or in "
-          "--state-dir, not both; give one");
+          "--state-dir (LINATTN_STATE_DIR), not both; give one (--state-dir "
+          "none turns the directory off)");
     }
     auto shared = SharedStore::Open(options.shared);
     if (!shared.ok()) {

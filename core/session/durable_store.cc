@@ -191,6 +191,8 @@ absl::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(
     return absl::InvalidArgumentError("state dir: must not be empty");
   }
   std::unique_ptr<DurableStore> store(new DurableStore(std::move(options)));
+  LINATTN_ASSIGN_OR_RETURN(store->lock_,
+                           StateDirLock::Acquire(store->options_.dir));
   LINATTN_RETURN_IF_ERROR(store->files_.Open());
   std::error_code ec;
   std::filesystem::create_directories(store->journal_dir_, ec);

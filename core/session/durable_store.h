@@ -100,6 +100,7 @@
 #include "core/session/session_manager.h"
 #include "core/session/shared_store.h"
 #include "core/session/snapshot_files.h"
+#include "core/session/state_dir_lock.h"
 
 namespace linattn {
 
@@ -432,6 +433,8 @@ class DurableStore final : public SessionObserver, public SessionGate {
       const Session& session);
 
   const DurableStoreOptions options_;
+  // The state dir's, held while the store is open (released last).
+  StateDirLock lock_;
   const std::string journal_dir_;
   SnapshotFiles files_;
 

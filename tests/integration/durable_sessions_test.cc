@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -28,6 +29,7 @@ namespace linattn {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadLog(const std::string& path) { return testing::ReadFile(path); }
 
@@ -202,6 +204,92 @@ TEST(DurableSessions, ModelSessionsContinueAsAnUncrashedTwinAfterKillNine) {
     std::cout << id << ": " << received[i].size() << " tokens received, "
               << extra << " recorded beyond them\n";
   }
+}
+
+// `make run` (scripts/run-server.sh) keeps sessions in the user's state
+// directory: attention sessions with their acknowledged steps and model
+// sessions with their contexts are all there after kill -9; a second server
+// on the same directory is refused naming the flag; --state-dir none keeps
+// sessions in memory only.
+TEST(DurableSessions, MakeRunKeepsSessionsInTheUsersStateDirAcrossKillNine) {
+  testing::TempDir tmp;
+  const std::string xdg = tmp.Path("xdg");
+  auto start = [&](std::vector<std::string> flags, const std::string& log) {
+    flags.insert(flags.end(), {"--model", LINATTN_BUILTIN_MODEL_DIR});
+    return testing::ServerProcess::Start(
+        flags, log,
+        {"/usr/bin/env", "-u", "LINATTN_STATE_DIR", "XDG_STATE_HOME=" + xdg,
+         "/bin/bash", LINATTN_SOURCE_DIR "/scripts/run-server.sh"});
+  };
+  const std::string ledger = tmp.Path("ledger.json");
+  auto server = start({}, tmp.Path("server.log"));
+  ASSERT_NE(server, nullptr) << ReadLog(tmp.Path("server.log"));
+  LoadOptions o = CrashLoad(*server, ledger);
+  o.sessions = 20;
+  o.steps = 50;
+  auto summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(summary->steps, 1000u);
+  const std::string text = "Honour thy father and thy mother";
+  std::map<std::string, uint64_t> positions;
+  {
+    auto generation = v1::GenerationService::NewStub(server->Channel());
+    for (int i = 0; i < 5; ++i) {
+      const std::string id = "m" + std::to_string(i);
+      grpc::ClientContext create_ctx;
+      v1::CreateModelSessionRequest create;
+      create.set_session_id(id);
+      v1::ModelSession s;
+      ASSERT_TRUE(generation->CreateSession(&create_ctx, create, &s).ok());
+      grpc::ClientContext ctx;
+      v1::AppendRequest req;
+      req.set_session_id(id);
+      req.set_text(text.substr(0, 10 + 4 * i));
+      ASSERT_TRUE(generation->Append(&ctx, req, &s).ok());
+      positions[id] = s.position();
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(xdg + "/linattn/lock"));
+  EXPECT_THAT(ReadLog(tmp.Path("server.log")),
+              Not(HasSubstr("sessions live in memory only")));
+
+  // One server per directory: the second is refused, saying what to give.
+  auto second = start({}, tmp.Path("second.log"));
+  EXPECT_EQ(second, nullptr);
+  EXPECT_THAT(ReadLog(tmp.Path("second.log")),
+              HasSubstr("is in use by another linattn-server"));
+  EXPECT_THAT(ReadLog(tmp.Path("second.log")), HasSubstr("--state-dir"));
+
+  server->Kill();
+  server = start({}, tmp.Path("server2.log"));
+  ASSERT_NE(server, nullptr) << ReadLog(tmp.Path("server2.log"));
+  auto check = CheckLedger(CrashLoad(*server, ledger));
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_TRUE(check->ok()) << LedgerCheckText(*check);
+  EXPECT_EQ(check->sessions, 20u);
+  auto generation = v1::GenerationService::NewStub(server->Channel());
+  for (const auto& [id, position] : positions) {
+    grpc::ClientContext ctx;
+    v1::GetModelSessionRequest req;
+    req.set_session_id(id);
+    v1::ModelSession recovered;
+    ASSERT_TRUE(generation->GetSession(&ctx, req, &recovered).ok()) << id;
+    EXPECT_EQ(recovered.position(), position) << id;
+  }
+  server.reset();
+
+  // --state-dir none: memory only, nothing of the directory is read.
+  server = start({"--state-dir", "none"}, tmp.Path("server3.log"));
+  ASSERT_NE(server, nullptr) << ReadLog(tmp.Path("server3.log"));
+  generation = v1::GenerationService::NewStub(server->Channel());
+  grpc::ClientContext ctx;
+  v1::GetModelSessionRequest req;
+  req.set_session_id("m0");
+  v1::ModelSession gone;
+  EXPECT_EQ(generation->GetSession(&ctx, req, &gone).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(ReadLog(tmp.Path("server3.log")),
+              HasSubstr("sessions live in memory only"));
 }
 
 TEST(DurableSessions, AFullDiskFailsStepsAndLosesNothingAcknowledged) {

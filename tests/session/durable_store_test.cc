@@ -458,6 +458,24 @@ TEST(DurableStore, AFullDiskFailsTheCommitAndKeepsWhatWasCommitted) {
   EXPECT_EQ(d->table->FindAttention("a").value()->position(), acknowledged);
 }
 
+// One server per state dir: a second store on a directory in use is refused,
+// naming the holder and the flag, and the directory is free again once the
+// first store closes. (A crash frees it too, the lock going with the
+// process: tests/integration/durable_sessions_test.cc.)
+TEST(DurableStore, ADirectoryInUseIsRefusedUntilItsStoreCloses) {
+  testing::TempDir tmp;
+  auto first = DurableStore::Open({.dir = tmp.Path("state")});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = DurableStore::Open({.dir = tmp.Path("state")});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("(pid ", getpid(), ")")));
+  EXPECT_THAT(second.status().message(), HasSubstr("--state-dir"));
+  first->reset();
+  EXPECT_TRUE(DurableStore::Open({.dir = tmp.Path("state")}).ok());
+}
+
 TEST(Crc32c, MatchesTheCheckValueAndTheSoftwareLoop) {
   EXPECT_EQ(Crc32c("123456789"), 0xe3069283u);  // the CRC-32C check value
   std::mt19937 rng(2);
