@@ -150,6 +150,20 @@ absl::Status CheckCanListenUnix(const ListenAddress& address,
 
 }  // namespace
 
+std::string DefaultHttpListen(const ListenAddress& grpc) {
+  if (grpc.is_unix()) return absl::StrCat("127.0.0.1:", kDefaultHttpPort);
+  const std::string host = grpc.IsLoopback() ? grpc.host : "127.0.0.1";
+  uint32_t port = kDefaultHttpPort;
+  if (grpc.port == 0) {
+    port = 0;
+  } else if (grpc.port >= kDefaultGrpcPort) {
+    const uint32_t derived = uint32_t{kDefaultHttpPort} +
+                             (uint32_t{grpc.port} - uint32_t{kDefaultGrpcPort});
+    if (derived <= 65535u) port = derived;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
 absl::Status CheckCanListen(const ListenAddress& address,
                             absl::string_view flag) {
   if (address.is_unix()) return CheckCanListenUnix(address, flag);
@@ -169,7 +183,8 @@ absl::Status CheckCanListen(const ListenAddress& address,
                    ? absl::FailedPreconditionError(absl::StrCat(
                          flag, ": ", address.ToString(),
                          " is already in use (is another linattn-server "
-                         "running there?)"))
+                         "running there? give this one its own ",
+                         flag, " HOST:PORT)"))
                    : absl::UnavailableError(absl::StrCat(
                          flag, ": cannot bind ", address.ToString(), ": ",
                          std::strerror(error)));

@@ -40,6 +40,17 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text,
                                                  absl::string_view flag,
                                                  bool allow_unix = false);
 
+// The HTTP listener's address when --http-listen is not given, from the
+// gRPC listener's, so that servers started side by side with their own
+// --listen ports get their own HTTP ports too: on the gRPC host when that
+// is a loopback one (else 127.0.0.1: HTTP is opened to the network only by
+// naming it), at port 8080 + (P − 50051) for a gRPC port P ≥ 50051 (50051
+// → 8080, 50052 → 8081, …), a free port for P = 0, and 8080 for any other
+// port and for a unix socket.
+inline constexpr uint16_t kDefaultGrpcPort = 50051;
+inline constexpr uint16_t kDefaultHttpPort = 8080;
+std::string DefaultHttpListen(const ListenAddress& grpc);
+
 // The address's host resolved for a passive TCP socket (getaddrinfo),
 // INVALID_ARGUMENT naming `flag` when it cannot be.
 using AddressList = std::unique_ptr<addrinfo, void (*)(addrinfo*)>;

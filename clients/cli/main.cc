@@ -2,10 +2,12 @@
 //   linattn explain --preset general|negative [--feature-map MAP]
 //     [--prefix N] [--json]
 //   linattn attend --q Q.npy --k K.npy --v V.npy --out Y.npy [options]
-//   linattn generate --server ADDR [--max-tokens N] [--temperature T]
+//   linattn generate [--server ADDR] [--max-tokens N] [--temperature T]
 //     [--seed S] "prompt"
-//   linattn health --server ADDR
-//   linattn sessions list|delete --server ADDR [ID ...]
+//   linattn health [--server ADDR]
+//   linattn sessions list|delete [--server ADDR] [ID ...]
+// --server defaults to $LINATTN_SERVER, else 127.0.0.1:50051 (the server
+// `make run` starts).
 // Every command that talks to a server also takes the connection flags of
 // clients/common/connection.h: --tls-ca, --tls-cert, --tls-key,
 // --tls-server-name and --api-key-file (or LINATTN_API_KEY).
@@ -75,9 +77,7 @@ int main(int argc, char** argv) {
   double health_timeout = 2.0;
   CLI::App* he = app.add_subcommand(
       "health", "Check a server's grpc.health.v1 status; exit 0 when SERVING");
-  he->add_option("--server", health_server,
-                 "host:port, or unix:/path of a local socket")
-      ->required();
+  linattn::AddServerFlag(he, &health_server);
   he->add_option("--service", health_service,
                  "service name (default: the whole server)");
   he->add_option("--timeout", health_timeout, "seconds (default: 2)");
@@ -90,9 +90,7 @@ int main(int argc, char** argv) {
       "Stream a model's continuation of a prompt from a server's "
       "GenerationService");
   ge->add_option("prompt", generate.prompt, "the prompt text");
-  ge->add_option("--server", generate.server,
-                 "host:port, or unix:/path of a local socket")
-      ->required();
+  linattn::AddServerFlag(ge, &generate.server);
   ge->add_option("--model", generate.model,
                  "model name (default: the server's first)");
   ge->add_option("--session", generate.session_id,
@@ -175,8 +173,9 @@ int main(int argc, char** argv) {
           {"recurrent", "chunkwise", "quadratic", "decode", "prefill"}));
   at->add_option(
       "--server", attend.server,
-      "host:port (or unix:PATH) of a linattn-server (modes decode and "
-      "prefill)");
+      "host:port (or unix:PATH) of a linattn-server: runs in a server "
+      "session (modes decode and prefill; with those modes the default is "
+      "$LINATTN_SERVER, else 127.0.0.1:50051)");
   at->add_option("--chunk", attend.chunk,
                  "chunk size C of the chunkwise order (default: 64)")
       ->check(linattn::NumberAtLeast(1, 4096));
@@ -203,19 +202,13 @@ int main(int argc, char** argv) {
       "sessions", "List or delete a server's sessions (both services)");
   se->require_subcommand(1);
   CLI::App* se_list = se->add_subcommand("list", "One line per session");
-  se_list
-      ->add_option("--server", sessions_server,
-                   "host:port, or unix:/path of a local socket")
-      ->required();
+  linattn::AddServerFlag(se_list, &sessions_server);
   se_list->add_flag("--json", sessions_json, "print one JSON array");
   linattn::ConnectionOptions list_connection;
   linattn::AddConnectionFlags(se_list, &list_connection);
   CLI::App* se_delete =
       se->add_subcommand("delete", "Delete sessions by id (either service)");
-  se_delete
-      ->add_option("--server", sessions_server,
-                   "host:port, or unix:/path of a local socket")
-      ->required();
+  linattn::AddServerFlag(se_delete, &sessions_server);
   se_delete->add_option("ids", delete_ids, "session ids")->required();
   linattn::ConnectionOptions delete_connection;
   linattn::AddConnectionFlags(se_delete, &delete_connection);
@@ -274,6 +267,10 @@ int main(int argc, char** argv) {
       attend.decay.push_back(g);
     }
     if (epsilon_opt->count() > 0) attend.epsilon = epsilon;
+    if (attend.server.empty() &&
+        (attend.mode == "decode" || attend.mode == "prefill")) {
+      attend.server = linattn::DefaultServer();
+    }
     if (!attend.server.empty()) {
       if (absl::Status s = linattn::ResolveConnection(&attend.connection);
           !s.ok()) {

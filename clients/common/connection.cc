@@ -236,6 +236,21 @@ bool UsesTls(const ConnectionOptions& o) {
          !o.tls_server_name.empty();
 }
 
+std::string DefaultServer() {
+  const char* env = std::getenv(kServerEnv);
+  return env != nullptr && env[0] != '\0' ? env : kDefaultServer;
+}
+
+void AddServerFlag(CLI::App* app, std::string* server,
+                   const std::string& what) {
+  *server = kDefaultServer;
+  app->add_option("--server", *server,
+                  what + " (default: the server `make run` starts)")
+      ->envname(kServerEnv)
+      ->type_name("ADDR")
+      ->capture_default_str();
+}
+
 void AddConnectionFlags(CLI::App* app, ConnectionOptions* o) {
   constexpr char kGroup[] = "Connection";
   app->add_option("--tls-ca", o->tls_ca,

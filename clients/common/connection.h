@@ -33,6 +33,22 @@ namespace linattn {
 // is given.
 inline constexpr char kApiKeyEnv[] = "LINATTN_API_KEY";
 
+// The server a client talks to when no --server is given: the one `make
+// run` starts, or the address in kServerEnv (as redis-cli and psql have
+// theirs).
+inline constexpr char kDefaultServer[] = "127.0.0.1:50051";
+inline constexpr char kServerEnv[] = "LINATTN_SERVER";
+
+// kServerEnv when set and not empty, else kDefaultServer.
+std::string DefaultServer();
+
+// Adds --server to `app` (`what` describes it in --help), defaulting to
+// kDefaultServer and read from kServerEnv when the flag is not given.
+// `server` must outlive the parse.
+void AddServerFlag(
+    CLI::App* app, std::string* server,
+    const std::string& what = "host:port, or unix:/path of a local socket");
+
 struct ConnectionOptions {
   // What the flags name (paths and a name); empty = not given.
   std::string tls_ca;           // PEM CA certificates that verify the server

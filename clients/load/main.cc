@@ -33,10 +33,9 @@ int main(int argc, char** argv) {
                  "reply, repeat)")
       ->check(CLI::IsMember({"attention", "generation"}))
       ->capture_default_str();
-  app.add_option(
-         "--server", o.server,
-         "host:port (loopback unless --allow-non-loopback), or unix:PATH")
-      ->capture_default_str();
+  linattn::AddServerFlag(
+      &app, &o.server,
+      "host:port (loopback unless --allow-non-loopback), or unix:PATH");
   app.add_flag("--allow-non-loopback", o.allow_non_loopback,
                "permit a non-loopback target");
   app.add_option("--sessions", o.sessions, "sessions")->capture_default_str();

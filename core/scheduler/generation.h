@@ -154,11 +154,12 @@ class GenerationEngine : private ComputeExecutor::Source {
   // period tells its clients why their streams end.
   void AbortGenerations(const absl::Status& status);
   // A new session with a copy of this one's context (after its queued
-  // requests).
+  // requests; right behind a Generate under way, at its next token
+  // boundary, with what that Generate has delivered: HasSideRequest).
   void Fork(const std::string& id, const std::string& new_id, InfoCallback done,
             CallLiveness caller = {}, const Tenant& tenant = {});
   // The session as bytes (core/session/snapshot.h: model name and
-  // fingerprint, pending token, states).
+  // fingerprint, pending token, states, random stream), ordered as Fork.
   void Snapshot(const std::string& id,
                 std::function<void(absl::StatusOr<std::string>)> done,
                 CallLiveness caller = {}, const Tenant& tenant = {});

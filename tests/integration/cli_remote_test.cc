@@ -29,6 +29,7 @@ namespace linattn {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class CliRemoteTest : public ::testing::Test {
  protected:
@@ -476,6 +477,58 @@ TEST(CliSessionsTest, ListAndDeleteSessionsOfBothServices) {
   std::ifstream unknown_in(kept);
   std::string said((std::istreambuf_iterator<char>(unknown_in)), {});
   EXPECT_THAT(said, HasSubstr("unknown command 'bogus'"));
+}
+
+// Every command that talks to a server finds one without --server: the
+// address in LINATTN_SERVER, else 127.0.0.1:50051 (the server `make run`
+// starts), as redis-cli and psql find theirs.
+TEST(CliServerDefaultTest, CommandsTalkToLinattnServerOrTheMakeRunAddress) {
+  auto server =
+      testing::ServerProcess::Start({"--model", LINATTN_BUILTIN_MODEL_DIR});
+  ASSERT_NE(server, nullptr);
+  testing::TempDir dir;
+  const std::string bin = LINATTN_BINARY;
+  const std::string env = "LINATTN_SERVER=" + server->address() + " ";
+  auto run = [&](const std::string& command) {
+    const int status =
+        std::system((command + " > " + dir.Path("out") + " 2>&1").c_str());
+    std::ifstream in(dir.Path("out"));
+    return std::make_pair(
+        WEXITSTATUS(status),
+        std::string((std::istreambuf_iterator<char>(in)), {}));
+  };
+  auto [health, said] = run(env + bin + " health");
+  EXPECT_EQ(health, 0) << said;
+  EXPECT_THAT(said, HasSubstr("SERVING"));
+  auto [generated, text] =
+      run(env + bin + " generate --max-tokens 8 --temperature 0 Amen");
+  EXPECT_EQ(generated, 0) << text;
+  EXPECT_FALSE(text.empty());
+  auto [listed, list] = run(env + bin + " sessions list --json");
+  EXPECT_EQ(listed, 0) << list;
+  auto [loaded, summary] =
+      run(env + LINATTN_LOAD_BINARY + " --sessions 2 --steps 5 --no-progress");
+  EXPECT_EQ(loaded, 0) << summary;
+  EXPECT_THAT(summary, HasSubstr(server->address()));
+  // A flag still wins over the environment.
+  auto [flagged, refused] =
+      run("LINATTN_SERVER=127.0.0.1:1 " + bin +
+          " health --timeout 0.5 --server " + server->address());
+  EXPECT_EQ(flagged, 0) << refused;
+  // Without either: the make-run address, said in --help and in the error.
+  for (const char* command :
+       {" health", " generate", " sessions list", " sessions delete"}) {
+    auto [code, help] =
+        run("env -u LINATTN_SERVER " + bin + command + " --help");
+    EXPECT_EQ(code, 0) << command;
+    EXPECT_THAT(help, HasSubstr("127.0.0.1:50051")) << command;
+    EXPECT_THAT(help, HasSubstr("LINATTN_SERVER")) << command;
+  }
+  // (Whether something serves there or not, it is not a usage error.)
+  auto [unset, message] =
+      run("env -u LINATTN_SERVER " + bin + " health --timeout 0.5");
+  EXPECT_NE(unset, 2) << message;
+  EXPECT_THAT(message, Not(HasSubstr("required")));
 }
 
 // `linattn attend --rule … --server`: Decode through the server equals the

@@ -11,14 +11,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "clients/load/load.h"
 #include "grpc_health/v1/health.grpc.pb.h"
 #include "linattn/v1/attention.grpc.pb.h"
 #include "linattn/v1/generation.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "server/listen_address.h"
+#include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
 #include "tests/model/test_model.h"
 #include "tests/util/temp_dir.h"
@@ -80,6 +84,61 @@ TEST(ServerListenTest, APortAnotherServerListensOnIsRefused) {
   EXPECT_THAT(ReadFile(log), HasSubstr("already in use"));
   // The first server still has the port to itself and answers.
   EXPECT_TRUE(Answers(*first));
+}
+
+// Servers started side by side on their own --listen ports, without
+// --http-listen, get their own HTTP ports (8080 + P − 50051; a free one for
+// port 0) instead of the second failing on the first's 8080; an HTTP port
+// that is taken stops the start naming the flag to give.
+TEST(ServerListenTest, ServersSideBySideGetTheirOwnHttpPorts) {
+  auto free_port = [](uint32_t port) {
+    auto address = ParseListenAddress(absl::StrCat("127.0.0.1:", port), "");
+    return address.ok() && CheckCanListen(*address, "").ok();
+  };
+  std::mt19937 rng(std::random_device{}());
+  uint32_t grpc = 0;
+  for (int attempt = 0; attempt < 100 && grpc == 0; ++attempt) {
+    const uint32_t p =
+        std::uniform_int_distribution<uint32_t>(52000, 57000)(rng);
+    const uint32_t http = 8080 + (p - 50051);
+    if (free_port(p) && free_port(p + 1) && free_port(http) &&
+        free_port(http + 1)) {
+      grpc = p;
+    }
+  }
+  ASSERT_NE(grpc, 0u) << "no free pair of ports found";
+  const int http = static_cast<int>(8080 + (grpc - 50051));
+  auto first = ServerProcess::StartOn(absl::StrCat("127.0.0.1:", grpc),
+                                      {"--model", "none"}, "", {},
+                                      /*default_http=*/true);
+  ASSERT_NE(first, nullptr);
+  auto second = ServerProcess::StartOn(absl::StrCat("127.0.0.1:", grpc + 1),
+                                       {"--model", "none"}, "", {},
+                                       /*default_http=*/true);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(first->http_port(), http);
+  EXPECT_EQ(second->http_port(), http + 1);
+  EXPECT_EQ(testing::HttpCall(first->http_port(), "GET", "/health").status,
+            200);
+  EXPECT_EQ(testing::HttpCall(second->http_port(), "GET", "/health").status,
+            200);
+  auto ephemeral = ServerProcess::StartOn("127.0.0.1:0", {"--model", "none"},
+                                          "", {}, /*default_http=*/true);
+  ASSERT_NE(ephemeral, nullptr);
+  EXPECT_GT(ephemeral->http_port(), 0);
+  EXPECT_NE(ephemeral->http_port(), 8080);
+
+  testing::TempDir tmp;
+  const std::string log = tmp.Path("log");
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) +
+                           " --model none --listen 127.0.0.1:0 --http-listen "
+                           "127.0.0.1:" +
+                           std::to_string(http),
+                       log),
+            1);
+  EXPECT_THAT(ReadFile(log),
+              HasSubstr("is already in use (is another linattn-server running "
+                        "there? give this one its own --http-listen"));
 }
 
 // `linattn generate`'s greedy text from the server at `address`.

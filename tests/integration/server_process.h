@@ -37,11 +37,12 @@ class ServerProcess {
   }
 
   // The same on `listen`: host:port, or unix:PATH (whose port file holds 0
-  // once it serves).
+  // once it serves). The HTTP listener is on a free loopback port, or with
+  // `default_http` where the server puts it when --http-listen is not given.
   static std::unique_ptr<ServerProcess> StartOn(
       const std::string& listen, const std::vector<std::string>& args = {},
-      const std::string& log = "",
-      const std::vector<std::string>& prefix = {}) {
+      const std::string& log = "", const std::vector<std::string>& prefix = {},
+      bool default_http = false) {
     // The test is the server's client: a connection the server closes
     // while an OpenSSL client writes to it (an mTLS refusal) is an error
     // on that connection, not SIGPIPE ending the test.
@@ -60,12 +61,12 @@ class ServerProcess {
                                      listen,
                                      "--port-file",
                                      p->port_file_.string(),
-                                     "--http-listen",
-                                     "127.0.0.1:0",
                                      "--http-port-file",
                                      p->http_port_file_.string(),
                                      "--log-level",
                                      "warn"};
+    if (!default_http)
+      argv.insert(argv.end(), {"--http-listen", "127.0.0.1:0"});
     argv.insert(argv.end(), args.begin(), args.end());
     argv.insert(argv.begin(), prefix.begin(), prefix.end());
     std::vector<char*> cargv;
