@@ -17,7 +17,7 @@
 //                            `linattn explain --json` (core/attention/
 //                            explainer.h), computed by the engine
 //   GET  /v1/explain/options the presets and feature maps it takes
-//   the generation endpoints of server/openai_api.h (completions, chat,
+//   the generation endpoints of server/openai/routes.h (completions, chat,
 //   responses, sessions)
 //
 // Errors carry OpenAI's body, {"error": {"message", "type", "param",
@@ -40,7 +40,7 @@
 #include "absl/status/statusor.h"
 #include "core/scheduler/generation.h"
 #include "server/listen_address.h"
-#include "server/openai_api.h"
+#include "server/openai/routes.h"
 #include "server/rpc_entry.h"
 #include "server/tls.h"
 
@@ -56,7 +56,7 @@ struct HttpFrontendOptions {
   // Requests served at once (a streaming completion holds one for its
   // length); more wait in the listener's queue.
   int threads = 64;
-  // The generation endpoints' limits (server/openai_api.h); generations at
+  // The generation endpoints' limits (server/openai/routes.h); generations at
   // once are threads − 8.
   size_t max_stored_responses = 1024;
   // HTTPS with these files (server/tls.h); null = plain HTTP. Outlives the

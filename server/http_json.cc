@@ -1,5 +1,6 @@
 #include "server/http_json.h"
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -61,13 +62,26 @@ int HttpStatusOf(const absl::Status& status) {
   }
 }
 
+namespace {
+constexpr absl::string_view kParamPayload = "linattn.http.param";
+}  // namespace
+
+absl::Status InvalidParam(absl::string_view param, absl::string_view message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  status.SetPayload(kParamPayload, absl::Cord(param));
+  return status;
+}
+
 json StatusErrorJson(const absl::Status& status) {
   absl::string_view message = status.message();
   absl::ConsumePrefix(&message, "sampling.");
   std::string param;
   const size_t colon = message.find(": ");
-  if (colon != absl::string_view::npos && colon > 0 &&
-      message.substr(0, colon).find_first_of(" ,") == absl::string_view::npos) {
+  if (auto given = status.GetPayload(kParamPayload)) {
+    param = std::string(*given);
+  } else if (colon != absl::string_view::npos && colon > 0 &&
+             message.substr(0, colon).find_first_of(" ,") ==
+                 absl::string_view::npos) {
     param = std::string(message.substr(0, colon));
   }
   const int http = HttpStatusOf(status);

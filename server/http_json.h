@@ -36,6 +36,9 @@ void SendError(httplib::Response& res, int status, absl::string_view message,
 int HttpStatusOf(const absl::Status& status);
 void SendStatus(httplib::Response& res, const absl::Status& status);
 json StatusErrorJson(const absl::Status& status);
+// INVALID_ARGUMENT whose OpenAI `param` is `param` whatever the message
+// begins with (e.g. "prompt[3]: ..." answered with param "prompt").
+absl::Status InvalidParam(absl::string_view param, absl::string_view message);
 
 void SendJson(httplib::Response& res, const json& body, int status = 200);
 

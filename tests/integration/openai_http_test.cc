@@ -1,4 +1,4 @@
-// The HTTP listener's generation endpoints (server/openai_api.h) on a real
+// The HTTP listener's generation endpoints (server/openai/routes.h) on a real
 // linattn-server process: completions and chat against gRPC Generate and
 // against themselves (streamed = whole, token ids = text, n choices =
 // forks), sessions continued with only their new text (cached_tokens), the

@@ -1,4 +1,4 @@
-// The HTTP listener's generation endpoints (docs/design.md §3, "HTTP"):
+// The HTTP listener's generation endpoints (docs/design.md, "HTTP"):
 // OpenAI's completions, chat completions and responses, and linattn's
 // sessions, on the generation engine that GenerationService uses.
 //
@@ -15,32 +15,35 @@
 //   POST /v1/sessions/{id}/fork, POST /v1/sessions/{id}/append,
 //   GET /v1/sessions/{id}/state (snapshot bytes), POST /v1/sessions/restore
 //
-// `stream: true` answers with Server-Sent Events, `data: {chunk}` lines
-// ending with `data: [DONE]` (responses: typed events). A stream is paced
-// by its client (engine_calls.h): a client that stops reading holds at most
-// one token per choice here and ends its generation when the write times
-// out; a cancelled stream leaves in a session exactly the tokens sent.
+// Each handler reads its body (server/openai/request.h), runs it on the
+// engine, and renders the answer (server/openai/render.h). `stream: true`
+// answers with Server-Sent Events. A stream is paced by its client
+// (engine_calls.h): a client that stops reading holds at most one token per
+// choice here and ends its generation when the write times out; a
+// cancelled stream leaves in a session exactly the tokens sent.
 // `session_id` (completions, chat) appends to an existing session: only the
 // new text is prefilled; usage.prompt_tokens_details.cached_tokens counts
 // the context it already held. `n > 1` prefills once, then forks the state
 // per choice (choice 0 continues in the session itself, the others in
 // forks deleted after).
-#ifndef LINATTN_SERVER_OPENAI_API_H_
-#define LINATTN_SERVER_OPENAI_API_H_
+#ifndef LINATTN_SERVER_OPENAI_ROUTES_H_
+#define LINATTN_SERVER_OPENAI_ROUTES_H_
 
 #include <httplib.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/model/chat_template.h"
 #include "core/scheduler/generation.h"
 #include "server/http_json.h"
+#include "server/openai/completion_run.h"
+#include "server/openai/response_store.h"
 #include "server/rpc_entry.h"
 
 namespace linattn {
@@ -50,8 +53,6 @@ namespace linattn {
 const Model* ModelForRequest(
     const std::vector<std::shared_ptr<const Model>>& models, const json& body,
     httplib::Response& res);
-
-struct CompletionRun;  // one completion request, as it runs
 
 struct OpenAiApiOptions {
   uint32_t max_choices = 16;  // n
@@ -76,65 +77,74 @@ class OpenAiApi {
   void Route(httplib::Server& server);
 
  private:
-  struct StoredResponse {
-    json body;                     // the response object as GET returns it
-    uint64_t order = 0;            // stored after `order` others
-    size_t bytes = 0;              // of its JSON text
-    bool ended_at_marker = false;  // at the end-of-turn marker, not cut
-    std::string owner;             // the tenant whose request stored it
+  // A handler with the tenant its key names.
+  using Handler = std::function<void(const httplib::Request&,
+                                     httplib::Response&, const Tenant&)>;
+  // Registers handlers that count as calls in flight at `gate` while they
+  // run and answer 401 without a key when keys are on.
+  struct Routes {
+    httplib::Server& server;
+    CallGate* gate;
+    httplib::Server::Handler Wrap(Handler h);
+    void Get(const std::string& pattern, Handler h);
+    void Post(const std::string& pattern, Handler h);
+    void Delete(const std::string& pattern, Handler h);
   };
-  using StoredMap = std::map<std::string, StoredResponse>;
 
+  // The handlers' parts: read the request into a run, then Run it.
   void Completions(const httplib::Request& req, httplib::Response& res,
                    const Tenant& tenant, bool chat);
   void Responses(const httplib::Request& req, httplib::Response& res,
                  const Tenant& tenant);
-  // Runs a parsed request: non-streaming answers at once; streaming sets
-  // the response's event stream.
-  void Run(std::shared_ptr<CompletionRun> r, httplib::Response& res);
-  absl::Status ParseSampling(const json& body, CompletionRun& r) const;
+  // A new run of `kind` with a generation slot; nullptr with the 429 sent
+  // when every slot is taken.
+  std::shared_ptr<CompletionRun> NewRun(CompletionRun::Kind kind,
+                                        const Tenant& tenant,
+                                        httplib::Response& res);
   // The run's model — `bound`'s (a session or a stored response, whose
   // model a "model" field must then name) or the one the body names — and
   // its sampling fields; false with the error sent.
   bool ChooseModel(const json& body, const std::string& bound,
                    absl::string_view bound_says, CompletionRun& r,
                    httplib::Response& res);
-  // Deletes the sessions a run made for itself (and, unless it succeeded,
-  // the one it made to keep).
-  void Cleanup(CompletionRun& r, bool success);
+  // The prompt of chat messages in the model's template, with its end of
+  // turn as a stop string.
+  absl::Status RenderChat(const std::vector<ChatMessage>& messages,
+                          ChatTemplate::After after, CompletionRun& r);
   // The template of a model (looked up once).
   const ChatTemplate& TemplateOf(const Model& model);
 
-  json SessionJson(const ModelSessionInfo& info) const;
-  template <typename Routes>
-  void RouteSessions(Routes& routes);
+  // Runs a read request: non-streaming answers at once; streaming sets the
+  // response's event stream. Its steps:
+  void Run(std::shared_ptr<CompletionRun> r, httplib::Response& res);
+  // The tenant's rate: the prompt and every choice's max_tokens.
+  absl::Status ChargeRate(CompletionRun& r);
+  // The session choice 0 runs in: a fork of the previous response's state,
+  // the client's session, or a new one.
+  absl::Status OpenBase(CompletionRun& r);
+  // The session of each choice: n > 1 prefills `prompt` once in the base
+  // (clearing it), then forks it per further choice.
+  absl::StatusOr<std::vector<std::string>> OpenChoices(
+      CompletionRun& r, std::vector<int32_t>& prompt);
+  void AnswerWhole(CompletionRun& r, GenerateMux& mux, httplib::Response& res);
+  void AnswerStream(std::shared_ptr<CompletionRun> r,
+                    std::shared_ptr<GenerateMux> mux, httplib::Response& res);
+  // A finished response's body into the store (when it asked to be
+  // stored); too large, it says "store": false and its session goes.
+  void KeepResponse(CompletionRun& r, json& body);
 
-  // Stored responses: (id → body); entries whose session is gone go.
-  // Keeps `body` (and so the run's session) unless it is too large, which
-  // then says so in the body ("store": false) and lets Cleanup delete it.
-  void Store(CompletionRun& r, json& body);
-  // Only `tenant`'s (another tenant's is as absent).
-  std::optional<StoredResponse> Stored(const std::string& id,
-                                       const Tenant& tenant);
-  void Forget(const std::string& id);
-  // Under mu_.
-  StoredMap::iterator EraseLocked(StoredMap::iterator it);
-
-  // A generation slot (nullptr when all are taken), and the 429 for that.
-  std::shared_ptr<void> TakeSlot();
-  bool RefuseWhenBusy(std::shared_ptr<void>* slot, httplib::Response& res);
+  void RouteResponses(Routes& routes);
+  void RouteSessions(Routes& routes);  // server/openai/session_routes.cc
 
   GenerationEngine* const engine_;
   CallGate* const gate_;
   const OpenAiApiOptions options_;
   std::atomic<int> generations_{0};
-  std::mutex mu_;
+  ResponseStore responses_;
+  std::mutex mu_;  // guards templates_
   std::map<const Model*, ChatTemplate> templates_;
-  StoredMap stored_;
-  uint64_t next_order_ = 0;
-  size_t stored_bytes_ = 0;
 };
 
 }  // namespace linattn
 
-#endif  // LINATTN_SERVER_OPENAI_API_H_
+#endif  // LINATTN_SERVER_OPENAI_ROUTES_H_
