@@ -36,7 +36,8 @@ run: build
 
 # ctest runs JOBS test processes at once on as many cores: OpenMP workers
 # that spin after each parallel region would take the cores from the other
-# process's workers (measured: a 0.3 s test took 17 s beside another), so
+# process's workers (docs/benchmarks.md, "Measured figures behind constants
+# in the code"), so
 # the tests' threads sleep at once (OMP_WAIT_POLICY; the servers they start
 # keep it too).
 TEST_ENV ?= OMP_WAIT_POLICY=passive
@@ -97,8 +98,8 @@ soak: build
 test-container: build
 	bash scripts/container-check.sh $(BUILD_DIR)/bin/linattn
 
-# The README's comparison: linattn beside its PyTorch peers and this
-# machine's limits, one run (~10 min); Markdown on stdout and in
+# The comparison in docs/benchmarks.md: linattn beside its PyTorch peers and this
+# machine's limits, one run (~30 min on 2 cores); Markdown on stdout and in
 # $(BUILD_DIR)/compare/, JSON beside it.
 bench: build
 	/usr/bin/python3 bench/compare --build $(BUILD_DIR)

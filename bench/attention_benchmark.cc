@@ -5,7 +5,7 @@
 //
 //   build/bin/attention_benchmark --benchmark_out=bench.json
 //   --benchmark_out_format=json /usr/bin/python3 bench/report.py bench.json #
-//   the README table
+//   the tables of docs/benchmarks.md
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

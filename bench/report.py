@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Turns attention_benchmark's JSON into the README's Markdown tables.
+"""Turns attention_benchmark's JSON into the Markdown tables of docs/benchmarks.md.
 
     build/bin/attention_benchmark --benchmark_out=bench.json --benchmark_out_format=json
     /usr/bin/python3 bench/report.py bench.json

@@ -195,9 +195,10 @@ absl::Status Transfer(int fd, bool write, uint64_t offset, uint64_t bytes,
   return absl::OkStatus();
 }
 
-// The kernel copies a memfd's pages one thread at a time (about 3.5 GB/s
-// on the 2-core VM the project measures on); a large copy goes as two
-// halves on two threads, which nearly halves it when a core is free.
+// The kernel copies a memfd's pages one thread at a time (its rate:
+// docs/benchmarks.md, "Measured figures behind constants in the code"); a
+// large copy goes as two halves on two threads, which nearly halves it
+// when a core is free.
 constexpr uint64_t kSplitBytes = uint64_t{4} << 20;
 
 absl::Status Copy(int fd, bool write, uint64_t offset, uint64_t bytes,

@@ -22,9 +22,9 @@ struct GenerateOptions {
   uint32_t max_tokens = 64;
   // Sampling defaults: llama.cpp's long-standing ones (temperature 0.8,
   // top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1 over the last 64
-  // tokens), under which the built-in model writes readable verse (README,
-  // "The built-in model"); a fixed seed, so the same prompt gives the same
-  // text. --temperature 0 --repeat-penalty 1 is plain greedy.
+  // tokens), under which the built-in model writes readable verse
+  // (docs/models.md, "The built-in model"); a fixed seed, so the same prompt
+  // gives the same text. --temperature 0 --repeat-penalty 1 is plain greedy.
   float temperature = 0.8f;
   uint32_t top_k = 40;
   float top_p = 0.95f;

@@ -16,9 +16,9 @@ namespace linattn {
 namespace {
 
 // Above this many floats of state per batch, a step's heads are spread over
-// threads; below it a fork/join costs more than it saves (on the 2-core
-// reference machine one session of 8 heads of 64×64, 32k floats, steps in
-// ~5 µs on one thread and ~6 µs on two; at 128×128 two threads win).
+// threads; below it a fork/join costs more than it saves (one session of 8
+// heads of 64×64 steps faster on one thread, at 128×128 two threads win:
+// docs/benchmarks.md, "Measured figures behind constants in the code").
 constexpr uint64_t kParallelStateFloats = 64 * 1024;
 // A sequence walks each head through all its tokens: threads pay off from
 // far less state.

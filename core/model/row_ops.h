@@ -10,7 +10,8 @@ namespace linattn {
 // region (wake-up and barrier, a few microseconds) costs more than the pass
 // itself. At 2^13 a batch-32 decode step of the built-in model spreads its
 // norms, activations and gates over the team while a batch-1 step's stay
-// on one thread (measured: batch-32 aggregate +12–18% against 2^16).
+// on one thread (measured: docs/benchmarks.md, "Measured figures behind
+// constants in the code").
 inline constexpr uint64_t kParallelFloats = 1 << 13;
 
 // y = x / sqrt(mean(x²) + eps) · w (w may be null), n vectors of d; y may

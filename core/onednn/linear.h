@@ -48,13 +48,11 @@ enum class WeightType { kF32, kBf16, kInt8 };
 // Which kernels run f32 products. kPanels: the weights packed in panels of
 // 16 output columns and multiplied by linattn's own register-tiled kernel
 // (VectorKernels::panel_gemm, each ISA's); kOneDnn: oneDNN's matmul.
-// kAuto takes kPanels where the AVX2 kernels are the active ones — on an
-// AVX2 machine it ran the built-in model's 32-row decode products at
-// 1.0–2.6× oneDNN 2.6's speed (the 4096-wide lm_head 2.6×) and a 512-row
-// prompt product at 0.97× (bench: BM_PackedLinear); in the model, where the
-// weights no longer fit the cache, the batch-32 step's products took
-// 0.63–0.88 of oneDNN's time — and oneDNN's matmul elsewhere (its brgemm
-// kernels on AVX-512). bf16 and int8 weights always run on oneDNN.
+// kAuto takes kPanels where the AVX2 kernels are the active ones, where
+// they beat oneDNN 2.6 on the model's products (BM_PackedLinear;
+// docs/benchmarks.md, "Measured figures behind constants in the code"),
+// and oneDNN's matmul elsewhere (its brgemm kernels on AVX-512). bf16 and
+// int8 weights always run on oneDNN.
 enum class LinearKernel { kAuto, kOneDnn, kPanels };
 
 // "f32" / "bf16" / "int8".

@@ -70,7 +70,8 @@ struct GenerationOptions {
   // single stream's step is a few hundred microseconds of small products;
   // on few cores, waking a second OpenMP thread two dozen times per token
   // costs more than it saves and takes the core gRPC needs to send the
-  // token (measured through the server: 1 thread ~2.4× the tokens/s of 2).
+  // token (measured through the server: docs/benchmarks.md, "Measured
+  // figures behind constants in the code").
   uint32_t single_thread_rows = 2;
   ForwardOptions forward;
   // Where every change of a session's context is recorded before it is

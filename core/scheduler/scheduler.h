@@ -65,11 +65,11 @@ struct SchedulerOptions {
   // bytes run on the compute worker alone, without the OpenMP team. A team
   // halves a large batch's step in process, but every parallel region
   // leaves its threads spinning for the next one, and in a server those
-  // cycles are the ones gRPC's threads and co-located clients need: on a
-  // 2-core machine with the client beside it, one thread gave 1.3-2x the
-  // server's decode steps/s at 64 sessions (d = 64 and d = 128, one Decode
-  // stream per session or DecodeBatch; bench/serving_profile.py shows the
-  // spinning as "OpenMP waits"). 0 = always the team.
+  // cycles are the ones gRPC's threads and co-located clients need (with
+  // the client on the same cores one thread served more decode steps/s at
+  // 64 sessions: docs/benchmarks.md, "Measured figures behind constants in
+  // the code"; bench/serving_profile.py shows the spinning as "OpenMP
+  // waits"). 0 = always the team.
   uint64_t single_thread_step_bytes = uint64_t{64} << 20;
   ChunkwiseOptions chunkwise;
   // Where prefills' working copies are taken from (the session table's

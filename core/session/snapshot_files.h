@@ -1,7 +1,7 @@
 // SnapshotFiles: one file per session in a directory, each the session's
 // snapshot (the container of snapshot.h) and the journal sequence number it
 // covers, so that recovery starts from the file and replays only the
-// journal's records after it (docs/design.md §5, durable sessions).
+// journal's records after it (docs/design.md §4, durable sessions).
 //
 //   session-<id>.snap
 //   offset  size  field (little-endian)

@@ -6,9 +6,8 @@
 // arena back to the kernel (madvise) as soon as more than M_TRIM_THRESHOLD
 // (128 KiB to start with) is free there, and the next allocation faults the
 // pages back in; on a VM each such madvise also flushes the other cores'
-// TLBs. Profiling the server at 64 sessions (bench/serving_profile.py) put
-// the madvise calls at ~5% of its CPU, and ~10% with the page faults after
-// them. glibc raises both thresholds by itself only once a block larger
+// TLBs, a visible share of the server's CPU in bench/serving_profile.py at
+// 64 sessions. glibc raises both thresholds by itself only once a block larger
 // than the current mmap threshold is freed, which a server busy with
 // messages of tens of kilobytes may not do for a long time, if ever.
 //
@@ -18,9 +17,9 @@
 // than 64 MiB is free at its top. A large Prefill's tensors (8 MiB each at
 // 4096 tokens, 8 heads, d = 64) and its message buffers are then reused
 // from call to call instead of being mapped afresh and faulted in page by
-// page: on the project's VM that took a 4096-token Prefill through the
-// server from 420–550 ms to 230–260 ms (at 4 MiB) or 310–400 ms (glibc's
-// own moving thresholds), with no change to decode. The price is that each
+// page, which makes large Prefills faster through the server with no change
+// to decode (docs/benchmarks.md, "Measured figures behind constants in the
+// code"). The price is that each
 // arena may keep up to 64 MiB free. An explicit glibc.malloc tunable in
 // GLIBC_TUNABLES wins.
 #ifndef LINATTN_CORE_UTIL_MALLOC_SETTINGS_H_

@@ -1,9 +1,9 @@
 // UseShortOpenMpSpin: the programs' OpenMP workers share the cores with
 // other threads (the server's gRPC threads; a load generator's server on
 // the same machine). libgomp's default is to spin for a long while after
-// every parallel region, which takes those cores from the others (measured:
-// half of the server's CPU time spinning under load; two spinning processes
-// on two cores slow each other tens of times). A short spin keeps a single
+// every parallel region, which takes those cores from the others
+// (docs/benchmarks.md, "Measured figures behind constants in the code").
+// A short spin keeps a single
 // stream's latency low and lets the threads sleep between batches. libgomp
 // reads its environment when it is loaded, so the setting is applied by
 // re-executing once; an explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.

@@ -4,9 +4,10 @@
 // `#pragma omp parallel for if (cond)` with a false condition still starts
 // and ends a one-thread team, and libgomp wakes its waiters with a futex
 // system call each time; inside another parallel region it opens a nested
-// one. Decode steps run dozens of small per-row passes, so that cost showed
-// as a tenth of a batch-32 step. Here a small or nested loop is a plain
-// loop: no region, no system call.
+// one. Decode steps run dozens of small per-row passes, so that cost
+// showed in every step (docs/benchmarks.md, "Measured figures behind
+// constants in the code"). Here a small or nested loop is a plain loop: no
+// region, no system call.
 #ifndef LINATTN_CORE_UTIL_PARALLEL_FOR_H_
 #define LINATTN_CORE_UTIL_PARALLEL_FOR_H_
 

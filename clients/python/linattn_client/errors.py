@@ -1,6 +1,6 @@
 """Exceptions: every failed call raises an Error that keeps the gRPC status.
 
-The server's statuses (proto/linattn/v1/attention.proto, README "Errors"):
+The server's statuses (proto/linattn/v1/attention.proto, docs/server.md "Errors"):
 
 - InvalidArgument: bad input; the message names the field
   (``q: expected 512 floats (...)``, ``spec.feature_map: ...``);
