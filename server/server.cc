@@ -12,6 +12,7 @@
 #include "core/util/status_macros.h"
 #include "grpc_health/v1/health.pb.h"
 #include "server/listen_address.h"
+#include "server/redis/redis_shared_store.h"
 #include "spdlog/spdlog.h"
 
 namespace linattn {
@@ -114,7 +115,7 @@ absl::StatusOr<std::unique_ptr<LinattnServer>> LinattnServer::Start(
           "--state-dir (LINATTN_STATE_DIR), not both; give one (--state-dir "
           "none turns the directory off)");
     }
-    auto shared = SharedStore::Open(options.shared);
+    auto shared = RedisSharedStore::Open(options.shared);
     if (!shared.ok()) {
       return absl::Status(
           shared.status().code(),

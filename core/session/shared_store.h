@@ -1,10 +1,13 @@
-// SharedStore: sessions' records and snapshots in Redis, with ownership
-// fenced by epochs, so that several replicas can serve sessions and any of
-// them can resume any session (docs/design.md §4, "Replicas and the shared
-// store"). DurableStore uses it in place of the local journal when started
-// with a state store.
+// SharedStore: sessions' records and snapshots in a store every replica
+// reaches, with ownership fenced by epochs, so that several replicas can
+// serve sessions and any of them can resume any session (docs/design.md §4,
+// "Replicas and the shared store"). DurableStore uses it in place of the
+// local journal when started with a state store.
 //
-// Keys ({id} is a Redis Cluster hash tag: a session's keys share a slot):
+// This is the interface core/ sees; the implementation is Redis's
+// (server/redis/redis_shared_store.h, the only code that links hiredis),
+// whose keys are ({id} is a Redis Cluster hash tag: a session's keys share
+// a slot):
 //   la:epoch                   the epoch counter (INCR)
 //   la:replica:<name>          a replica's lease (its name, PX lease time),
 //                              renewed by its heartbeat
@@ -31,15 +34,14 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/session/redis_client.h"
 
 namespace linattn {
 
@@ -52,8 +54,7 @@ struct SharedStoreOptions {
 
 class SharedStore {
  public:
-  static absl::StatusOr<std::unique_ptr<SharedStore>> Open(
-      SharedStoreOptions options);
+  virtual ~SharedStore() = default;
 
   // One session's part of a commit: its records in order, after creating it
   // (create) and/or before deleting it (remove).
@@ -69,12 +70,12 @@ class SharedStore {
     bool lost = false;    // a delete of a session taken over: not written
     uint64_t epoch = 0;   // a create's new epoch
   };
-  // One script, one round trip: every op is written, or (a session whose
-  // epoch is not the writer's: ABORTED, its id in `fenced`)
-  // none is. UNAVAILABLE when Redis cannot be reached (nothing is known of
-  // whether the commit landed).
-  absl::StatusOr<std::vector<OpResult>> Commit(
-      std::span<const Op> ops, std::vector<std::string>* fenced);
+  // One round trip: every op is written, or (a session whose epoch is not
+  // the writer's: ABORTED, its id in `fenced`) none is. UNAVAILABLE when
+  // the store cannot be reached (nothing is known of whether the commit
+  // landed).
+  virtual absl::StatusOr<std::vector<OpResult>> Commit(
+      std::span<const Op> ops, std::vector<std::string>* fenced) = 0;
 
   struct Snapshot {
     std::string id;
@@ -85,24 +86,24 @@ class SharedStore {
   // Replaces each session's snapshot and drops the records it covers, one
   // round trip for all; a session taken over keeps its own (`written`
   // says which were).
-  absl::Status WriteSnapshots(std::span<const Snapshot> snapshots,
-                              std::vector<bool>* written);
+  virtual absl::Status WriteSnapshots(std::span<const Snapshot> snapshots,
+                                      std::vector<bool>* written) = 0;
 
   // Renews this replica's lease.
-  absl::Status Heartbeat();
+  virtual absl::Status Heartbeat() = 0;
   // The ids other replicas asked this one to hand over, once there are any
   // (or none after kWantsBlock).
   static constexpr std::chrono::milliseconds kWantsBlock{1000};
-  absl::StatusOr<std::vector<std::string>> AwaitWants();
+  virtual absl::StatusOr<std::vector<std::string>> AwaitWants() = 0;
   // Gives up the lease (shutdown): every session it held may be taken at
   // once.
-  absl::Status DropLease();
+  virtual absl::Status DropLease() = 0;
   // Marks each session released by this replica (if still its epoch).
-  absl::Status Release(
-      std::span<const std::pair<std::string, uint64_t>> sessions);
+  virtual absl::Status Release(
+      std::span<const std::pair<std::string, uint64_t>> sessions) = 0;
   // The current epoch of each session (0: none).
-  absl::StatusOr<std::vector<uint64_t>> Epochs(
-      std::span<const std::string> ids);
+  virtual absl::StatusOr<std::vector<uint64_t>> Epochs(
+      std::span<const std::string> ids) = 0;
 
   struct Acquired {
     enum class Outcome { kTaken, kHeld, kMissing } outcome = Outcome::kMissing;
@@ -115,30 +116,10 @@ class SharedStore {
   };
   // Takes session `id` over if it is not held, with a new epoch, and returns
   // its snapshot and records; asks its holder to hand it over otherwise.
-  absl::StatusOr<Acquired> Acquire(absl::string_view id);
+  virtual absl::StatusOr<Acquired> Acquire(absl::string_view id) = 0;
 
-  const SharedStoreOptions& options() const { return options_; }
-  std::string url() const { return options_.url; }
-
- private:
-  SharedStore(SharedStoreOptions options, RedisEndpoint endpoint);
-  static std::string Meta(absl::string_view id);
-  static std::string Log(absl::string_view id);
-  static std::string Snap(absl::string_view id);
-  std::string Lease() const;
-
-  const SharedStoreOptions options_;
-  // One connection for commits (the compute worker and the request
-  // threads that commit creates and deletes), one for the maintenance
-  // thread (heartbeats, snapshots), one for takeovers, one for the thread
-  // that waits for other replicas' wants: none waits behind another's
-  // round trip.
-  std::unique_ptr<RedisClient> commits_;
-  std::unique_ptr<RedisClient> maintenance_;
-  std::unique_ptr<RedisClient> takeovers_;
-  std::unique_ptr<RedisClient> wants_;  // blocks in AwaitWants
-  size_t commit_script_ = 0, snapshot_script_ = 0, take_wants_script_ = 0,
-         acquire_script_ = 0, release_script_ = 0;
+  virtual const SharedStoreOptions& options() const = 0;
+  std::string url() const { return options().url; }
 };
 
 }  // namespace linattn

@@ -13,6 +13,7 @@
 
 #include "core/scheduler/generation.h"
 #include "core/session/durable_store.h"
+#include "server/redis/redis_shared_store.h"
 #include "tests/model/test_model.h"
 #include "tests/scheduler/builtin_model.h"
 #include "tests/util/redis_server.h"
@@ -291,10 +292,10 @@ TEST(DurableGeneration,
       -> absl::StatusOr<std::unique_ptr<DurableEngine>> {
     auto d = std::make_unique<DurableEngine>();
     auto shared =
-        SharedStore::Open({.url = redis.url(),
-                           .replica = name,
-                           .lease = std::chrono::milliseconds(300),
-                           .timeout = std::chrono::milliseconds(2000)});
+        RedisSharedStore::Open({.url = redis.url(),
+                                .replica = name,
+                                .lease = std::chrono::milliseconds(300),
+                                .timeout = std::chrono::milliseconds(2000)});
     if (!shared.ok()) return shared.status();
     DurableStoreOptions options;
     options.shared = *std::move(shared);

@@ -5,8 +5,6 @@
 // session over at once; an id the store holds cannot be created twice; a
 // delete reaches every replica; and a Redis that goes away fails requests
 // cleanly, losing nothing that was acknowledged.
-#include "core/session/shared_store.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -25,6 +23,7 @@
 #include "core/session/durable_store.h"
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
+#include "server/redis/redis_shared_store.h"
 #include "tests/util/redis_server.h"
 #include "tests/util/temp_dir.h"
 
@@ -56,10 +55,10 @@ struct Replica {
     auto r = std::make_unique<Replica>();
     LINATTN_ASSIGN_OR_RETURN(
         std::unique_ptr<SharedStore> shared,
-        SharedStore::Open({.url = url,
-                           .replica = name,
-                           .lease = lease,
-                           .timeout = milliseconds(1000)}));
+        RedisSharedStore::Open({.url = url,
+                                .replica = name,
+                                .lease = lease,
+                                .timeout = milliseconds(1000)}));
     DurableStoreOptions options;
     options.shared = std::move(shared);
     LINATTN_ASSIGN_OR_RETURN(r->store, DurableStore::Open(options));

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "core/session/redis_client.h"
+#include "server/redis/redis_client.h"
 
 namespace linattn::testing {
 

@@ -1,4 +1,4 @@
-#include "core/session/shared_store.h"
+#include "server/redis/redis_shared_store.h"
 
 #include <charconv>
 #include <set>
@@ -124,7 +124,8 @@ absl::Status Unexpected(absl::string_view what, const RedisReply& r) {
 
 }  // namespace
 
-SharedStore::SharedStore(SharedStoreOptions options, RedisEndpoint endpoint)
+RedisSharedStore::RedisSharedStore(SharedStoreOptions options,
+                                   RedisEndpoint endpoint)
     : options_(std::move(options)) {
   for (auto* client : {&commits_, &maintenance_, &takeovers_, &wants_}) {
     // The wants connection blocks up to kWantsBlock in BLPOP.
@@ -139,34 +140,34 @@ SharedStore::SharedStore(SharedStoreOptions options, RedisEndpoint endpoint)
   }
 }
 
-absl::StatusOr<std::unique_ptr<SharedStore>> SharedStore::Open(
+absl::StatusOr<std::unique_ptr<SharedStore>> RedisSharedStore::Open(
     SharedStoreOptions options) {
   auto endpoint = ParseRedisUrl(options.url);
   if (!endpoint.ok()) return endpoint.status();
   if (options.replica.empty()) {
     return absl::InvalidArgumentError("state store: the replica needs a name");
   }
-  std::unique_ptr<SharedStore> store(
-      new SharedStore(std::move(options), *std::move(endpoint)));
+  std::unique_ptr<RedisSharedStore> store(
+      new RedisSharedStore(std::move(options), *std::move(endpoint)));
   // Reachable, and this replica's lease taken, before anything is served.
   LINATTN_RETURN_IF_ERROR(store->Heartbeat());
-  return store;
+  return std::unique_ptr<SharedStore>(std::move(store));
 }
 
-std::string SharedStore::Meta(absl::string_view id) {
+std::string RedisSharedStore::Meta(absl::string_view id) {
   return absl::StrCat("la:s:{", id, "}:meta");
 }
-std::string SharedStore::Log(absl::string_view id) {
+std::string RedisSharedStore::Log(absl::string_view id) {
   return absl::StrCat("la:s:{", id, "}:log");
 }
-std::string SharedStore::Snap(absl::string_view id) {
+std::string RedisSharedStore::Snap(absl::string_view id) {
   return absl::StrCat("la:s:{", id, "}:snap");
 }
-std::string SharedStore::Lease() const {
+std::string RedisSharedStore::Lease() const {
   return absl::StrCat("la:replica:", options_.replica);
 }
 
-absl::StatusOr<std::vector<SharedStore::OpResult>> SharedStore::Commit(
+absl::StatusOr<std::vector<SharedStore::OpResult>> RedisSharedStore::Commit(
     std::span<const Op> ops, std::vector<std::string>* fenced) {
   std::vector<std::string> keys{"la:epoch"};
   std::vector<std::string> args{options_.replica, std::to_string(ops.size())};
@@ -215,8 +216,8 @@ absl::StatusOr<std::vector<SharedStore::OpResult>> SharedStore::Commit(
   return out;
 }
 
-absl::Status SharedStore::WriteSnapshots(std::span<const Snapshot> snapshots,
-                                         std::vector<bool>* written) {
+absl::Status RedisSharedStore::WriteSnapshots(
+    std::span<const Snapshot> snapshots, std::vector<bool>* written) {
   std::vector<RedisClient::Command> commands;
   commands.reserve(snapshots.size());
   for (const Snapshot& s : snapshots) {
@@ -237,7 +238,7 @@ absl::Status SharedStore::WriteSnapshots(std::span<const Snapshot> snapshots,
   return absl::OkStatus();
 }
 
-absl::Status SharedStore::Heartbeat() {
+absl::Status RedisSharedStore::Heartbeat() {
   auto reply = maintenance_->Run({"SET", Lease(), options_.replica, "PX",
                                   std::to_string(options_.lease.count())});
   if (!reply.ok()) return reply.status();
@@ -245,7 +246,7 @@ absl::Status SharedStore::Heartbeat() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> SharedStore::AwaitWants() {
+absl::StatusOr<std::vector<std::string>> RedisSharedStore::AwaitWants() {
   const std::string key = Lease() + ":wants";
   auto first = wants_->Run(
       {"BLPOP", key,
@@ -265,14 +266,14 @@ absl::StatusOr<std::vector<std::string>> SharedStore::AwaitWants() {
   return std::vector<std::string>(ids.begin(), ids.end());
 }
 
-absl::Status SharedStore::DropLease() {
+absl::Status RedisSharedStore::DropLease() {
   auto reply = maintenance_->Run({"DEL", Lease(), Lease() + ":wants"});
   if (!reply.ok()) return reply.status();
   if (reply->is_error()) return Unexpected("dropping the lease", *reply);
   return absl::OkStatus();
 }
 
-absl::Status SharedStore::Release(
+absl::Status RedisSharedStore::Release(
     std::span<const std::pair<std::string, uint64_t>> sessions) {
   std::vector<RedisClient::Command> commands;
   for (const auto& [id, epoch] : sessions) {
@@ -288,7 +289,7 @@ absl::Status SharedStore::Release(
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint64_t>> SharedStore::Epochs(
+absl::StatusOr<std::vector<uint64_t>> RedisSharedStore::Epochs(
     std::span<const std::string> ids) {
   std::vector<RedisClient::Command> commands;
   for (const std::string& id : ids) {
@@ -308,7 +309,7 @@ absl::StatusOr<std::vector<uint64_t>> SharedStore::Epochs(
   return out;
 }
 
-absl::StatusOr<SharedStore::Acquired> SharedStore::Acquire(
+absl::StatusOr<SharedStore::Acquired> RedisSharedStore::Acquire(
     absl::string_view id) {
   auto reply = takeovers_->Run(takeovers_->Eval(
       acquire_script_, {Meta(id), Log(id), Snap(id), "la:epoch"},

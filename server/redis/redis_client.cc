@@ -1,4 +1,4 @@
-#include "core/session/redis_client.h"
+#include "server/redis/redis_client.h"
 
 #include <hiredis/hiredis.h>
 

@@ -7,8 +7,8 @@
 // Lua scripts it was given are loaded again there (a restarted Redis has
 // forgotten them). Calls are serialized by the client's own lock; a thread
 // that must not wait behind another uses a client of its own.
-#ifndef LINATTN_CORE_SESSION_REDIS_CLIENT_H_
-#define LINATTN_CORE_SESSION_REDIS_CLIENT_H_
+#ifndef LINATTN_SERVER_REDIS_REDIS_CLIENT_H_
+#define LINATTN_SERVER_REDIS_REDIS_CLIENT_H_
 
 #include <chrono>
 #include <cstdint>
@@ -85,4 +85,4 @@ class RedisClient {
 
 }  // namespace linattn
 
-#endif  // LINATTN_CORE_SESSION_REDIS_CLIENT_H_
+#endif  // LINATTN_SERVER_REDIS_REDIS_CLIENT_H_
