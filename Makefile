@@ -55,7 +55,7 @@ test-asan: deps
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
 	  -DLINATTN_SANITIZE=ON -DLINATTN_BUILD_BENCH=OFF
 	cmake --build $(ASAN_DIR) -j$(JOBS) --target attention_test onednn_test session_test model_test \
-	  model_reference_test generation_test linattn_sentencepiece
+	  model_reference_test generation_test engine_test linattn_sentencepiece
 	$(TEST_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -70,9 +70,9 @@ test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
 	  -DLINATTN_TSAN=ON -DLINATTN_BUILD_BENCH=OFF
-	cmake --build $(TSAN_DIR) -j$(JOBS) --target session_test generation_test
+	cmake --build $(TSAN_DIR) -j$(JOBS) --target session_test generation_test engine_test
 	$(TEST_ENV) OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
-	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot|GenerationTest|SharedTable|ComputeExecutor|DurableStore|DurableGeneration|SharedStore)\.'
+	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot|GenerationTest|SharedTable|ComputeExecutor|DurableStore|DurableGeneration|SharedStore|Engine)\.'
 
 # libFuzzer targets (tests/fuzz, built with clang under ASan + UBSan): the
 # snapshot parsers, safetensors, config.json, .npy, the tokenizers and the

@@ -1,9 +1,12 @@
 // AttentionService (proto/linattn/v1/attention.proto) on gRPC's callback
-// API. Handlers are thin: check request shapes against the session's spec,
-// hand compute to the Scheduler, convert the status in one place
+// API. Handlers are thin: read the request's tensors against the session's
+// spec (server/attention_tensors.h), call the engine's AttentionSessions
+// (core/engine/attention_sessions.h), convert the status in one place
 // (server/status.h). No handler blocks a callback thread on compute: unary
-// calls finish from the scheduler's completion, and Decode (DecodeBatch) is
-// a bidi reactor that writes each response when its step (group) is done.
+// calls finish from the engine's completion, and Decode (DecodeBatch) is a
+// bidi reactor that writes each response when its step (group) is done
+// (server/attention_streams.cc); Prefill with shared-memory tensors is in
+// server/shared_memory_prefill.cc.
 #ifndef LINATTN_SERVER_ATTENTION_SERVICE_H_
 #define LINATTN_SERVER_ATTENTION_SERVICE_H_
 
@@ -12,9 +15,9 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <vector>
 
-#include "core/scheduler/scheduler.h"
-#include "core/session/session_manager.h"
+#include "core/engine/attention_sessions.h"
 #include "linattn/v1/attention.grpc.pb.h"
 #include "server/rpc_entry.h"
 
@@ -36,12 +39,10 @@ struct SharedMemoryOptions {
 class AttentionServiceImpl final
     : public EntryPoints<v1::AttentionService::CallbackService> {
  public:
-  // All of them outlive the service. Every method enters through `gate`
-  // (server/rpc_entry.h). With a durable `store` (may be null), a request
-  // that creates or deletes a session answers once that is recorded.
+  // Both outlive the service. Every method enters through `gate`
+  // (server/rpc_entry.h).
   AttentionServiceImpl(
-      SessionManager* sessions, Scheduler* scheduler, const CallGate* gate,
-      DurableStore* store = nullptr,
+      AttentionSessions* sessions, const CallGate* gate,
       SharedMemoryOptions shared_memory = SharedMemoryOptions());
 
   grpc::ServerUnaryReactor* CreateSession(
@@ -88,13 +89,19 @@ class AttentionServiceImpl final
   class DecodeReactor;
   class DecodeBatchReactor;
 
+  // A Prefill's answer once the engine is done with it: availability and
+  // position on success (and its latency observed), nothing on failure.
+  static void FinishPrefill(const absl::Status& status,
+                            const std::vector<uint8_t>& available,
+                            const AttentionSession& session, Observability* o,
+                            std::chrono::steady_clock::time_point start,
+                            v1::PrefillResponse* response,
+                            grpc::ServerUnaryReactor* reactor);
   grpc::ServerUnaryReactor* PrefillShared(
       grpc::CallbackServerContext* ctx, const v1::PrefillRequest* request,
       v1::PrefillResponse* response, std::shared_ptr<AttentionSession> session);
 
-  SessionManager* const sessions_;
-  Scheduler* const scheduler_;
-  DurableStore* const store_;
+  AttentionSessions* const sessions_;
   const SharedMemoryOptions shared_memory_;
   // Bytes of shared-memory Prefills' buffers held now (≤ max_bytes_in_flight).
   std::shared_ptr<std::atomic<uint64_t>> shared_bytes_in_flight_ =

@@ -247,31 +247,39 @@ std::string Observability::Scrape() {
     std::lock_guard<std::mutex> lock(scrape_mu_);
     ServerReadings now;
     if (reader_) reader_(now);
-    sessions_attention_->Set(static_cast<double>(now.attention_sessions));
-    sessions_model_->Set(static_cast<double>(now.model_sessions));
-    tenants_->Set(static_cast<double>(now.tenants));
-    state_bytes_->Set(static_cast<double>(now.state_bytes));
-    state_budget_->Set(static_cast<double>(now.state_budget_bytes));
-    usage_->Set(now.state_budget_bytes == 0
+    sessions_attention_->Set(
+        static_cast<double>(now.engine.attention_sessions));
+    sessions_model_->Set(static_cast<double>(now.engine.model_sessions));
+    tenants_->Set(static_cast<double>(now.engine.tenants));
+    state_bytes_->Set(static_cast<double>(now.engine.state_bytes));
+    state_budget_->Set(static_cast<double>(now.engine.state_budget_bytes));
+    usage_->Set(now.engine.state_budget_bytes == 0
                     ? 0.0
-                    : static_cast<double>(now.state_bytes) /
-                          static_cast<double>(now.state_budget_bytes));
-    waiting_->Set(static_cast<double>(now.waiting));
-    running_->Set(static_cast<double>(now.running));
+                    : static_cast<double>(now.engine.state_bytes) /
+                          static_cast<double>(now.engine.state_budget_bytes));
+    waiting_->Set(static_cast<double>(now.engine.waiting));
+    running_->Set(static_cast<double>(now.engine.running));
     in_flight_->Set(static_cast<double>(now.calls_in_flight));
-    Feed(decode_tokens_attention_, now.decode_steps, last_.decode_steps);
-    Feed(prefill_tokens_attention_, now.attention_prefill_tokens,
-         last_.attention_prefill_tokens);
-    Feed(prefill_tokens_model_, now.model_prompt_tokens,
-         last_.model_prompt_tokens);
-    Feed(decode_tokens_model_, now.model_generated_tokens,
-         last_.model_generated_tokens);
-    Feed(durable_commits_, now.durable_commits, last_.durable_commits);
-    Feed(durable_failed_, now.durable_failed_commits,
-         last_.durable_failed_commits);
-    Feed(durable_bytes_, now.durable_bytes, last_.durable_bytes);
-    Feed(snapshots_written_, now.snapshots_written, last_.snapshots_written);
-    last_ = now;
+    // The cumulative counts since start, fed as increments.
+    const Engine::Readings& e = now.engine;
+    const std::array<uint64_t, kFedCounters> counts = {
+        e.attention.steps,
+        e.attention.prefill_tokens,
+        e.generation_stats.prompt_tokens,
+        e.generation_stats.generated_tokens,
+        e.store.commits,
+        e.store.failed_commits,
+        e.store.bytes,
+        e.store.snapshots_written};
+    prometheus::Counter* const counters[kFedCounters] = {
+        decode_tokens_attention_, prefill_tokens_attention_,
+        prefill_tokens_model_,    decode_tokens_model_,
+        durable_commits_,         durable_failed_,
+        durable_bytes_,           snapshots_written_};
+    for (size_t i = 0; i < kFedCounters; ++i) {
+      Feed(counters[i], counts[i], fed_[i]);
+    }
+    fed_ = counts;
   }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

@@ -24,6 +24,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -32,6 +33,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "core/engine/engine.h"
 
 namespace linattn {
 
@@ -54,18 +56,12 @@ struct CallRecord {
   std::string peer;
 };
 
-// What a scrape reads from the server at that moment.
+// What a scrape reads from the server at that moment: the engine's
+// readings (sessions, memory, queues, cumulative work) and the calls in
+// flight.
 struct ServerReadings {
-  uint64_t attention_sessions = 0, model_sessions = 0, tenants = 0;
-  uint64_t state_bytes = 0, state_budget_bytes = 0;
-  uint64_t waiting = 0, running = 0;  // compute requests queued / under way
+  Engine::Readings engine;
   uint64_t calls_in_flight = 0;
-  // Cumulative since start.
-  uint64_t decode_steps = 0, attention_prefill_tokens = 0;
-  uint64_t model_prompt_tokens = 0, model_generated_tokens = 0;
-  uint64_t durable_commits = 0, durable_failed_commits = 0, durable_bytes = 0,
-           snapshots_written = 0;
-  bool durable = false;
 };
 
 class Observability {
@@ -120,7 +116,9 @@ class Observability {
       *prefill_tokens_model_, *decode_tokens_model_, *durable_commits_,
       *durable_failed_, *durable_bytes_, *snapshots_written_;
   std::mutex scrape_mu_;
-  ServerReadings last_;  // guarded by scrape_mu_: the counts last fed
+  // Guarded by scrape_mu_: the cumulative counts last fed.
+  static constexpr size_t kFedCounters = 8;
+  std::array<uint64_t, kFedCounters> fed_{};
   std::atomic<uint64_t> grpc_calls_{0}, grpc_failed_{0}, http_requests_{0},
       http_failed_{0};
 };

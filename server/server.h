@@ -1,29 +1,26 @@
-// LinattnServer: the gRPC server around the session table and scheduler —
-// listening socket, limits, health and reflection, idle eviction and
-// graceful drain. main.cc only parses flags and waits for a signal.
+// LinattnServer: the front ends around one Engine (core/engine/engine.h) —
+// the gRPC listener with its limits, health and reflection, the HTTP,
+// metrics and HAProxy agent listeners, API keys and TLS — and the graceful
+// drain. main.cc parses flags and waits for a signal; Start is wiring.
 #ifndef LINATTN_SERVER_SERVER_H_
 #define LINATTN_SERVER_SERVER_H_
 
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/scheduler/generation.h"
-#include "core/scheduler/scheduler.h"
-#include "core/session/durable_store.h"
-#include "core/session/session_manager.h"
+#include "core/engine/engine.h"
 #include "server/attention_service.h"
+#include "server/engine_log.h"
 #include "server/generation_service.h"
 #include "server/haproxy_agent.h"
 #include "server/http_frontend.h"
+#include "server/listen_address.h"
 #include "server/metrics_listener.h"
 #include "server/observability.h"
 #include "server/rpc_entry.h"
@@ -123,7 +120,7 @@ class LinattnServer {
   // compute runs out. Blocks until done; idempotent.
   void Drain(std::chrono::milliseconds grace);
 
-  SessionManager& sessions() { return *sessions_; }
+  SessionManager& sessions() { return engine_->sessions(); }
   // Reads the API keys file again (SIGHUP); the old keys stay on error.
   absl::Status ReloadKeys() { return keys_->Reload(); }
   // Reads the TLS files again (SIGHUP) for new connections; open ones and
@@ -133,41 +130,29 @@ class LinattnServer {
   }
   const TlsIdentity* tls() const { return tls_.get(); }
   // Null without ServerOptions::durable.
-  DurableStore* store() { return store_.get(); }
-  const RecoveryReport& recovery() const { return recovery_; }
-  Scheduler& scheduler() { return *scheduler_; }
-  GenerationEngine& generation() { return *generation_; }
+  DurableStore* store() { return engine_->store(); }
+  const RecoveryReport& recovery() const { return engine_->recovery(); }
+  Scheduler& scheduler() { return engine_->scheduler(); }
+  GenerationEngine& generation() { return engine_->generation(); }
+  Engine& engine() { return *engine_; }
 
  private:
   LinattnServer() = default;
-  void EvictionLoop(std::chrono::milliseconds ttl);
-  void MaintenanceLoop(std::chrono::milliseconds period);
-  // Snapshots `sessions` (taken on the compute worker, after their queued
-  // requests) into the store's files; returns how many were written.
-  size_t SnapshotSessions(const std::vector<DurableStore::Due>& sessions);
-  size_t SnapshotPiece(std::span<const DurableStore::Due> piece);
-  // Shared store: renews the lease, and lets go of what other replicas
-  // took meanwhile (the heartbeat thread, every `period`).
-  void Heartbeat();
-  void HeartbeatLoop(std::chrono::milliseconds period);
-  // Shared store: hands over what other replicas ask for (own thread).
-  void HandOverLoop();
-  bool heartbeat_failing_ = false;  // heartbeat thread
+  // The steps of Start, in order.
+  absl::Status LoadCredentials(const ServerOptions& options);
+  absl::Status StartEngine(const ServerOptions& options);
+  absl::Status ServeGrpc(const ServerOptions& options,
+                         const ListenAddress& listen);
+  absl::Status StartListeners(const ServerOptions& options);
 
   std::unique_ptr<ApiKeys> keys_ = std::make_unique<ApiKeys>();
   std::unique_ptr<TlsIdentity> tls_;  // null without TLS
   // Metrics and access logs; outlives everything that reports to it.
   std::unique_ptr<Observability> observability_;
   CallGate gate_;  // admission, drain and in-flight count of every call
-  // The durable store observes the table, so it outlives it.
-  std::unique_ptr<DurableStore> store_;
-  RecoveryReport recovery_;
-  // The one compute worker both services run on, and the one session table.
-  std::shared_ptr<ComputeExecutor> executor_;
-  std::unique_ptr<SessionManager> sessions_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<EngineLog> engine_log_;  // outlives the engine
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<AttentionServiceImpl> service_;
-  std::unique_ptr<GenerationEngine> generation_;
   std::unique_ptr<GenerationServiceImpl> generation_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
@@ -176,16 +161,11 @@ class LinattnServer {
   // removed once drained if it is still that file.
   std::string unix_path_;
   uint64_t unix_dev_ = 0, unix_ino_ = 0;
-  std::thread evictor_;
   std::unique_ptr<HaproxyAgent> agent_;       // --haproxy-agent-listen
   std::unique_ptr<HttpFrontend> http_;        // --http-listen
   std::unique_ptr<MetricsListener> metrics_;  // --metrics-listen
-  std::thread maintainer_;
-  std::thread handover_;   // shared store: HandOverLoop
-  std::thread heartbeat_;  // shared store: HeartbeatLoop
   std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
+  bool stopping_ = false;  // guarded by mu_
 };
 
 }  // namespace linattn
