@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
 #include "core/util/aligned_buffer.h"
@@ -170,55 +171,131 @@ absl::Status CheckOutput(const SequenceOutput& out, uint64_t tokens) {
   return absl::OkStatus();
 }
 
-// StepBatch's checks of items[i]; *grown receives its state's bound after
-// the step.
+// StepBatch's checks of one item, alone; *grown receives its state's bound
+// after the step.
 absl::Status CheckItem(const VectorKernels& kernels, const StepItem& item,
-                       size_t i, double* grown) {
+                       double* grown) {
   if (item.attention == nullptr || item.state == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("items[", i, "]: attention and state are required"));
+    return absl::InvalidArgumentError("attention and state are required");
   }
   if (item.token.tokens != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "items[", i, "].tokens: a step takes exactly 1 token, got ",
-        item.token.tokens));
+        "tokens: a step takes exactly 1 token, got ", item.token.tokens));
   }
   if (item.into != nullptr && (item.into == item.state ||
                                !item.into->Matches(item.attention->spec()))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "items[", i, "].into: not a separate state of the item's spec"));
+    return absl::InvalidArgumentError(
+        "into: not a separate state of the item's spec");
   }
   InputMagnitude magnitude;
-  absl::Status s =
-      item.attention->ValidateInput(*item.state, item.token, true, &magnitude);
-  if (s.ok()) {
-    s = CheckGrowth(kernels, *item.attention, *item.state, item.token,
-                    magnitude, grown);
-  }
-  if (s.ok()) s = CheckOutput(item.out, 1);
-  if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("items[", i, "].", s.message()));
+  LINATTN_RETURN_IF_ERROR(
+      item.attention->ValidateInput(*item.state, item.token, true, &magnitude));
+  LINATTN_RETURN_IF_ERROR(CheckGrowth(kernels, *item.attention, *item.state,
+                                      item.token, magnitude, grown));
+  return CheckOutput(item.out, 1);
+}
+
+// The first refusal of a checked batch, as StepBatch reports it.
+absl::Status FirstRefusal(std::span<const absl::Status> results) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok()) continue;
+    // One state in two items races with itself: said of the batch.
+    if (absl::StartsWith(results[i].message(), "items:")) return results[i];
+    return absl::Status(results[i].code(),
+                        absl::StrCat("items[", i, "].", results[i].message()));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status CheckStepBatch(std::span<const StepItem> items) {
+void CheckSteps(std::span<const StepItem> items,
+                std::span<absl::Status> results, std::span<double> grown) {
   const VectorKernels& kernels = ActiveKernels();
-  std::vector<const AttentionState*> states;
+  // (Bound to a reference: see RunCheckedSteps.) Each state or `into` with
+  // the item that holds it, sorted: a state an earlier item holds too
+  // refuses the later item.
+  thread_local std::vector<std::pair<const AttentionState*, size_t>>
+      states_scratch;
+  std::vector<std::pair<const AttentionState*, size_t>>& states =
+      states_scratch;
+  states.clear();
   for (size_t i = 0; i < items.size(); ++i) {
-    double grown = 0;
-    LINATTN_RETURN_IF_ERROR(CheckItem(kernels, items[i], i, &grown));
-    states.push_back(items[i].state);
-    if (items[i].into != nullptr) states.push_back(items[i].into);
+    grown[i] = 0.0;
+    results[i] = CheckItem(kernels, items[i], &grown[i]);
+    if (!results[i].ok()) continue;
+    states.emplace_back(items[i].state, i);
+    if (items[i].into != nullptr) states.emplace_back(items[i].into, i);
   }
   std::sort(states.begin(), states.end());
-  if (std::adjacent_find(states.begin(), states.end()) != states.end()) {
-    return absl::InvalidArgumentError(
+  for (size_t n = 1; n < states.size(); ++n) {
+    if (states[n].first != states[n - 1].first) continue;
+    const size_t later = std::max(states[n].second, states[n - 1].second);
+    if (states[n].second == states[n - 1].second) continue;  // its own into
+    results[later] = absl::InvalidArgumentError(
         "items: the same state appears twice in one batch");
   }
-  return absl::OkStatus();
+}
+
+void RunCheckedSteps(std::span<const StepItem> items,
+                     std::span<const absl::Status> results,
+                     std::span<const double> grown) {
+  // The scratch vector keeps its capacity, so steady-state decode
+  // allocates nothing. (Bound to a reference: inside the OpenMP region
+  // below, the name of a thread_local would denote each worker's own
+  // copy.)
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> work_scratch;
+  std::vector<std::pair<uint32_t, uint32_t>>& work = work_scratch;
+  work.clear();
+  const VectorKernels& kernels = ActiveKernels();
+  uint64_t state_floats = 0;
+  // Flatten (item, head) so that a single session's heads also spread over
+  // threads. Heads of one item touch disjoint parts of its state, except
+  // the position, which is advanced after the parallel region.
+  for (uint32_t i = 0; i < items.size(); ++i) {
+    if (!results[i].ok()) continue;
+    state_floats += items[i].state->size();
+    for (uint32_t h = 0; h < items[i].attention->num_heads(); ++h) {
+      work.emplace_back(i, h);
+    }
+  }
+  ParallelFor(work.size(), state_floats >= kParallelStateFloats,
+              [&](uint64_t w) {
+                const StepItem& item = items[work[w].first];
+                StepHead(kernels, *item.attention, *item.state,
+                         item.into != nullptr ? *item.into : *item.state,
+                         item.token, item.out, 0, work[w].second);
+              });
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!results[i].ok()) continue;
+    AttentionState& to =
+        items[i].into != nullptr ? *items[i].into : *items[i].state;
+    to.set_position(items[i].state->position() + 1);
+    to.set_magnitude_bound(grown[i]);
+  }
+}
+
+namespace {
+
+// Every item's checks, into this thread's scratch (which keeps its
+// capacity: steady-state decode allocates nothing).
+struct ScratchChecks {
+  std::vector<absl::Status>& results;
+  std::vector<double>& grown;
+};
+ScratchChecks CheckIntoScratch(std::span<const StepItem> items) {
+  thread_local std::vector<absl::Status> results;
+  thread_local std::vector<double> grown;
+  results.resize(items.size());
+  grown.resize(items.size());
+  CheckSteps(items, results, grown);
+  return {results, grown};
+}
+
+}  // namespace
+
+absl::Status CheckStepBatch(std::span<const StepItem> items) {
+  return FirstRefusal(CheckIntoScratch(items).results);
 }
 
 absl::Status Step(const Attention& attention, AttentionState& state,
@@ -228,58 +305,10 @@ absl::Status Step(const Attention& attention, AttentionState& state,
 }
 
 absl::Status StepBatch(std::span<const StepItem> items) {
-  // Validate everything first: a failed batch changes nothing. The scratch
-  // vectors keep their capacity, so steady-state decode allocates nothing.
-  // (Bound to references: inside the OpenMP region below, the names of
-  // thread_locals would denote each worker's own copies.)
-  thread_local std::vector<const AttentionState*> states_scratch;
-  thread_local std::vector<std::pair<uint32_t, uint32_t>> work_scratch;
-  thread_local std::vector<double> grown_scratch;
-  std::vector<const AttentionState*>& states = states_scratch;
-  std::vector<std::pair<uint32_t, uint32_t>>& work = work_scratch;
-  std::vector<double>& grown = grown_scratch;
-  states.clear();
-  work.clear();
-  grown.assign(items.size(), 0.0);
-  const VectorKernels& kernels = ActiveKernels();
-  uint64_t state_floats = 0;
-  uint64_t total_heads = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const StepItem& item = items[i];
-    LINATTN_RETURN_IF_ERROR(CheckItem(kernels, item, i, &grown[i]));
-    states.push_back(item.state);
-    if (item.into != nullptr) states.push_back(item.into);
-    state_floats += item.state->size();
-    total_heads += item.attention->num_heads();
-  }
-  std::sort(states.begin(), states.end());
-  if (std::adjacent_find(states.begin(), states.end()) != states.end()) {
-    return absl::InvalidArgumentError(
-        "items: the same state appears twice in one batch");
-  }
-
-  // Flatten (item, head) so that a single session's heads also spread over
-  // threads. Heads of one item touch disjoint parts of its state, except the
-  // position, which is advanced after the parallel region.
-  work.reserve(total_heads);
-  for (uint32_t i = 0; i < items.size(); ++i) {
-    for (uint32_t h = 0; h < items[i].attention->num_heads(); ++h) {
-      work.emplace_back(i, h);
-    }
-  }
-  const uint64_t n = work.size();
-  ParallelFor(n, state_floats >= kParallelStateFloats, [&](uint64_t w) {
-    const StepItem& item = items[work[w].first];
-    StepHead(kernels, *item.attention, *item.state,
-             item.into != nullptr ? *item.into : *item.state, item.token,
-             item.out, 0, work[w].second);
-  });
-  for (size_t i = 0; i < items.size(); ++i) {
-    AttentionState& to =
-        items[i].into != nullptr ? *items[i].into : *items[i].state;
-    to.set_position(items[i].state->position() + 1);
-    to.set_magnitude_bound(grown[i]);
-  }
+  // Everything is checked first: a failed batch changes nothing.
+  const ScratchChecks checked = CheckIntoScratch(items);
+  LINATTN_RETURN_IF_ERROR(FirstRefusal(checked.results));
+  RunCheckedSteps(items, checked.results, checked.grown);
   return absl::OkStatus();
 }
 

@@ -43,6 +43,27 @@ absl::Status StepBatch(std::span<const StepItem> items);
 // magnitude bounds, which may tighten.
 absl::Status CheckStepBatch(std::span<const StepItem> items);
 
+// StepBatch in two phases, item by item, for a caller that records what
+// will run between the checks and the run (the attention scheduler's
+// durable round), so that every item is checked once:
+//   CheckSteps checks each item as StepBatch does, on its own: results[i]
+//   is OK when item i may run, else why not (its message without an
+//   "items[i]." prefix); an item whose state (or `into`) is an earlier
+//   item's is refused. grown[i] receives the bound of item i's state after
+//   the step. Nothing changes but the states' magnitude bounds, which may
+//   tighten.
+//   RunCheckedSteps then runs, with no further checks, exactly the items
+//   whose results are OK — the caller may have refused more since (a
+//   request whose other item failed, a commit that did not take it) —
+//   with the bounds CheckSteps measured. Nothing may touch the states in
+//   between.
+// Both spans have one entry per item.
+void CheckSteps(std::span<const StepItem> items,
+                std::span<absl::Status> results, std::span<double> grown);
+void RunCheckedSteps(std::span<const StepItem> items,
+                     std::span<const absl::Status> results,
+                     std::span<const double> grown);
+
 // `in.tokens` tokens of one session, one after another through Step's
 // kernel (the token-by-token prefill).
 absl::Status StepSequence(const Attention& attention, AttentionState& state,

@@ -66,7 +66,8 @@ GenerationEngine::GenerationEngine(
                                             : own_sessions_.get()),
       executor_(options.executor != nullptr
                     ? options.executor
-                    : std::make_shared<ComputeExecutor>()) {
+                    : std::make_shared<ComputeExecutor>()),
+      records_(options.store) {
   // Atomicity lives in the job (its backup); the runner keeps no copies.
   for (const auto& m : models_) {
     runners_[m.get()] = std::make_unique<ForwardRunner>(m, options_.forward);
@@ -379,9 +380,9 @@ void GenerationEngine::RestoreBackup(ModelSession& s, Job& job) {
 }
 
 void GenerationEngine::RecordContext(ModelSession& s) {
-  if (options_.store == nullptr) return;
-  records_.BeginRequest();
-  records_.AddModelState(s);
+  if (!records_.durable()) return;
+  records_.Begin();
+  records_.records().AddModelState(s);
   rewound_.push_back({s.id(), s.incarnation()});
 }
 
@@ -398,40 +399,36 @@ void GenerationEngine::Record(
       then(cbs);
     };
   }
-  if (options_.store == nullptr) {
+  if (!records_.durable()) {
     on_commit(callbacks);
     return;
   }
-  records_.BeginRequest();
-  records_.AddTokens(*q.session, tokens);
-  if (stream) records_.AddSampler(*q.session, *stream);
+  const uint32_t request = records_.Begin();
+  records_.records().AddTokens(*q.session, tokens);
+  if (stream) records_.records().AddSampler(*q.session, *stream);
   job.awaiting_commit = true;
-  awaiting_.push_back(Awaiting{&q, &job, std::move(on_commit),
-                               std::move(on_failure), records_.request()});
+  awaiting_.push_back(
+      Awaiting{&q, &job, std::move(on_commit), std::move(on_failure), request});
 }
 
 void GenerationEngine::CommitRecords(Callbacks& callbacks) {
   DurableStore* const store = options_.store;
   if (store == nullptr) return;
-  DurableStore::Group group;
+  RoundCommit commit(store);
   std::vector<Awaiting> awaiting;
   std::vector<std::pair<std::string, uint64_t>> rewound;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    group = std::move(records_);
-    records_ = DurableStore::Group();
+    commit = std::exchange(records_, RoundCommit(store));
     awaiting.swap(awaiting_);
     rewound.swap(rewound_);
   }
   // Creates staged by forks and restores go too, before any of their
   // sessions is fed (a staged create is read when committed).
-  if (group.empty() && awaiting.empty() && !store->has_staged()) return;
-  // With a shared store, the records of a session handed over to another
-  // replica are refused alone: only their requests fail.
-  std::vector<uint32_t> refused;
-  const absl::Status s = store->Commit(std::move(group), &refused);
+  if (!commit.HasWork() && awaiting.empty()) return;
+  commit.Commit();
   std::lock_guard<std::mutex> lock(mu_);
-  if (!s.ok()) {
+  if (!commit.status().ok()) {
     // A context that went back could not be recorded: the session's
     // snapshot file will be.
     for (const auto& [id, incarnation] : rewound) {
@@ -440,15 +437,9 @@ void GenerationEngine::CommitRecords(Callbacks& callbacks) {
   }
   for (Awaiting& a : awaiting) {
     a.job->awaiting_commit = false;
-    if (!s.ok()) {
+    // A session handed over to another replica meanwhile fails alone.
+    if (absl::Status s = commit.Outcome(a.request); !s.ok()) {
       a.on_failure(s, callbacks);
-    } else if (std::binary_search(refused.begin(), refused.end(), a.request)) {
-      a.on_failure(absl::AbortedError(
-                       "session_id: the session was handed over to another "
-                       "replica while this request ran; what it did after "
-                       "that is not kept (send it again: the session's owner "
-                       "serves it)"),
-                   callbacks);
     } else {
       a.on_commit(callbacks);
     }

@@ -42,6 +42,7 @@
 #include "core/scheduler/compute_executor.h"
 #include "core/scheduler/generation_job.h"
 #include "core/session/durable_store.h"
+#include "core/session/round_commit.h"
 #include "core/session/session_manager.h"
 #include "core/util/call_liveness.h"
 
@@ -316,7 +317,7 @@ class GenerationEngine : private ComputeExecutor::Source {
   absl::Status abort_;  // set by AbortGenerations
   bool stopping_ = false;
   std::map<std::string, Queue, std::less<>> queues_;
-  DurableStore::Group records_;     // under mu_
+  RoundCommit records_;             // under mu_
   std::vector<Awaiting> awaiting_;  // under mu_
   // Under mu_: sessions (id, incarnation) whose context RecordContext
   // recorded in records_.

@@ -17,8 +17,9 @@
 // budget) and commits when its last slice is done, so other sessions' steps
 // and short prompts keep flowing meanwhile (at most one round's wait).
 //
-// Every request is validated on its own before it joins a batch, so one bad
-// request fails alone and changes nothing; `done` is called exactly once, on
+// Every request is validated once, on its own, before it joins a batch, so
+// one bad request fails alone and changes nothing; `done` is called exactly
+// once, on
 // the compute worker (or the caller's, if the scheduler has stopped). A
 // request whose caller has gone (CallLiveness) before it commits is dropped
 // and changes nothing; one that committed reports OK.
@@ -176,9 +177,26 @@ class Scheduler : private ComputeExecutor::Source {
   void Enqueue(Request request);
   // One round, if any request is queued (ComputeExecutor::Source).
   bool RunOnce() override;
-  // Runs the round; requests not finished in it (prefills with slices left,
-  // or waiting for memory) are left in `unfinished`, in round order.
+  // Runs the round (scheduler_round.cc); requests not finished in it
+  // (prefills with slices left, or waiting for memory) are left in
+  // `unfinished`, in round order. Its steps, in order:
+  struct Round;
   void RunRound(std::vector<Request>& round, std::vector<Request>& unfinished);
+  // Positions and the kernels' checks of every decode step; a request with
+  // a refused step fails whole.
+  void CheckRoundSteps(Round& round);
+  // The request's steps do not run (it failed).
+  static void RefuseSteps(Round& round, size_t request);
+  // This round's slice of every prefill, on its working copy.
+  void RunPrefillSlices(Round& round);
+  // What passed is recorded (RoundCommit) before it is made.
+  void CommitRound(Round& round);
+  void RunRoundSteps(Round& round);
+  // Finished prefills' copies become their sessions' states.
+  void ApplyPrefills(Round& round);
+  void RunWork(Round& round);
+  void RecordRound(const Round& round);
+  void AnswerRound(Round& round, std::vector<Request>& unfinished);
   // Gives a prefill its working copy and this round's slice (at most
   // `share` tokens); false if it must wait a round for memory. Sets *result
   // when it fails.

@@ -43,11 +43,13 @@
 //     committed (its session cannot change before: the compute worker
 //     commits before it changes a session), and the request that created
 //     it waits for that commit (SyncThrough);
-//   - attention steps are written ahead: a round's step records are
-//     committed before the kernels run. A step the kernels refuse is
-//     refused again on replay (same input, same state), so the log needs
-//     no undo. Replay runs the recurrent step, whose result per session
-//     does not depend on the batch it ran in;
+//   - attention steps are written ahead: a round's steps are checked, and
+//     the records of those that passed are committed before the kernels
+//     run (core/session/round_commit.h). A refused step that was recorded
+//     all the same (older journals) is refused again on replay (same input,
+//     same state), so the log needs no undo. Replay runs the recurrent
+//     step, whose result per session does not depend on the batch it ran
+//     in;
 //   - a prefill records its result (a state record), committed before the
 //     working copy it ran on replaces the session's state;
 //   - a model session records the tokens that join its context (tokens), or

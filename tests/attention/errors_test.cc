@@ -108,6 +108,62 @@ TEST_F(Errors, ABadItemFailsTheWholeBatchAndChangesNoSession) {
   ExpectSame(a, a0);
 }
 
+TEST_F(Errors, CheckedStepsRunEveryItemThatPassedAndNoOther) {
+  // Three sessions, the middle one's token not finite, a fourth item on the
+  // first's state: checked item by item, the good ones run, bit for bit as
+  // alone; the bad one and the repeated state change nothing.
+  AttentionState a = Warm(*attention_, 3), b = Warm(*attention_, 7),
+                 c = Warm(*attention_, 5);
+  const AttentionState b0 = b.Copy();
+  AttentionState a_alone = a.Copy(), c_alone = c.Copy();
+  testing::Tokens bad = data_;
+  bad.k[2] = INFINITY;
+  testing::Outputs out(spec_, 4), alone(spec_, 2);
+  auto token = [](const testing::Tokens& t) {
+    return SequenceInput{t.q.data(), t.k.data(), t.v.data(), 1};
+  };
+  const uint32_t H = spec_.num_heads;
+  std::vector<StepItem> steps = {
+      {&*attention_, &a, token(data_), out.view(0, H, spec_.value_dim)},
+      {&*attention_, &b, token(bad), out.view(1, H, spec_.value_dim)},
+      {&*attention_, &c, token(data_), out.view(2, H, spec_.value_dim)},
+      {&*attention_, &a, token(data_), out.view(3, H, spec_.value_dim)}};
+  std::vector<absl::Status> results(steps.size());
+  std::vector<double> grown(steps.size());
+  CheckSteps(steps, results, grown);
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_EQ(results[1].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(results[1].message()), HasSubstr("k[2]"));
+  EXPECT_TRUE(results[2].ok()) << results[2];
+  EXPECT_THAT(std::string(results[3].message()), HasSubstr("same state"));
+  RunCheckedSteps(steps, results, grown);
+  ExpectSame(b, b0);
+  ASSERT_TRUE(Step(*attention_, a_alone, token(data_),
+                   alone.view(0, H, spec_.value_dim))
+                  .ok());
+  ASSERT_TRUE(Step(*attention_, c_alone, token(data_),
+                   alone.view(1, H, spec_.value_dim))
+                  .ok());
+  ExpectSame(a, a_alone);
+  ExpectSame(c, c_alone);
+  const size_t row = size_t{H} * spec_.value_dim;
+  EXPECT_EQ(0, std::memcmp(out.output.data(), alone.output.data(),
+                           row * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(out.output.data() + 2 * row,
+                           alone.output.data() + row, row * sizeof(float)));
+
+  // A caller may refuse more after the checks (a commit that did not take
+  // an item): that item does not run.
+  const AttentionState c1 = c.Copy();
+  steps.resize(3);
+  results.assign(3, absl::OkStatus());
+  CheckSteps(steps, results, grown);
+  results[2] = absl::AbortedError("not recorded");
+  RunCheckedSteps(steps, results, grown);
+  ExpectSame(c, c1);
+  EXPECT_EQ(a.position(), a_alone.position() + 1);
+}
+
 TEST_F(Errors, WrongShapesAndArguments) {
   AttentionState state = Warm(*attention_, 2);
   const AttentionState before = state.Copy();

@@ -12,7 +12,9 @@
 
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
+#include "core/session/snapshot.h"
 #include "tests/attention/test_util.h"
+#include "tests/util/temp_dir.h"
 
 namespace linattn {
 namespace {
@@ -293,6 +295,69 @@ class WorkerHold {
   std::promise<void> release_;
   bool done_ = false;
 };
+
+// One round with a step group whose second step is refused, a single step
+// and a step at the wrong position: each request is checked once, before
+// anything is recorded; the group fails whole naming its step, and only the
+// good step is in the journal (a new table from the directory holds it and
+// nothing else).
+TEST(Scheduler, OnlyStepsThatPassTheirChecksAreRecordedAndRun) {
+  testing::TempDir dir;
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 2};
+  const float ok_in[2] = {0.5f, 0.25f}, nan_in[2] = {NAN, 1.0f};
+  float y[4][2], d[4];
+  uint8_t av[4];
+  std::string good_state;
+  {
+    auto store = DurableStore::Open({.dir = dir.Path("state")}).value();
+    auto manager = *SessionManager::Create({.observer = store.get()});
+    ASSERT_TRUE(store->Recover(*manager, {}).ok());
+    Scheduler scheduler({.store = store.get()});
+    auto a = *manager->CreateSession(spec, std::nullopt, "a");
+    auto b = *manager->CreateSession(spec, std::nullopt, "b");
+    auto c = *manager->CreateSession(spec, std::nullopt, "c");
+    auto e = *manager->CreateSession(spec, std::nullopt, "e");
+    std::promise<Plain> group, single, wrong;
+    {
+      WorkerHold hold(*manager, scheduler);
+      std::vector<Scheduler::GroupStep> steps;
+      steps.push_back({a, {ok_in, ok_in, ok_in, 1}, {y[0], &d[0], &av[0]}});
+      steps.push_back({b, {ok_in, nan_in, ok_in, 1}, {y[1], &d[1], &av[1]}});
+      scheduler.StepGroup(std::move(steps),
+                          [&](absl::Status s) { group.set_value(s); });
+      scheduler.Step(c, {ok_in, ok_in, ok_in, 1}, {y[2], &d[2], &av[2]},
+                     [&](absl::Status s) { single.set_value(s); });
+      scheduler.Step(
+          e, {ok_in, ok_in, ok_in, 1}, {y[3], &d[3], &av[3]},
+          [&](absl::Status s) { wrong.set_value(s); }, {},
+          /*expected_position=*/3);
+    }
+    const Plain g = group.get_future().get();
+    EXPECT_EQ(g.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(g.message(), ::testing::HasSubstr("steps[1].k[0]"));
+    EXPECT_TRUE(single.get_future().get().ok());
+    EXPECT_EQ(wrong.get_future().get().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(a->position(), 0u);
+    EXPECT_EQ(b->position(), 0u);
+    EXPECT_EQ(c->position(), 1u);
+    EXPECT_EQ(e->position(), 0u);
+    const SchedulerStats stats = scheduler.stats();
+    EXPECT_EQ(stats.steps, 1u);
+    good_state = SerializeSnapshot(c->spec(), c->state());
+  }
+  auto store = DurableStore::Open({.dir = dir.Path("state")}).value();
+  auto manager = *SessionManager::Create({.observer = store.get()});
+  auto report = store->Recover(*manager, {});
+  ASSERT_TRUE(report.ok()) << report.status();
+  // Five creates (the hold's session too) and one step.
+  EXPECT_EQ(report->records, 6u);
+  for (const char* id : {"a", "b", "e"}) {
+    EXPECT_EQ(manager->FindAttention(id).value()->position(), 0u) << id;
+  }
+  auto c = manager->FindAttention("c").value();
+  EXPECT_EQ(SerializeSnapshot(c->spec(), c->state()), good_state);
+}
 
 // A long prefill runs a slice of the round budget per round on a working
 // copy: a step of another session queued behind it is answered first, and

@@ -7,10 +7,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -24,6 +20,7 @@
 #include "core/util/crc.h"
 #include "core/util/status_macros.h"
 #include "tests/util/files.h"
+#include "tests/util/full_disk.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -421,34 +418,25 @@ TEST(DurableStore, DamageIsRefusedNamingTheFileAndATornTailIsDropped) {
 TEST(DurableStore, AFullDiskFailsTheCommitAndKeepsWhatWasCommitted) {
   testing::TempDir tmp;
   const std::string dir = tmp.Path("state");
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    signal(SIGXFSZ, SIG_IGN);
-    const rlimit limit{64 << 10, 64 << 10};
-    setrlimit(RLIMIT_FSIZE, &limit);
+  const int code = testing::ExitCodeWithFullDisk(64 << 10, [&] {
     auto d = Durable::Open(dir);
-    if (!d.ok()) _exit(10);
+    if (!d.ok()) return 10;
     auto a = d->table->CreateSession(kElu, std::nullopt, "a").value();
-    if (!d->store->AwaitCreate(*d->table, *a).ok()) _exit(11);
+    if (!d->store->AwaitCreate(*d->table, *a).ok()) return 11;
     std::mt19937 rng(1);
     for (int t = 0; t < 1000; ++t) {
       Token x(kElu, rng);
       DurableStore::Group g;
       g.AddStep(*a, x.in(), 1);
       const absl::Status s = d->store->Commit(std::move(g));
-      if (absl::IsResourceExhausted(s)) _exit(t >= 10 ? 100 : 12);
-      if (!s.ok()) _exit(13);
+      if (absl::IsResourceExhausted(s)) return t >= 10 ? 100 : 12;
+      if (!s.ok()) return 13;
       // The test's record of what was acknowledged: the step count.
       testing::WriteFile(tmp.Path("acknowledged"), std::to_string(t + 1));
     }
-    _exit(14);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 100)
-      << "the commit did not fail as a full disk";
+    return 14;
+  });
+  ASSERT_EQ(code, 100) << "the commit did not fail as a full disk";
   const uint64_t acknowledged =
       std::stoull(testing::ReadFile(tmp.Path("acknowledged")));
   auto d = Durable::Open(dir);

@@ -21,6 +21,7 @@
 #include "core/attention/recurrent.h"
 #include "core/scheduler/scheduler.h"
 #include "core/session/durable_store.h"
+#include "core/session/round_commit.h"
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 #include "server/redis/redis_shared_store.h"
@@ -305,14 +306,17 @@ TEST(SharedStore, RequestsOfASessionHandedOverAreRefusedAloneTheRestCommits) {
 
   const std::vector<float> x = Input(0);
   const SequenceInput in{x.data(), x.data() + 16, x.data() + 32, 1};
-  DurableStore::Group group;
-  group.BeginRequest();
-  group.AddStep(**s1, in, 1);
-  group.BeginRequest();
-  group.AddStep(**s2, in, 1);
-  std::vector<uint32_t> refused;
-  ASSERT_TRUE((*a)->store->Commit(std::move(group), &refused).ok());
-  EXPECT_EQ(refused, std::vector<uint32_t>{0});
+  RoundCommit round((*a)->store.get());
+  const uint32_t first = round.Begin();
+  round.records().AddStep(**s1, in, 1);
+  const uint32_t second = round.Begin();
+  round.records().AddStep(**s2, in, 1);
+  round.Commit();
+  ASSERT_TRUE(round.status().ok()) << round.status();
+  EXPECT_EQ(round.Outcome(first).code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(round.Outcome(first).message()),
+              HasSubstr("handed over to another replica"));
+  EXPECT_TRUE(round.Outcome(second).ok());
   // Without `refused`, such a group is refused whole.
   DurableStore::Group whole;
   whole.BeginRequest();
