@@ -12,6 +12,7 @@
 #include "core/util/status_macros.h"
 #include "grpc_health/v1/health.pb.h"
 #include "server/redis/redis_shared_store.h"
+#include "server/replica/shared_record_log.h"
 #include "spdlog/spdlog.h"
 
 namespace linattn {
@@ -132,7 +133,7 @@ absl::StatusOr<DurableStoreOptions> StoreOptions(const ServerOptions& options) {
         shared.status().code(),
         absl::StrCat("--state-store: ", shared.status().message()));
   }
-  durable.shared = std::shared_ptr<SharedStore>(std::move(*shared));
+  durable.log = std::make_shared<SharedRecordLog>(std::move(*shared));
   return durable;
 }
 
@@ -216,10 +217,10 @@ absl::Status LinattnServer::StartEngine(const ServerOptions& options) {
   LINATTN_ASSIGN_OR_RETURN(engine.durable, StoreOptions(options));
   LINATTN_ASSIGN_OR_RETURN(engine.models, LoadModels(options));
   const bool durable =
-      !engine.durable.dir.empty() || engine.durable.shared != nullptr;
+      !engine.durable.dir.empty() || engine.durable.log != nullptr;
   engine_log_ = std::make_unique<EngineLog>(
       observability_.get(),
-      engine.durable.shared != nullptr ? "state store" : "state dir");
+      engine.durable.log != nullptr ? "state store" : "state dir");
   engine.events = engine_log_.get();
   LINATTN_ASSIGN_OR_RETURN(engine_, Engine::Create(std::move(engine)));
   if (durable) LogRecovery(options, engine_->recovery());

@@ -23,6 +23,7 @@
 #include "server/listen_address.h"
 #include "server/metrics_listener.h"
 #include "server/observability.h"
+#include "server/redis/shared_store.h"
 #include "server/rpc_entry.h"
 #include "server/tls.h"
 

@@ -14,7 +14,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
 
   // The store first: it observes the table from the table's first session.
   DurableStoreOptions durable = std::move(options.durable);
-  if (!durable.dir.empty() || durable.shared != nullptr) {
+  if (!durable.dir.empty() || durable.log != nullptr) {
     durable.forward = options.generation.forward;
     if (events != nullptr) {
       // A commit that finds sessions taken over (their writes fenced) sends

@@ -54,8 +54,9 @@ struct EngineOptions {
   PrefillPrecision prefill_precision = PrefillPrecision::kF32;
   // OpenMP threads of the compute worker's team (0 = OpenMP's default).
   int compute_threads = 0;
-  // Durable sessions (docs/design.md §4): a directory, or a shared store
-  // (replicas); neither = memory only. Every recorded session is back in
+  // Durable sessions (docs/design.md §4): a directory, or another record
+  // log (the shared store of replicas, server/replica/); neither = memory
+  // only. Every recorded session is back in
   // the table before Create returns.
   DurableStoreOptions durable;
   // Sessions unused this long are deleted; 0 = kept until deleted.

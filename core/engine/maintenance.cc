@@ -29,12 +29,13 @@ Maintenance::Maintenance(SessionManager* table, DurableStore* store, Take take,
     upkeep = std::min(upkeep, store_->options().sync_interval);
   }
   threads_.emplace_back([this, upkeep] { UpkeepLoop(upkeep); });
-  if (store_->shared()) {
+  if (Replica* replica = store_->replica()) {
     // Heartbeats on a thread of their own (four per lease time), so that a
     // long snapshot pass never lets the lease lapse.
-    const auto beat = store_->options().shared->options().lease / 4;
-    threads_.emplace_back([this, beat] { HeartbeatLoop(beat); });
-    threads_.emplace_back([this] { HandOverLoop(); });
+    const auto beat = replica->heartbeat_period();
+    threads_.emplace_back(
+        [this, replica, beat] { HeartbeatLoop(*replica, beat); });
+    threads_.emplace_back([this, replica] { HandOverLoop(*replica); });
   }
 }
 
@@ -90,25 +91,26 @@ void Maintenance::UpkeepLoop(std::chrono::milliseconds period) {
   }
 }
 
-void Maintenance::HeartbeatLoop(std::chrono::milliseconds period) {
+void Maintenance::HeartbeatLoop(Replica& replica,
+                                std::chrono::milliseconds period) {
   bool failing = false;
   while (Sleep(period)) {
-    auto lost = store_->Beat();
+    auto lost = replica.Beat();
     Report("lease", lost.status(), failing);
     if (!lost.ok() || lost->empty()) continue;
     if (events_ != nullptr) events_->TakenOver(lost->size());
-    (void)store_->HandOver(*lost, /*release=*/false);
+    (void)replica.HandOver(*lost, /*release=*/false);
   }
 }
 
-void Maintenance::HandOverLoop() {
+void Maintenance::HandOverLoop(Replica& replica) {
   bool failing = false;
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
     }
-    auto wanted = store_->AwaitWanted();
+    auto wanted = replica.AwaitWanted();
     Report("wants", wanted.status(), failing);
     if (!wanted.ok()) {
       if (!Sleep(std::chrono::milliseconds(200))) return;
@@ -117,8 +119,8 @@ void Maintenance::HandOverLoop() {
     if (wanted->empty()) continue;
     // Asked for by other replicas: snapshot (so the next owner replays
     // little), then released.
-    const size_t written = Snapshot(*wanted);
-    const absl::Status s = store_->HandOver(*wanted, /*release=*/true);
+    const size_t written = Snapshot(store_->DueOf(*wanted));
+    const absl::Status s = replica.HandOver(*wanted, /*release=*/true);
     if (events_ != nullptr) events_->HandedOver(wanted->size(), written, s);
   }
 }
@@ -130,7 +132,9 @@ void Maintenance::FinalSnapshots() {
   const std::vector<DurableStore::Due> all = store_->AllSessions();
   const size_t written = s.ok() ? Snapshot(all) : 0;
   if (s.ok()) s = store_->Maintain();
-  if (s.ok() && store_->shared()) s = store_->DropLease();
+  if (s.ok() && store_->replica() != nullptr) {
+    s = store_->replica()->DropLease();
+  }
   if (events_ != nullptr) {
     events_->DrainSnapshots(
         written, all.size(),

@@ -68,8 +68,8 @@ class Maintenance {
   bool Sleep(std::chrono::milliseconds period);
   void EvictionLoop(std::chrono::milliseconds ttl);
   void UpkeepLoop(std::chrono::milliseconds period);
-  void HeartbeatLoop(std::chrono::milliseconds period);
-  void HandOverLoop();
+  void HeartbeatLoop(Replica& replica, std::chrono::milliseconds period);
+  void HandOverLoop(Replica& replica);
   size_t SnapshotPiece(std::span<const DurableStore::Due> piece);
   // Tells events of a failure once per run of them, and of the recovery.
   void Report(const char* what, const absl::Status& status, bool& failing);

@@ -1,5 +1,5 @@
 // RedisSharedStore: the shared state store in Redis (the keys and the
-// ownership protocol are core/session/shared_store.h's). Commits, snapshots,
+// ownership protocol are server/redis/shared_store.h's). Commits, snapshots,
 // takeovers and releases are Lua scripts, each one round trip, so that an
 // epoch check and the writes it guards are one atomic step in Redis.
 //
@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/session/shared_store.h"
+#include "server/redis/shared_store.h"
 #include "server/redis/redis_client.h"
 
 namespace linattn {

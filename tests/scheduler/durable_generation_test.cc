@@ -14,6 +14,7 @@
 #include "core/scheduler/generation.h"
 #include "core/session/durable_store.h"
 #include "server/redis/redis_shared_store.h"
+#include "server/replica/shared_record_log.h"
 #include "tests/model/test_model.h"
 #include "tests/scheduler/builtin_model.h"
 #include "tests/util/redis_server.h"
@@ -298,7 +299,7 @@ TEST(DurableGeneration,
                                 .timeout = std::chrono::milliseconds(2000)});
     if (!shared.ok()) return shared.status();
     DurableStoreOptions options;
-    options.shared = *std::move(shared);
+    options.log = std::make_shared<SharedRecordLog>(*std::move(shared));
     auto store = DurableStore::Open(options);
     if (!store.ok()) return store.status();
     d->store = *std::move(store);

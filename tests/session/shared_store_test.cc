@@ -25,6 +25,7 @@
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 #include "server/redis/redis_shared_store.h"
+#include "server/replica/shared_record_log.h"
 #include "tests/util/redis_server.h"
 #include "tests/util/temp_dir.h"
 
@@ -61,7 +62,7 @@ struct Replica {
                                 .lease = lease,
                                 .timeout = milliseconds(1000)}));
     DurableStoreOptions options;
-    options.shared = std::move(shared);
+    options.log = std::make_shared<SharedRecordLog>(std::move(shared));
     LINATTN_ASSIGN_OR_RETURN(r->store, DurableStore::Open(options));
     LINATTN_ASSIGN_OR_RETURN(
         r->table, SessionManager::Create({.observer = r->store.get()}));
@@ -72,7 +73,7 @@ struct Replica {
       auto next = std::chrono::steady_clock::now();
       while (!p->stop) {
         if (std::chrono::steady_clock::now() >= next) {
-          if (!p->paused) (void)p->store->Beat();
+          if (!p->paused) (void)p->store->replica()->Beat();
           next += lease / 4;
         }
         std::this_thread::sleep_for(milliseconds(10));
@@ -194,7 +195,7 @@ TEST(SharedStore, AnotherReplicaResumesTheSessionAndTheOldOwnerIsFenced) {
   auto c = Replica::Open(redis.url(), "c");
   ASSERT_TRUE(c.ok());
   (*b)->paused = true;
-  ASSERT_TRUE((*b)->store->DropLease().ok());
+  ASSERT_TRUE((*b)->store->replica()->DropLease().ok());
   auto resumed = (*c)->Contents("s1");
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(*resumed, Expected(7));
@@ -213,11 +214,12 @@ TEST(SharedStore, AHolderThatIsAskedHandsTheSessionOverAtOnce) {
   // A's hand-over thread, as the server runs it.
   std::thread holder([&] {
     for (int i = 0; i < 5; ++i) {
-      auto wanted = (*a)->store->AwaitWanted();
+      auto wanted = (*a)->store->replica()->AwaitWanted();
       ASSERT_TRUE(wanted.ok()) << wanted.status();
       if (wanted->empty()) continue;
-      EXPECT_EQ(wanted->front().id, "s1");
-      EXPECT_TRUE((*a)->store->HandOver(*wanted, /*release=*/true).ok());
+      EXPECT_EQ(wanted->front().first, "s1");
+      EXPECT_TRUE(
+          (*a)->store->replica()->HandOver(*wanted, /*release=*/true).ok());
       return;
     }
   });
@@ -254,7 +256,7 @@ TEST(SharedStore, AnIdTheStoreHoldsCannotBeCreatedAgainAndDeletesReachAll) {
   ASSERT_TRUE((*b)->Create("s1", kSpec).ok());
   ASSERT_TRUE((*b)->Step("s1", Input(0)).ok());
   (*b)->paused = true;
-  ASSERT_TRUE((*b)->store->DropLease().ok());
+  ASSERT_TRUE((*b)->store->replica()->DropLease().ok());
   auto c = Replica::Open(redis.url(), "c");
   ASSERT_TRUE(c.ok());
   auto got = (*c)->Contents("s1");
@@ -299,9 +301,9 @@ TEST(SharedStore, RequestsOfASessionHandedOverAreRefusedAloneTheRestCommits) {
   auto s2 = (*a)->Create("s2", kSpec);
   ASSERT_TRUE(s1.ok() && s2.ok());
   // s1 goes to another replica while a request of it is under way.
-  const DurableStore::Due due{"s1", (*s1)->incarnation(),
-                              SessionKind::kAttention, 0};
-  ASSERT_TRUE((*a)->store->HandOver({&due, 1}, /*release=*/true).ok());
+  const std::pair<std::string, uint64_t> due{"s1", (*s1)->incarnation()};
+  ASSERT_TRUE(
+      (*a)->store->replica()->HandOver({&due, 1}, /*release=*/true).ok());
   EXPECT_FALSE((*a)->table->Contains("s1"));
 
   const std::vector<float> x = Input(0);
@@ -326,7 +328,7 @@ TEST(SharedStore, RequestsOfASessionHandedOverAreRefusedAloneTheRestCommits) {
 
   // What the store holds: s2 took its step, s1 none.
   (*a)->paused = true;
-  ASSERT_TRUE((*a)->store->DropLease().ok());
+  ASSERT_TRUE((*a)->store->replica()->DropLease().ok());
   auto b = Replica::Open(redis.url(), "b");
   ASSERT_TRUE(b.ok());
   auto got1 = (*b)->Contents("s1");

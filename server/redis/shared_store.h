@@ -1,11 +1,10 @@
 // SharedStore: sessions' records and snapshots in a store every replica
 // reaches, with ownership fenced by epochs, so that several replicas can
 // serve sessions and any of them can resume any session (docs/design.md §4,
-// "Replicas and the shared store"). DurableStore uses it in place of the
-// local journal when started with a state store.
-//
-// This is the interface core/ sees; the implementation is Redis's
-// (server/redis/redis_shared_store.h, the only code that links hiredis),
+// "Replicas and the shared store"). The replica's record log and gate
+// (server/replica/) are written against this interface; the
+// implementation is Redis's (server/redis/redis_shared_store.h, the only
+// code that links hiredis),
 // whose keys are ({id} is a Redis Cluster hash tag: a session's keys share
 // a slot):
 //   la:epoch                   the epoch counter (INCR)
@@ -29,8 +28,8 @@
 // write names the writer's epoch of each session and is refused whole if
 // one is not the session's current epoch (the session was taken over):
 // a replica that was paused or cut off can never write over a newer owner.
-#ifndef LINATTN_CORE_SESSION_SHARED_STORE_H_
-#define LINATTN_CORE_SESSION_SHARED_STORE_H_
+#ifndef LINATTN_SERVER_REDIS_SHARED_STORE_H_
+#define LINATTN_SERVER_REDIS_SHARED_STORE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -124,4 +123,4 @@ class SharedStore {
 
 }  // namespace linattn
 
-#endif  // LINATTN_CORE_SESSION_SHARED_STORE_H_
+#endif  // LINATTN_SERVER_REDIS_SHARED_STORE_H_
