@@ -203,15 +203,13 @@ class Config:
     def __init__(self, d):
         self.raw = d
         self.model_type = d.get("model_type", "linear_attn")
-        if self.model_type not in ("linear_attn", "retnet", "gla", "delta_net",
-                                   "gated_deltanet", "mamba2"):
+        if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type {self.model_type!r} not supported")
+        kind = MODEL_TYPES[self.model_type]
         gdn = self.model_type == "gated_deltanet"
         self.hidden_size = d.get("hidden_size", 2048)
         self.num_hidden_layers = d.get("num_hidden_layers", 21 if gdn else 24)
-        self.num_heads = d.get("num_heads", {"linear_attn": 4, "retnet": 8, "gla": 4,
-                                             "delta_net": 16, "gated_deltanet": 6,
-                                             "mamba2": None}[self.model_type])
+        self.num_heads = d.get("num_heads", kind.num_heads)
         # RetNetConfig's default is 2, the others' 4; an explicit null is 4
         # for all (fla's GatedMLP turns hidden_ratio None into 4).
         self.hidden_ratio = d.get("hidden_ratio", 2 if self.model_type == "retnet" else 4) or 4
@@ -234,9 +232,7 @@ class Config:
         for field in ("attn", "attnres_block_size"):
             if d.get(field) is not None:
                 raise ValueError(f"{field} is not supported by this reference")
-        {"linear_attn": self._linear_attn, "retnet": self._retnet, "gla": self._gla,
-         "delta_net": self._delta_net, "gated_deltanet": self._gated_deltanet,
-         "mamba2": self._mamba2}[self.model_type](d)
+        kind.read_config(self, d)
 
     def _linear_attn(self, d):
         self.num_kv_heads = d.get("num_kv_heads") or self.num_heads
@@ -942,9 +938,7 @@ class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.attn_norm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.attn = {"linear_attn": LinearAttention, "retnet": MultiScaleRetention,
-                     "gla": GatedLinearAttention, "delta_net": DeltaNet,
-                     "gated_deltanet": GatedDeltaNet}[c.model_type](c)
+        self.attn = MODEL_TYPES[c.model_type].mixer(c)
         self.mlp_norm = RMSNorm(c.hidden_size, c.norm_eps)
         self.mlp = MLP(c)
 
@@ -1038,8 +1032,30 @@ class Mamba2LM(CausalLM):
         super().__init__(c, Mamba2Backbone(c), "norm_f")
 
 
+class ModelType:
+    """One model type of the reference: how its config's own fields are
+    read, its layer's mixer (written from the type's upstream source) and
+    its language model. linattn's table (core/model/model_types.h) names
+    each type's mixer here as its reference; tests compare the two."""
+
+    def __init__(self, read_config, mixer, lm, num_heads):
+        self.read_config, self.mixer, self.lm = read_config, mixer, lm
+        self.num_heads = num_heads  # the config class's default
+
+
+# The model types, one line each.
+MODEL_TYPES = {
+    "linear_attn": ModelType(Config._linear_attn, LinearAttention, LinearAttentionLM, 4),
+    "retnet": ModelType(Config._retnet, MultiScaleRetention, LinearAttentionLM, 8),
+    "gla": ModelType(Config._gla, GatedLinearAttention, LinearAttentionLM, 4),
+    "delta_net": ModelType(Config._delta_net, DeltaNet, LinearAttentionLM, 16),
+    "gated_deltanet": ModelType(Config._gated_deltanet, GatedDeltaNet, LinearAttentionLM, 6),
+    "mamba2": ModelType(Config._mamba2, Mamba2Mixer, Mamba2LM, None),
+}
+
+
 def new_model(c):
-    return Mamba2LM(c) if c.model_type == "mamba2" else LinearAttentionLM(c)
+    return MODEL_TYPES[c.model_type].lm(c)
 
 
 def load_model(model_dir, dtype=torch.float32):

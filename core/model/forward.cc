@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
 #include "core/attention/recurrent.h"
+#include "core/model/model_types.h"
 #include "core/model/row_ops.h"
 #include "core/onednn/gemm.h"
 #include "core/util/parallel_for.h"
@@ -15,66 +16,6 @@
 #include "core/util/status_macros.h"
 
 namespace linattn {
-namespace {
-
-// φ of one head's raw vector x (d_k) into out (d_φ); `lin` is the learned
-// linear output for the maps that have one.
-void ApplyFeatureMap(ModelFeatureMap map, const float* x, const float* lin,
-                     uint32_t dk, float* out) {
-  switch (map) {
-    case ModelFeatureMap::kElu:  // F.elu(x) + 1, vectorised
-      ActiveKernels().elu1(dk, x, out);
-      break;
-    case ModelFeatureMap::kRelu:
-      for (uint32_t i = 0; i < dk; ++i) out[i] = std::max(x[i], 0.0f);
-      break;
-    case ModelFeatureMap::kIdentity:
-      std::memcpy(out, x, dk * sizeof(float));
-      break;
-    case ModelFeatureMap::kT2R:
-      for (uint32_t i = 0; i < dk; ++i) out[i] = std::max(lin[i], 0.0f);
-      break;
-    case ModelFeatureMap::kHedgehog: {
-      // softmax over [2y, −2y]
-      float m = 0;
-      for (uint32_t i = 0; i < dk; ++i) m = std::max(m, std::fabs(2 * lin[i]));
-      float sum = 0;
-      for (uint32_t i = 0; i < dk; ++i) {
-        out[i] = std::exp(2 * lin[i] - m);
-        out[dk + i] = std::exp(-2 * lin[i] - m);
-        sum += out[i] + out[dk + i];
-      }
-      const float inv = 1.0f / sum;
-      for (uint32_t i = 0; i < 2 * dk; ++i) out[i] *= inv;
-      break;
-    }
-    case ModelFeatureMap::kDpfp: {
-      // fla's DPFPFeatureMap (fla/modules/feature_map.py): x2 = [r, −r] with
-      // r = relu(x) — the negative of relu(x), not relu(−x) as in the DPFP
-      // paper; fla's checkpoints are trained with fla's. torch.roll by j
-      // gives x2[(i − j) mod n]; block b (j = b + 1) is x2 ⊙ roll(x2, j).
-      const uint32_t n = 2 * dk;
-      thread_local std::vector<float> x2;
-      x2.resize(n);
-      for (uint32_t i = 0; i < dk; ++i) {
-        x2[i] = std::max(x[i], 0.0f);
-        x2[dk + i] = -x2[i];
-      }
-      for (uint32_t b = 0; b < 4; ++b) {
-        const uint32_t shift = (b + 1) % n;
-        for (uint32_t i = 0; i < n; ++i) {
-          out[b * n + i] = x2[i] * x2[(i + n - shift) % n];
-        }
-      }
-      break;
-    }
-    case ModelFeatureMap::kElementwiseProduct:
-      for (uint32_t i = 0; i < dk; ++i) out[i] = lin[i] * lin[dk + i];
-      break;
-  }
-}
-
-}  // namespace
 
 ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model,
                              ForwardOptions options)
@@ -83,60 +24,49 @@ ForwardRunner::ForwardRunner(std::shared_ptr<const Model> model,
       chunkwise_(options.chunkwise) {
   options_.max_rows = std::clamp<uint32_t>(
       options_.max_rows, 1, static_cast<uint32_t>(PackedLinear::kMaxRows));
-  const ModelConfig& c = model_->config();
-  if (c.type == ModelType::kRetNet) {
-    // fla's RotaryEmbedding: inv_freq = 1 / base^(2i/d), base 10000, in
-    // fp32 as torch computes it.
-    for (uint32_t i = 0; i < c.head_k / 2; ++i) {
-      const float e = static_cast<float>(2 * i) / static_cast<float>(c.head_k);
-      inv_freq_.push_back(1.0f / std::pow(10000.0f, e));
-    }
-  }
 }
 
 void ForwardRunner::EnsureWorkspace(uint32_t needed) {
   // The GEMMs touch whole row buckets (PackedLinear::Bucket).
   const uint64_t rows = PackedLinear::Bucket(needed);
-  if (rows <= capacity_) return;
+  if (rows <= ws_.capacity) return;
   const ModelConfig& c = model_->config();
   const uint64_t H = c.hidden_size,
                  nh = c.is_linear_attn() ? c.num_heads : c.state_heads;
   const uint64_t qkv = c.key_dim() + uint64_t{c.num_kv_heads} *
                                          (c.head_k_dim() + c.head_v_dim());
-  x_ = AlignedBuffer(rows * H);
-  xn_ = AlignedBuffer(rows * H);
+  ws_.x = AlignedBuffer(rows * H);
+  ws_.xn = AlignedBuffer(rows * H);
   if (c.is_linear_attn()) {
-    qkv_ = AlignedBuffer(rows * qkv);
-    heads_ = AlignedBuffer(rows * nh * c.head_k_dim());
-    mapped_ = AlignedBuffer(rows * nh * 2 * c.head_k_dim());
+    ws_.qkv = AlignedBuffer(rows * qkv);
+    ws_.heads = AlignedBuffer(rows * nh * c.head_k_dim());
+    ws_.mapped = AlignedBuffer(rows * nh * 2 * c.head_k_dim());
   }
-  fq_ = AlignedBuffer(rows * nh * c.feature_dim());
-  fk_ = AlignedBuffer(rows * nh * c.feature_dim());
-  v_ = AlignedBuffer(rows * nh * c.head_v_dim());
-  o_ = AlignedBuffer(rows * nh * c.head_v_dim());
-  den_ = AlignedBuffer(rows * nh);
-  available_.assign(rows * nh, 0);
+  ws_.fq = AlignedBuffer(rows * nh * c.feature_dim());
+  ws_.fk = AlignedBuffer(rows * nh * c.feature_dim());
+  ws_.v = AlignedBuffer(rows * nh * c.head_v_dim());
+  ws_.o = AlignedBuffer(rows * nh * c.head_v_dim());
+  ws_.den = AlignedBuffer(rows * nh);
+  ws_.available.assign(rows * nh, 0);
   if (c.has_mlp()) {
-    gu_ = AlignedBuffer(rows * 2 * uint64_t{c.intermediate_size});
-    act_ = AlignedBuffer(rows * uint64_t{c.intermediate_size});
+    ws_.gu = AlignedBuffer(rows * 2 * uint64_t{c.intermediate_size});
+    ws_.act = AlignedBuffer(rows * uint64_t{c.intermediate_size});
   }
-  logits_rows_ = AlignedBuffer(rows * H);
-  logits_out_ = AlignedBuffer(rows * uint64_t{c.vocab_size});
+  ws_.logits_rows = AlignedBuffer(rows * H);
+  ws_.logits_out = AlignedBuffer(rows * uint64_t{c.vocab_size});
   if (!c.is_linear_attn()) {
     const uint64_t heads = c.state_heads;
-    proj_ = AlignedBuffer(rows * MixerColumnsOf(c).width);
-    g_ = AlignedBuffer(rows * heads *
-                       (c.type == ModelType::kGla ? c.head_k : 1));
-    beta_ = AlignedBuffer(rows * heads);
-    if (c.type == ModelType::kGla) {
-      low_rank_ = AlignedBuffer(rows * kGlaGateRank);
-      gk_ = AlignedBuffer(rows * c.k_width());
-    }
+    ws_.proj = AlignedBuffer(rows * MixerColumnsOf(c).width);
+    ws_.g = AlignedBuffer(
+        rows * heads *
+        std::max<uint32_t>(1, GatesPerHead(model_->attention().spec())));
+    ws_.beta = AlignedBuffer(rows * heads);
     if (c.conv_channels() > 0) {
-      conv_ext_ = AlignedBuffer((rows + c.conv_size - 1) * c.conv_channels());
+      ws_.conv_ext =
+          AlignedBuffer((rows + c.conv_size - 1) * c.conv_channels());
     }
   }
-  capacity_ = static_cast<uint32_t>(rows);
+  ws_.capacity = static_cast<uint32_t>(rows);
 }
 
 absl::Status ForwardRunner::Run(ModelState& state,
@@ -180,7 +110,7 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
     }
   }
   std::vector<uint64_t> done(items.size(), 0);
-  std::vector<Piece> pieces;
+  std::vector<ForwardPiece> pieces;
   for (;;) {
     pieces.clear();
     uint32_t rows = 0;
@@ -190,7 +120,7 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
       const uint32_t take = static_cast<uint32_t>(
           std::min<uint64_t>(left, options_.max_rows - rows));
       pieces.push_back(
-          Piece{i, done[i], take, rows, items[i].state->position()});
+          ForwardPiece{i, done[i], take, rows, items[i].state->position()});
       rows += take;
       done[i] += take;
     }
@@ -200,100 +130,15 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
   return absl::OkStatus();
 }
 
-absl::Status ForwardRunner::FeatureMaps(const Model::Layer& layer,
-                                        uint32_t rows) {
-  const ModelConfig& c = model_->config();
-  const uint32_t nh = c.num_heads, nkv = c.num_kv_heads, g = c.kv_groups();
-  const uint32_t dk = c.head_k_dim(), dv = c.head_v_dim(),
-                 dphi = c.feature_dim();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dphi));
-  const bool learned = c.feature_map_has_weights();
-  const uint32_t lin_dim =
-      c.feature_map == ModelFeatureMap::kElementwiseProduct ? 2 * dk : dk;
-  // A row of qkv_ is [q heads | k heads | v heads], each head d_k (d_v)
-  // wide; each part is viewed as rows of its heads, `stride` apart.
-  const uint64_t stride = c.key_dim() + uint64_t{nkv} * (dk + dv);
-  const uint64_t k_col = c.key_dim(), v_col = k_col + uint64_t{nkv} * dk;
-
-  // which = 0: q (nh heads at column 0), 1: k (nkv heads after q).
-  for (int which = 0; which < 2; ++which) {
-    const uint32_t src_heads = which == 0 ? nh : nkv;
-    const uint32_t expand = which == 0 ? 1 : g;
-    const uint64_t col = which == 0 ? 0 : k_col;
-    const bool normalize = which == 0 ? c.norm_q : c.norm_k;
-    // Source heads: row r's head h at qkv_ row r, column col + h·d_k.
-    const RowView<const float> src(qkv_.data() + col, rows,
-                                   uint64_t{src_heads} * dk, stride);
-    const RowView<float> dst(which == 0 ? fq_.data() : fk_.data(),
-                             uint64_t{rows} * nh, dphi);  // (row, head)
-    const RowView<float> heads(heads_.data(), uint64_t{rows} * src_heads, dk);
-    const RowView<float> mapped(mapped_.data(), uint64_t{rows} * src_heads,
-                                lin_dim);
-    if (learned) {
-      // (rows·heads × d_k) · Wᵀ as one GEMM, then bias.
-      for (uint32_t r = 0; r < rows; ++r) {
-        std::memcpy(heads.row(uint64_t{r} * src_heads), src.row(r),
-                    uint64_t{src_heads} * dk * sizeof(float));
-      }
-      const AlignedBuffer& w = which == 0 ? layer.fq_w : layer.fk_w;
-      const std::vector<float>& b = which == 0 ? layer.fq_b : layer.fk_b;
-      LINATTN_RETURN_IF_ERROR(
-          LinearGemm(heads.data(), int64_t{rows} * src_heads, dk, w.data(),
-                     lin_dim, mapped.data(), false));
-      if (!b.empty()) {
-        for (uint64_t i = 0; i < mapped.rows(); ++i) {
-          float* y = mapped.row(i);
-          for (uint32_t j = 0; j < lin_dim; ++j) y[j] += b[j];
-        }
-      }
-    }
-    ParallelFor(
-        rows, uint64_t{rows} * nh * dphi >= kParallelFloats, [&](uint64_t r) {
-          for (uint32_t sh = 0; sh < src_heads; ++sh) {
-            const float* x = src.row(r) + uint64_t{sh} * dk;
-            const float* lin = mapped.row(uint64_t{r} * src_heads + sh);
-            float* out = dst.row(uint64_t{r} * nh + uint64_t{sh} * expand);
-            ApplyFeatureMap(c.feature_map, x, lin, dk, out);
-            if (normalize) {
-              float sum = 0;
-              for (uint32_t i = 0; i < dphi; ++i) sum += out[i];
-              const float inv = 1.0f / (sum + 1e-4f);
-              for (uint32_t i = 0; i < dphi; ++i) out[i] *= inv;
-            }
-            if (which == 0) {
-              for (uint32_t i = 0; i < dphi; ++i) out[i] *= scale;
-            }
-            for (uint32_t e = 1; e < expand; ++e) {
-              std::memcpy(dst.row(uint64_t{r} * nh + uint64_t{sh} * expand + e),
-                          out, dphi * sizeof(float));
-            }
-          }
-        });
-  }
-  // v: query head h reads key/value head h / g.
-  const RowView<const float> v_src(qkv_.data() + v_col, rows,
-                                   uint64_t{nkv} * dv, stride);
-  const BlockView<float> v(v_.data(), rows, nh, dv);
-  for (uint32_t r = 0; r < rows; ++r) {
-    for (uint32_t h = 0; h < nh; ++h) {
-      std::memcpy(v.row(r, h), v_src.row(r) + uint64_t{h / g} * dv,
-                  dv * sizeof(float));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
-                                 std::span<const Piece> pieces, uint32_t rows) {
+                                 std::span<const ForwardPiece> pieces,
+                                 uint32_t rows) {
   EnsureWorkspace(rows);
   Embed(items, pieces);
   const ModelConfig& c = model_->config();
+  const ModelTypeDef& type = ModelTypeOf(c.type);
   for (size_t l = 0; l < model_->layers().size(); ++l) {
-    if (c.is_linear_attn()) {
-      LINATTN_RETURN_IF_ERROR(AttentionBlock(items, pieces, rows, l));
-    } else {
-      LINATTN_RETURN_IF_ERROR(MixerBlock(items, pieces, rows, l));
-    }
+    LINATTN_RETURN_IF_ERROR(type.RunMixer(*this, {items, pieces, rows, l}));
     if (c.has_mlp()) {
       LINATTN_RETURN_IF_ERROR(MlpBlock(model_->layers()[l], rows));
     }
@@ -303,12 +148,12 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
 
 // The residual stream starts as each row's token embedding.
 void ForwardRunner::Embed(std::span<const ForwardItem> items,
-                          std::span<const Piece> pieces) {
+                          std::span<const ForwardPiece> pieces) {
   const uint32_t H = model_->config().hidden_size;
   const RowView<const float> table(model_->embeddings().data(),
                                    model_->config().vocab_size, H);
-  const RowView<float> x(x_.data(), capacity_, H);
-  for (const Piece& p : pieces) {
+  const RowView<float> x(ws_.x.data(), ws_.capacity, H);
+  for (const ForwardPiece& p : pieces) {
     for (uint32_t j = 0; j < p.rows; ++j) {
       const int32_t t = items[p.item].tokens[p.first + j];
       std::memcpy(x.row(p.row0 + j), table.row(static_cast<uint64_t>(t)),
@@ -317,47 +162,24 @@ void ForwardRunner::Embed(std::span<const ForwardItem> items,
   }
 }
 
-// x += o_proj(headnorm(attention(φ(q), φ(k), v))) with (q|k|v) from
-// rmsnorm(x): one-token rows through one StepBatch, longer pieces through
-// one chunkwise prefill, each on its session's layer-l state.
-absl::Status ForwardRunner::AttentionBlock(std::span<const ForwardItem> items,
-                                           std::span<const Piece> pieces,
-                                           uint32_t rows, size_t l) {
-  const Model& m = *model_;
-  const ModelConfig& c = m.config();
-  const Model::Layer& L = m.layers()[l];
-  const uint32_t H = c.hidden_size, nh = c.num_heads, dv = c.head_v_dim();
-  RmsNorm(x_.data(), rows, H, L.attn_norm.data(), c.norm_eps, xn_.data());
-  LINATTN_RETURN_IF_ERROR(L.qkv->Apply(xn_.data(), rows, qkv_.data()));
-  LINATTN_RETURN_IF_ERROR(FeatureMaps(L, rows));
-  LINATTN_RETURN_IF_ERROR(
-      RunAttention(items, pieces, rows, l, nullptr, nullptr));
-  RmsNorm(o_.data(), uint64_t{rows} * nh, dv,
-          L.head_norm.empty() ? nullptr : L.head_norm.data(), c.norm_eps,
-          o_.data());
-  return L.o->Apply(o_.data(), rows, x_.data());
-}
-
-// The layer's attention over every piece: φ(q)/q, φ(k)/k and v from fq_,
-// fk_ and v_ (rows × heads × the spec's widths), g and β (the gated and
-// delta rules) rows × heads (× d_k per key), into o_.
-absl::Status ForwardRunner::RunAttention(std::span<const ForwardItem> items,
-                                         std::span<const Piece> pieces,
-                                         uint32_t rows, size_t l,
-                                         const float* g, const float* beta) {
+absl::Status ForwardRunner::RunAttention(const LayerPass& pass, const float* g,
+                                         const float* beta) {
+  const std::span<const ForwardItem> items = pass.items;
+  const uint32_t rows = pass.rows;
+  const size_t l = pass.layer;
   const Model& m = *model_;
   const AttentionSpec& spec = m.attention().spec();
   const uint32_t nh = spec.num_heads, dk = spec.key_dim, dv = spec.value_dim;
   const uint32_t gate_width = GatesPerHead(spec);
-  const BlockView<const float> q(fq_.data(), rows, nh, dk);
-  const BlockView<const float> k(fk_.data(), rows, nh, dk);
-  const BlockView<const float> v(v_.data(), rows, nh, dv);
-  const BlockView<float> o(o_.data(), rows, nh, dv);
-  const RowView<float> den(den_.data(), rows, nh);
-  const RowView<uint8_t> available(available_.data(), rows, nh);
+  const BlockView<const float> q(ws_.fq.data(), rows, nh, dk);
+  const BlockView<const float> k(ws_.fk.data(), rows, nh, dk);
+  const BlockView<const float> v(ws_.v.data(), rows, nh, dv);
+  const BlockView<float> o(ws_.o.data(), rows, nh, dv);
+  const RowView<float> den(ws_.den.data(), rows, nh);
+  const RowView<uint8_t> available(ws_.available.data(), rows, nh);
   std::vector<StepItem> steps;
   std::vector<PrefillItem> prefills;
-  for (const Piece& p : pieces) {
+  for (const ForwardPiece& p : pass.pieces) {
     SequenceInput in{
         .q = q.row(p.row0, 0),
         .k = k.row(p.row0, 0),
@@ -399,27 +221,27 @@ absl::Status ForwardRunner::RunAttention(std::span<const ForwardItem> items,
 absl::Status ForwardRunner::MlpBlock(const Model::Layer& L, uint32_t rows) {
   const ModelConfig& c = model_->config();
   const uint32_t H = c.hidden_size, I = c.intermediate_size;
-  RmsNorm(x_.data(), rows, H, L.mlp_norm.data(), c.norm_eps, xn_.data());
-  LINATTN_RETURN_IF_ERROR(L.gate_up->Apply(xn_.data(), rows, gu_.data()));
-  const RowView<const float> gate_up(gu_.data(), rows, 2 * uint64_t{I});
-  const RowView<float> act(act_.data(), rows, I);
+  RmsNorm(ws_.x.data(), rows, H, L.mlp_norm.data(), c.norm_eps, ws_.xn.data());
+  LINATTN_RETURN_IF_ERROR(L.gate_up->Apply(ws_.xn.data(), rows, ws_.gu.data()));
+  const RowView<const float> gate_up(ws_.gu.data(), rows, 2 * uint64_t{I});
+  const RowView<float> act(ws_.act.data(), rows, I);
   const VectorKernels& kernels = ActiveKernels();
   ParallelFor(rows, uint64_t{rows} * I >= kParallelFloats, [&](uint64_t r) {
     const float* gate = gate_up.row(r);
     kernels.silu_mul(I, gate, gate + I, act.row(r));
   });
-  return L.down->Apply(act_.data(), rows, x_.data());
+  return L.down->Apply(ws_.act.data(), rows, ws_.x.data());
 }
 
 // lm_head(rmsnorm(x)) for the rows whose logits are wanted: an item's last
 // row, or every row with all_logits.
 absl::Status ForwardRunner::Logits(std::span<const ForwardItem> items,
-                                   std::span<const Piece> pieces) {
+                                   std::span<const ForwardPiece> pieces) {
   const Model& m = *model_;
   const ModelConfig& c = m.config();
   const uint32_t H = c.hidden_size, V = c.vocab_size;
   std::vector<std::pair<uint32_t, float*>> wanted;  // (row, destination)
-  for (const Piece& p : pieces) {
+  for (const ForwardPiece& p : pieces) {
     const ForwardItem& item = items[p.item];
     if (item.all_logits != nullptr) {
       const RowView<float> all(item.all_logits, item.tokens.size(), V);
@@ -433,21 +255,21 @@ absl::Status ForwardRunner::Logits(std::span<const ForwardItem> items,
     }
   }
   if (wanted.empty()) return absl::OkStatus();
-  const RowView<const float> x(x_.data(), capacity_, H);
-  const RowView<float> gathered(xn_.data(), wanted.size(), H);
-  const RowView<const float> logits(logits_out_.data(), wanted.size(), V);
+  const RowView<const float> x(ws_.x.data(), ws_.capacity, H);
+  const RowView<float> gathered(ws_.xn.data(), wanted.size(), H);
+  const RowView<const float> logits(ws_.logits_out.data(), wanted.size(), V);
   for (size_t i = 0; i < wanted.size(); ++i) {
     std::memcpy(gathered.row(i), x.row(wanted[i].first), H * sizeof(float));
   }
   RmsNorm(gathered.data(), wanted.size(), H, m.final_norm().data(), c.norm_eps,
-          logits_rows_.data());
-  LINATTN_RETURN_IF_ERROR(m.lm_head().Apply(logits_rows_.data(),
+          ws_.logits_rows.data());
+  LINATTN_RETURN_IF_ERROR(m.lm_head().Apply(ws_.logits_rows.data(),
                                             static_cast<int64_t>(wanted.size()),
-                                            logits_out_.data()));
+                                            ws_.logits_out.data()));
   for (size_t i = 0; i < wanted.size(); ++i) {
     std::memcpy(wanted[i].second, logits.row(i), V * sizeof(float));
   }
-  for (const Piece& p : pieces) {
+  for (const ForwardPiece& p : pieces) {
     const ForwardItem& item = items[p.item];
     if (item.logits != nullptr && item.all_logits != nullptr &&
         p.first + p.rows == item.tokens.size()) {
@@ -457,6 +279,89 @@ absl::Status ForwardRunner::Logits(std::span<const ForwardItem> items,
     }
   }
   return absl::OkStatus();
+}
+
+void ForwardRunner::ShortConvolution(const LayerPass& pass) {
+  const std::span<const ForwardItem> items = pass.items;
+  const std::span<const ForwardPiece> pieces = pass.pieces;
+  const size_t l = pass.layer;
+  const ModelConfig& c = model_->config();
+  const Model::Layer& L = model_->layers()[l];
+  const MixerColumns cols = MixerColumnsOf(c);
+  const uint32_t C = c.conv_channels(), W = c.conv_size;
+  const uint64_t keep = uint64_t{W - 1} * C;  // the window's floats
+  const bool mamba = c.type == ModelType::kMamba2;
+  const VectorKernels& kernels = ActiveKernels();
+  const RowView<float> proj(ws_.proj.data(), ws_.capacity, cols.width);
+  // y = Σ_j w_j·ws_.x{t+j} over the window's rows and then the input (in that
+  // order in both paths below, so a token gives the same bits in a decode
+  // step and in a prompt), + bias, and Mamba2's SiLU.
+  auto finish = [&](float* y) {
+    if (!L.conv_bias.empty()) {
+      for (uint32_t ch = 0; ch < C; ++ch) y[ch] += L.conv_bias[ch];
+    }
+    if (mamba) kernels.silu(C, y, y);  // Mamba2's convolution ends in SiLU
+  };
+  // Decode pieces (one row) read their session's window in place and then
+  // move it up by one row; they are separate sessions, so they spread over
+  // threads.
+  uint64_t singles = 0;
+  for (const ForwardPiece& p : pieces) singles += p.rows == 1;
+  ParallelFor(
+      pieces.size(), singles * C * W >= kParallelFloats, [&](uint64_t i) {
+        const ForwardPiece& p = pieces[i];
+        if (p.rows != 1) return;
+        thread_local std::vector<float> x;
+        float* y = proj.row(p.row0) + cols.conv;
+        x.assign(y, y + C);
+        std::fill(y, y + C, 0.0f);
+        const ForwardItem& item = items[p.item];
+        float* window = W > 1 ? item.state->conv()[l].data() : nullptr;
+        for (uint32_t j = 0; j + 1 < W; ++j) {
+          const float* w = L.conv.data() + uint64_t{j} * C;
+          const float* h = window + uint64_t{j} * C;
+          for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * h[ch];
+        }
+        const float* w = L.conv.data() + uint64_t{W - 1} * C;
+        for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * x[ch];
+        if (window != nullptr) {
+          // The window moves up one row (into `into`'s, when the item has
+          // one, leaving the state's as it was).
+          float* to =
+              item.into != nullptr ? item.into->conv()[l].data() : window;
+          std::memmove(to, window + C, (keep - C) * sizeof(float));
+          std::memcpy(to + keep - C, x.data(), C * sizeof(float));
+        }
+        finish(y);
+      });
+  for (const ForwardPiece& p : pieces) {
+    if (p.rows == 1) continue;
+    // ext: the window's W − 1 rows, then the piece's inputs.
+    const RowView<float> ext(ws_.conv_ext.data(), uint64_t{p.rows} + W - 1, C);
+    std::vector<float>* window =
+        W > 1 ? &items[p.item].state->conv()[l] : nullptr;
+    if (window != nullptr) {
+      std::memcpy(ext.data(), window->data(), keep * sizeof(float));
+    }
+    for (uint32_t t = 0; t < p.rows; ++t) {
+      std::memcpy(ext.row(W - 1 + t), proj.row(p.row0 + t) + cols.conv,
+                  C * sizeof(float));
+    }
+    ParallelFor(p.rows, uint64_t{p.rows} * C * W >= kParallelFloats,
+                [&](uint64_t t) {
+                  float* y = proj.row(p.row0 + t) + cols.conv;
+                  std::fill(y, y + C, 0.0f);
+                  for (uint32_t j = 0; j < W; ++j) {
+                    const float* w = L.conv.data() + uint64_t{j} * C;
+                    const float* x = ext.row(t + j);
+                    for (uint32_t ch = 0; ch < C; ++ch) y[ch] += w[ch] * x[ch];
+                  }
+                  finish(y);
+                });
+    if (window != nullptr) {
+      std::memcpy(window->data(), ext.row(p.rows), keep * sizeof(float));
+    }
+  }
 }
 
 }  // namespace linattn

@@ -12,8 +12,10 @@
 // the panel kernels on AVX2, oneDNN's matmul elsewhere); a learned feature
 // map's small product runs on oneDNN's sgemm over rows × heads.
 //
-// The gated and delta-rule types (retnet, gla, delta_net, gated_deltanet,
-// mamba2; forward_mixers.cc) replace the attention block by their mixer:
+// Each layer's mixer is its model type's (core/model/model_types.h; the
+// linear_attn block above, core/model/types/linear_attn.cc). The gated and
+// delta-rule types (retnet, gla, delta_net, gated_deltanet, mamba2;
+// core/model/types/rule_mixer.h) run:
 //   rmsnorm → in_proj GEMM (every projection at once) → short convolution
 //   over each session's rows, continuing its window → q, k, v, gates and β
 //   per type → the gated/delta rule (StepBatch or chunkwise, as above)
@@ -60,6 +62,54 @@ struct ForwardItem {
   ModelState* into = nullptr;
 };
 
+// One session's rows in one pass: `rows` tokens from tokens[first] of
+// items[item], at rows [row0, row0 + rows) of the pass, the session standing
+// at `position` before them.
+struct ForwardPiece {
+  uint32_t item;
+  uint64_t first;
+  uint32_t rows;
+  uint32_t row0;
+  uint64_t position;
+};
+
+// The rows of one pass through one layer, as its mixer sees them
+// (core/model/model_types.h).
+struct LayerPass {
+  std::span<const ForwardItem> items;
+  std::span<const ForwardPiece> pieces;
+  uint32_t rows = 0;
+  size_t layer = 0;
+};
+
+// The runner's workspaces: `capacity` rows each, of the widths given (H
+// hidden, heads the state's, I the MLP's).
+struct ForwardWorkspace {
+  uint32_t capacity = 0;
+  AlignedBuffer x;      // rows × H   residual stream
+  AlignedBuffer xn;     // rows × H   normalised
+  AlignedBuffer qkv;    // rows × (Dq + Dk + Dv)  (linear_attn)
+  AlignedBuffer heads;  // rows × heads × d_k  (gathered q or k, learned maps)
+  AlignedBuffer mapped;  // rows × heads × (2)d_k (learned maps' output)
+  AlignedBuffer fq;      // rows × heads × d_φ (or d_k): the rule's q
+  AlignedBuffer fk;      // rows × heads × d_φ (or d_k): the rule's k
+  AlignedBuffer v;       // rows × heads × d_v
+  AlignedBuffer o;       // rows × heads × d_v
+  AlignedBuffer den;     // rows × heads
+  std::vector<uint8_t> available;
+  AlignedBuffer gu;           // rows × 2I
+  AlignedBuffer act;          // rows × I
+  AlignedBuffer logits_rows;  // rows × H (final-normed rows needing logits)
+  AlignedBuffer logits_out;   // rows × V
+  // The rule types.
+  AlignedBuffer proj;      // rows × MixerColumns width
+  AlignedBuffer g;         // rows × heads × (1 or d_k) log-gates
+  AlignedBuffer beta;      // rows × heads
+  AlignedBuffer conv_ext;  // (rows + W − 1) × channels
+  // A type's own (GLA: its low-rank gate's two products), sized by it.
+  AlignedBuffer extra1, extra2;
+};
+
 struct ForwardOptions {
   uint32_t max_rows = 512;  // rows (tokens) per pass
   ChunkwiseOptions chunkwise;
@@ -80,76 +130,34 @@ class ForwardRunner {
 
   const Model& model() const { return *model_; }
 
+  // --- For the mixers (core/model/model_types.h) ---
+  ForwardWorkspace& workspace() { return ws_; }
+  // The causal depthwise convolution over the columns of the in_proj
+  // output it covers, per piece continuing (and then advancing) its
+  // session's window.
+  void ShortConvolution(const LayerPass& pass);
+  // The layer's rule over every piece: q, k and v from the workspace's fq,
+  // fk and v (rows × heads × the spec's widths), g and β (the gated and
+  // delta rules) rows × heads (× d_k per key), into o. One-token pieces in
+  // one StepBatch, longer ones in one chunkwise prefill, in place.
+  absl::Status RunAttention(const LayerPass& pass, const float* g,
+                            const float* beta);
+
  private:
-  struct Piece {
-    uint32_t item;
-    uint64_t first;  // index of the first token of the item in this pass
-    uint32_t rows;
-    uint32_t row0;      // first row in the pass
-    uint64_t position;  // the session's position before this piece
-  };
   // One pass: the rows of `pieces` through every layer, as named blocks.
   absl::Status Pass(std::span<const ForwardItem> items,
-                    std::span<const Piece> pieces, uint32_t rows);
-  void Embed(std::span<const ForwardItem> items, std::span<const Piece> pieces);
-  absl::Status AttentionBlock(std::span<const ForwardItem> items,
-                              std::span<const Piece> pieces, uint32_t rows,
-                              size_t layer);
+                    std::span<const ForwardPiece> pieces, uint32_t rows);
+  void Embed(std::span<const ForwardItem> items,
+             std::span<const ForwardPiece> pieces);
   absl::Status MlpBlock(const Model::Layer& layer, uint32_t rows);
-  // The gated and delta-rule types' mixer block (forward_mixers.cc): x +=
-  // o_proj(out(rule(q, k, v, g, β))) from in_proj(rmsnorm(x)).
-  absl::Status MixerBlock(std::span<const ForwardItem> items,
-                          std::span<const Piece> pieces, uint32_t rows,
-                          size_t layer);
-  // The causal depthwise convolution over the columns it covers, per
-  // piece continuing (and then advancing) its session's window.
-  void ShortConvolution(std::span<const ForwardItem> items,
-                        std::span<const Piece> pieces, size_t layer);
-  // proj_ into q_, k_, v_ (fq_, fk_, v_), g_ and beta_ per the type.
-  absl::Status MixerInputs(std::span<const Piece> pieces, uint32_t rows,
-                           const Model::Layer& layer);
-  // o_ into the o_proj input: per-head norm and gate, mamba2's D skip and
-  // grouped gated norm.
-  void MixerOutputs(uint32_t rows, const Model::Layer& layer);
-  // The layer's attention (its rule) over every piece: one-token pieces in
-  // one StepBatch, longer ones in one chunkwise prefill, in place.
-  absl::Status RunAttention(std::span<const ForwardItem> items,
-                            std::span<const Piece> pieces, uint32_t rows,
-                            size_t layer, const float* g, const float* beta);
   absl::Status Logits(std::span<const ForwardItem> items,
-                      std::span<const Piece> pieces);
-  // φ(q)·d_φ^−½ and φ(k) into fq_, fk_ and the values into v_, every
-  // key/value head repeated over its group.
-  absl::Status FeatureMaps(const Model::Layer& layer, uint32_t rows);
+                      std::span<const ForwardPiece> pieces);
   void EnsureWorkspace(uint32_t rows);
 
   std::shared_ptr<const Model> model_;
   ForwardOptions options_;
   ChunkwiseRunner chunkwise_;
-  uint32_t capacity_ = 0;
-  AlignedBuffer x_;      // rows × H   residual stream
-  AlignedBuffer xn_;     // rows × H   normalised
-  AlignedBuffer qkv_;    // rows × (Dq + Dk + Dv)
-  AlignedBuffer heads_;  // rows × heads × d_k  (gathered q or k, learned maps)
-  AlignedBuffer mapped_;  // rows × heads × (2)d_k (learned maps' linear output)
-  AlignedBuffer fq_;      // rows × heads × d_φ
-  AlignedBuffer fk_;      // rows × heads × d_φ
-  AlignedBuffer v_;       // rows × heads × d_v
-  AlignedBuffer o_;       // rows × heads × d_v
-  AlignedBuffer den_;     // rows × heads
-  std::vector<uint8_t> available_;
-  AlignedBuffer gu_;           // rows × 2I
-  AlignedBuffer act_;          // rows × I
-  AlignedBuffer logits_rows_;  // rows × H (final-normed rows needing logits)
-  AlignedBuffer logits_out_;   // rows × V
-  // The gated and delta-rule types.
-  AlignedBuffer proj_;           // rows × MixerColumns width
-  AlignedBuffer g_;              // rows × heads × (1 or d_k) log-gates
-  AlignedBuffer beta_;           // rows × heads
-  AlignedBuffer low_rank_;       // rows × 16 (GLA's gk_proj.0 output)
-  AlignedBuffer gk_;             // rows × k_width (GLA's gk_proj.1 output)
-  AlignedBuffer conv_ext_;       // (rows + W − 1) × channels
-  std::vector<float> inv_freq_;  // RetNet's rotary frequencies, head_k / 2
+  ForwardWorkspace ws_;
 };
 
 }  // namespace linattn

@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/model/model_types.h"
 #include "core/model/safetensors.h"
+#include "core/model/tensor_reader.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -58,279 +60,6 @@ class Hasher {
   uint64_t h_ = 0xcbf29ce484222325ULL;
 };
 
-// Loads tensors by name, checks shapes, and records what was used. Every
-// buffer is allocated only after the file has shown a tensor of its shape,
-// so sizes in config.json cannot make the loader allocate more than the
-// file holds.
-class TensorReader {
- public:
-  explicit TensorReader(const SafetensorsFile& file) : file_(file) {}
-
-  absl::Status Check(const std::string& name,
-                     const std::vector<int64_t>& shape) const {
-    return file_.Get(name, shape).status();
-  }
-  absl::Status Read(const std::string& name, std::vector<int64_t> shape,
-                    float* out) {
-    LINATTN_ASSIGN_OR_RETURN(const TensorView* t, file_.Get(name, shape));
-    t->ToFloat(out);
-    used_.insert(name);
-    if (!AllFinite(out, t->numel())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.safetensors: ", name, ": has NaN or Inf values"));
-    }
-    count_ += t->numel();
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::vector<float>> Vector(const std::string& name,
-                                            int64_t n) {
-    LINATTN_RETURN_IF_ERROR(Check(name, {n}));
-    std::vector<float> v(n);
-    LINATTN_RETURN_IF_ERROR(Read(name, {n}, v.data()));
-    return v;
-  }
-  absl::StatusOr<AlignedBuffer> Matrix(const std::string& name, int64_t rows,
-                                       int64_t cols) {
-    LINATTN_RETURN_IF_ERROR(Check(name, {rows, cols}));
-    AlignedBuffer m(rows * cols);
-    LINATTN_RETURN_IF_ERROR(Read(name, {rows, cols}, m.data()));
-    return m;
-  }
-  // Rows of several (rows_i × cols) tensors stacked into one matrix.
-  absl::StatusOr<AlignedBuffer> Stacked(
-      const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols) {
-    int64_t rows = 0;
-    for (const auto& [name, r] : parts) {
-      LINATTN_RETURN_IF_ERROR(Check(name, {r, cols}));
-      rows += r;
-    }
-    AlignedBuffer m(rows * cols);
-    float* at = m.data();
-    for (const auto& [name, r] : parts) {
-      LINATTN_RETURN_IF_ERROR(Read(name, {r, cols}, at));
-      at += r * cols;
-    }
-    return m;
-  }
-  void Skip(const std::string& name) { used_.insert(name); }
-  bool Has(const std::string& name) const {
-    return file_.Find(name) != nullptr;
-  }
-
-  // Every tensor in the file must belong to the model.
-  absl::Status CheckAllUsed() const {
-    for (const auto& [name, view] : file_.tensors()) {
-      if (!used_.count(name)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model.safetensors: unexpected tensor '", name,
-            "' (not part of the model this config.json describes)"));
-      }
-    }
-    return absl::OkStatus();
-  }
-  uint64_t count() const { return count_; }
-
- private:
-  const SafetensorsFile& file_;
-  std::set<std::string> used_;
-  uint64_t count_ = 0;
-};
-
-// A depthwise Conv1d weight (channels, 1, W) into `conv` time-major
-// (W × total): tap j of channel `first + c` at j·total + first + c.
-absl::Status ReadConv(TensorReader& r, const std::string& name,
-                      int64_t channels, int64_t width, int64_t first,
-                      int64_t total, AlignedBuffer& conv) {
-  LINATTN_RETURN_IF_ERROR(r.Check(name, {channels, 1, width}));
-  std::vector<float> w(channels * width);
-  LINATTN_RETURN_IF_ERROR(r.Read(name, {channels, 1, width}, w.data()));
-  for (int64_t ch = 0; ch < channels; ++ch) {
-    for (int64_t j = 0; j < width; ++j) {
-      conv.data()[j * total + first + ch] = w[ch * width + j];
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The first of `names` the file holds (the newest spelling when none).
-std::string Either(const TensorReader& r,
-                   std::initializer_list<std::string> names) {
-  for (const std::string& n : names) {
-    if (r.Has(n)) return n;
-  }
-  return *names.begin();
-}
-
-// One gated or delta-rule mixer's weights (fla's names; `p` ends in
-// "attn." or, for mamba2, "mixer."), packed per MixerColumnsOf.
-absl::Status LoadMixer(TensorReader& r, const ModelConfig& c,
-                       const std::string& p, WeightType weights,
-                       Model::Layer& L) {
-  const int64_t H = c.hidden_size, dv = c.head_v_dim();
-  const MixerColumns cols = MixerColumnsOf(c);
-  const int64_t C = c.conv_channels(), W = c.conv_size;
-  const int64_t heads = c.state_heads;
-  std::vector<std::pair<std::string, int64_t>> parts;
-  if (c.type == ModelType::kMamba2) {
-    parts.push_back({p + "in_proj.weight", cols.width});
-  } else {
-    parts.push_back({p + "q_proj.weight", c.q_width()});
-    parts.push_back({p + "k_proj.weight", c.k_width()});
-    parts.push_back({p + "v_proj.weight", c.v_width()});
-    switch (c.type) {
-      case ModelType::kGla:
-        parts.push_back({p + "gk_proj.0.weight", kGlaGateRank});
-        break;
-      case ModelType::kDeltaNet:
-        // b_proj was beta_proj in fla's first DeltaNet.
-        if (c.use_beta) {
-          parts.push_back(
-              {Either(r, {p + "b_proj.weight", p + "beta_proj.weight"}),
-               heads});
-        }
-        break;
-      case ModelType::kGatedDeltaNet:
-        parts.push_back({p + "a_proj.weight", heads});
-        parts.push_back({p + "b_proj.weight", heads});
-        break;
-      default:
-        break;
-    }
-    if (c.output_gate) parts.push_back({p + "g_proj.weight", c.value_dim()});
-  }
-  {
-    LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w, r.Stacked(parts, H));
-    LINATTN_ASSIGN_OR_RETURN(
-        L.in_proj,
-        PackedLinear::Create(w.data(), cols.width, H, false, weights));
-  }
-  if (C > 0) {
-    // Shapes first: the window's size comes from config.json alone.
-    if (c.type == ModelType::kMamba2) {
-      LINATTN_RETURN_IF_ERROR(r.Check(p + "conv1d.weight", {C, 1, W}));
-    } else {
-      LINATTN_RETURN_IF_ERROR(
-          r.Check(p + "q_conv1d.weight", {c.q_width(), 1, W}));
-      LINATTN_RETURN_IF_ERROR(
-          r.Check(p + "k_conv1d.weight", {c.k_width(), 1, W}));
-      LINATTN_RETURN_IF_ERROR(
-          r.Check(p + "v_conv1d.weight", {c.v_width(), 1, W}));
-    }
-    L.conv = AlignedBuffer(W * C);
-    if (c.type == ModelType::kMamba2) {
-      LINATTN_RETURN_IF_ERROR(
-          ReadConv(r, p + "conv1d.weight", C, W, 0, C, L.conv));
-      if (c.use_conv_bias) {
-        LINATTN_ASSIGN_OR_RETURN(L.conv_bias, r.Vector(p + "conv1d.bias", C));
-      }
-    } else {
-      LINATTN_RETURN_IF_ERROR(ReadConv(r, p + "q_conv1d.weight", c.q_width(), W,
-                                       cols.q, C, L.conv));
-      LINATTN_RETURN_IF_ERROR(ReadConv(r, p + "k_conv1d.weight", c.k_width(), W,
-                                       cols.k, C, L.conv));
-      LINATTN_RETURN_IF_ERROR(ReadConv(r, p + "v_conv1d.weight", c.v_width(), W,
-                                       cols.v, C, L.conv));
-    }
-  }
-  switch (c.type) {
-    case ModelType::kRetNet:
-      // fla's retention computes log(1 − 2^(−5−h)) in fp32: from head 20
-      // on, 1 − 2^(−5−h) rounds to 1 and the head does not decay.
-      for (int64_t h = 0; h < heads; ++h) {
-        const float gamma = 1.0f - std::exp2(static_cast<float>(-5 - h));
-        L.log_decay.push_back(std::log(gamma));
-      }
-      break;
-    case ModelType::kGla: {
-      LINATTN_ASSIGN_OR_RETURN(
-          AlignedBuffer up,
-          r.Matrix(p + "gk_proj.1.weight", c.k_width(), kGlaGateRank));
-      LINATTN_ASSIGN_OR_RETURN(
-          L.gk_up, PackedLinear::Create(up.data(), c.k_width(), kGlaGateRank,
-                                        false, WeightType::kF32));
-      LINATTN_ASSIGN_OR_RETURN(L.gk_bias,
-                               r.Vector(p + "gk_proj.1.bias", c.k_width()));
-      break;
-    }
-    case ModelType::kGatedDeltaNet:
-    case ModelType::kMamba2: {
-      LINATTN_ASSIGN_OR_RETURN(std::vector<float> a_log,
-                               r.Vector(p + "A_log", heads));
-      for (float a : a_log) L.neg_exp_a.push_back(-std::exp(a));
-      LINATTN_ASSIGN_OR_RETURN(L.dt_bias, r.Vector(p + "dt_bias", heads));
-      // GatedDeltaNet checkpoints before March 2025 carry an unused D.
-      if (c.type == ModelType::kGatedDeltaNet) r.Skip(p + "D");
-      break;
-    }
-    default:
-      break;
-  }
-  if (c.type == ModelType::kMamba2) {
-    if (c.use_bias) {
-      LINATTN_ASSIGN_OR_RETURN(L.in_bias,
-                               r.Vector(p + "in_proj.bias", cols.width));
-      LINATTN_ASSIGN_OR_RETURN(L.out_bias, r.Vector(p + "out_proj.bias", H));
-    }
-    LINATTN_ASSIGN_OR_RETURN(
-        L.d_skip,
-        r.Vector(p + "D", c.d_has_hdim ? c.intermediate_size : heads));
-    if (c.rmsnorm) {
-      LINATTN_ASSIGN_OR_RETURN(
-          L.head_norm, r.Vector(p + "norm.weight", c.intermediate_size));
-    }
-  } else if (c.elementwise_affine) {
-    // RetNet/GLA: g_norm_swish_gate (fused norm and gate) or g_norm;
-    // DeltaNet: o_norm (norm in its first release); Gated DeltaNet: o_norm.
-    std::string name;
-    if (c.type == ModelType::kRetNet || c.type == ModelType::kGla) {
-      name = p +
-             (c.fused_gate_norm ? "g_norm_swish_gate.weight" : "g_norm.weight");
-    } else {
-      name = Either(r, {p + "o_norm.weight", p + "norm.weight"});
-    }
-    LINATTN_ASSIGN_OR_RETURN(L.head_norm, r.Vector(name, dv));
-  }
-  LINATTN_ASSIGN_OR_RETURN(
-      AlignedBuffer w,
-      r.Matrix(p + (c.type == ModelType::kMamba2 ? "out_proj.weight"
-                                                 : "o_proj.weight"),
-               H, int64_t{c.value_dim()}));
-  LINATTN_ASSIGN_OR_RETURN(
-      L.o, PackedLinear::Create(w.data(), H, c.value_dim(), true, weights));
-  return absl::OkStatus();
-}
-
-// The state update and read-out every layer of a gated or delta-rule model
-// runs (docs/design.md §1): RetNet, GLA and Mamba-2 the gated rule (a
-// scalar decay per head, or GLA's per key channel), DeltaNet the delta
-// rule, Gated DeltaNet both; q scaled by d_k^−½ (Mamba-2: C unscaled).
-AttentionSpec MixerSpec(const ModelConfig& c) {
-  AttentionSpec spec;
-  switch (c.type) {
-    case ModelType::kDeltaNet:
-      spec.rule = UpdateRule::kDelta;
-      break;
-    case ModelType::kGatedDeltaNet:
-      spec.rule = UpdateRule::kGatedDelta;
-      break;
-    default:
-      spec.rule = UpdateRule::kGated;
-      break;
-  }
-  spec.gate = c.type == ModelType::kGla ? GateShape::kKey : GateShape::kHead;
-  spec.num_heads = c.state_heads;
-  spec.key_dim = c.head_k;
-  spec.value_dim = c.head_v;
-  spec.feature_map = FeatureMapKind::kIdentity;
-  spec.unnormalized = true;
-  spec.qk_l2norm = c.qk_l2norm;
-  if (c.type != ModelType::kMamba2) {
-    spec.scale =
-        static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_k)));
-  }
-  return spec;
-}
-
 }  // namespace
 
 ModelState ModelState::Copy() const {
@@ -363,46 +92,7 @@ uint64_t ModelState::bytes() const {
 }
 
 MixerColumns MixerColumnsOf(const ModelConfig& c) {
-  MixerColumns m;
-  if (c.type == ModelType::kMamba2) {
-    const uint32_t I = c.intermediate_size, GN = c.n_groups * c.state_size;
-    m.gate = 0;
-    m.conv = m.v = I;
-    m.k = 2 * I;
-    m.q = 2 * I + GN;
-    m.a = 2 * I + 2 * GN;
-    m.width = m.a + c.num_heads;
-    return m;
-  }
-  m.q = 0;
-  m.k = c.q_width();
-  m.v = m.k + c.k_width();
-  uint32_t at = m.v + c.v_width();
-  switch (c.type) {
-    case ModelType::kGla:
-      m.gk = at;
-      at += kGlaGateRank;
-      break;
-    case ModelType::kDeltaNet:
-      if (c.use_beta) {
-        m.beta = at;
-        at += c.state_heads;
-      }
-      break;
-    case ModelType::kGatedDeltaNet:
-      m.a = at;
-      m.beta = at + c.state_heads;
-      at += 2 * c.state_heads;
-      break;
-    default:
-      break;
-  }
-  if (c.output_gate) {
-    m.gate = at;
-    at += c.value_dim();
-  }
-  m.width = at;
-  return m;
+  return ModelTypeOf(c.type).Columns(c);
 }
 
 std::string Model::fingerprint_hex() const {
@@ -498,18 +188,8 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
                      " tokenizer's ", model->tokenizer_->size(), " ids"));
   }
 
-  AttentionSpec spec;
-  if (c.is_linear_attn()) {
-    spec.num_heads = c.num_heads;
-    spec.key_dim = c.feature_dim();
-    spec.value_dim = c.head_v_dim();
-    spec.feature_map = FeatureMapKind::kIdentity;
-    spec.premapped = true;
-    spec.unnormalized = !c.norm_feature_map;
-    spec.epsilon = c.norm_feature_map ? 1e-10f : 0.0f;
-  } else {
-    spec = MixerSpec(c);
-  }
+  const ModelTypeDef& type = ModelTypeOf(c.type);
+  const AttentionSpec spec = type.Spec(c);
   auto attention = Attention::Create(spec);
   if (!attention.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -522,24 +202,17 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
                            SafetensorsFile::Open(dir + "/model.safetensors"));
   TensorReader r(*file);
   const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
-  const int64_t dk = c.head_k_dim(), dv = c.head_v_dim();
-  const int64_t Dq = c.key_dim(), Dk = int64_t{c.num_kv_heads} * dk,
-                Dv = int64_t{c.num_kv_heads} * dv;
-  // fla's Mamba2 is `backbone.*` (mamba_ssm's checkpoints say
-  // `backbone.embedding`), the others `model.*`.
-  const bool mamba = c.type == ModelType::kMamba2;
-  const std::string base = mamba ? "backbone." : "model.";
-  const std::string input_norm = mamba ? "norm.weight" : "attn_norm.weight";
+  const ModelTypeDef::TensorNames names = type.names();
   LINATTN_ASSIGN_OR_RETURN(
       model->embeddings_,
-      r.Matrix(mamba ? Either(r, {"backbone.embeddings.weight",
-                                  "backbone.embedding.weight"})
-                     : "model.embeddings.weight",
+      r.Matrix(names.embeddings.size() == 1
+                   ? names.embeddings[0]
+                   : Either(r, {names.embeddings[0], names.embeddings[1]}),
                V, H));
   // The file must hold the last layer before layers are set up for it.
   if (absl::Status s =
-          r.Check(absl::StrCat(base, "layers.", c.num_hidden_layers - 1, ".",
-                               input_norm),
+          r.Check(absl::StrCat(names.base, "layers.", c.num_hidden_layers - 1,
+                               ".", names.input_norm),
                   {H});
       !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -548,91 +221,10 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
   }
   model->layers_.resize(c.num_hidden_layers);
   for (uint32_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = absl::StrCat(base, "layers.", i, ".");
+    const std::string p = absl::StrCat(names.base, "layers.", i, ".");
     Layer& L = model->layers_[i];
-    LINATTN_ASSIGN_OR_RETURN(L.attn_norm, r.Vector(p + input_norm, H));
-    if (!c.is_linear_attn()) {
-      LINATTN_RETURN_IF_ERROR(
-          LoadMixer(r, c, p + (mamba ? "mixer." : "attn."), weights, L));
-    } else {
-      {
-        LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
-                                 r.Stacked({{p + "attn.q_proj.weight", Dq},
-                                            {p + "attn.k_proj.weight", Dk},
-                                            {p + "attn.v_proj.weight", Dv}},
-                                           H));
-        LINATTN_ASSIGN_OR_RETURN(
-            L.qkv,
-            PackedLinear::Create(w.data(), Dq + Dk + Dv, H, false, weights));
-      }
-      if (c.feature_map_has_weights()) {
-        // Tied maps are one module in fla; its export may keep either name.
-        const bool tied = c.tie_feature_map_qk;
-        std::string fq = p + "attn.feature_map_q.";
-        std::string fk = p + "attn.feature_map_k.";
-        if (tied &&
-            !r.Has(fq + (c.feature_map == ModelFeatureMap::kElementwiseProduct
-                             ? "layer1.weight"
-                             : "layer.weight"))) {
-          fq = fk;
-        }
-        for (int which = 0; which < (tied ? 1 : 2); ++which) {
-          const std::string& pre = which == 0 ? fq : fk;
-          AlignedBuffer& w = which == 0 ? L.fq_w : L.fk_w;
-          std::vector<float>& b = which == 0 ? L.fq_b : L.fk_b;
-          switch (c.feature_map) {
-            case ModelFeatureMap::kT2R: {
-              LINATTN_ASSIGN_OR_RETURN(w,
-                                       r.Matrix(pre + "layer.weight", dk, dk));
-              break;
-            }
-            case ModelFeatureMap::kHedgehog: {
-              LINATTN_ASSIGN_OR_RETURN(w,
-                                       r.Matrix(pre + "layer.weight", dk, dk));
-              LINATTN_ASSIGN_OR_RETURN(b, r.Vector(pre + "layer.bias", dk));
-              break;
-            }
-            case ModelFeatureMap::kElementwiseProduct: {
-              LINATTN_ASSIGN_OR_RETURN(w,
-                                       r.Stacked({{pre + "layer1.weight", dk},
-                                                  {pre + "layer2.weight", dk}},
-                                                 dk));
-              LINATTN_ASSIGN_OR_RETURN(std::vector<float> b1,
-                                       r.Vector(pre + "layer1.bias", dk));
-              LINATTN_ASSIGN_OR_RETURN(std::vector<float> b2,
-                                       r.Vector(pre + "layer2.bias", dk));
-              b = b1;
-              b.insert(b.end(), b2.begin(), b2.end());
-              break;
-            }
-            default:
-              break;
-          }
-        }
-        if (tied) {
-          L.fk_w = L.fq_w.Copy();
-          L.fk_b = L.fq_b;
-          // A file that kept both names of the one tied module: the other
-          // copy is the same tensor.
-          const std::string other = fq == fk ? p + "attn.feature_map_q." : fk;
-          for (const auto& [tname, view] : file->tensors()) {
-            if (tname.rfind(other, 0) == 0) r.Skip(tname);
-          }
-        }
-      }
-      if (c.elementwise_affine) {
-        LINATTN_ASSIGN_OR_RETURN(L.head_norm,
-                                 r.Vector(p + "attn.norm.weight", dv));
-      }
-      {
-        LINATTN_ASSIGN_OR_RETURN(
-            AlignedBuffer w,
-            r.Matrix(p + "attn.o_proj.weight", H, int64_t{c.value_dim()}));
-        LINATTN_ASSIGN_OR_RETURN(
-            L.o,
-            PackedLinear::Create(w.data(), H, c.value_dim(), true, weights));
-      }
-    }
+    LINATTN_ASSIGN_OR_RETURN(L.attn_norm, r.Vector(p + names.input_norm, H));
+    LINATTN_RETURN_IF_ERROR(type.LoadMixer(r, c, p, weights, L));
     if (!c.has_mlp()) continue;
     LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + "mlp_norm.weight", H));
     {
@@ -653,9 +245,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
           L.down, PackedLinear::Create(w.data(), H, I, true, weights));
     }
   }
-  LINATTN_ASSIGN_OR_RETURN(
-      model->final_norm_,
-      r.Vector(mamba ? "backbone.norm_f.weight" : "model.norm.weight", H));
+  LINATTN_ASSIGN_OR_RETURN(model->final_norm_, r.Vector(names.final_norm, H));
   if (c.tie_word_embeddings) {
     r.Skip("lm_head.weight");  // some exports keep the tied copy
     LINATTN_ASSIGN_OR_RETURN(

@@ -75,6 +75,7 @@ struct MixerColumns {
   uint32_t conv = 0;             // first column the convolution covers
   uint32_t width = 0;
 };
+// (The model type's, core/model/model_types.h.)
 MixerColumns MixerColumnsOf(const ModelConfig& c);
 // GLA's low-rank gate width (fla's gate_low_rank_dim, not configurable).
 inline constexpr uint32_t kGlaGateRank = 16;
@@ -114,6 +115,8 @@ class Model {
     std::vector<float> d_skip;     // mamba2 D: per head or per channel
     std::vector<float> out_bias;   // mamba2 use_bias: out_proj's bias
     std::vector<float> log_decay;  // RetNet: log(1 − 2^(−5−h)) in fp32
+    // RetNet's rotary frequencies, head_k / 2 (fp32 as torch computes them).
+    std::vector<float> rotary_inv_freq;
   };
 
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and

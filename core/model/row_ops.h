@@ -1,4 +1,4 @@
-// Row-wise passes the forward blocks share (forward.cc, forward_mixers.cc).
+// Row-wise passes the forward blocks share (forward.cc, core/model/types/).
 #ifndef LINATTN_CORE_MODEL_ROW_OPS_H_
 #define LINATTN_CORE_MODEL_ROW_OPS_H_
 

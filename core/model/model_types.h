@@ -1,0 +1,121 @@
+// The model types linattn serves, in one table (model_types.cc). A type is
+// one ModelTypeDef: how config.json's own fields of the type are read, how
+// one layer's mixer loads its weights and runs in the batched forward, the
+// state rule it runs, and the name of its reference in tools/linattn_ref.py
+// (the PyTorch model, written from the type's upstream source, that the
+// tests hold it to). Each lives in core/model/types/<type>.cc; the five
+// rule types share the mixer flow of core/model/types/rule_mixer.h. A new
+// type is a file there and a line in the table.
+//
+// Everything else — the common config fields, embeddings, the MLP, the
+// final norm and lm_head, the session's state — is the model's, whatever
+// the type (model.h, forward.h).
+#ifndef LINATTN_CORE_MODEL_MODEL_TYPES_H_
+#define LINATTN_CORE_MODEL_MODEL_TYPES_H_
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/attention/spec.h"
+#include "core/model/config.h"
+#include "core/model/config_json.h"
+#include "core/model/model.h"
+
+namespace linattn {
+
+class ForwardRunner;
+class TensorReader;
+struct LayerPass;
+
+class ModelTypeDef {
+ public:
+  virtual ~ModelTypeDef() = default;
+
+  ModelType type() const { return type_; }
+  // config.json's model_type.
+  absl::string_view name() const { return name_; }
+  // The class in tools/linattn_ref.py that is its reference.
+  absl::string_view reference() const { return reference_; }
+
+  // --- config.json ---
+  // The defaults of the fields every type has, where the type's fla config
+  // class sets its own.
+  struct CommonDefaults {
+    uint32_t layers = 24;
+    const char* hidden_act = "swish";
+    double norm_eps = 1e-6;
+    // Older configs spell norm_eps layer_norm_epsilon (mamba2's).
+    bool layer_norm_epsilon = false;
+    // Whether blocks end with fla's GatedMLP, and its hidden_ratio when
+    // config.json has none (a present null is GatedMLP's own 4).
+    bool mlp = true;
+    double hidden_ratio = 4;
+    // attn_mode may also be "parallel" (RetNet's).
+    bool parallel_mode = false;
+  };
+  virtual CommonDefaults defaults() const { return {}; }
+  // Reads the type's own fields into `c` (the common ones are read),
+  // INVALID_ARGUMENT naming the field.
+  virtual absl::Status ReadConfig(const json& j, ModelConfig& c) const = 0;
+  // Every width the layer's buffers are cut into stays within linattn's
+  // limits (checked in 64 bits once the config is read).
+  virtual absl::Status CheckSizes(const ModelConfig& /*c*/) const {
+    return absl::OkStatus();
+  }
+
+  // --- Weights ---
+  // Where the file keeps the model's tensors (fla's names).
+  struct TensorNames {
+    std::string base = "model.";  // then "layers.<i>."
+    std::string input_norm = "attn_norm.weight";
+    std::vector<std::string> embeddings = {"model.embeddings.weight"};
+    std::string final_norm = "model.norm.weight";
+  };
+  virtual TensorNames names() const { return {}; }
+  // The state rule every layer runs, with the shapes config.json implies.
+  virtual AttentionSpec Spec(const ModelConfig& c) const = 0;
+  // Where each part of the mixer's in_proj output starts (rule types).
+  virtual MixerColumns Columns(const ModelConfig& /*c*/) const { return {}; }
+  // One layer's mixer weights, its tensors under `layer` ("model.layers.3.")
+  // into `L`, packed as `weights`.
+  virtual absl::Status LoadMixer(TensorReader& r, const ModelConfig& c,
+                                 const std::string& layer, WeightType weights,
+                                 Model::Layer& L) const = 0;
+
+  // --- Forward ---
+  // x += mixer(rmsnorm(x)) for the rows of `pass` through its layer
+  // (forward.h has the runner's workspaces and the steps mixers share).
+  virtual absl::Status RunMixer(ForwardRunner& runner,
+                                const LayerPass& pass) const = 0;
+
+ protected:
+  ModelTypeDef(ModelType type, absl::string_view name,
+               absl::string_view reference)
+      : type_(type), name_(name), reference_(reference) {}
+
+ private:
+  const ModelType type_;
+  const absl::string_view name_;
+  const absl::string_view reference_;
+};
+
+// The table: every type, in ModelType's order.
+std::span<const ModelTypeDef* const> ModelTypes();
+const ModelTypeDef& ModelTypeOf(ModelType type);
+// Null for a name no type has.
+const ModelTypeDef* FindModelType(absl::string_view name);
+
+// The types' definitions (core/model/types/).
+const ModelTypeDef& LinearAttnType();
+const ModelTypeDef& RetNetType();
+const ModelTypeDef& GlaType();
+const ModelTypeDef& DeltaNetType();
+const ModelTypeDef& GatedDeltaNetType();
+const ModelTypeDef& Mamba2Type();
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_MODEL_MODEL_TYPES_H_

@@ -1,0 +1,69 @@
+// The table of model types (core/model/model_types.h): every type is found
+// by its config.json name and knows its own, the refusal of an unknown
+// name lists the table, and each names as its reference a mixer that the
+// reference's own table (tools/linattn_ref.py, MODEL_TYPES) lists under the
+// same name — so a type added on one side only fails here.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/model/model_types.h"
+
+namespace linattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReferenceSource() {
+  std::ifstream in(std::string(LINATTN_SOURCE_DIR) + "/tools/linattn_ref.py");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ModelTypeTable, EveryTypeIsFoundByItsNameInModelTypeOrder) {
+  ASSERT_EQ(ModelTypes().size(), 6u);
+  for (size_t i = 0; i < ModelTypes().size(); ++i) {
+    const ModelTypeDef& def = *ModelTypes()[i];
+    EXPECT_EQ(static_cast<size_t>(def.type()), i) << def.name();
+    EXPECT_EQ(&ModelTypeOf(def.type()), &def);
+    EXPECT_EQ(FindModelType(def.name()), &def);
+    EXPECT_EQ(ModelTypeName(def.type()), def.name());
+  }
+  EXPECT_EQ(FindModelType("rwkv7"), nullptr);
+}
+
+TEST(ModelTypeTable, AnUnknownTypeIsRefusedListingTheTable) {
+  auto c = ParseModelConfig(R"({"model_type": "rwkv7"})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("model_type: must be one of linear_attn, retnet, gla, "
+                        "delta_net, gated_deltanet, mamba2; got \"rwkv7\""));
+}
+
+TEST(ModelTypeTable, TheReferencesTableHasTheSameTypesAndMixers) {
+  const std::string source = ReferenceSource();
+  ASSERT_FALSE(source.empty());
+  // "name": ModelType(Config._reader, Mixer, LM, heads),
+  const std::regex entry(
+      R"re("([a-z_0-9]+)": ModelType\(Config\._[a-z_0-9]+, ([A-Za-z0-9]+),)re");
+  std::map<std::string, std::string> reference;
+  for (auto it = std::sregex_iterator(source.begin(), source.end(), entry);
+       it != std::sregex_iterator(); ++it) {
+    reference[(*it)[1]] = (*it)[2];
+  }
+  EXPECT_EQ(reference.size(), ModelTypes().size());
+  for (const ModelTypeDef* def : ModelTypes()) {
+    const std::string name(def->name());
+    ASSERT_TRUE(reference.count(name)) << name << " is not in MODEL_TYPES";
+    EXPECT_EQ(reference[name], def->reference()) << name;
+    EXPECT_THAT(source,
+                HasSubstr("class " + std::string(def->reference()) + "("));
+  }
+}
+
+}  // namespace
+}  // namespace linattn
