@@ -124,7 +124,7 @@ absl::Status DurableStore::CommitLocked(Group group,
   const auto started = std::chrono::steady_clock::now();
   RecordLog::CommitResult result =
       log_->Commit(staged, records, refused != nullptr);
-  if (options_.on_commit) {
+  if (options_.on_commit && result.writes > 0) {
     options_.on_commit(std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - started)
                            .count());
@@ -143,10 +143,11 @@ absl::Status DurableStore::CommitLocked(Group group,
   }
   if (refused != nullptr) *refused = std::move(result.refused);
   Resolve(first_ticket, last_ticket, result.status, staged);
-  if (!result.status.ok()) return result.status;
-  ++stats_.commits;
+  if (result.status.ok() && result.writes > 0) ++stats_.commits;
+  // What landed is accounted for, even when a later batch of a shared
+  // commit failed.
   for (const RecordLog::Written& w : result.written) {
-    ++stats_.records;
+    stats_.records += w.records;
     stats_.bytes += w.bytes;
     auto it = entries_.find(w.id);
     if (it == entries_.end() || it->second.incarnation != w.incarnation) {
@@ -155,7 +156,7 @@ absl::Status DurableStore::CommitLocked(Group group,
     it->second.recorded |= w.create;
     it->second.tail_bytes += w.bytes;
   }
-  return absl::OkStatus();
+  return result.status;
 }
 
 void DurableStore::NoteFailed(uint64_t first, uint64_t last,
@@ -363,7 +364,11 @@ std::vector<DurableStore::Due> DurableStore::DueOf(
         !it->second.recorded) {
       continue;
     }
-    it->second.tail_at_request = it->second.tail_bytes;
+    // Unless a snapshot of it is under way already (whose tail stays).
+    if (!it->second.snapshot_requested) {
+      it->second.snapshot_requested = true;
+      it->second.tail_at_request = it->second.tail_bytes;
+    }
     out.push_back(DueOf(id, it->second));
   }
   return out;

@@ -106,6 +106,7 @@ RecordLog::CommitResult LocalRecordLog::Commit(
   }
   for (const Record& r : records) add(r, false);
   result.status = writer_->Commit();
+  result.writes = 1;
   if (!result.status.ok()) {
     result.written.clear();
     return result;

@@ -107,11 +107,17 @@ class RecordLog {
   struct Written {
     std::string id;
     uint64_t incarnation = 0;
-    uint64_t bytes = 0;   // its records' measure (JournalRecordBytes)
-    bool create = false;  // its create was among them
+    uint64_t bytes = 0;    // its records' measure (JournalRecordBytes)
+    bool create = false;   // its create was among them
+    uint64_t records = 1;  // how many records (a shared op carries several)
   };
   struct CommitResult {
-    absl::Status status;  // the write's: when not OK, nothing was written
+    // The write's. A local journal writes all or nothing; a shared store
+    // may have written some batches (`written` lists what landed) before
+    // one failed.
+    absl::Status status;
+    // Writes (or round trips) made: 0 when there was nothing to send.
+    uint32_t writes = 0;
     // Requests left out whole: a session of theirs was handed over to
     // another replica (only when the caller takes refusals).
     std::vector<uint32_t> refused;

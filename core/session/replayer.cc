@@ -214,12 +214,12 @@ absl::Status Replayer::ApplyRequest(Records records) {
       ++report_.replayed;
       return absl::OkStatus();
     case DurableRecord::kTokens: {
-      const int64_t vocab = mine != nullptr && mine->model != nullptr
-                                ? mine->model->config().vocab_size
-                                : INT32_MAX;
-      auto tokens = ParseTokens(rest, vocab);
-      if (!tokens.ok()) return refuse(tokens.status());
+      if (rest.size() % 4 != 0 || rest.empty()) {
+        return Bad(rec, "does not hold whole tokens");
+      }
       if (mine == nullptr || mine->kind != SessionKind::kModel) break;
+      auto tokens = ParseTokens(rest, mine->model->config().vocab_size);
+      if (!tokens.ok()) return refuse(tokens.status());
       mine->feed.insert(mine->feed.end(), tokens->begin(), tokens->end());
       applied = true;
       break;

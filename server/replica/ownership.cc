@@ -37,9 +37,17 @@ void Ownership::HandedOver(const Key& session) {
   }
 }
 
-bool Ownership::WasHandedOver(const Key& session) const {
+Ownership::View Ownership::Look(std::span<const Key> sessions) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return handed_over_.count(session) != 0;
+  View view;
+  for (const Key& key : sessions) {
+    if (auto it = owned_.find(key); it != owned_.end()) {
+      view.held.emplace(key, it->second);
+    } else if (handed_over_.count(key) != 0) {
+      view.handed_over.insert(key);
+    }
+  }
+  return view;
 }
 
 std::vector<Ownership::Held> Ownership::All() const {

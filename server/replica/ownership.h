@@ -43,7 +43,16 @@ class Ownership {
   // Another replica serves it now: forgotten, and remembered as handed
   // over (the latest kMaxHandedOver).
   void HandedOver(const Key& session);
-  bool WasHandedOver(const Key& session) const;
+
+  // What is known of each of `sessions` at one moment: held (its epoch),
+  // handed over, or neither (not written yet, or deleted). A commit plans
+  // from one such view, so a hand-over between its checks cannot make it
+  // drop records of a request it did not refuse.
+  struct View {
+    std::map<Key, Owned> held;
+    std::set<Key> handed_over;
+  };
+  View Look(std::span<const Key> sessions) const;
 
   struct Held {
     Key session;

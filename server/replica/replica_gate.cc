@@ -185,14 +185,15 @@ ReplicaGate::AwaitWanted() {
 
 absl::Status ReplicaGate::HandOver(
     std::span<const std::pair<std::string, uint64_t>> sessions, bool release) {
+  // Released are only the sessions this replica takes out of its table: a
+  // session not (or no longer, or not yet) in it — deleted with its delete
+  // still to be written, or joining from a takeover — stays this replica's,
+  // and its asker asks again.
   std::vector<std::pair<std::string, uint64_t>> epochs;
   for (const auto& key : sessions) {
-    if (auto owned = ownership_->Find(key)) {
-      epochs.push_back({key.first, owned->epoch});
-    }
-  }
-  for (const auto& [id, incarnation] : sessions) {
-    (void)table_->HandOver(id, incarnation);
+    const auto owned = ownership_->Find(key);
+    if (!table_->HandOver(key.first, key.second)) continue;
+    if (owned.has_value()) epochs.push_back({key.first, owned->epoch});
   }
   if (!release) return absl::OkStatus();
   return shared_->Release(epochs);

@@ -58,7 +58,11 @@ uint64_t SharedRecordLog::CoveredPosition(const std::string& id,
 
 std::vector<std::vector<SharedRecordLog::Pending>> SharedRecordLog::Plan(
     std::span<const StagedChange> staged, std::span<const Record> records,
-    const std::set<uint32_t>& out) const {
+    const std::set<uint32_t>& out, const Ownership::View& view) const {
+  auto held = [&](const Ownership::Key& key) -> const Ownership::Owned* {
+    auto it = view.held.find(key);
+    return it == view.held.end() ? nullptr : &it->second;
+  };
   // One op per session (incarnation): its create, its records in order, its
   // delete.
   std::vector<std::vector<Pending>> batches(1);
@@ -96,8 +100,8 @@ std::vector<std::vector<SharedRecordLog::Pending>> SharedRecordLog::Plan(
       }
       continue;
     }
-    const auto owned = ownership_.Find(key);
-    if (!owned.has_value()) continue;  // its create never reached the store
+    const Ownership::Owned* owned = held(key);
+    if (owned == nullptr) continue;  // its create never reached the store
     Pending p;
     p.op.id = st.id;
     p.op.remove = true;
@@ -116,8 +120,8 @@ std::vector<std::vector<SharedRecordLog::Pending>> SharedRecordLog::Plan(
       p.bytes += p.op.records.back().size();
       continue;
     }
-    const auto owned = ownership_.Find(key);
-    if (!owned.has_value()) continue;  // deleted meanwhile
+    const Ownership::Owned* owned = held(key);
+    if (owned == nullptr) continue;  // deleted meanwhile
     Pending p;
     p.op.id = r.id;
     p.op.epoch = owned->epoch;
@@ -134,10 +138,18 @@ RecordLog::CommitResult SharedRecordLog::Commit(
     std::span<const StagedChange> staged, std::span<const Record> records,
     bool take_refusals) {
   CommitResult result;
+  // One view of every session the commit touches.
+  std::vector<Ownership::Key> keys;
+  keys.reserve(staged.size() + records.size());
+  for (const StagedChange& st : staged) keys.push_back({st.id, st.incarnation});
+  for (const Record& r : records) keys.push_back({r.id, r.incarnation});
+  const Ownership::View view = ownership_.Look(keys);
   // Requests with a record of a session handed over are left out whole.
   std::set<uint32_t> out;
   for (const Record& r : records) {
-    if (ownership_.WasHandedOver({r.id, r.incarnation})) out.insert(r.request);
+    if (view.handed_over.count({r.id, r.incarnation}) != 0) {
+      out.insert(r.request);
+    }
   }
   if (!out.empty()) {
     if (!take_refusals) {
@@ -146,7 +158,7 @@ RecordLog::CommitResult SharedRecordLog::Commit(
     }
     result.refused.assign(out.begin(), out.end());
   }
-  std::vector<std::vector<Pending>> batches = Plan(staged, records, out);
+  std::vector<std::vector<Pending>> batches = Plan(staged, records, out, view);
   for (std::vector<Pending>& batch : batches) {
     if (!Write(batch, result)) break;
   }
@@ -163,6 +175,7 @@ bool SharedRecordLog::Write(std::vector<Pending>& batch, CommitResult& result) {
   }
   if (ops.empty()) return true;
   std::vector<std::string> fenced;
+  ++result.writes;
   auto written = shared_->Commit(ops, &fenced);
   if (!written.ok()) {
     result.status = written.status();
@@ -188,7 +201,7 @@ bool SharedRecordLog::Write(std::vector<Pending>& batch, CommitResult& result) {
     const Ownership::Key key{op.id, p.incarnation};
     if (op.remove) {
       ownership_.Forget(key);
-      result.written.push_back({op.id, p.incarnation, 0, false});
+      result.written.push_back({op.id, p.incarnation, 0, false, 1});
       continue;
     }
     if ((*written)[i].exists) {
@@ -205,7 +218,8 @@ bool SharedRecordLog::Write(std::vector<Pending>& batch, CommitResult& result) {
     } else {
       ownership_.Appended(key, op.records.size());
     }
-    result.written.push_back({op.id, p.incarnation, p.bytes, op.create});
+    result.written.push_back(
+        {op.id, p.incarnation, p.bytes, op.create, op.records.size()});
   }
   return true;
 }

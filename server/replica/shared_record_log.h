@@ -50,7 +50,8 @@ class SharedRecordLog final : public RecordLog {
   // one commit needs the delete written first.
   std::vector<std::vector<Pending>> Plan(std::span<const StagedChange> staged,
                                          std::span<const Record> records,
-                                         const std::set<uint32_t>& out) const;
+                                         const std::set<uint32_t>& out,
+                                         const Ownership::View& view) const;
   // Writes one batch; false when the commit stops (result.status says why).
   bool Write(std::vector<Pending>& batch, CommitResult& result);
 

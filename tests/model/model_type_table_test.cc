@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <regex>
+#include <map>
 #include <sstream>
 
 #include "core/model/model_types.h"
@@ -47,13 +47,18 @@ TEST(ModelTypeTable, AnUnknownTypeIsRefusedListingTheTable) {
 TEST(ModelTypeTable, TheReferencesTableHasTheSameTypesAndMixers) {
   const std::string source = ReferenceSource();
   ASSERT_FALSE(source.empty());
-  // "name": ModelType(Config._reader, Mixer, LM, heads),
-  const std::regex entry(
-      R"re("([a-z_0-9]+)": ModelType\(Config\._[a-z_0-9]+, ([A-Za-z0-9]+),)re");
+  // Each entry: "name": ModelType(Config._reader, Mixer, LM, heads),
   std::map<std::string, std::string> reference;
-  for (auto it = std::sregex_iterator(source.begin(), source.end(), entry);
-       it != std::sregex_iterator(); ++it) {
-    reference[(*it)[1]] = (*it)[2];
+  const std::string marker = "\": ModelType(Config._";
+  for (size_t at = source.find(marker); at != std::string::npos;
+       at = source.find(marker, at + 1)) {
+    const size_t open = source.rfind('"', at - 1);
+    const size_t comma = source.find(", ", at);
+    const size_t end = source.find(',', comma + 2);
+    ASSERT_NE(open, std::string::npos);
+    ASSERT_NE(end, std::string::npos);
+    reference[source.substr(open + 1, at - open - 1)] =
+        source.substr(comma + 2, end - comma - 2);
   }
   EXPECT_EQ(reference.size(), ModelTypes().size());
   for (const ModelTypeDef* def : ModelTypes()) {

@@ -292,6 +292,29 @@ TEST(SharedStore, ARedisThatGoesAwayFailsStepsCleanlyAndLosesNothing) {
   EXPECT_EQ(*after, Expected(5));
 }
 
+// A session deleted here whose delete is not written yet is not released
+// to a replica that asks for it: the asker waits (and gives up), and once
+// the delete is written the session is gone everywhere. (Released, the
+// other replica would take it over and keep a session its client deleted.)
+TEST(SharedStore, ASessionBeingDeletedIsNotHandedOver) {
+  testing::TempDir dir;
+  testing::RedisServer redis(dir.Path(""));
+  auto a = Replica::Open(redis.url(), "a");
+  auto b = Replica::Open(redis.url(), "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto s1 = (*a)->Create("s1", kSpec);
+  ASSERT_TRUE(s1.ok());
+  const std::pair<std::string, uint64_t> key{"s1", (*s1)->incarnation()};
+  // Deleted from the table; its delete is staged, not yet committed.
+  ASSERT_TRUE((*a)->table->Delete("s1", SessionKind::kAttention).ok());
+  ASSERT_TRUE((*a)->store->replica()->HandOver({&key, 1}, true).ok());
+  auto early = (*b)->Contents("s1");
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kUnavailable)
+      << early.status();
+  ASSERT_TRUE((*a)->store->Tick().ok());
+  EXPECT_EQ((*b)->Contents("s1").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(SharedStore, RequestsOfASessionHandedOverAreRefusedAloneTheRestCommits) {
   testing::TempDir dir;
   testing::RedisServer redis(dir.Path(""));

@@ -185,7 +185,12 @@ absl::Status Mamba2Def::LoadMixer(TensorReader& r, const ModelConfig& c,
 
 absl::Status Mamba2Def::Inputs(ForwardRunner& runner, const LayerPass& pass,
                                const Model::Layer& L) const {
-  const auto [c, ws, rows, cols, proj] = RowsOf(runner, pass);
+  const PassRows at = RowsOf(runner, pass);
+  const ModelConfig& c = at.c;
+  ForwardWorkspace& ws = at.ws;
+  const uint32_t rows = at.rows;
+  const MixerColumns& cols = at.cols;
+  const RowView<const float>& proj = at.proj;
   const uint32_t HS = c.state_heads, dv = c.head_v;
   const BlockView<float> q(ws.fq.data(), rows, HS, c.head_k);
   const BlockView<float> k(ws.fk.data(), rows, HS, c.head_k);
@@ -220,7 +225,12 @@ absl::Status Mamba2Def::Inputs(ForwardRunner& runner, const LayerPass& pass,
 
 void Mamba2Def::Outputs(ForwardRunner& runner, const LayerPass& pass,
                         const Model::Layer& L) const {
-  const auto [c, ws, rows, cols, proj] = RowsOf(runner, pass);
+  const PassRows at = RowsOf(runner, pass);
+  const ModelConfig& c = at.c;
+  ForwardWorkspace& ws = at.ws;
+  const uint32_t rows = at.rows;
+  const MixerColumns& cols = at.cols;
+  const RowView<const float>& proj = at.proj;
   const uint32_t dv = c.head_v;
   const RowView<float> o(ws.o.data(), rows, uint64_t{c.state_heads} * dv);
   const float eps = c.norm_eps;

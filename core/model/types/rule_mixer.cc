@@ -269,7 +269,11 @@ absl::Status RuleMixer::LoadMixer(TensorReader& r, const ModelConfig& c,
 
 absl::Status RuleMixer::RunMixer(ForwardRunner& runner,
                                  const LayerPass& pass) const {
-  const auto [c, ws, rows, cols, unused] = RowsOf(runner, pass);
+  const PassRows at = RowsOf(runner, pass);
+  const ModelConfig& c = at.c;
+  ForwardWorkspace& ws = at.ws;
+  const uint32_t rows = at.rows;
+  const MixerColumns& cols = at.cols;
   const Model::Layer& L = runner.model().layers()[pass.layer];
   RmsNorm(ws.x.data(), rows, c.hidden_size, L.attn_norm.data(), c.norm_eps,
           ws.xn.data());
@@ -299,7 +303,12 @@ absl::Status RuleMixer::RunMixer(ForwardRunner& runner,
 
 absl::Status RuleMixer::Inputs(ForwardRunner& runner, const LayerPass& pass,
                                const Model::Layer& L) const {
-  const auto [c, ws, rows, cols, proj] = RowsOf(runner, pass);
+  const PassRows at = RowsOf(runner, pass);
+  const ModelConfig& c = at.c;
+  ForwardWorkspace& ws = at.ws;
+  const uint32_t rows = at.rows;
+  const MixerColumns& cols = at.cols;
+  const RowView<const float>& proj = at.proj;
   const uint32_t HS = c.state_heads, dk = c.head_k, dv = c.head_v;
   const uint32_t gate_width = gate() == GateShape::kKey ? dk : 1;
   const BlockView<float> q(ws.fq.data(), rows, HS, dk);
@@ -343,7 +352,12 @@ absl::Status RuleMixer::Inputs(ForwardRunner& runner, const LayerPass& pass,
 
 void RuleMixer::Outputs(ForwardRunner& runner, const LayerPass& pass,
                         const Model::Layer& L) const {
-  const auto [c, ws, rows, cols, proj] = RowsOf(runner, pass);
+  const PassRows at = RowsOf(runner, pass);
+  const ModelConfig& c = at.c;
+  ForwardWorkspace& ws = at.ws;
+  const uint32_t rows = at.rows;
+  const MixerColumns& cols = at.cols;
+  const RowView<const float>& proj = at.proj;
   const uint32_t HS = c.state_heads, dv = c.head_v;
   const RowView<float> o(ws.o.data(), rows, uint64_t{HS} * dv);
   const float eps = c.norm_eps;
