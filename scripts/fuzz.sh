@@ -12,7 +12,8 @@ build=${1:?usage: fuzz.sh BUILD_DIR SECONDS}
 seconds=${2:?usage: fuzz.sh BUILD_DIR SECONDS}
 root=$(cd "$(dirname "$0")/.." && pwd)
 targets=(snapshot_fuzz config_fuzz safetensors_fuzz npy_fuzz tokenizer_fuzz
-         attention_requests_fuzz generation_requests_fuzz)
+         tokenizer_json_fuzz jinja_fuzz attention_requests_fuzz
+         generation_requests_fuzz)
 
 # The tokenizer target also takes a SentencePiece model: the test fixtures'
 # one when `make test` has written it.
@@ -21,6 +22,11 @@ if [[ -f $spm ]]; then
   export LINATTN_FUZZ_SPM_MODEL=$spm
 else
   echo "fuzz: no $spm (run make test first); tokenizer_fuzz runs the byte tokenizer only"
+fi
+# ... and a tokenizer.json: the fixtures' Qwen-shaped one.
+tokenizer_json="$root/build/tokenizer_fixtures/qwen/tokenizer.json"
+if [[ -f $tokenizer_json ]]; then
+  export LINATTN_FUZZ_TOKENIZER_JSON=$tokenizer_json
 fi
 export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -26,8 +26,9 @@ packages=(
   libdnnl-dev
   # support libraries
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
-  # model tokenizers
-  libsentencepiece-dev
+  # model tokenizers: SentencePiece, and for tokenizer.json PCRE2 (its
+  # split patterns) and utf8proc (Unicode properties and normalization)
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev
   # the shared state store's Redis client, and the HTTP listener
   libhiredis-dev libcpp-httplib-dev
   # operations: Prometheus metrics (prometheus-cpp's core library), and
@@ -57,6 +58,8 @@ if ((python)); then
     python3-venv python3-pip python3-setuptools python3-wheel
     # the built-in model's training text: the King James Bible
     bible-kjv
+    # the reference Jinja engine the chat-template tests render against
+    python3-jinja2
     # the real engines replicas run behind and on (tools/scaleout_check.sh):
     # Redis for the shared state store, HAProxy for session routing; and
     # what checks deploy/ (scripts/deploy-check.sh): podman-compose, which

@@ -145,6 +145,11 @@ void DefineModelFlags(CLI::App& app, ServerFlags& f) {
                      f.builtin + ")")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->envname("LINATTN_MODEL");
+  app.add_flag("--check", f.check,
+               "load the models as the server would, print what each "
+               "directory holds (architecture, weights, tokenizer, chat "
+               "template) and exit: 0 when every one can be served, 1 when "
+               "one cannot");
   app.add_option(
          "--weights", f.weights,
          "how model projection weights are packed: f32; bf16 (half "

@@ -29,6 +29,7 @@
 #include "core/util/openmp_spin.h"
 #include "server/flags.h"
 #include "server/logging.h"
+#include "server/model_check.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -184,6 +185,7 @@ int main(int argc, char** argv) {
   }
   // Model loading's threads.
   if (flags.workers > 0) omp_set_num_threads(flags.workers);
+  if (flags.check) return linattn::CheckModels(flags.options, stdout);
 
   // Signals are taken by sigwait, so every thread starts with them
   // blocked. SIGUSR1 is the drain thread telling the main thread it is done.

@@ -111,6 +111,13 @@ absl::StatusOr<std::vector<std::shared_ptr<const Model>>> LoadModels(
         config.hidden_size, config.num_heads, (*model)->parameter_count(),
         WeightTypeName((*model)->weight_type()), (*model)->tokenizer().kind(),
         (*model)->state_bytes(), (*model)->fingerprint_hex());
+    if ((*model)->chat_template().kind() == ChatTemplate::Kind::kRefused) {
+      spdlog::warn("model '{}': chat template {}", (*model)->name(),
+                   (*model)->chat_template_note());
+    } else {
+      spdlog::info("model '{}': chat template {}", (*model)->name(),
+                   (*model)->chat_template_note());
+    }
     models.push_back(std::move(*model));
   }
   return models;

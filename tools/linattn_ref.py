@@ -1145,7 +1145,9 @@ def random_config(args):
     config = {"model_type": args.model_type, "hidden_size": args.hidden_size,
               "num_hidden_layers": args.layers, "vocab_size": args.vocab_size,
               "tie_word_embeddings": args.tie_word_embeddings,
-              "bos_token_id": None, "eos_token_id": None}
+              "bos_token_id": None, "eos_token_id": None,
+              # random models are byte-level: ids 0..255 are UTF-8 bytes
+              "linattn_tokenizer": "bytes"}
     if args.model_type == "mamba2":
         config.update({
             "head_dim": args.head_dim, "expand": 2, "state_size": args.state_size,

@@ -1,5 +1,7 @@
 #include "core/model/chat_template.h"
 
+#include <fstream>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/util/file_io.h"
@@ -9,75 +11,253 @@ namespace linattn {
 
 namespace {
 
+using ordered_json = nlohmann::ordered_json;
+
 // A template file's "chat_template", if it holds one as a string (a list
-// of named templates takes the one named "default").
-std::string TemplateText(const std::string& path) {
+// of named templates gives the one named "default"); *error says why a
+// file that exists cannot be read.
+std::string TemplateText(const std::string& path, std::string* error) {
+  if (!std::ifstream(path).good()) return "";
   auto text = ReadWholeFile("chat template", path);
-  if (!text.ok()) return "";
-  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (!text.ok()) {
+    *error = std::string(text.status().message());
+    return "";
+  }
+  const ordered_json j = ordered_json::parse(*text, nullptr, false);
+  if (j.is_discarded()) {
+    *error = absl::StrCat(path, ": not valid JSON");
+    return "";
+  }
   if (!j.is_object() || !j.contains("chat_template")) return "";
-  const nlohmann::json& t = j["chat_template"];
+  const ordered_json& t = j["chat_template"];
   if (t.is_string()) return t.get<std::string>();
   if (t.is_array()) {
-    for (const nlohmann::json& item : t) {
+    for (const ordered_json& item : t) {
       if (item.is_object() && item.value("name", "") == "default" &&
           item.contains("template") && item["template"].is_string()) {
         return item["template"].get<std::string>();
       }
     }
+    *error = absl::StrCat(path,
+                          ": chat_template: a list of templates with none "
+                          "named \"default\"");
   }
   return "";
 }
 
+// The special tokens tokenizer_config.json names (bos_token, eos_token,
+// unk_token, pad_token … as strings or AddedToken objects), the values
+// apply_chat_template passes to the template.
+jinja::Dict SpecialTokens(const std::string& dir) {
+  jinja::Dict out;
+  const std::string path = dir + "/tokenizer_config.json";
+  if (!std::ifstream(path).good()) return out;
+  auto text = ReadWholeFile("tokenizer config", path);
+  if (!text.ok()) return out;
+  const ordered_json j = ordered_json::parse(*text, nullptr, false);
+  if (!j.is_object()) return out;
+  for (const auto& [key, value] : j.items()) {
+    if (!absl::EndsWith(key, "_token")) continue;
+    if (value.is_string()) {
+      out.Set(key, jinja::Value::String(value.get<std::string>()));
+    } else if (value.is_object() && value.contains("content") &&
+               value["content"].is_string()) {
+      out.Set(key, jinja::Value::String(value["content"].get<std::string>()));
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+ChatTemplate ChatTemplate::FromJinja(absl::string_view source,
+                                     std::string origin,
+                                     jinja::Dict special_tokens) {
+  auto parsed = jinja::Template::Parse(source);
+  if (!parsed.ok()) {
+    ChatTemplate t(Kind::kRefused);
+    t.origin_ = origin;
+    t.refusal_ = absl::StrCat("the chat template of ", origin, " (",
+                              parsed.status().message(), ")");
+    return t;
+  }
+  ChatTemplate t(Kind::kJinja);
+  t.origin_ = std::move(origin);
+  t.jinja_ = std::move(*parsed);
+  if (const jinja::Value* eos = special_tokens.Find("eos_token");
+      eos != nullptr && eos->is_string()) {
+    t.eos_token_ = eos->as_string();
+  }
+  t.special_tokens_ = std::move(special_tokens);
+  return t;
+}
 
 ChatTemplate ChatTemplate::ForModelDir(const std::string& dir,
                                        std::string* note) {
+  std::string error;
+  std::string source, origin;
+  const std::string jinja_path = dir + "/chat_template.jinja";
+  if (std::ifstream(jinja_path).good()) {
+    auto text = ReadWholeFile("chat template", jinja_path);
+    if (text.ok()) {
+      source = *text;
+      origin = "chat_template.jinja";
+    } else {
+      error = std::string(text.status().message());
+    }
+  }
   for (const char* file : {"chat_template.json", "tokenizer_config.json"}) {
-    const std::string text = TemplateText(absl::StrCat(dir, "/", file));
-    if (text.empty()) continue;
-    if (absl::StrContains(text, "<|im_start|>") &&
-        absl::StrContains(text, "<|im_end|>")) {
-      if (note) *note = absl::StrCat("chatml, from ", file);
-      return ChatMl();
-    }
-    if (note) {
-      *note = absl::StrCat(
-          "plain: the chat_template of ", file,
-          " is a Jinja program linattn does not render (it renders ChatML)");
-    }
+    if (!source.empty() || !error.empty()) break;
+    source = TemplateText(absl::StrCat(dir, "/", file), &error);
+    if (!source.empty()) origin = file;
+  }
+  if (!error.empty()) {
+    ChatTemplate t(Kind::kRefused);
+    t.refusal_ = error;
+    if (note) *note = absl::StrCat("refused: ", error);
+    return t;
+  }
+  if (source.empty()) {
+    if (note) *note = "plain: the model names no chat template";
     return Plain();
   }
-  if (note) *note = "plain: the model names no chat template";
-  return Plain();
+  ChatTemplate t = FromJinja(source, origin, SpecialTokens(dir));
+  if (note) {
+    *note = t.kind_ == Kind::kJinja ? absl::StrCat("jinja, from ", origin)
+                                    : absl::StrCat("refused: ", t.refusal_);
+  }
+  return t;
+}
+
+const char* ChatTemplate::name() const {
+  switch (kind_) {
+    case Kind::kPlain:
+      return "plain";
+    case Kind::kChatMl:
+      return "chatml";
+    case Kind::kJinja:
+      return "jinja";
+    case Kind::kRefused:
+      return "refused";
+  }
+  return "?";
+}
+
+absl::Status ChatTemplate::Usable() const {
+  if (kind_ != Kind::kRefused) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this model's chat endpoints are unavailable: linattn does not render ",
+      refusal_));
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderJinja(
+    const std::vector<ChatMessage>& messages,
+    bool add_generation_prompt) const {
+  // The values apply_chat_template passes: the special tokens, then
+  // messages, tools, documents and add_generation_prompt.
+  jinja::Dict context = special_tokens_;
+  std::vector<jinja::Value> list;
+  list.reserve(messages.size());
+  for (const ChatMessage& m : messages) {
+    jinja::Dict d;
+    d.Set("role",
+          jinja::Value::String(m.role == "developer" ? "system" : m.role));
+    d.Set("content", jinja::Value::String(m.content));
+    list.push_back(jinja::Value::DictOf(std::move(d)));
+  }
+  context.Set("messages", jinja::Value::List(std::move(list)));
+  context.Set("tools", jinja::Value::None());
+  context.Set("documents", jinja::Value::None());
+  context.Set("add_generation_prompt",
+              jinja::Value::Bool(add_generation_prompt));
+  auto out = jinja_->Render(context);
+  if (out.ok()) return out;
+  switch (out.status().code()) {
+    case absl::StatusCode::kFailedPrecondition:  // raise_exception
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages: the model's chat template (", origin_,
+                       ") refuses them: ", out.status().message()));
+    case absl::StatusCode::kResourceExhausted:
+      return absl::ResourceExhaustedError(
+          absl::StrCat("messages: the model's chat template (", origin_, ") ",
+                       out.status().message()));
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages: the model's chat template (", origin_,
+                       ") fails on them: ", out.status().message()));
+  }
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(
-    const std::vector<ChatMessage>& messages, After after) const {
-  const bool plain = kind_ == Kind::kPlain;
-  std::string out;
-  if (after == After::kCutReply) out = end_of_turn();
-  if (after != After::kNothing) out += "\n";
+    const std::vector<ChatMessage>& messages, After after,
+    const std::vector<ChatMessage>* history) const {
   for (size_t i = 0; i < messages.size(); ++i) {
-    std::string role = messages[i].role;
-    if (role == "developer") role = "system";  // OpenAI's newer name
-    if (role != "system" && role != "user" && role != "assistant") {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "developer" && role != "user" &&
+        role != "assistant") {
       return absl::InvalidArgumentError(
           absl::StrCat("messages[", i,
                        "].role: must be system, developer, user or "
                        "assistant, got '",
                        role, "'"));
     }
+  }
+  if (kind_ == Kind::kRefused) return Usable();
+  if (kind_ == Kind::kJinja) {
+    if (after == After::kNothing) return RenderJinja(messages, true);
+    if (history == nullptr) {
+      return absl::FailedPreconditionError(
+          "this model's chat template renders whole conversations: "
+          "continue it with the whole conversation (no session)");
+    }
+    if (history->empty() || history->back().role != "assistant") {
+      return absl::InvalidArgumentError(
+          "a continued conversation's history ends with the assistant's "
+          "reply");
+    }
+    // What the context holds: the prompt the history's last reply
+    // answered, the reply as the model wrote it, and its end-of-turn
+    // marker when the reply ended there.
+    const std::vector<ChatMessage> asked(history->begin(), history->end() - 1);
+    auto prompt = RenderJinja(asked, true);
+    if (!prompt.ok()) return prompt.status();
+    std::string held = *prompt + history->back().content;
+    if (after == After::kEndOfTurn) held += end_of_turn();
+    std::vector<ChatMessage> all = *history;
+    all.insert(all.end(), messages.begin(), messages.end());
+    auto whole = RenderJinja(all, true);
+    if (!whole.ok()) return whole.status();
+    if (!absl::StartsWith(*whole, held)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the model's chat template (", origin_,
+          ") writes the conversation so far differently once it goes on, so "
+          "the continuation cannot be sent as new text: send the whole "
+          "conversation"));
+    }
+    return whole->substr(held.size());
+  }
+  const bool plain = kind_ == Kind::kPlain;
+  std::string out;
+  if (after == After::kCutReply) out = end_of_turn();
+  if (after != After::kNothing) out += "\n";
+  for (const ChatMessage& m : messages) {
+    const std::string role = m.role == "developer" ? "system" : m.role;
     absl::StrAppend(&out, plain ? "<|" : "<|im_start|>", role,
-                    plain ? "|>\n" : "\n", messages[i].content, end_of_turn(),
-                    "\n");
+                    plain ? "|>\n" : "\n", m.content, end_of_turn(), "\n");
   }
   absl::StrAppend(&out, plain ? "<|assistant|>\n" : "<|im_start|>assistant\n");
   return out;
 }
 
 std::string ChatTemplate::end_of_turn() const {
-  return kind_ == Kind::kPlain ? "<|end|>" : "<|im_end|>";
+  switch (kind_) {
+    case Kind::kPlain:
+      return "<|end|>";
+    case Kind::kChatMl:
+      return "<|im_end|>";
+    default:
+      return eos_token_;
+  }
 }
 
 }  // namespace linattn

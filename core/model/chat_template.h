@@ -1,11 +1,19 @@
 // ChatTemplate: chat messages → the text a model continues (docs/design.md
 // §3, "Chat templates").
 //
-// A model directory may name its template in tokenizer_config.json or
-// chat_template.json ("chat_template", as Hugging Face writes it). Those are
-// Jinja programs; linattn does not run Jinja, so it recognises the one
-// family it renders exactly, ChatML (a template using <|im_start|> and
-// <|im_end|>), and otherwise uses its plain template, saying why:
+// A model directory names its template as Hugging Face reads it, first
+// found wins: chat_template.jinja, then "chat_template" in
+// chat_template.json, then in tokenizer_config.json (a list of named
+// templates gives the one named "default"). The template is a Jinja
+// program; linattn runs it with its own engine (core/model/jinja) over the
+// values transformers' apply_chat_template passes: messages,
+// add_generation_prompt, tools and documents (None), and the special
+// tokens tokenizer_config.json names (bos_token, eos_token …). A template
+// outside the engine's subset is refused when the model loads, and the
+// chat endpoints then refuse that model with the reason rather than
+// render something else.
+//
+// A directory that names no template gets linattn's own:
 //
 //   plain:   "<|{role}|>\n{content}<|end|>\n" per message, then the
 //            generation prompt "<|assistant|>\n"; a reply ends at "<|end|>"
@@ -15,14 +23,19 @@
 // reply stops before its end-of-turn marker, whose text the model produced
 // and the context keeps; messages that continue the conversation then
 // begin with the newline after it (or, after a reply cut short, with the
-// marker itself).
+// marker itself). A model's Jinja template renders whole conversations: a
+// continuation renders the conversation with and without the new
+// messages and sends the difference (Render's `history`).
 #ifndef LINATTN_CORE_MODEL_CHAT_TEMPLATE_H_
 #define LINATTN_CORE_MODEL_CHAT_TEMPLATE_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/model/jinja/template.h"
 
 namespace linattn {
 
@@ -33,7 +46,7 @@ struct ChatMessage {
 
 class ChatTemplate {
  public:
-  enum class Kind { kPlain, kChatMl };
+  enum class Kind { kPlain, kChatMl, kJinja, kRefused };
 
   // The template of the model in `dir`; `note` (if given) says which file
   // gave it, or why the plain one is used.
@@ -41,11 +54,17 @@ class ChatTemplate {
                                   std::string* note = nullptr);
   static ChatTemplate Plain() { return ChatTemplate(Kind::kPlain); }
   static ChatTemplate ChatMl() { return ChatTemplate(Kind::kChatMl); }
+  // A Jinja template from its text; `origin` names where it came from (in
+  // errors). `special_tokens` are the values the template sees besides
+  // the messages (bos_token, eos_token …). A template the engine refuses
+  // gives Kind::kRefused.
+  static ChatTemplate FromJinja(absl::string_view source, std::string origin,
+                                jinja::Dict special_tokens);
 
   Kind kind() const { return kind_; }
-  const char* name() const {
-    return kind_ == Kind::kPlain ? "plain" : "chatml";
-  }
+  const char* name() const;
+  // OK, or FAILED_PRECONDITION saying why the model's template is refused.
+  absl::Status Usable() const;
 
   // What the messages follow in the context.
   enum class After {
@@ -54,15 +73,37 @@ class ChatTemplate {
     kCutReply,   // a reply that ended without it (length, eos, cancel)
   };
   // The messages as the model reads them, then the generation prompt.
-  // INVALID_ARGUMENT naming messages[i].role for a role it does not know.
-  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
-                                     After after) const;
-  // The end-of-turn marker: a reply's generation stops at it.
+  // INVALID_ARGUMENT naming messages[i].role for a role it does not know,
+  // or "messages: …" when a Jinja template refuses the conversation
+  // (raise_exception) or fails on it. A Jinja template renders whole
+  // conversations, so a continuation needs the conversation so far:
+  // `history`, its last message the assistant's reply as the model wrote
+  // it. The context then holds the template's text for the history's
+  // prompt, the reply, and (kEndOfTurn) its marker; the new text is what
+  // the template writes for the whole conversation past that.
+  // FAILED_PRECONDITION without a history, or when the whole does not
+  // begin with what the context holds (a template that rewrites earlier
+  // turns, such as one that drops past reasoning).
+  absl::StatusOr<std::string> Render(
+      const std::vector<ChatMessage>& messages, After after,
+      const std::vector<ChatMessage>* history = nullptr) const;
+  // The end-of-turn marker: a reply's generation stops at it (for a Jinja
+  // template the eos_token tokenizer_config.json names; empty if none,
+  // when the model's end-of-sequence id ends a reply).
   std::string end_of_turn() const;
 
  private:
   explicit ChatTemplate(Kind kind) : kind_(kind) {}
+  absl::StatusOr<std::string> RenderJinja(
+      const std::vector<ChatMessage>& messages,
+      bool add_generation_prompt) const;
+
   Kind kind_;
+  std::string origin_;   // kJinja, kRefused: the file
+  std::string refusal_;  // kRefused: why
+  std::shared_ptr<const jinja::Template> jinja_;
+  jinja::Dict special_tokens_;
+  std::string eos_token_;
 };
 
 }  // namespace linattn

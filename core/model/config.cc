@@ -144,6 +144,18 @@ absl::Status ParseCommon(const json& j, const ModelTypeDef::CommonDefaults& d,
                               "), got ", **id));
     }
   }
+  if (auto tok = Optional<std::string>(j, "linattn_tokenizer"); !tok.ok()) {
+    return tok.status();
+  } else if (tok->has_value()) {
+    if (**tok != "bytes") {
+      return ConfigFieldError(
+          "linattn_tokenizer",
+          absl::StrCat("'", **tok,
+                       "' is not a tokenizer linattn names here (\"bytes\"; "
+                       "tokenizer files are found beside config.json)"));
+    }
+    c.byte_tokens = true;
+  }
   if (auto attn = j.find("attn"); attn != j.end() && !attn->is_null()) {
     return ConfigFieldError(
         "attn",

@@ -80,6 +80,9 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
+  // "linattn_tokenizer": "bytes" declares a model whose tokens are UTF-8
+  // bytes (ids 0..255), for a directory with no tokenizer file.
+  bool byte_tokens = false;
 
   // The gated and delta-rule types (every type but linear_attn). Their
   // state has `state_heads` heads of head_k × head_v (mamba2: state_size ×

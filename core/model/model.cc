@@ -12,10 +12,31 @@
 #include "core/model/model_types.h"
 #include "core/model/safetensors.h"
 #include "core/model/tensor_reader.h"
+#include "core/model/tokenizer_json/tokenizer_json.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
 namespace {
+
+// The tokenizer the directory names: tokenizer.json (Hugging Face's, as
+// transformers prefers it), else tokenizer.model (SentencePiece), else
+// UTF-8 bytes when config.json declares them; a directory that names none
+// is refused rather than given a tokenizer its model was not trained with.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(
+    const std::string& dir, const ModelConfig& c) {
+  if (c.byte_tokens) return NewByteTokenizer();
+  const std::string json_path = dir + "/tokenizer.json";
+  if (std::ifstream(json_path).good()) return LoadTokenizerJson(json_path);
+  const std::string spm_path = dir + "/tokenizer.model";
+  if (std::ifstream(spm_path).good()) {
+    return LoadSentencePieceTokenizer(spm_path);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      dir,
+      ": names no tokenizer: linattn reads tokenizer.json or "
+      "tokenizer.model beside config.json (a model whose tokens are UTF-8 "
+      "bytes says \"linattn_tokenizer\": \"bytes\" in config.json)"));
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -173,14 +194,9 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
   const ModelConfig& c = *config;
   model->config_ = c;
 
-  // Tokenizer: SentencePiece when tokenizer.model is there, else bytes.
-  const std::string spm_path = dir + "/tokenizer.model";
-  if (std::ifstream(spm_path).good()) {
-    LINATTN_ASSIGN_OR_RETURN(model->tokenizer_,
-                             LoadSentencePieceTokenizer(spm_path));
-  } else {
-    model->tokenizer_ = NewByteTokenizer();
-  }
+  LINATTN_ASSIGN_OR_RETURN(model->tokenizer_, LoadModelTokenizer(dir, c));
+  model->chat_template_ = std::make_unique<ChatTemplate>(
+      ChatTemplate::ForModelDir(dir, &model->chat_template_note_));
   if (model->tokenizer_->size() > c.vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, "/config.json: vocab_size: ", c.vocab_size,

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/attention/attention.h"
+#include "core/model/chat_template.h"
 #include "core/model/config.h"
 #include "core/model/tokenizer.h"
 #include "core/onednn/linear.h"
@@ -133,6 +134,11 @@ class Model {
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The chat template the directory names (chat_template.h), read when
+  // the model loads; chat_template_note() says which file gave it, or why
+  // it is refused or linattn's plain one is used.
+  const ChatTemplate& chat_template() const { return *chat_template_; }
+  const std::string& chat_template_note() const { return chat_template_note_; }
   // 64-bit hash of the config and every tensor (names, shapes, bytes):
   // snapshots carry it and are refused by any other model.
   uint64_t fingerprint() const { return fingerprint_; }
@@ -170,6 +176,8 @@ class Model {
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::string chat_template_note_;
   std::unique_ptr<Attention> attention_;
   uint64_t fingerprint_ = 0;
   uint64_t parameter_count_ = 0;

@@ -3,7 +3,9 @@
 //   ByteTokenizer          ids 0..255 are the bytes of UTF-8 text; ids above
 //                          are special (bos/eos) and decode to nothing.
 //   SentencePiece          a tokenizer.model beside the weights (Debian's
-//                          libsentencepiece), see tokenizer_sentencepiece.cc.
+//                          libsentencepiece, loaded as a module: see
+//                          sentencepiece_shim.h).
+//   tokenizer.json         Hugging Face's format (core/model/tokenizer_json/).
 //
 // Generation streams text token by token through Utf8Stream
 // (core/util/utf8.h), so every piece sent is valid UTF-8.
@@ -25,11 +27,20 @@ namespace linattn {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string kind() const = 0;  // "byte" or "sentencepiece"
+  // "byte", "sentencepiece" or "tokenizer.json"
+  virtual std::string kind() const = 0;
   // Number of ids the tokenizer can produce.
   virtual uint32_t size() const = 0;
+  // The ids of text as it continues a context (no special tokens added).
   virtual absl::StatusOr<std::vector<int32_t>> Encode(
       absl::string_view text) const = 0;
+  // The ids of text that begins a context: Encode with the special tokens
+  // the tokenizer adds around a text (tokenizer.json's post_processor, e.g.
+  // a BOS token), as Hugging Face's encode(add_special_tokens=True) does.
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeStart(
+      absl::string_view text) const {
+    return Encode(text);
+  }
   // The bytes one token stands for when it continues a text (special tokens:
   // empty).
   virtual std::string TokenBytes(int32_t id) const = 0;

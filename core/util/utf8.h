@@ -22,6 +22,8 @@ namespace linattn {
 
 bool IsValidUtf8(absl::string_view s);
 std::string ToValidUtf8(absl::string_view s);
+// The Unicode White_Space property (PropList.txt) of one code point.
+bool IsUnicodeWhiteSpace(char32_t c);
 
 // Accumulates bytes and releases valid UTF-8: complete characters as they
 // are, ill-formed parts as U+FFFD, and nothing of a character that may still

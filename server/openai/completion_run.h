@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/model/chat_template.h"
 #include "core/model/model.h"
 #include "core/scheduler/generation.h"
 #include "core/session/tenant.h"
@@ -58,6 +59,9 @@ struct CompletionRun {
   bool echo = false;
   bool logprobs = false;
   std::string instructions;  // responses
+  // Responses: the conversation the run's session holds once the prompt
+  // is in (the previous response's, then this request's messages).
+  std::vector<ChatMessage> conversation;
   nlohmann::json user = nullptr;
 
   // Filled as it runs.

@@ -360,7 +360,13 @@ absl::StatusOr<std::vector<ChatMessage>> ReadResponseInput(
 absl::Status EncodePrompt(const Tokenizer& tokenizer, const char* field,
                           CompletionRun& r) {
   if (!r.prompt.empty() || r.prompt_text.empty()) return absl::OkStatus();
-  auto tokens = tokenizer.Encode(r.prompt_text);
+  // A completion that starts a context gets what the tokenizer puts at the
+  // start of a text (tokenizer.json's post-processor: a BOS, say), as
+  // transformers' and vLLM's completions do; text that continues a session
+  // does not, and a chat template writes its own.
+  const bool starts = r.kind == Kind::kCompletion && r.session_id.empty();
+  auto tokens = starts ? tokenizer.EncodeStart(r.prompt_text)
+                       : tokenizer.Encode(r.prompt_text);
   if (!tokens.ok()) return FieldError(field, tokens.status().message());
   r.prompt = std::move(*tokens);
   return absl::OkStatus();

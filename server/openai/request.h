@@ -71,7 +71,8 @@ absl::StatusOr<std::vector<ChatMessage>> ReadResponseInput(
     const json& body, const std::string& instructions);
 
 // r.prompt from r.prompt_text when no ids were given; `field` names what
-// the text came from (prompt, messages, input).
+// the text came from (prompt, messages, input). A stateless completion's
+// text is encoded as the start of a context (Tokenizer::EncodeStart).
 absl::Status EncodePrompt(const Tokenizer& tokenizer, const char* field,
                           CompletionRun& r);
 

@@ -11,8 +11,12 @@ ResponseStore::ResponseStore(GenerationEngine* engine, size_t max_count,
     : engine_(engine), max_count_(max_count), max_bytes_(max_bytes) {}
 
 bool ResponseStore::Keep(const std::string& id, const json& body,
-                         bool ended_at_marker, const std::string& owner) {
-  const size_t bytes = DumpJson(body).size();
+                         bool ended_at_marker, const std::string& owner,
+                         std::vector<ChatMessage> conversation) {
+  size_t bytes = DumpJson(body).size();
+  for (const ChatMessage& m : conversation) {
+    bytes += m.role.size() + m.content.size();
+  }
   // One body must not push out the others.
   if (bytes > max_bytes_ / 16) return false;
   std::lock_guard<std::mutex> lock(mu_);
@@ -37,7 +41,8 @@ bool ResponseStore::Keep(const std::string& id, const json& body,
     EraseLocked(oldest);
   }
   bytes_ += bytes;
-  entries_[id] = Entry{body, next_order_++, bytes, ended_at_marker, owner};
+  entries_[id] = Entry{body,  next_order_++,          bytes, ended_at_marker,
+                       owner, std::move(conversation)};
   return true;
 }
 

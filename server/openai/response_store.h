@@ -16,7 +16,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "core/model/chat_template.h"
 #include "core/scheduler/generation.h"
 #include "core/session/tenant.h"
 #include "server/http_json.h"
@@ -31,6 +33,10 @@ class ResponseStore {
     size_t bytes = 0;              // of its JSON text
     bool ended_at_marker = false;  // at the end-of-turn marker, not cut
     std::string owner;             // the tenant whose request stored it
+    // The conversation its session holds: every message of the chain of
+    // responses, ending with this reply as the model wrote it (what a
+    // model's Jinja template renders a follow-up against).
+    std::vector<ChatMessage> conversation;
   };
 
   // `engine` holds the sessions and outlives the store.
@@ -40,7 +46,7 @@ class ResponseStore {
   // `id`); false when it is too large, and then the caller deletes the
   // session and the answer says "store": false.
   bool Keep(const std::string& id, const json& body, bool ended_at_marker,
-            const std::string& owner);
+            const std::string& owner, std::vector<ChatMessage> conversation);
   // Only `tenant`'s (another tenant's is as absent); an entry whose
   // session expired goes.
   std::optional<Entry> Find(const std::string& id, const Tenant& tenant);

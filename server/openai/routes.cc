@@ -57,16 +57,6 @@ OpenAiApi::OpenAiApi(GenerationEngine* engine, CallGate* gate,
       responses_(engine, options.max_stored_responses,
                  options.max_stored_bytes) {}
 
-const ChatTemplate& OpenAiApi::TemplateOf(const Model& model) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = templates_.find(&model);
-  if (it == templates_.end()) {
-    it = templates_.emplace(&model, ChatTemplate::ForModelDir(model.dir()))
-             .first;
-  }
-  return it->second;
-}
-
 std::shared_ptr<CompletionRun> OpenAiApi::NewRun(CompletionRun::Kind kind,
                                                  const Tenant& tenant,
                                                  httplib::Response& res) {
@@ -120,11 +110,12 @@ bool OpenAiApi::ChooseModel(const json& body, const std::string& bound,
 }
 
 absl::Status OpenAiApi::RenderChat(const std::vector<ChatMessage>& messages,
-                                   ChatTemplate::After after,
-                                   CompletionRun& r) {
-  const ChatTemplate& tmpl = TemplateOf(*r.model);
-  LINATTN_ASSIGN_OR_RETURN(r.prompt_text, tmpl.Render(messages, after));
-  r.params.stop.push_back(tmpl.end_of_turn());
+                                   ChatTemplate::After after, CompletionRun& r,
+                                   const std::vector<ChatMessage>* history) {
+  const ChatTemplate& tmpl = r.model->chat_template();
+  LINATTN_ASSIGN_OR_RETURN(r.prompt_text,
+                           tmpl.Render(messages, after, history));
+  if (!tmpl.end_of_turn().empty()) r.params.stop.push_back(tmpl.end_of_turn());
   return absl::OkStatus();
 }
 
@@ -217,8 +208,12 @@ void OpenAiApi::Responses(const httplib::Request& req, httplib::Response& res,
     if (previous) {
       after = previous->ended_at_marker ? ChatTemplate::After::kEndOfTurn
                                         : ChatTemplate::After::kCutReply;
+      r->conversation = previous->conversation;
     }
-    LINATTN_RETURN_IF_ERROR(RenderChat(messages, after, *r));
+    LINATTN_RETURN_IF_ERROR(RenderChat(
+        messages, after, *r, previous ? &previous->conversation : nullptr));
+    r->conversation.insert(r->conversation.end(), messages.begin(),
+                           messages.end());
     return EncodePrompt(r->model->tokenizer(), "input", *r);
   };
   if (absl::Status s = read(); !s.ok()) return SendStatus(res, s);
@@ -390,7 +385,10 @@ void OpenAiApi::KeepResponse(CompletionRun& r, json& body) {
   // responses API takes no stop strings of its own) or was cut short: what
   // a follow-up's messages begin with.
   const bool at_marker = r.choices[0].finish_reason == "stop";
-  if (!responses_.Keep(r.id, body, at_marker, r.tenant.name())) {
+  std::vector<ChatMessage> conversation = r.conversation;
+  conversation.push_back({"assistant", r.choices[0].text});
+  if (!responses_.Keep(r.id, body, at_marker, r.tenant.name(),
+                       std::move(conversation))) {
     r.store = false;  // its state goes when the run finishes
     body["store"] = false;
   }

@@ -109,10 +109,12 @@ class OpenAiApi {
                    httplib::Response& res);
   // The prompt of chat messages in the model's template, with its end of
   // turn as a stop string.
+  // The prompt text of `messages` in the run's model's chat template;
+  // `history` is the conversation a continuation follows (Render's).
   absl::Status RenderChat(const std::vector<ChatMessage>& messages,
-                          ChatTemplate::After after, CompletionRun& r);
+                          ChatTemplate::After after, CompletionRun& r,
+                          const std::vector<ChatMessage>* history = nullptr);
   // The template of a model (looked up once).
-  const ChatTemplate& TemplateOf(const Model& model);
 
   // Runs a read request: non-streaming answers at once; streaming sets the
   // response's event stream. Its steps:
@@ -141,8 +143,6 @@ class OpenAiApi {
   const OpenAiApiOptions options_;
   std::atomic<int> generations_{0};
   ResponseStore responses_;
-  std::mutex mu_;  // guards templates_
-  std::map<const Model*, ChatTemplate> templates_;
 };
 
 }  // namespace linattn

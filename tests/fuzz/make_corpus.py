@@ -126,6 +126,48 @@ def main():
     write("tokenizer_fuzz", "ascii", "In the beginning God created the heaven and the earth.")
     write("tokenizer_fuzz", "utf8", "Zażółć gęślą jaźń — ∑ 😀")
     write("tokenizer_fuzz", "invalid", b"ab\xff\xfe\xc3(\xe2\x82")
+    # tokenizer.json documents in the shapes tools/make_tokenizer_json.py
+    # writes, small; the text after a NUL is what they encode.
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": True}
+    chars = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a"]
+    bpe = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [{"id": 100, "content": "<|im_start|>", "single_word": False,
+                             "lstrip": False, "rstrip": False, "normalized": False,
+                             "special": True}],
+           "normalizer": {"type": "NFC"},
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": "\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+|\\s+"},
+                "behavior": "Isolated", "invert": False}, byte_level]},
+           "post_processor": byte_level, "decoder": byte_level,
+           "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                     "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                     "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": {c: i for i, c in enumerate(chars)},
+                     "merges": [["t", "h"], ["\u0120", "t"]]}}
+    write("tokenizer_json_fuzz", "byte_level_bpe",
+          json.dumps(bpe).encode() + b"\0the <|im_start|> th\xc3\xa9")
+    unigram = {"version": "1.0", "added_tokens": [], "normalizer": {"type": "NFKC"},
+               "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                                 "prepend_scheme": "always", "split": True},
+               "post_processor": None,
+               "decoder": {"type": "Metaspace", "replacement": "\u2581",
+                           "prepend_scheme": "always", "split": True},
+               "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": True,
+                         "vocab": [["<unk>", 0.0], ["\u2581", -2.0], ["a", -1.0], ["b", -1.5],
+                                   ["ab", -1.8], ["<0xC3>", -5.0], ["<0xA9>", -5.0]]}}
+    write("tokenizer_json_fuzz", "unigram", json.dumps(unigram).encode() + b"\0ab ba \xc3\xa9")
+    write("tokenizer_json_fuzz", "refused",
+          json.dumps(dict(unigram, normalizer={"type": "Foo"})).encode())
+    # Chat templates: the test templates, and fragments of each construct.
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "chat", "templates", "*.jinja"))):
+        with open(path, "rb") as f:
+            write("jinja_fuzz", os.path.basename(path)[:-len(".jinja")], f.read())
+    write("jinja_fuzz", "loops", "{% for m in messages if m.role != 'tool' %}{{ loop.index }}"
+          "{% if loop.last %}{% break %}{% endif %}{% else %}none{% endfor %}")
+    write("jinja_fuzz", "macro", "{% macro f(a, b=2) %}{{ a ~ b }}{% endmacro %}{{ f(1) }}{{ f(b=3, a=0) }}")
+    write("jinja_fuzz", "filters", "{{ messages | selectattr('role', 'eq', 'user') | map(attribute="
+          "'content') | join(', ') | trim | upper }}{{ messages[-1] | tojson(indent=2) }}")
 
     # Requests: the first byte picks the method (the order of kMethods in
     # the fuzz targets), the rest is the message.

@@ -1,7 +1,9 @@
-// The tokenizers on arbitrary text: the byte tokenizer and a SentencePiece
+// The tokenizers on arbitrary text: the byte tokenizer, a SentencePiece
 // model (LINATTN_FUZZ_SPM_MODEL, e.g. the test fixtures' tokenizer.model)
-// encode any bytes, UTF-8 or not, to ids inside their vocabulary, and the
-// ids' bytes, through the UTF-8 stream, decode to valid UTF-8.
+// and a tokenizer.json (LINATTN_FUZZ_TOKENIZER_JSON, e.g. the fixtures'
+// Qwen-shaped one) encode any bytes, UTF-8 or not, to ids inside their
+// vocabulary, and the ids' bytes, through the UTF-8 stream, decode to
+// valid UTF-8.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,7 +11,8 @@
 #include <string>
 
 #include "core/model/tokenizer.h"
-#include "core/util/utf8.h"
+#include "core/model/tokenizer_json/tokenizer_json.h"
+#include "tests/fuzz/tokenizer_check.h"
 
 namespace {
 
@@ -23,17 +26,14 @@ const linattn::Tokenizer* SentencePiece() {
   return spm.get();
 }
 
-void Check(const linattn::Tokenizer& tokenizer, const std::string& text) {
-  auto ids = tokenizer.Encode(text);
-  if (!ids.ok()) return;
-  linattn::Utf8Stream stream;
-  std::string out;
-  for (int32_t id : *ids) {
-    if (id < 0 || static_cast<uint32_t>(id) >= tokenizer.size()) std::abort();
-    out += stream.Push(tokenizer.TokenBytes(id));
-  }
-  out += stream.Flush();
-  if (!linattn::IsValidUtf8(out)) std::abort();
+const linattn::Tokenizer* TokenizerJson() {
+  static std::unique_ptr<linattn::Tokenizer> t = [] {
+    const char* path = std::getenv("LINATTN_FUZZ_TOKENIZER_JSON");
+    if (path == nullptr) return std::unique_ptr<linattn::Tokenizer>();
+    auto loaded = linattn::LoadTokenizerJson(path);
+    return loaded.ok() ? *std::move(loaded) : nullptr;
+  }();
+  return t.get();
 }
 
 }  // namespace
@@ -42,7 +42,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   static std::unique_ptr<linattn::Tokenizer> bytes =
       linattn::NewByteTokenizer();
-  Check(*bytes, text);
-  if (const linattn::Tokenizer* spm = SentencePiece()) Check(*spm, text);
+  linattn::fuzz::CheckEncodes(*bytes, text);
+  if (const linattn::Tokenizer* spm = SentencePiece()) {
+    linattn::fuzz::CheckEncodes(*spm, text);
+  }
+  if (const linattn::Tokenizer* json = TokenizerJson()) {
+    linattn::fuzz::CheckEncodes(*json, text);
+  }
   return 0;
 }

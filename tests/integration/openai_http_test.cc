@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -551,6 +552,117 @@ TEST_F(OpenAiHttpTest, StoredResponsesContinueAndBranchFromTheirState) {
                  "/v1/responses/" + unstored.body["id"].get<std::string>())
                 .status,
             404);
+}
+
+// A model directory with its own Jinja chat template (ChatML, as Qwen's
+// checkpoints write it) and the eos_token its tokenizer_config.json names.
+class OpenAiJinjaTemplateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = tmp_.Path("tiny");
+    testing::WriteModel(dir, testing::SmallConfig(),
+                        testing::AsciiModelTensors(testing::SmallConfig(), 7));
+    std::ofstream(dir + "/tokenizer_config.json") << json{
+        {"eos_token", "<|im_end|>"},
+        {"chat_template",
+         "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + "
+         "(m.content | trim if m.role == 'user' else m.content) + "
+         "'<|im_end|>\\n' }}{%- endfor %}"
+         "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
+         "}}{%- endif %}"}}.dump();
+    // A second model whose template linattn refuses.
+    const std::string refused = tmp_.Path("refused");
+    testing::WriteModel(refused, testing::SmallConfig(),
+                        testing::AsciiModelTensors(testing::SmallConfig(), 7));
+    std::ofstream(refused + "/chat_template.jinja")
+        << "{% for m in messages %}\n{% include 'turn.jinja' %}{% endfor %}";
+    server_ = ServerProcess::Start({"--model", dir, "--model", refused});
+    ASSERT_NE(server_, nullptr);
+    port_ = server_->http_port();
+  }
+  testing::TempDir tmp_;
+  std::unique_ptr<ServerProcess> server_;
+  int port_ = 0;
+};
+
+TEST_F(OpenAiJinjaTemplateTest, ChatAndFollowUpsRenderTheModelsTemplate) {
+  Reply chat = Call(port_, "POST", "/v1/chat/completions",
+                    {{"model", "tiny"},
+                     {"messages", {{{"role", "user"}, {"content", " Hi "}}}},
+                     {"max_tokens", 12},
+                     {"temperature", 0}});
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  const std::string rendered =
+      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(chat.body["usage"]["prompt_tokens"], rendered.size());
+  Reply completion = Call(port_, "POST", "/v1/completions",
+                          {{"model", "tiny"},
+                           {"prompt", rendered},
+                           {"max_tokens", 12},
+                           {"temperature", 0},
+                           {"stop", {"<|im_end|>"}}});
+  EXPECT_EQ(Text(chat), Text(completion));
+
+  // A stored response continues with what the template adds past what its
+  // session holds: the same as sending the whole conversation.
+  Reply r1 = Call(port_, "POST", "/v1/responses",
+                  {{"model", "tiny"},
+                   {"input", "Who made light?"},
+                   {"max_output_tokens", 10},
+                   {"temperature", 0}});
+  ASSERT_EQ(r1.status, 200) << r1.raw;
+  const std::string text1 = r1.body["output"][0]["content"][0]["text"];
+  Reply a = Call(port_, "POST", "/v1/responses",
+                 {{"previous_response_id", r1.body["id"]},
+                  {"input", "And then?"},
+                  {"max_output_tokens", 10},
+                  {"temperature", 0}});
+  ASSERT_EQ(a.status, 200) << a.raw;
+  // Ended at its marker or cut short, the whole conversation reads the
+  // same: the template closes the reply either way.
+  Reply resent = Call(port_, "POST", "/v1/completions",
+                      {{"model", "tiny"},
+                       {"prompt",
+                        "<|im_start|>user\nWho made light?<|im_end|>\n"
+                        "<|im_start|>assistant\n" +
+                            text1 +
+                            "<|im_end|>\n<|im_start|>user\nAnd then?"
+                            "<|im_end|>\n<|im_start|>assistant\n"},
+                       {"max_tokens", 10},
+                       {"temperature", 0},
+                       {"stop", {"<|im_end|>"}}});
+  EXPECT_EQ(a.body["output"][0]["content"][0]["text"], Text(resent));
+  EXPECT_EQ(a.body["usage"]["input_tokens_details"]["cached_tokens"],
+            r1.body["usage"]["input_tokens"].get<uint64_t>() +
+                r1.body["usage"]["output_tokens"].get<uint64_t>());
+
+  // A chat session keeps no message history: continuing it with the
+  // model's own template is refused, naming the way out.
+  Reply created = Call(port_, "POST", "/v1/sessions", {{"model", "tiny"}});
+  ASSERT_EQ(created.status, 200) << created.raw;
+  const std::string session = created.body["id"];
+  json turn = {{"session_id", session},
+               {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+               {"max_tokens", 4}};
+  ASSERT_EQ(Call(port_, "POST", "/v1/chat/completions", turn).status, 200);
+  Reply again = Call(port_, "POST", "/v1/chat/completions", turn);
+  EXPECT_EQ(again.status, 400) << again.raw;
+  EXPECT_THAT(again.raw, HasSubstr("whole conversation"));
+}
+
+TEST_F(OpenAiJinjaTemplateTest, AModelWhoseTemplateIsRefusedAnswersWhy) {
+  Reply chat = Call(port_, "POST", "/v1/chat/completions",
+                    {{"model", "refused"},
+                     {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(chat.status, 400) << chat.raw;
+  EXPECT_THAT(chat.raw, HasSubstr("chat_template.jinja"));
+  EXPECT_THAT(chat.raw, HasSubstr("line 2, column 4"));
+  EXPECT_THAT(chat.raw, HasSubstr("'include'"));
+  // Its completions are served.
+  EXPECT_EQ(Call(port_, "POST", "/v1/completions",
+                 {{"model", "refused"}, {"prompt", "In"}, {"max_tokens", 2}})
+                .status,
+            200);
 }
 
 TEST(OpenAiHttpLimitsTest, SessionLimitsAnswer429AndIdleResponsesExpire) {

@@ -596,4 +596,44 @@ TEST(SharedWorkerTest, AGenerateStreamAndADecodeStreamBothProgress) {
 }
 
 }  // namespace
+// --check: what a model directory holds, and whether it can be served.
+TEST(ServerCheckTest, ReportsEachModelAndFailsForOneThatCannotBeServed) {
+  testing::TempDir tmp;
+  const std::string good = tmp.Path("good");
+  testing::WriteRandomModel(good, testing::SmallConfig(), 1);
+  std::ofstream(good + "/chat_template.jinja")
+      << "{% for m in messages %}{{ m.content }}{% endfor %}";
+  const std::string log = tmp.Path("check.log");
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) + " --model " + good +
+                           " --check",
+                       log),
+            0)
+      << ReadFile(log);
+  const std::string report = ReadFile(log);
+  EXPECT_THAT(report, HasSubstr("model 'good' from " + good));
+  EXPECT_THAT(report, HasSubstr("tokenizer      byte, 256 ids"));
+  EXPECT_THAT(report,
+              HasSubstr("chat template  jinja, from chat_template.jinja"));
+  EXPECT_THAT(report, HasSubstr("  ok"));
+  // A template outside the subset: reported with its place, exit 1.
+  const std::string bad = tmp.Path("bad");
+  testing::WriteRandomModel(bad, testing::SmallConfig(), 1);
+  std::ofstream(bad + "/chat_template.jinja") << "{% extends 'base' %}";
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) + " --model " + good +
+                           " --model " + bad + " --check",
+                       log),
+            1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("line 1, column 4: 'extends'"));
+  // A directory that names no tokenizer cannot be served at all.
+  const std::string none = tmp.Path("none");
+  nlohmann::json config = testing::SmallConfig();
+  config["linattn_tokenizer"] = nullptr;
+  testing::WriteRandomModel(none, config, 1);
+  EXPECT_EQ(RunCommand(std::string(LINATTN_SERVER_BINARY) + " --model " + none +
+                           " --check",
+                       log),
+            1);
+  EXPECT_THAT(ReadFile(log), HasSubstr("names no tokenizer"));
+}
+
 }  // namespace linattn

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "nlohmann/json.hpp"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -43,22 +44,97 @@ TEST(ChatTemplateTest, AnUnknownRoleIsRefusedNamingIt) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("messages[1].role"));
 }
 
-TEST(ChatTemplateTest, AModelDirectoryNamesChatMlOrFallsBackToPlain) {
+// A ChatML template as published checkpoints write it.
+constexpr char kChatMl[] =
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+TEST(ChatTemplateTest, AModelDirectoryNamesItsTemplateAsTransformersReadsIt) {
   testing::TempDir dir;
   std::string note;
   EXPECT_EQ(ChatTemplate::ForModelDir(dir.Path(""), &note).kind(),
             ChatTemplate::Kind::kPlain);
   EXPECT_THAT(note, HasSubstr("names no chat template"));
-  std::ofstream(dir.Path("tokenizer_config.json"))
-      << R"({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})";
-  EXPECT_EQ(ChatTemplate::ForModelDir(dir.Path(""), &note).kind(),
-            ChatTemplate::Kind::kPlain);
-  EXPECT_THAT(note, HasSubstr("Jinja"));
+  // tokenizer_config.json, with its special tokens (string or AddedToken).
+  nlohmann::json config = {
+      {"chat_template",
+       "{{ bos_token }}|{{ messages[0].content }}|{{ eos_token }}"},
+      {"bos_token", {{"content", "<s>"}, {"lstrip", false}}},
+      {"eos_token", "</s>"}};
+  std::ofstream(dir.Path("tokenizer_config.json")) << config.dump();
+  ChatTemplate t = ChatTemplate::ForModelDir(dir.Path(""), &note);
+  EXPECT_EQ(t.kind(), ChatTemplate::Kind::kJinja);
+  EXPECT_THAT(note, HasSubstr("tokenizer_config.json"));
+  EXPECT_EQ(*t.Render({{"user", "hi"}}, After::kNothing), "<s>|hi|</s>");
+  EXPECT_EQ(t.end_of_turn(), "</s>");
+  // chat_template.json comes before it, chat_template.jinja before both.
   std::ofstream(dir.Path("chat_template.json"))
-      << R"({"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"})";
-  EXPECT_EQ(ChatTemplate::ForModelDir(dir.Path(""), &note).kind(),
-            ChatTemplate::Kind::kChatMl);
+      << nlohmann::json({{"chat_template", kChatMl}}).dump();
+  EXPECT_EQ(*ChatTemplate::ForModelDir(dir.Path(""), &note)
+                 .Render({{"developer", "Be brief."}, {"user", "Hi"}},
+                         After::kNothing),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
+            "<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_THAT(note, HasSubstr("chat_template.json"));
+  std::ofstream(dir.Path("chat_template.jinja")) << "J{{ messages | length }}";
+  EXPECT_EQ(*ChatTemplate::ForModelDir(dir.Path(""), &note)
+                 .Render({{"user", "a"}}, After::kNothing),
+            "J1");
+  EXPECT_THAT(note, HasSubstr("chat_template.jinja"));
+}
+
+TEST(ChatTemplateTest, ATemplateOutsideTheSubsetIsRefusedWithItsLocation) {
+  testing::TempDir dir;
+  std::ofstream(dir.Path("chat_template.jinja"))
+      << "{% for m in messages %}\n  {% include 'turn.jinja' %}{% endfor %}";
+  std::string note;
+  ChatTemplate t = ChatTemplate::ForModelDir(dir.Path(""), &note);
+  EXPECT_EQ(t.kind(), ChatTemplate::Kind::kRefused);
+  EXPECT_THAT(note, HasSubstr("line 2, column 6"));
+  EXPECT_EQ(t.Usable().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(t.Usable().message()),
+              HasSubstr("chat_template.jinja"));
+  auto rendered = t.Render({{"user", "hi"}}, After::kNothing);
+  EXPECT_EQ(rendered.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ChatTemplateTest, ATemplatesRefusalOfTheMessagesIsTheClientsError) {
+  ChatTemplate t = ChatTemplate::FromJinja(
+      "{% if messages[0].role != 'user' %}{{ raise_exception('user first') }}"
+      "{% endif %}ok",
+      "chat_template.jinja", {});
+  auto r = t.Render({{"assistant", "hi"}}, After::kNothing);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("refuses them: user first"));
+}
+
+TEST(ChatTemplateTest, AJinjaContinuationIsTheTextPastWhatTheContextHolds) {
+  jinja::Dict tokens;
+  tokens.Set("eos_token", jinja::Value::String("<|im_end|>"));
+  ChatTemplate t = ChatTemplate::FromJinja(kChatMl, "test", tokens);
+  const std::vector<ChatMessage> history = {{"user", "Hi"},
+                                            {"assistant", "Hello"}};
+  // The context: the first prompt, the reply, and its end-of-turn marker.
+  EXPECT_EQ(*t.Render({{"user", "More"}}, After::kEndOfTurn, &history),
+            "\n<|im_start|>user\nMore<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*t.Render({{"user", "More"}}, After::kCutReply, &history),
+            "<|im_end|>\n<|im_start|>user\nMore<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // Without the history there is nothing to continue from.
+  EXPECT_EQ(t.Render({{"user", "More"}}, After::kEndOfTurn).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A template that rewrites the reply (here: trims it) cannot continue.
+  ChatTemplate trims = ChatTemplate::FromJinja(
+      "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}", "test",
+      tokens);
+  const std::vector<ChatMessage> padded = {{"user", "Hi"},
+                                           {"assistant", " Hello "}};
+  EXPECT_EQ(trims.Render({{"user", "More"}}, After::kCutReply, &padded)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

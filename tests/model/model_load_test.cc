@@ -49,7 +49,9 @@ TEST_F(ModelLoadTest, LoadsAValidModelAndDescribesIt) {
 TEST_F(ModelLoadTest, MissingFilesAreNotFound) {
   EXPECT_EQ(LoadStatus(Dir("nothing")).code(), absl::StatusCode::kNotFound);
   std::filesystem::create_directories(Dir("config_only"));
-  std::ofstream(Dir("config_only") + "/config.json") << SmallConfig().dump();
+  nlohmann::json config = SmallConfig();
+  config["linattn_tokenizer"] = "bytes";
+  std::ofstream(Dir("config_only") + "/config.json") << config.dump();
   absl::Status s = LoadStatus(Dir("config_only"));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("model.safetensors"));

@@ -61,6 +61,7 @@ TEST(SentencePieceTest, AModelDirectoryWithTokenizerModelUsesIt) {
   testing::TempDir tmp;
   nlohmann::json config = testing::SmallConfig();
   config["vocab_size"] = 300;
+  config["linattn_tokenizer"] = nullptr;  // the directory's files decide
   testing::WriteRandomModel(tmp.Path("m"), config, 3);
   std::filesystem::copy_file(testing::FixtureRoot() + "/spm/tokenizer.model",
                              tmp.Path("m/tokenizer.model"));

@@ -110,10 +110,14 @@ inline std::vector<TensorToWrite> AsciiModelTensors(
   return out;
 }
 
+// The models are byte-level: config.json says so unless the caller set
+// "linattn_tokenizer" (null: the directory's tokenizer files decide).
 inline void WriteModel(const std::string& dir, const nlohmann::json& config,
                        const std::vector<TensorToWrite>& tensors) {
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << config.dump(2);
+  nlohmann::json file = config;
+  if (!file.contains("linattn_tokenizer")) file["linattn_tokenizer"] = "bytes";
+  std::ofstream(dir + "/config.json") << file.dump(2);
   std::ofstream(dir + "/model.safetensors", std::ios::binary)
       << SerializeSafetensors(tensors, {{"format", "pt"}});
 }

@@ -58,7 +58,8 @@ def cases():
 # once, and the combinations whose code paths meet (GQA/GVA with gates and
 # convolutions, groups with the gated norm's placement).
 SHARED = {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 300,
-          "tie_word_embeddings": False, "bos_token_id": 256, "eos_token_id": 257}
+          "tie_word_embeddings": False, "bos_token_id": 256, "eos_token_id": 257,
+          "linattn_tokenizer": "bytes"}
 RULE_TYPES = {
     "retnet": {"num_heads": 4, "hidden_act": "swish", "hidden_ratio": 2, "norm_eps": 1e-6,
                "expand_k": 1, "expand_v": 2},
@@ -136,6 +137,7 @@ def main():
             "hidden_act": "swish", "hidden_ratio": 4, "intermediate_size": None,
             "norm_eps": 1e-6, "elementwise_affine": True, "vocab_size": 300,
             "tie_word_embeddings": False, "bos_token_id": 256, "eos_token_id": 257,
+            "linattn_tokenizer": "bytes",
         }
         dtype = over.pop("_dtype", "F32")
         config.update(over)
@@ -162,7 +164,7 @@ def main():
         model = linattn_ref.load_model(args.builtin)
         case_dir = os.path.join(args.out, "builtin")
         os.makedirs(case_dir, exist_ok=True)
-        for f in ("config.json", "model.safetensors"):
+        for f in ("config.json", "model.safetensors", "tokenizer.model"):
             src = os.path.abspath(os.path.join(args.builtin, f))
             dst = os.path.join(case_dir, f)
             if not os.path.exists(dst):

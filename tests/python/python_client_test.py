@@ -48,7 +48,7 @@ def write_ff_model(path):
     H, L, I, V, heads = 32, 2, 48, 260, 2
     config = {"model_type": "linear_attn", "hidden_size": H, "num_hidden_layers": L,
               "num_heads": heads, "feature_map": "elu", "norm_feature_map": True,
-              "intermediate_size": I, "vocab_size": V, "bos_token_id": None,
+              "intermediate_size": I, "vocab_size": V, "linattn_tokenizer": "bytes", "bos_token_id": None,
               "eos_token_id": None, "tie_word_embeddings": False}
     t = {"model.embeddings.weight": np.ones((V, H)), "model.norm.weight": np.ones(H)}
     for layer in range(L):

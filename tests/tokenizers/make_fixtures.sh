@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The tokenizer tests' files: tokenizer.json in each published shape,
+# trained on the KJV (tools/make_tokenizer_json.py), and Hugging Face's
+# reference implementation from npm (pinned by package-lock.json).
+#
+#   tests/tokenizers/make_fixtures.sh OUT_DIR
+set -euo pipefail
+out=$1
+here=$(cd "$(dirname "$0")" && pwd)
+/usr/bin/python3 "$here/../../tools/make_tokenizer_json.py" "$out"
+(cd "$here" && { [[ -d node_modules/@huggingface/tokenizers ]] ||
+                 npm ci --no-audit --no-fund --silent; })
