@@ -83,6 +83,7 @@ ChatTemplate ChatTemplate::FromJinja(absl::string_view source,
   }
   ChatTemplate t(Kind::kJinja);
   t.origin_ = std::move(origin);
+  t.tool_call_tags_ = absl::StrContains(source, "<tool_call>");
   t.jinja_ = std::move(*parsed);
   if (const jinja::Value* eos = special_tokens.Find("eos_token");
       eos != nullptr && eos->is_string()) {
@@ -151,8 +152,8 @@ absl::Status ChatTemplate::Usable() const {
 }
 
 absl::StatusOr<std::string> ChatTemplate::RenderJinja(
-    const std::vector<ChatMessage>& messages,
-    bool add_generation_prompt) const {
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const nlohmann::ordered_json& tools) const {
   // The values apply_chat_template passes: the special tokens, then
   // messages, tools, documents and add_generation_prompt.
   jinja::Dict context = special_tokens_;
@@ -163,10 +164,18 @@ absl::StatusOr<std::string> ChatTemplate::RenderJinja(
     d.Set("role",
           jinja::Value::String(m.role == "developer" ? "system" : m.role));
     d.Set("content", jinja::Value::String(m.content));
+    if (!m.tool_calls.is_null()) {
+      d.Set("tool_calls", jinja::Value::FromJson(m.tool_calls));
+    }
+    if (!m.tool_call_id.empty()) {
+      d.Set("tool_call_id", jinja::Value::String(m.tool_call_id));
+    }
+    if (!m.name.empty()) d.Set("name", jinja::Value::String(m.name));
     list.push_back(jinja::Value::DictOf(std::move(d)));
   }
   context.Set("messages", jinja::Value::List(std::move(list)));
-  context.Set("tools", jinja::Value::None());
+  context.Set("tools", tools.is_null() ? jinja::Value::None()
+                                       : jinja::Value::FromJson(tools));
   context.Set("documents", jinja::Value::None());
   context.Set("add_generation_prompt",
               jinja::Value::Bool(add_generation_prompt));
@@ -190,21 +199,33 @@ absl::StatusOr<std::string> ChatTemplate::RenderJinja(
 
 absl::StatusOr<std::string> ChatTemplate::Render(
     const std::vector<ChatMessage>& messages, After after,
-    const std::vector<ChatMessage>* history) const {
+    const std::vector<ChatMessage>* history,
+    const nlohmann::ordered_json& tools) const {
+  const bool own = kind_ == Kind::kJinja || kind_ == Kind::kRefused;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "developer" && role != "user" &&
-        role != "assistant") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("messages[", i,
-                       "].role: must be system, developer, user or "
-                       "assistant, got '",
-                       role, "'"));
+        role != "assistant" && !(own && role == "tool")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages[", i, "].role: must be system, developer, user",
+          own ? ", assistant or tool" : " or assistant", ", got '", role, "'",
+          own ? "" : " (linattn's own chat template has no tool turns)"));
     }
+    if (!own && !messages[i].tool_calls.is_null()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages[", i,
+          "].tool_calls: this model has no chat template of its own, and "
+          "linattn's has no tool format"));
+    }
+  }
+  if (!own && !tools.is_null()) {
+    return absl::InvalidArgumentError(
+        "tools: this model has no chat template of its own, and linattn's has "
+        "no tool format");
   }
   if (kind_ == Kind::kRefused) return Usable();
   if (kind_ == Kind::kJinja) {
-    if (after == After::kNothing) return RenderJinja(messages, true);
+    if (after == After::kNothing) return RenderJinja(messages, true, tools);
     if (history == nullptr) {
       return absl::FailedPreconditionError(
           "this model's chat template renders whole conversations: "
@@ -219,13 +240,13 @@ absl::StatusOr<std::string> ChatTemplate::Render(
     // answered, the reply as the model wrote it, and its end-of-turn
     // marker when the reply ended there.
     const std::vector<ChatMessage> asked(history->begin(), history->end() - 1);
-    auto prompt = RenderJinja(asked, true);
+    auto prompt = RenderJinja(asked, true, tools);
     if (!prompt.ok()) return prompt.status();
     std::string held = *prompt + history->back().content;
     if (after == After::kEndOfTurn) held += end_of_turn();
     std::vector<ChatMessage> all = *history;
     all.insert(all.end(), messages.begin(), messages.end());
-    auto whole = RenderJinja(all, true);
+    auto whole = RenderJinja(all, true, tools);
     if (!whole.ok()) return whole.status();
     if (!absl::StartsWith(*whole, held)) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -36,12 +36,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/model/jinja/template.h"
+#include "nlohmann/json.hpp"
 
 namespace linattn {
 
 struct ChatMessage {
-  std::string role;  // system | developer | user | assistant
+  std::string role;  // system | developer | user | assistant | tool
   std::string content;
+  // OpenAI's tool calling as transformers' templates read it: an
+  // assistant message's calls ([{id, type, function: {name, arguments}}],
+  // arguments a JSON object), a tool message's call id and name.
+  nlohmann::ordered_json tool_calls;  // null when none
+  std::string tool_call_id;
+  std::string name;
 };
 
 class ChatTemplate {
@@ -84,9 +91,17 @@ class ChatTemplate {
   // FAILED_PRECONDITION without a history, or when the whole does not
   // begin with what the context holds (a template that rewrites earlier
   // turns, such as one that drops past reasoning).
+  // `tools` (null, or OpenAI's list of function definitions) go to a Jinja
+  // template as `tools`; linattn's own templates have no tool format and
+  // refuse them, and tool messages and calls, naming the field.
   absl::StatusOr<std::string> Render(
       const std::vector<ChatMessage>& messages, After after,
-      const std::vector<ChatMessage>* history = nullptr) const;
+      const std::vector<ChatMessage>* history = nullptr,
+      const nlohmann::ordered_json& tools = nullptr) const;
+  // Whether the template writes tool calls as <tool_call>{json}</tool_call>
+  // (Hermes' and Qwen's form), so that a reply's calls can be read back
+  // (tool_calls.h).
+  bool writes_tool_call_tags() const { return tool_call_tags_; }
   // The end-of-turn marker: a reply's generation stops at it (for a Jinja
   // template the eos_token tokenizer_config.json names; empty if none,
   // when the model's end-of-sequence id ends a reply).
@@ -95,8 +110,8 @@ class ChatTemplate {
  private:
   explicit ChatTemplate(Kind kind) : kind_(kind) {}
   absl::StatusOr<std::string> RenderJinja(
-      const std::vector<ChatMessage>& messages,
-      bool add_generation_prompt) const;
+      const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+      const nlohmann::ordered_json& tools) const;
 
   Kind kind_;
   std::string origin_;   // kJinja, kRefused: the file
@@ -104,6 +119,7 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Template> jinja_;
   jinja::Dict special_tokens_;
   std::string eos_token_;
+  bool tool_call_tags_ = false;
 };
 
 }  // namespace linattn

@@ -64,7 +64,7 @@ void CompletionRun::Absorb(const GenerateMux::Event& e) {
     }
     c.last_token = now;
   }
-  if (!stream || kind == Kind::kResponse) c.text += g.text;
+  if (!stream || kind == Kind::kResponse || parse_tool_calls) c.text += g.text;
   if (g.finished) {
     c.finish_reason = g.finish_reason;
     c.status = g.status;

@@ -59,6 +59,12 @@ struct CompletionRun {
   bool echo = false;
   bool logprobs = false;
   std::string instructions;  // responses
+  // Chat: the tools the template was given (null: none), tool_choice, and
+  // whether the reply's tool calls are read back (the template writes them
+  // in a form tool_calls.h reads, and tool_choice is "auto").
+  nlohmann::ordered_json tools;
+  std::string tool_choice = "none";
+  bool parse_tool_calls = false;
   // Responses: the conversation the run's session holds once the prompt
   // is in (the previous response's, then this request's messages).
   std::vector<ChatMessage> conversation;
@@ -67,13 +73,15 @@ struct CompletionRun {
   // Filled as it runs.
   uint64_t cached = 0;
   struct Choice {
-    // The text (kept whole unless a completion or chat is streamed) and
+    // The text (kept whole unless a completion or chat is streamed without
+    // tool calls to read back) and
     // the tokens with their log-probabilities (streamed: the last only).
     std::string text;
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     std::vector<std::vector<std::pair<int32_t, float>>> top;
     size_t text_offset = 0;  // streamed logprobs: bytes before the token
+    size_t text_sent = 0;    // streamed with tools: bytes sent as content
     std::string finish_reason;
     uint64_t completion_tokens = 0;
     absl::Status status;

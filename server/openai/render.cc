@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/tool_calls.h"
+#include "core/session/session_manager.h"
 
 namespace linattn {
 
@@ -94,6 +96,21 @@ std::string TextPartEvent(CompletionRun& r, const char* type, json data) {
   return SseEvent(r, type, std::move(data));
 }
 
+// OpenAI's tool_calls for `calls` (in a stream's delta each has its index).
+json ToolCallsJson(const std::vector<ToolCall>& calls, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = {
+        {"id", absl::StrCat("call_", RandomSessionId())},
+        {"type", "function"},
+        {"function",
+         {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) call["index"] = i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 // A chunk of a completion or chat completion stream for one choice.
 json Chunk(const CompletionRun& r, int choice, json delta_or_text,
            json logprobs, json finish_reason) {
@@ -179,7 +196,18 @@ json CompletionJson(const CompletionRun& r) {
         {"logprobs", r.logprobs ? LogprobsJson(r, c, 0, c.tokens.size(), 0)
                                 : json(nullptr)},
         {"finish_reason", FinishReason(c.finish_reason)}};
-    if (chat) {
+    if (chat && r.parse_tool_calls) {
+      const ReplyWithToolCalls reply = ParseToolCallTags(c.text);
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content", reply.calls.empty() || !reply.content.empty()
+                          ? json(reply.content)
+                          : json(nullptr)}};
+      if (!reply.calls.empty()) {
+        choice["message"]["tool_calls"] = ToolCallsJson(reply.calls, false);
+        choice["finish_reason"] = "tool_calls";
+      }
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = r.echo ? r.prompt_text + c.text : c.text;
@@ -223,6 +251,45 @@ std::string StreamPrelude(CompletionRun& r) {
   return out;
 }
 
+namespace {
+
+// A chat stream whose tool calls are read back: text goes out as content
+// up to where a call begins (or may begin); at the end, the calls go as
+// one tool_calls delta (finish_reason "tool_calls"), or, if the reply
+// holds none after all, the rest of its text.
+std::string StreamWithToolCalls(CompletionRun& r, const GenerateMux::Event& e,
+                                json logprobs) {
+  CompletionRun::Choice& c = r.choices[e.choice];
+  const GenerateEvent& g = e.event;
+  std::string out;
+  const size_t free = g.finished ? c.text.size() : ToolCallFreeLength(c.text);
+  ReplyWithToolCalls reply;
+  if (g.finished) reply = ParseToolCallTags(c.text);
+  const size_t until = reply.calls.empty() ? free : ToolCallFreeLength(c.text);
+  std::string delta;
+  if (until > c.text_sent) {
+    delta = c.text.substr(c.text_sent, until - c.text_sent);
+    c.text_sent = until;
+  }
+  if (!delta.empty() || !logprobs.is_null()) {
+    out += Sse(
+        Chunk(r, e.choice, {{"content", delta}}, std::move(logprobs), nullptr));
+  }
+  if (g.finished && g.status.ok()) {
+    if (!reply.calls.empty()) {
+      out += Sse(Chunk(r, e.choice,
+                       {{"tool_calls", ToolCallsJson(reply.calls, true)}},
+                       nullptr, nullptr));
+    }
+    out += Sse(Chunk(r, e.choice, json::object(), nullptr,
+                     reply.calls.empty() ? json(FinishReason(g.finish_reason))
+                                         : json("tool_calls")));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string StreamEvent(CompletionRun& r, const GenerateMux::Event& e) {
   const CompletionRun::Choice& c = r.choices[e.choice];
   const GenerateEvent& g = e.event;
@@ -240,6 +307,7 @@ std::string StreamEvent(CompletionRun& r, const GenerateMux::Event& e) {
   if (r.logprobs && token) {
     logprobs = LogprobsJson(r, c, 0, 1, c.text_offset);
   }
+  if (r.parse_tool_calls) return StreamWithToolCalls(r, e, std::move(logprobs));
   if (!g.text.empty() || !logprobs.is_null()) {
     out +=
         Sse(Chunk(r, e.choice, chat ? json{{"content", g.text}} : json(g.text),

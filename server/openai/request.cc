@@ -168,7 +168,7 @@ absl::Status ReadPenalties(const json& body, SamplingParams& params) {
 
 // OpenAI fields linattn does not implement, refused unless they ask for
 // nothing.
-absl::Status RefuseUnsupported(const json& body) {
+absl::Status RefuseUnsupported(const json& body, Kind kind) {
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() &&
       !(body["logit_bias"].is_object() && body["logit_bias"].empty())) {
     return FieldError("logit_bias", "is not supported");
@@ -179,9 +179,12 @@ absl::Status RefuseUnsupported(const json& body) {
       body["suffix"] != "") {
     return FieldError("suffix", "is not supported");
   }
-  if (body.contains("tools") && !body["tools"].is_null() &&
+  if (kind != Kind::kChat && body.contains("tools") &&
+      !body["tools"].is_null() &&
       !(body["tools"].is_array() && body["tools"].empty())) {
-    return FieldError("tools", "tool calls are not supported");
+    return FieldError("tools", kind == Kind::kResponse
+                                   ? "tools are read by /v1/chat/completions"
+                                   : "a completion has no tools (chat has)");
   }
   if (body.contains("user") && !body["user"].is_null() &&
       !body["user"].is_string()) {
@@ -228,14 +231,68 @@ absl::Status BoundHeldAnswer(const char* max_field, const CompletionRun& r) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const json& list,
-                                                      const char* field) {
+namespace {
+
+// An assistant message's tool_calls: [{id, type: "function", function:
+// {name, arguments}}], arguments a JSON text (OpenAI) or object, given to
+// the template as an object (what transformers' templates expect).
+absl::StatusOr<ordered_json> ReadToolCalls(const ordered_json& calls,
+                                           const std::string& field) {
+  if (!calls.is_array()) return FieldError(field, "must be an array");
+  ordered_json out = ordered_json::array();
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const ordered_json& c = calls[j];
+    const std::string name = absl::StrCat(field, "[", j, "]");
+    if (!c.is_object() || !c.contains("function") ||
+        !c["function"].is_object()) {
+      return FieldError(name,
+                        "a call is {\"type\": \"function\", "
+                        "\"function\": {\"name\": …, \"arguments\": …}}");
+    }
+    if (c.contains("type") && c["type"] != "function") {
+      return FieldError(absl::StrCat(name, ".type"), "must be \"function\"");
+    }
+    const ordered_json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string()) {
+      return FieldError(absl::StrCat(name, ".function.name"),
+                        "required, a string");
+    }
+    ordered_json arguments = ordered_json::object();
+    if (f.contains("arguments") && !f["arguments"].is_null()) {
+      const ordered_json& a = f["arguments"];
+      if (a.is_string()) {
+        arguments = ordered_json::parse(a.get<std::string>(), nullptr, false);
+        if (arguments.is_discarded()) {
+          return FieldError(absl::StrCat(name, ".function.arguments"),
+                            "is not valid JSON");
+        }
+      } else if (a.is_object()) {
+        arguments = a;
+      } else {
+        return FieldError(absl::StrCat(name, ".function.arguments"),
+                          "a JSON object, or its text");
+      }
+    }
+    ordered_json call = {
+        {"type", "function"},
+        {"function", {{"name", f["name"]}, {"arguments", arguments}}}};
+    if (c.contains("id") && c["id"].is_string()) call["id"] = c["id"];
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const ordered_json& list,
+                                                      const char* field,
+                                                      bool tool_turns) {
   if (!list.is_array() || list.empty()) {
     return FieldError(field, "must be a non-empty array of messages");
   }
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < list.size(); ++i) {
-    const json& m = list[i];
+    const ordered_json& m = list[i];
     const std::string name = absl::StrCat(field, "[", i, "]");
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
       return FieldError(absl::StrCat(name, ".role"),
@@ -243,23 +300,87 @@ absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const json& list,
     }
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "developer" && role != "user" &&
-        role != "assistant") {
-      return FieldError(absl::StrCat(name, ".role"),
-                        absl::StrCat("must be system, developer, user or "
-                                     "assistant, got '",
-                                     ToValidUtf8(role), "'"));
+        role != "assistant" && !(tool_turns && role == "tool")) {
+      return FieldError(
+          absl::StrCat(name, ".role"),
+          absl::StrCat("must be system, developer, user",
+                       tool_turns ? ", assistant or tool" : " or assistant",
+                       ", got '", ToValidUtf8(role), "'"));
     }
     if (m.contains("type") && m["type"] != "message") {
       return FieldError(absl::StrCat(name, ".type"),
                         "only message items are supported");
     }
+    ChatMessage message;
+    message.role = role;
     LINATTN_ASSIGN_OR_RETURN(
-        std::string content,
-        ContentText(m.contains("content") ? m["content"] : json(nullptr),
+        message.content,
+        ContentText(m.contains("content") ? json(m["content"]) : json(nullptr),
                     absl::StrCat(name, ".content")));
-    out.push_back({role, std::move(content)});
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (!tool_turns) {
+        return FieldError(absl::StrCat(name, ".tool_calls"),
+                          "tool calls are read by /v1/chat/completions");
+      }
+      if (role != "assistant") {
+        return FieldError(absl::StrCat(name, ".tool_calls"),
+                          "only an assistant message makes tool calls");
+      }
+      LINATTN_ASSIGN_OR_RETURN(
+          message.tool_calls,
+          ReadToolCalls(m["tool_calls"], absl::StrCat(name, ".tool_calls")));
+    }
+    for (const char* key : {"tool_call_id", "name"}) {
+      if (!m.contains(key) || m[key].is_null()) continue;
+      if (!m[key].is_string()) {
+        return FieldError(absl::StrCat(name, ".", key), "must be a string");
+      }
+      (std::string(key) == "name" ? message.name : message.tool_call_id) =
+          m[key].get<std::string>();
+    }
+    out.push_back(std::move(message));
   }
   return out;
+}
+
+absl::Status ReadTools(const ordered_json& body, CompletionRun& r) {
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    const ordered_json& tools = body["tools"];
+    if (!tools.is_array()) return FieldError("tools", "must be an array");
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const ordered_json& t = tools[i];
+      const std::string name = absl::StrCat("tools[", i, "]");
+      if (!t.is_object() || t.value("type", "") != "function" ||
+          !t.contains("function") || !t["function"].is_object()) {
+        return FieldError(name,
+                          "a tool is {\"type\": \"function\", "
+                          "\"function\": {\"name\": …, …}}");
+      }
+      if (!t["function"].contains("name") ||
+          !t["function"]["name"].is_string()) {
+        return FieldError(absl::StrCat(name, ".function.name"),
+                          "required, a string");
+      }
+    }
+    if (!tools.empty()) r.tools = tools;
+  }
+  r.tool_choice = r.tools.is_null() ? "none" : "auto";
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const ordered_json& choice = body["tool_choice"];
+    if (!choice.is_string() ||
+        (choice != "auto" && choice != "none" && choice != "required")) {
+      return FieldError("tool_choice",
+                        "\"auto\" or \"none\" (a named function is not "
+                        "supported: linattn does not constrain decoding)");
+    }
+    if (choice == "required") {
+      return FieldError("tool_choice",
+                        "\"required\" is not supported: linattn does not "
+                        "constrain decoding (\"auto\" lets the model call)");
+    }
+    r.tool_choice = choice.get<std::string>();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int32_t>> ReadTokenIds(const json& ids,
@@ -309,7 +430,7 @@ absl::Status ReadSampling(const json& body, uint32_t max_choices,
   LINATTN_RETURN_IF_ERROR(ReadStops(body, r.params));
   LINATTN_RETURN_IF_ERROR(ReadLogprobs(body, r));
   LINATTN_RETURN_IF_ERROR(ReadPenalties(body, r.params));
-  LINATTN_RETURN_IF_ERROR(RefuseUnsupported(body));
+  LINATTN_RETURN_IF_ERROR(RefuseUnsupported(body, r.kind));
   LINATTN_RETURN_IF_ERROR(ReadStreaming(body, r));
   return BoundHeldAnswer(max_field, r);
 }
@@ -352,7 +473,8 @@ absl::StatusOr<std::vector<ChatMessage>> ReadResponseInput(
     return messages;
   }
   LINATTN_ASSIGN_OR_RETURN(std::vector<ChatMessage> items,
-                           ReadMessages(body["input"], "input"));
+                           ReadMessages(ordered_json(body["input"]), "input",
+                                        /*tool_turns=*/false));
   messages.insert(messages.end(), items.begin(), items.end());
   return messages;
 }

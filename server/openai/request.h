@@ -38,10 +38,22 @@ absl::Status ReadNumber(const json& body, const char* field, double lo,
 absl::Status ReadBool(const json& body, const char* field, bool* out);
 absl::Status ReadString(const json& body, const char* field, std::string* out);
 
+using ordered_json = nlohmann::ordered_json;
+
 // A message list (chat's messages, responses' input items): roles system,
-// developer, user or assistant, content a string or text parts.
-absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const json& list,
-                                                      const char* field);
+// developer, user or assistant, content a string or text parts; with
+// `tool_turns` (chat) also tool messages (tool_call_id, name) and an
+// assistant's tool_calls (their arguments parsed: what the template reads). Read from the body as written
+// (ordered_json): the template sees objects' keys in the client's order.
+absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const ordered_json& list,
+                                                      const char* field,
+                                                      bool tool_turns);
+
+// Chat's tools (OpenAI's function definitions, kept as written for the
+// template) and tool_choice: "auto" (the default with tools: the reply's
+// calls are read back) or "none"; "required" and a named function need
+// constrained decoding, which linattn does not do, and are refused.
+absl::Status ReadTools(const ordered_json& body, CompletionRun& r);
 
 // Token ids of a vocabulary of `vocab` at body field `field` (an array);
 // an entry out of range is refused as "field[i]: `what` (0 to vocab-1)

@@ -114,7 +114,9 @@ absl::Status OpenAiApi::RenderChat(const std::vector<ChatMessage>& messages,
                                    const std::vector<ChatMessage>* history) {
   const ChatTemplate& tmpl = r.model->chat_template();
   LINATTN_ASSIGN_OR_RETURN(r.prompt_text,
-                           tmpl.Render(messages, after, history));
+                           tmpl.Render(messages, after, history, r.tools));
+  r.parse_tool_calls = !r.tools.is_null() && r.tool_choice == "auto" &&
+                       tmpl.writes_tool_call_tags();
   if (!tmpl.end_of_turn().empty()) r.params.stop.push_back(tmpl.end_of_turn());
   return absl::OkStatus();
 }
@@ -141,8 +143,13 @@ void OpenAiApi::Completions(const httplib::Request& req, httplib::Response& res,
   auto read = [&]() -> absl::Status {
     if (!chat) return ReadCompletionPrompt(body, tokenizer, *r);
     if (!body.contains("messages")) return FieldError("messages", "required");
+    // The body again with its objects' keys in the client's order: the
+    // template sees tools and calls as written.
+    const ordered_json ordered = ordered_json::parse(req.body, nullptr, false);
+    LINATTN_RETURN_IF_ERROR(ReadTools(ordered, *r));
     LINATTN_ASSIGN_OR_RETURN(std::vector<ChatMessage> messages,
-                             ReadMessages(body["messages"], "messages"));
+                             ReadMessages(ordered["messages"], "messages",
+                                          /*tool_turns=*/true));
     // A session that holds a conversation continues after its last turn.
     ChatTemplate::After after = ChatTemplate::After::kNothing;
     if (!r->session_id.empty()) {

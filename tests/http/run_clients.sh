@@ -15,11 +15,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 work=$(mktemp -d)
 pid=""
+tools_pid=""
+tls_pid=""
 cleanup() {
-  if [[ -n $pid ]]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
+  for p in $pid $tools_pid $tls_pid; do
+    kill -TERM "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -86,6 +88,23 @@ streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
 assert streamed == json.loads(sys.argv[2])["choices"][0]["text"], (streamed, sys.argv[2])
 print("ok    the streamed text is the whole completion's")
 PY
+
+echo "== tool calls through the official OpenAI client"
+/usr/bin/python3 "$here/make_tool_model.py" "$work/tools"
+"$server" --model "$work/tools" --listen 127.0.0.1:0 --port-file "$work/tools_port" \
+  --http-listen 127.0.0.1:0 --http-port-file "$work/tools_http_port" \
+  --log-level warn > "$out/tools_server.log" 2>&1 &
+tools_pid=$!
+wait_for_port "$work/tools_http_port" "$tools_pid" "$out/tools_server.log"
+timeout 90 node "$here/openai_tools.mjs" \
+  "http://127.0.0.1:$(cat "$work/tools_http_port")" "$work/follow_up.json"
+kill -TERM "$tools_pid"; wait "$tools_pid" || true
+# The follow-up's prompt, as transformers renders it (python3-jinja2,
+# configured as tests/chat/render_reference.py configures it, with the
+# call's arguments as the object transformers' templates expect) and as
+# the model's tokenizer splits it (bytes, and its three added tokens whole):
+# as many tokens as the server counted.
+/usr/bin/python3 "$here/check_tool_prompt.py" "$work/follow_up.json" "$work/tools"
 
 echo "== the explorer page in headless Chromium"
 timeout 120 node "$here/explorer.mjs" "$base" "$out"

@@ -137,5 +137,37 @@ TEST(ChatTemplateTest, AJinjaContinuationIsTheTextPastWhatTheContextHolds) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(ChatTemplateTest, ToolsCallsAndToolTurnsReachTheTemplateAsWritten) {
+  ChatTemplate t = ChatTemplate::FromJinja(
+      "{{ tools | tojson }}|{% for m in messages %}{{ m.role }}:"
+      "{% for c in m.tool_calls %}{{ c.function.name }}"
+      "{{ c.function.arguments | tojson }}{% endfor %}"
+      "{{ m.tool_call_id }}{{ m.content }};{% endfor %}",
+      "test", {});
+  ChatMessage call{"assistant", ""};
+  call.tool_calls = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "f",
+          "arguments": {"z": 1, "a": [true]}}}])");
+  ChatMessage result{"tool", "42"};
+  result.tool_call_id = "call_1";
+  const auto tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {}}}])");
+  auto r =
+      t.Render({{"user", "q"}, call, result}, After::kNothing, nullptr, tools);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(
+      *r,
+      R"([{"type": "function", "function": {"name": "f", "parameters": {}}}])"
+      R"(|user:q;assistant:f{"z": 1, "a": [true]};tool:call_142;)");
+  // linattn's own templates have no tool format: refused, naming the field.
+  auto plain = ChatTemplate::Plain().Render({{"user", "q"}}, After::kNothing,
+                                            nullptr, tools);
+  EXPECT_THAT(std::string(plain.status().message()), HasSubstr("tools:"));
+  auto turn =
+      ChatTemplate::Plain().Render({{"user", "q"}, result}, After::kNothing);
+  EXPECT_THAT(std::string(turn.status().message()),
+              HasSubstr("messages[1].role"));
+}
+
 }  // namespace
 }  // namespace linattn

@@ -115,7 +115,10 @@ TEST(OpenAiRequest, EveryRefusalNamesItsField) {
        "is not supported"},
       {R"({"best_of": 2})", kCompletion, "best_of", "must be in [1, 1]"},
       {R"({"suffix": "x"})", kCompletion, "suffix", "is not supported"},
-      {R"({"tools": [{}]})", kChat, "tools", "not supported"},
+      {R"({"tools": [{"type": "function"}]})", kCompletion, "tools",
+       "a completion has no tools"},
+      {R"({"tools": [{"type": "function"}]})", kResponse, "tools",
+       "/v1/chat/completions"},
       {R"({"user": 5})", kCompletion, "user", "must be a string"},
       {R"({"stream_options": {"include_usage": true}})", kCompletion,
        "stream_options", "needs stream: true"},
@@ -163,16 +166,44 @@ TEST(OpenAiRequest, TokenIdsOutOfTheVocabularyNameTheEntryAndTheField) {
 }
 
 TEST(OpenAiRequest, MessagesAreCheckedItemByItem) {
-  auto ok = ReadMessages(json::parse(R"([
+  auto ok = ReadMessages(nlohmann::ordered_json::parse(R"([
       {"role": "system", "content": "be brief"},
       {"role": "user", "content": [{"type": "text", "text": "a"},
                                    {"type": "input_text", "text": "b"}]},
-      {"role": "assistant", "content": null}])"),
-                         "messages");
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "f", "arguments": "{\"z\": 1, \"a\": 2}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "42"}])"),
+                         "messages", /*tool_turns=*/true);
   ASSERT_TRUE(ok.ok()) << ok.status();
-  ASSERT_EQ(ok->size(), 3u);
+  ASSERT_EQ(ok->size(), 4u);
   EXPECT_EQ((*ok)[1].content, "ab");
   EXPECT_EQ((*ok)[2].content, "");
+  // The arguments' JSON text becomes the object, in the client's order.
+  EXPECT_EQ((*ok)[2].tool_calls.dump(),
+            R"([{"type":"function","function":{"name":"f","arguments":)"
+            R"({"z":1,"a":2}},"id":"call_1"}])");
+  EXPECT_EQ((*ok)[3].tool_call_id, "call_1");
+  const std::pair<const char*, const char*> refused_calls[] = {
+      {R"([{"role": "assistant", "tool_calls": {}}])",
+       "messages[0].tool_calls: must be an array"},
+      {R"([{"role": "assistant", "tool_calls": [{"function": {}}]}])",
+       "messages[0].tool_calls[0].function.name: required"},
+      {R"([{"role": "assistant", "tool_calls": [{"function":
+          {"name": "f", "arguments": "{oops"}}]}])",
+       "messages[0].tool_calls[0].function.arguments: is not valid JSON"},
+      {R"([{"role": "user", "tool_calls": []}])",
+       "messages[0].tool_calls: only an assistant message"},
+      {R"([{"role": "tool", "content": "x", "tool_call_id": 3}])",
+       "messages[0].tool_call_id: must be a string"},
+  };
+  for (const auto& [body, says] : refused_calls) {
+    SCOPED_TRACE(body);
+    auto r = ReadMessages(nlohmann::ordered_json::parse(body), "messages",
+                          /*tool_turns=*/true);
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(std::string(r.status().message()), StartsWith(says));
+  }
   const std::pair<const char*, const char*> refused[] = {
       {"[]", "messages: must be a non-empty array"},
       {R"([{"content": "x"}])", "messages[0].role: each message"},
@@ -188,7 +219,8 @@ TEST(OpenAiRequest, MessagesAreCheckedItemByItem) {
   };
   for (const auto& [body, says] : refused) {
     SCOPED_TRACE(body);
-    auto r = ReadMessages(json::parse(body), "messages");
+    auto r = ReadMessages(nlohmann::ordered_json::parse(body), "messages",
+                          /*tool_turns=*/false);
     ASSERT_FALSE(r.ok());
     EXPECT_THAT(std::string(r.status().message()), StartsWith(says));
   }
