@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 
 #include "linattn/v1/generation.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "tests/fuzz/requests_fuzz.h"
 
 namespace {
@@ -27,8 +29,9 @@ const char* const kMethods[] = {
     "CreateSession", "GetSession", "ListSessions",  "Append",     "Fork",
     "Snapshot",      "Restore",    "DeleteSession", "ListModels", "Generate"};
 
-// A directory "tiny" that links to the built-in model's config and weights
-// alone; removed when the process exits.
+// A directory "tiny" with the built-in model's weights (linked) and its
+// config.json saying its tokens are bytes (no SentencePiece module needed);
+// removed when the process exits.
 class WeightsOnly {
  public:
   WeightsOnly() {
@@ -37,10 +40,13 @@ class WeightsOnly {
     root_ = dir;
     const std::filesystem::path from(LINATTN_BUILTIN_MODEL_DIR);
     std::filesystem::create_directory(root_ / "tiny");
-    for (const char* file : {"config.json", "model.safetensors"}) {
-      std::filesystem::create_symlink(std::filesystem::absolute(from / file),
-                                      root_ / "tiny" / file);
-    }
+    std::filesystem::create_symlink(
+        std::filesystem::absolute(from / "model.safetensors"),
+        root_ / "tiny" / "model.safetensors");
+    std::ifstream in(from / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["linattn_tokenizer"] = "bytes";
+    std::ofstream(root_ / "tiny" / "config.json") << config.dump();
   }
   ~WeightsOnly() {
     std::error_code ignored;

@@ -11,6 +11,7 @@
 #include <grpcpp/impl/codegen/client_unary_call.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -32,7 +33,11 @@ inline LinattnServer& Server(const std::vector<std::string>& models) {
     options.max_message_bytes = 4 << 20;
     options.idle_ttl = std::chrono::milliseconds(0);
     auto started = LinattnServer::Start(options);
-    if (!started.ok()) std::abort();
+    if (!started.ok()) {
+      std::fprintf(stderr, "the server did not start: %s\n",
+                   std::string(started.status().message()).c_str());
+      std::abort();
+    }
     return started->release();  // lives as long as the process
   }();
   return *server;

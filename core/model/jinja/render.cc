@@ -250,7 +250,13 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecFor(const Stmt& s,
 }
 
 Value Renderer::DefineMacro(const Stmt& s) {
-  std::shared_ptr<Scope> closure = scope_;
+  // The macro sees the scope it is defined in. That scope holds the macro,
+  // so the macro holds it weakly (a strong reference would be a cycle that
+  // outlives the render); the renderer keeps it alive until the end.
+  if (kept_scopes_.empty() || kept_scopes_.back() != scope_) {
+    kept_scopes_.push_back(scope_);
+  }
+  std::weak_ptr<Scope> closure = scope_;
   const Stmt* def = &s;
   return Value::Callable(
       s.text,
@@ -271,7 +277,7 @@ Value Renderer::DefineMacro(const Stmt& s) {
                               r.limits_.max_call_depth)));
         }
         auto frame = std::make_shared<Scope>();
-        frame->parent = closure;
+        frame->parent = closure.lock();
         for (const auto& [key, value] : args.keyword) {
           bool known = false;
           for (const MacroParam& p : def->params) known |= p.name == key;

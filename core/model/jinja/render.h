@@ -60,6 +60,8 @@ class Renderer {
 
   const RenderLimits limits_;
   std::shared_ptr<Scope> scope_;
+  // The scopes macros were defined in (a macro refers to its scope weakly).
+  std::vector<std::shared_ptr<Scope>> kept_scopes_;
   int64_t steps_ = 0;
   int call_depth_ = 0;
   std::string* top_out_ = nullptr;

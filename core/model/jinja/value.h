@@ -25,6 +25,7 @@
 namespace linattn::jinja {
 
 class Value;
+class Dict;
 struct CallArgs;
 class Renderer;
 
@@ -32,21 +33,6 @@ class Renderer;
 // bound method of a value, or a macro.
 using Function =
     std::function<absl::StatusOr<Value>(Renderer&, const CallArgs&)>;
-
-// A dict: string keys in insertion order.
-class Dict {
- public:
-  void Set(const std::string& key, Value value);
-  const Value* Find(absl::string_view key) const;
-  const std::vector<std::pair<std::string, Value>>& items() const {
-    return items_;
-  }
-  size_t size() const { return items_.size(); }
-
- private:
-  std::vector<std::pair<std::string, Value>> items_;
-  absl::flat_hash_map<std::string, size_t> index_;
-};
 
 class Value {
  public:
@@ -129,6 +115,21 @@ class Value {
   std::shared_ptr<const std::vector<Value>> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const Function> function_;
+};
+
+// A dict: string keys in insertion order.
+class Dict {
+ public:
+  void Set(const std::string& key, Value value);
+  const Value* Find(absl::string_view key) const;
+  const std::vector<std::pair<std::string, Value>>& items() const {
+    return items_;
+  }
+  size_t size() const { return items_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, Value>> items_;
+  absl::flat_hash_map<std::string, size_t> index_;
 };
 
 // Arguments of a call: positional, then keyword in the order written.
