@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/util/json_depth.h"
 #include "server/observability.h"
 #include "server/rate_limiter.h"
 
@@ -109,6 +110,14 @@ void SendJson(httplib::Response& res, const json& body, int status) {
 
 bool ParseJsonBody(const httplib::Request& req, httplib::Response& res,
                    json* out) {
+  // Copying and converting parts of a document recurse per level: a
+  // hostile nesting is refused before anything is parsed.
+  if (!JsonDepthWithin(req.body, kMaxJsonDepth)) {
+    SendError(res, 400,
+              absl::StrCat("the request body nests deeper than ", kMaxJsonDepth,
+                           " levels"));
+    return false;
+  }
   *out = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded() || !out->is_object()) {
     SendError(res, 400,

@@ -33,8 +33,9 @@ std::string TemplateText(const std::string& path, std::string* error) {
   if (t.is_string()) return t.get<std::string>();
   if (t.is_array()) {
     for (const ordered_json& item : t) {
-      if (item.is_object() && item.value("name", "") == "default" &&
-          item.contains("template") && item["template"].is_string()) {
+      if (item.is_object() && item.contains("name") &&
+          item["name"] == "default" && item.contains("template") &&
+          item["template"].is_string()) {
         return item["template"].get<std::string>();
       }
     }
@@ -163,7 +164,8 @@ absl::StatusOr<std::string> ChatTemplate::RenderJinja(
     jinja::Dict d;
     d.Set("role",
           jinja::Value::String(m.role == "developer" ? "system" : m.role));
-    d.Set("content", jinja::Value::String(m.content));
+    d.Set("content", m.content_null ? jinja::Value::None()
+                                    : jinja::Value::String(m.content));
     if (!m.tool_calls.is_null()) {
       d.Set("tool_calls", jinja::Value::FromJson(m.tool_calls));
     }

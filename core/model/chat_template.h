@@ -43,6 +43,8 @@ namespace linattn {
 struct ChatMessage {
   std::string role;  // system | developer | user | assistant | tool
   std::string content;
+  bool content_null =
+      false;  // sent as null or not at all (a template sees None)
   // OpenAI's tool calling as transformers' templates read it: an
   // assistant message's calls ([{id, type, function: {name, arguments}}],
   // arguments a JSON object), a tool message's call id and name.

@@ -18,10 +18,11 @@
 namespace linattn {
 namespace {
 
-// The tokenizer the directory names: tokenizer.json (Hugging Face's, as
-// transformers prefers it), else tokenizer.model (SentencePiece), else
-// UTF-8 bytes when config.json declares them; a directory that names none
-// is refused rather than given a tokenizer its model was not trained with.
+// The tokenizer the directory names: UTF-8 bytes when config.json says so
+// ("linattn_tokenizer": "bytes", over any tokenizer file beside it), else
+// tokenizer.json (Hugging Face's, as transformers prefers it), else
+// tokenizer.model (SentencePiece); a directory that names none is refused
+// rather than given a tokenizer its model was not trained with.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(
     const std::string& dir, const ModelConfig& c) {
   if (c.byte_tokens) return NewByteTokenizer();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "core/util/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace linattn {
@@ -26,6 +27,8 @@ ReplyWithToolCalls ParseToolCallTags(absl::string_view text) {
     const absl::string_view json_text = absl::StripAsciiWhitespace(text.substr(
         body, close == absl::string_view::npos ? absl::string_view::npos
                                                : close - body));
+    if (!JsonDepthWithin(json_text, kMaxJsonDepth))
+      return {std::string(text), {}};
     const auto j = nlohmann::ordered_json::parse(json_text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("name") ||
         !j["name"].is_string()) {

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/json_depth.h"
 #include "core/util/status_macros.h"
 #include "core/util/utf8.h"
 
@@ -261,10 +262,16 @@ absl::StatusOr<ordered_json> ReadToolCalls(const ordered_json& calls,
     if (f.contains("arguments") && !f["arguments"].is_null()) {
       const ordered_json& a = f["arguments"];
       if (a.is_string()) {
-        arguments = ordered_json::parse(a.get<std::string>(), nullptr, false);
-        if (arguments.is_discarded()) {
+        const std::string text = a.get<std::string>();
+        if (!JsonDepthWithin(text, kMaxJsonDepth)) {
+          return FieldError(
+              absl::StrCat(name, ".function.arguments"),
+              absl::StrCat("nests deeper than ", kMaxJsonDepth, " levels"));
+        }
+        arguments = ordered_json::parse(text, nullptr, false);
+        if (arguments.is_discarded() || !arguments.is_object()) {
           return FieldError(absl::StrCat(name, ".function.arguments"),
-                            "is not valid JSON");
+                            "is not the JSON text of an object");
         }
       } else if (a.is_object()) {
         arguments = a;
@@ -317,6 +324,7 @@ absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const ordered_json& list,
         message.content,
         ContentText(m.contains("content") ? json(m["content"]) : json(nullptr),
                     absl::StrCat(name, ".content")));
+    message.content_null = !m.contains("content") || m["content"].is_null();
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
       if (!tool_turns) {
         return FieldError(absl::StrCat(name, ".tool_calls"),
@@ -350,7 +358,7 @@ absl::Status ReadTools(const ordered_json& body, CompletionRun& r) {
     for (size_t i = 0; i < tools.size(); ++i) {
       const ordered_json& t = tools[i];
       const std::string name = absl::StrCat("tools[", i, "]");
-      if (!t.is_object() || t.value("type", "") != "function" ||
+      if (!t.is_object() || !t.contains("type") || t["type"] != "function" ||
           !t.contains("function") || !t["function"].is_object()) {
         return FieldError(name,
                           "a tool is {\"type\": \"function\", "

@@ -658,6 +658,19 @@ TEST_F(OpenAiJinjaTemplateTest, AModelWhoseTemplateIsRefusedAnswersWhy) {
   EXPECT_THAT(chat.raw, HasSubstr("chat_template.jinja"));
   EXPECT_THAT(chat.raw, HasSubstr("line 2, column 4"));
   EXPECT_THAT(chat.raw, HasSubstr("'include'"));
+  // A body nested deeper than any request needs is refused before it is
+  // parsed (copying it would recurse per level), and the server goes on.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  httplib::Client client("127.0.0.1", port_);
+  auto nested = client.Post(
+      "/v1/chat/completions",
+      R"({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}],)"
+      R"( "tools": )" +
+          deep + "}",
+      "application/json");
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->status, 400);
+  EXPECT_THAT(nested->body, HasSubstr("nests deeper than"));
   // Its completions are served.
   EXPECT_EQ(Call(port_, "POST", "/v1/completions",
                  {{"model", "refused"}, {"prompt", "In"}, {"max_tokens", 2}})

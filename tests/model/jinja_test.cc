@@ -90,6 +90,43 @@ TEST(JinjaTest, AHostileTemplateMeetsItsLimits) {
               HasSubstr("MAX_RANGE"));
 }
 
+TEST(JinjaTest, LongChainsAndDeepValuesAreBounded) {
+  // A chain of operators, attributes or filters is a tree as deep as it
+  // is long: past the parser's depth it is refused, not recursed into.
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 30000; ++i) sum += "+1";
+  EXPECT_THAT(Template::Parse(sum + " }}").status().message(),
+              HasSubstr("nested too deeply"));
+  std::string conditions = "{{ 1";
+  for (int i = 0; i < 30000; ++i) conditions += " if 1 else 1";
+  EXPECT_THAT(Template::Parse(conditions + " }}").status().message(),
+              HasSubstr("nested too deeply"));
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 30000; ++i) filters += "|trim";
+  EXPECT_THAT(Template::Parse(filters + " }}").status().message(),
+              HasSubstr("nested too deeply"));
+  // A namespace carries a value across iterations: its nesting is bounded.
+  auto deep = Render(
+      "{% set ns = namespace(v=[]) %}{% for i in range(100000) %}"
+      "{% set ns.v = [ns.v] %}{% endfor %}");
+  EXPECT_EQ(deep.status().code(), absl::StatusCode::kResourceExhausted);
+  // So is what + and replace build.
+  RenderLimits small;
+  small.max_output_bytes = 1000;
+  EXPECT_EQ(Render("{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                   "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+                   {}, small)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Render("{{ ('x' * 1000000).replace('', "
+                   "'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"
+                   "yyyyyyyyyyyyyyyyyyyyyy') | length }}")
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(JinjaTest, RuntimeErrorsNameWhereTheyHappened) {
   auto undefined = Render("line one\n{{ messages[0].content }}");
   ASSERT_FALSE(undefined.ok());

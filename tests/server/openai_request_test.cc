@@ -191,7 +191,12 @@ TEST(OpenAiRequest, MessagesAreCheckedItemByItem) {
        "messages[0].tool_calls[0].function.name: required"},
       {R"([{"role": "assistant", "tool_calls": [{"function":
           {"name": "f", "arguments": "{oops"}}]}])",
-       "messages[0].tool_calls[0].function.arguments: is not valid JSON"},
+       "messages[0].tool_calls[0].function.arguments: is not the JSON text "
+       "of an object"},
+      {R"([{"role": "assistant", "tool_calls": [{"function":
+          {"name": "f", "arguments": "[1]"}}]}])",
+       "messages[0].tool_calls[0].function.arguments: is not the JSON text "
+       "of an object"},
       {R"([{"role": "user", "tool_calls": []}])",
        "messages[0].tool_calls: only an assistant message"},
       {R"([{"role": "tool", "content": "x", "tool_call_id": 3}])",

@@ -225,9 +225,14 @@ absl::StatusOr<Value> Slice(const Value& value, const Value& start,
     if (absl::Status s = as_index(stop, "stop", &v); !s.ok()) return s;
     hi = clamp(v, false);
   }
+  // The count first (Python's slice length), so that no index overflows.
+  int64_t count = 0;
+  if (st > 0 && lo < hi) count = (hi - lo - 1) / st + 1;
+  if (st < 0 && lo > hi) count = (lo - hi - 1) / (-st) + 1;
   std::u32string out_s;
   std::vector<Value> out_l;
-  for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = lo + k * st;
     if (is_string) {
       out_s.push_back(cps[i]);
     } else {
@@ -293,15 +298,28 @@ absl::StatusOr<Value> Range(Renderer&, const CallArgs& args) {
   }
   if (v[2] == 0)
     return absl::InvalidArgumentError("range() arg 3 must not be zero");
-  const double count = std::ceil((static_cast<double>(v[1]) - v[0]) / v[2]);
-  if (count > kMaxRange) {
+  // Python's len(range(…)) in unsigned arithmetic (a difference of two
+  // int64 fits in uint64), then that many items.
+  const int64_t start = v[0], stop = v[1], step = v[2];
+  uint64_t count = 0;
+  if (step > 0 && start < stop) {
+    const uint64_t span =
+        static_cast<uint64_t>(stop) - static_cast<uint64_t>(start);
+    count = (span - 1) / static_cast<uint64_t>(step) + 1;
+  } else if (step < 0 && start > stop) {
+    const uint64_t span =
+        static_cast<uint64_t>(start) - static_cast<uint64_t>(stop);
+    count = (span - 1) / (0 - static_cast<uint64_t>(step)) + 1;
+  }
+  if (count > static_cast<uint64_t>(kMaxRange)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Range too big. The sandbox blocks ranges larger than MAX_RANGE (",
         kMaxRange, ")."));
   }
   std::vector<Value> out;
-  for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) {
-    out.push_back(Value::Int(i));
+  for (uint64_t k = 0; k < count; ++k) {
+    out.push_back(Value::Int(static_cast<int64_t>(
+        static_cast<uint64_t>(start) + k * static_cast<uint64_t>(step))));
   }
   return Value::List(std::move(out));
 }

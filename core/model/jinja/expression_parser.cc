@@ -7,6 +7,25 @@
 
 namespace linattn::jinja {
 
+namespace {
+
+// Counts the links of a chain the parser builds in a loop (a + b + …,
+// a.b.c…, x | f | g…) against the nesting limit: each link is one level
+// of the tree the renderer walks recursively. Restores the count when the
+// chain ends.
+class ChainDepth {
+ public:
+  explicit ChainDepth(int* depth) : depth_(depth), entry_(*depth) {}
+  ~ChainDepth() { *depth_ = entry_; }
+  bool Add() { return ++*depth_ <= kMaxParseDepth; }
+
+ private:
+  int* depth_;
+  int entry_;
+};
+
+}  // namespace
+
 ExprPtr ExpressionParser::Node(Expr::Kind kind, const Token& at) {
   auto e = std::make_unique<Expr>();
   e->kind = kind;
@@ -55,7 +74,11 @@ absl::StatusOr<ExprPtr> ExpressionParser::Condition() {
     node->items.push_back(std::move(*test));
     if (IsName("else")) {
       ++i_;
+      if (++depth_ > kMaxParseDepth) {
+        return Fail(Cur(), "expression nested too deeply");
+      }
       auto otherwise = Condition();
+      --depth_;
       if (!otherwise.ok()) return otherwise;
       node->items.push_back(std::move(*otherwise));
     } else {
@@ -136,7 +159,9 @@ absl::StatusOr<ExprPtr> ExpressionParser::LeftAssociative(
   auto left = (this->*next)();
   if (!left.ok()) return left;
   ExprPtr expr = std::move(*left);
+  ChainDepth chain(&depth_);
   for (;;) {
+    if (!chain.Add()) return Fail(Cur(), "expression nested too deeply");
     const char* matched = nullptr;
     for (const char* op : ops) {
       if (words ? IsName(op) : IsOp(op)) matched = op;
@@ -281,7 +306,9 @@ absl::StatusOr<ExprPtr> ExpressionParser::Primary() {
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::Postfix(ExprPtr expr) {
+  ChainDepth chain(&depth_);
   for (;;) {
+    if (!chain.Add()) return Fail(Cur(), "expression nested too deeply");
     const Token& at = Cur();
     if (IsOp(".")) {
       ++i_;
@@ -396,7 +423,9 @@ absl::StatusOr<ExprPtr> ExpressionParser::Call(ExprPtr callee,
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::FilterExpr(ExprPtr expr) {
+  ChainDepth chain(&depth_);
   for (;;) {
+    if (!chain.Add()) return Fail(Cur(), "expression nested too deeply");
     const Token& at = Cur();
     if (IsOp("|")) {
       ++i_;

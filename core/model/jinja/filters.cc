@@ -175,7 +175,9 @@ absl::StatusOr<Value> ReplaceFilter(const Value& v, const Args& a) {
     }
     count = a[2].as_int();
   }
-  return Value::String(Replace(v.Str(), a[0].Str(), a[1].Str(), count));
+  auto r = Replace(v.Str(), a[0].Str(), a[1].Str(), count);
+  if (!r.ok()) return r.status();
+  return Value::String(std::move(*r));
 }
 
 absl::StatusOr<Value> Int(const Value& v, const Args& a) {
@@ -232,6 +234,12 @@ absl::StatusOr<Value> Abs(const Value& v, const Args&) {
 
 absl::StatusOr<Value> Round(const Value& v, const Args& a) {
   if (!v.is_number()) return TypeError("round", v);
+  // Python's round() of an int is that int (at any precision ≥ 0).
+  const bool whole = v.type() != Value::Type::kFloat;
+  if (whole && (a[0].is_undefined() || a[0].as_int() >= 0) &&
+      (a[1].is_undefined() || a[1].Str() == "common")) {
+    return Value::Int(v.as_int());
+  }
   const int64_t precision = a[0].is_undefined() ? 0 : a[0].as_int();
   const std::string method = a[1].is_undefined() ? "common" : a[1].Str();
   const double x = v.as_float();

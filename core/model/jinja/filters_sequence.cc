@@ -120,6 +120,9 @@ absl::StatusOr<Value> Join(const Value& v, const Args& a) {
     }
     if (i) out += sep;
     out += item.Str();
+    if (out.size() > kMaxStringBytes) {
+      return absl::ResourceExhaustedError("join: past the string limit");
+    }
   }
   return Value::String(std::move(out));
 }

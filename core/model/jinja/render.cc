@@ -147,6 +147,12 @@ absl::Status Renderer::Assign(const Stmt& s, const Value& value) {
       return absl::InvalidArgumentError(
           "can only assign attributes of a namespace()");
     }
+    // What a namespace holds outlives the iteration that built it: the
+    // one way a template nests values without bound.
+    if (value.depth() > kMaxValueDepth) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a value nested deeper than ", kMaxValueDepth, " levels"));
+    }
     target.namespace_dict().Set(s.attribute, value);
     return absl::OkStatus();
   }
@@ -177,10 +183,16 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecFor(const Stmt& s,
   auto all = Iterate(*iterable);
   if (!all.ok()) return Located(s.line, s.column, all.status());
 
-  auto loop_scope = std::make_shared<Scope>();
-  loop_scope->parent = scope_;
-  std::swap(scope_, loop_scope);
-  auto restore = [&] { std::swap(scope_, loop_scope); };
+  // Each iteration starts from the scope around the loop: what one
+  // iteration sets is gone in the next (as jinja2's compiled loops reset
+  // their names), and nothing set inside leaks out.
+  const std::shared_ptr<Scope> outer = scope_;
+  auto fresh = [&] {
+    scope_ = std::make_shared<Scope>();
+    scope_->parent = outer;
+  };
+  auto restore = [&] { scope_ = outer; };
+  fresh();
 
   auto bind = [&](const Value& item) { return Bind(s.targets, item); };
 
@@ -209,6 +221,7 @@ absl::StatusOr<Renderer::Flow> Renderer::ExecFor(const Stmt& s,
       restore();
       return st;
     }
+    fresh();
     if (absl::Status st = bind(items[i]); !st.ok()) {
       restore();
       return Located(s.line, s.column, st);

@@ -39,7 +39,7 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out += seq.as_string();
     return Value::String(std::move(out));
   }
-  if (static_cast<double>(seq.as_list().size()) * n > 1e6) {
+  if (static_cast<double>(seq.as_list().size()) * n > kMaxListItems) {
     return absl::ResourceExhaustedError("list repetition past a million items");
   }
   std::vector<Value> out;
@@ -106,11 +106,12 @@ absl::StatusOr<Value> Renderer::EvalBinary(const Expr& e, const Value& a,
     if (op == "**") {
       if (ints && y >= 0) {
         int64_t acc = 1;
+        if (x == 0 || x == 1) return Value::Int(y == 0 ? 1 : x);
+        if (x == -1) return Value::Int(y % 2 == 0 ? 1 : -1);
         for (int64_t k = 0; k < y; ++k) {
           if (__builtin_mul_overflow(acc, x, &acc)) {
             return absl::InvalidArgumentError("integer overflow");
           }
-          if (acc == 0 || acc == 1) break;
         }
         return Value::Int(acc);
       }
@@ -119,9 +120,17 @@ absl::StatusOr<Value> Renderer::EvalBinary(const Expr& e, const Value& a,
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
+      if (a.as_string().size() + b.as_string().size() >
+          limits_.max_output_bytes) {
+        return absl::ResourceExhaustedError(
+            "a string grew past the output limit");
+      }
       return Value::String(a.as_string() + b.as_string());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      if (a.as_list().size() + b.as_list().size() > kMaxListItems) {
+        return absl::ResourceExhaustedError("a list grew past a million items");
+      }
       std::vector<Value> out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return Value::List(std::move(out), a.is_tuple());

@@ -55,32 +55,44 @@ absl::StatusOr<std::string> StripChars(absl::string_view s, const Value& chars,
   return FromCodePoints(cps.substr(lo, hi - lo));
 }
 
-std::string Replace(absl::string_view s, absl::string_view from,
-                    absl::string_view to, int64_t count) {
+absl::StatusOr<std::string> Replace(absl::string_view s, absl::string_view from,
+                                    absl::string_view to, int64_t count) {
+  // How many replacements, then whether the result stays in bounds.
+  uint64_t n = 0;
+  if (from.empty()) {
+    n = CodePointCount(s) + 1;
+  } else {
+    for (size_t p = s.find(from); p != absl::string_view::npos;
+         p = s.find(from, p + from.size())) {
+      ++n;
+    }
+  }
+  if (count >= 0) n = std::min<uint64_t>(n, static_cast<uint64_t>(count));
+  if (to.size() > from.size() &&
+      s.size() + n * (to.size() - from.size()) > kMaxStringBytes) {
+    return absl::ResourceExhaustedError(
+        "replace: the result would pass the string limit");
+  }
   std::string out;
   if (from.empty()) {
     // Python inserts `to` before every character and at the end.
     const std::u32string cps = ToCodePoints(s);
-    int64_t n = 0;
+    uint64_t done = 0;
     for (char32_t c : cps) {
-      if (count < 0 || n < count) {
+      if (done < n) {
         absl::StrAppend(&out, to);
-        ++n;
+        ++done;
       }
       out += FromCodePoints(std::u32string(1, c));
     }
-    if (count < 0 || n < count) absl::StrAppend(&out, to);
+    if (done < n) absl::StrAppend(&out, to);
     return out;
   }
   size_t pos = 0;
-  int64_t n = 0;
-  while (count < 0 || n < count) {
+  for (uint64_t done = 0; done < n; ++done) {
     const size_t hit = s.find(from, pos);
-    if (hit == absl::string_view::npos) break;
-    absl::StrAppend(&out, s.substr(pos, hit - pos));
-    absl::StrAppend(&out, to);
+    absl::StrAppend(&out, s.substr(pos, hit - pos), to);
     pos = hit + from.size();
-    ++n;
   }
   absl::StrAppend(&out, s.substr(pos));
   return out;
@@ -137,10 +149,8 @@ absl::StatusOr<Value> Split(absl::string_view s, const Value& sep_v,
       while (i < cps.size() && IsPySpace(cps[i])) ++i;
       if (i == cps.size()) break;
       if (max >= 0 && splits == max) {
-        size_t end = cps.size();
-        while (end > i && IsPySpace(cps[end - 1])) --end;
-        std::u32string rest = cps.substr(i, end - i);
-        parts.push_back(FromCodePoints(rest));
+        // The rest as it stands (Python keeps its far end's whitespace).
+        parts.push_back(FromCodePoints(cps.substr(i)));
         break;
       }
       size_t j = i;
@@ -327,8 +337,9 @@ const std::vector<StrMethodDef>& StrMethods() {
            }
            count = a[2].as_int();
          }
-         return Value::String(
-             Replace(s, a[0].as_string(), a[1].as_string(), count));
+         auto r = Replace(s, a[0].as_string(), a[1].as_string(), count);
+         if (!r.ok()) return r.status();
+         return Value::String(std::move(*r));
        }},
       {"find",
        {"sub"},

@@ -28,9 +28,10 @@ absl::StatusOr<std::string> StripChars(absl::string_view s, const Value& chars,
                                        char which);
 // str.splitlines(): split at Python's line boundaries, which go.
 std::vector<std::string> SplitLines(absl::string_view s);
-// str.replace(old, new, count) (count < 0: all).
-std::string Replace(absl::string_view s, absl::string_view from,
-                    absl::string_view to, int64_t count);
+// str.replace(old, new, count) (count < 0: all); RESOURCE_EXHAUSTED for a
+// result past kMaxStringBytes.
+absl::StatusOr<std::string> Replace(absl::string_view s, absl::string_view from,
+                                    absl::string_view to, int64_t count);
 
 }  // namespace linattn::jinja
 

@@ -61,12 +61,18 @@ Value Value::List(std::vector<Value> items, bool tuple) {
   Value v;
   v.type_ = Type::kList;
   v.tuple_ = tuple;
+  for (const Value& item : items) v.depth_ = std::max(v.depth_, item.depth_);
+  ++v.depth_;
   v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
 Value Value::DictOf(Dict dict) {
   Value v;
   v.type_ = Type::kDict;
+  for (const auto& [k, item] : dict.items()) {
+    v.depth_ = std::max(v.depth_, item.depth_);
+  }
+  ++v.depth_;
   v.dict_ = std::make_shared<Dict>(std::move(dict));
   return v;
 }
@@ -260,7 +266,7 @@ std::string Value::Str() const {
 std::string Value::Repr() const {
   switch (type_) {
     case Type::kUndefined:
-      return "";
+      return "Undefined";  // jinja2's Undefined.__repr__
     case Type::kNone:
       return "None";
     case Type::kBool:

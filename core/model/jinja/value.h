@@ -101,6 +101,8 @@ class Value {
   std::string Repr() const;
   // Python's type name, for error messages.
   const char* TypeName() const;
+  // How many lists and dicts nest in this value (0 for a scalar).
+  uint32_t depth() const { return depth_; }
 
   // ==, as Python compares (1 == 1.0 == True; lists and dicts by value).
   friend bool operator==(const Value& a, const Value& b);
@@ -109,6 +111,7 @@ class Value {
  private:
   Type type_ = Type::kUndefined;
   bool tuple_ = false;
+  uint32_t depth_ = 0;
   int64_t int_ = 0;
   double float_ = 0.0;
   std::shared_ptr<const std::string> string_;
@@ -131,6 +134,14 @@ class Dict {
   std::vector<std::pair<std::string, Value>> items_;
   absl::flat_hash_map<std::string, size_t> index_;
 };
+
+// The most a list may hold, and a string that filters build (the
+// renderer's output limit bounds the rest).
+inline constexpr size_t kMaxListItems = 1'000'000;
+inline constexpr size_t kMaxStringBytes = size_t{64} << 20;
+// The deepest a value built by a template may nest (printing, comparing
+// and freeing a value recurse per level).
+inline constexpr uint32_t kMaxValueDepth = 256;
 
 // Arguments of a call: positional, then keyword in the order written.
 struct CallArgs {
