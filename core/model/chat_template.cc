@@ -16,7 +16,8 @@ using ordered_json = nlohmann::ordered_json;
 // A template file's "chat_template", if it holds one as a string (a list
 // of named templates gives the one named "default"); *error says why a
 // file that exists cannot be read.
-std::string TemplateText(const std::string& path, std::string* error) {
+std::string TemplateText(const std::string& path, std::string* error,
+                         std::string* tool_use) {
   if (!std::ifstream(path).good()) return "";
   auto text = ReadWholeFile("chat template", path);
   if (!text.ok()) {
@@ -32,13 +33,16 @@ std::string TemplateText(const std::string& path, std::string* error) {
   const ordered_json& t = j["chat_template"];
   if (t.is_string()) return t.get<std::string>();
   if (t.is_array()) {
+    std::string found;
     for (const ordered_json& item : t) {
-      if (item.is_object() && item.contains("name") &&
-          item["name"] == "default" && item.contains("template") &&
-          item["template"].is_string()) {
-        return item["template"].get<std::string>();
+      if (!item.is_object() || !item.contains("name") ||
+          !item.contains("template") || !item["template"].is_string()) {
+        continue;
       }
+      if (item["name"] == "default") found = item["template"];
+      if (item["name"] == "tool_use") *tool_use = item["template"];
     }
+    if (!found.empty()) return found;
     *error = absl::StrCat(path,
                           ": chat_template: a list of templates with none "
                           "named \"default\"");
@@ -97,7 +101,7 @@ ChatTemplate ChatTemplate::FromJinja(absl::string_view source,
 ChatTemplate ChatTemplate::ForModelDir(const std::string& dir,
                                        std::string* note) {
   std::string error;
-  std::string source, origin;
+  std::string source, origin, tool_use;
   const std::string jinja_path = dir + "/chat_template.jinja";
   if (std::ifstream(jinja_path).good()) {
     auto text = ReadWholeFile("chat template", jinja_path);
@@ -110,7 +114,7 @@ ChatTemplate ChatTemplate::ForModelDir(const std::string& dir,
   }
   for (const char* file : {"chat_template.json", "tokenizer_config.json"}) {
     if (!source.empty() || !error.empty()) break;
-    source = TemplateText(absl::StrCat(dir, "/", file), &error);
+    source = TemplateText(absl::StrCat(dir, "/", file), &error, &tool_use);
     if (!source.empty()) origin = file;
   }
   if (!error.empty()) {
@@ -124,6 +128,17 @@ ChatTemplate ChatTemplate::ForModelDir(const std::string& dir,
     return Plain();
   }
   ChatTemplate t = FromJinja(source, origin, SpecialTokens(dir));
+  if (!tool_use.empty() && t.kind_ == Kind::kJinja) {
+    // transformers renders requests with tools with this one instead.
+    ChatTemplate with_tools =
+        FromJinja(tool_use, absl::StrCat(origin, " (tool_use)"), {});
+    if (with_tools.kind_ == Kind::kJinja) {
+      t.tool_use_ = with_tools.jinja_;
+      t.tool_call_tags_ |= with_tools.tool_call_tags_;
+    } else {
+      t.tool_use_refusal_ = with_tools.refusal_;
+    }
+  }
   if (note) {
     *note = t.kind_ == Kind::kJinja ? absl::StrCat("jinja, from ", origin)
                                     : absl::StrCat("refused: ", t.refusal_);
@@ -181,7 +196,8 @@ absl::StatusOr<std::string> ChatTemplate::RenderJinja(
   context.Set("documents", jinja::Value::None());
   context.Set("add_generation_prompt",
               jinja::Value::Bool(add_generation_prompt));
-  auto out = jinja_->Render(context);
+  auto out =
+      (!tools.is_null() && tool_use_ ? tool_use_ : jinja_)->Render(context);
   if (out.ok()) return out;
   switch (out.status().code()) {
     case absl::StatusCode::kFailedPrecondition:  // raise_exception
@@ -219,6 +235,10 @@ absl::StatusOr<std::string> ChatTemplate::Render(
           "].tool_calls: this model has no chat template of its own, and "
           "linattn's has no tool format"));
     }
+  }
+  if (!tools.is_null() && !tool_use_refusal_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tools: linattn does not render ", tool_use_refusal_));
   }
   if (!own && !tools.is_null()) {
     return absl::InvalidArgumentError(

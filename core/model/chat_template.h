@@ -4,7 +4,8 @@
 // A model directory names its template as Hugging Face reads it, first
 // found wins: chat_template.jinja, then "chat_template" in
 // chat_template.json, then in tokenizer_config.json (a list of named
-// templates gives the one named "default"). The template is a Jinja
+// templates gives the one named "default", and "tool_use" for requests
+// with tools when the list has it). The template is a Jinja
 // program; linattn runs it with its own engine (core/model/jinja) over the
 // values transformers' apply_chat_template passes: messages,
 // add_generation_prompt, tools and documents (None), and the special
@@ -119,6 +120,10 @@ class ChatTemplate {
   std::string origin_;   // kJinja, kRefused: the file
   std::string refusal_;  // kRefused: why
   std::shared_ptr<const jinja::Template> jinja_;
+  // A list of named templates' "tool_use": what requests with tools get
+  // (as transformers picks it), or why it is refused.
+  std::shared_ptr<const jinja::Template> tool_use_;
+  std::string tool_use_refusal_;
   jinja::Dict special_tokens_;
   std::string eos_token_;
   bool tool_call_tags_ = false;

@@ -84,6 +84,21 @@ TEST(ChatTemplateTest, AModelDirectoryNamesItsTemplateAsTransformersReadsIt) {
   EXPECT_THAT(note, HasSubstr("chat_template.jinja"));
 }
 
+TEST(ChatTemplateTest, RequestsWithToolsGetTheToolUseTemplateOfANamedList) {
+  testing::TempDir dir;
+  std::ofstream(dir.Path("tokenizer_config.json"))
+      << nlohmann::json({{"chat_template",
+                          {{{"name", "default"}, {"template", "D"}},
+                           {{"name", "tool_use"},
+                            {"template", "T{{ tools | length }}"}}}}})
+             .dump();
+  ChatTemplate t = ChatTemplate::ForModelDir(dir.Path(""));
+  EXPECT_EQ(*t.Render({{"user", "a"}}, After::kNothing), "D");
+  EXPECT_EQ(*t.Render({{"user", "a"}}, After::kNothing, nullptr,
+                      nlohmann::ordered_json::parse("[{}]")),
+            "T1");
+}
+
 TEST(ChatTemplateTest, ATemplateOutsideTheSubsetIsRefusedWithItsLocation) {
   testing::TempDir dir;
   std::ofstream(dir.Path("chat_template.jinja"))
