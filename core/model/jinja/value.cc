@@ -182,15 +182,15 @@ std::string FloatRepr(double d) {
   char buf[64];
   auto r =
       std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-  std::string sci(buf, r.ptr);
+  const absl::string_view sci(buf, static_cast<size_t>(r.ptr - buf));
   const size_t e = sci.find('e');
-  std::string mantissa = sci.substr(0, e);
-  const int exp = std::stoi(sci.substr(e + 1));
-  std::string sign;
-  if (mantissa[0] == '-') {
-    sign = "-";
-    mantissa.erase(0, 1);
-  }
+  const bool negative = sci[0] == '-';
+  const absl::string_view mantissa =
+      sci.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
+  int exp = 0;
+  for (size_t i = e + 2; i < sci.size(); ++i) exp = exp * 10 + (sci[i] - '0');
+  if (sci[e + 1] == '-') exp = -exp;
+  const std::string sign = negative ? "-" : "";
   std::string digits;
   for (char c : mantissa) {
     if (c != '.') digits.push_back(c);
