@@ -43,8 +43,9 @@ using ordered_json = nlohmann::ordered_json;
 // A message list (chat's messages, responses' input items): roles system,
 // developer, user or assistant, content a string or text parts; with
 // `tool_turns` (chat) also tool messages (tool_call_id, name) and an
-// assistant's tool_calls (their arguments parsed: what the template reads). Read from the body as written
-// (ordered_json): the template sees objects' keys in the client's order.
+// assistant's tool_calls (their arguments parsed: what the template reads).
+// Read from the body as written (ordered_json): the template sees objects' keys
+// in the client's order.
 absl::StatusOr<std::vector<ChatMessage>> ReadMessages(const ordered_json& list,
                                                       const char* field,
                                                       bool tool_turns);

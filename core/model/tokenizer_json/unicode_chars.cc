@@ -1,10 +1,10 @@
 #include "core/model/tokenizer_json/unicode_chars.h"
 
-#include "core/util/utf8.h"
-
 #include <utf8proc.h>
 
 #include <cstdlib>
+
+#include "core/util/utf8.h"
 
 namespace linattn::tokenizer_json {
 
