@@ -262,10 +262,15 @@ std::string StreamWithToolCalls(CompletionRun& r, const GenerateMux::Event& e,
   CompletionRun::Choice& c = r.choices[e.choice];
   const GenerateEvent& g = e.event;
   std::string out;
-  const size_t free = g.finished ? c.text.size() : ToolCallFreeLength(c.text);
+  // What was sent holds no call and ends in no part of one: only the rest
+  // is searched (each token costs its own length, not the reply's).
+  const size_t unsent_free =
+      c.text_sent +
+      ToolCallFreeLength(absl::string_view(c.text).substr(c.text_sent));
+  const size_t free = g.finished ? c.text.size() : unsent_free;
   ReplyWithToolCalls reply;
   if (g.finished) reply = ParseToolCallTags(c.text);
-  const size_t until = reply.calls.empty() ? free : ToolCallFreeLength(c.text);
+  const size_t until = reply.calls.empty() ? free : unsent_free;
   std::string delta;
   if (until > c.text_sent) {
     delta = c.text.substr(c.text_sent, until - c.text_sent);
