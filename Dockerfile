@@ -25,7 +25,7 @@ RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libabsl20220623 libdnnl2 libfmt9 libgomp1 libgrpc++1.51 libprotobuf32 libspdlog1.10 \
       libsentencepiece0 libhiredis0.14 libcpp-httplib0.11 libprometheus-cpp-core1.0 \
-      libssl3 \
+      libssl3 libpcre2-8-0 libutf8proc2 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin linattn \
  && mkdir -p /var/lib/linattn && chown linattn /var/lib/linattn
