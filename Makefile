@@ -19,8 +19,12 @@ run: DEPS_FLAGS := --no-python
 deps:
 	@bash scripts/install-deps.sh $(DEPS_FLAGS)
 
+# Every build compiles through ccache (installed by deps; looked up when the
+# recipe runs, after deps): a rebuild reuses what it compiled before.
+LAUNCHER = -DCMAKE_CXX_COMPILER_LAUNCHER=$$(command -v ccache)
+
 configure: deps
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(LAUNCHER)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)
@@ -47,11 +51,13 @@ test: build
 
 # Sanitizer and fuzz builds keep line tables only (-g1): reports still name
 # file and line, and the builds take less time and disk than with full -g.
-SANITIZER_FLAGS ?= -O2 -g1 -DNDEBUG
+# -O1: instrumented code compiles in about 60% of -O2's time, and the
+# sanitizers' own checks dominate the tests' run time either way.
+SANITIZER_FLAGS ?= -O1 -g1 -DNDEBUG
 
 # The core tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps
-	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
 	  -DLINATTN_SANITIZE=ON -DLINATTN_BUILD_BENCH=OFF
 	cmake --build $(ASAN_DIR) -j$(JOBS) --target attention_test onednn_test session_test model_test \
@@ -68,7 +74,7 @@ test-asan: deps
 # threads under test are the scheduler's and the submitters'.
 TSAN_DIR ?= build-tsan
 test-tsan: deps
-	cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
 	  -DLINATTN_TSAN=ON -DLINATTN_BUILD_BENCH=OFF
 	cmake --build $(TSAN_DIR) -j$(JOBS) --target session_test generation_test engine_test
@@ -81,7 +87,7 @@ test-tsan: deps
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 30
 fuzz: deps
-	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
 	  -DLINATTN_FUZZ=ON -DLINATTN_BUILD_BENCH=OFF
 	cmake --build $(FUZZ_DIR) -j$(JOBS) --target fuzzers

@@ -32,16 +32,29 @@ export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 mkdir -p "$build/fuzz-artifacts"
+# Each target is one process on one core: FUZZ_JOBS of them run at once
+# (default: this machine's cores), each writing its own log.
+parallel=${FUZZ_JOBS:-$(nproc)}
+run_target() {
+  local t=$1
+  local corpus="$build/fuzz-corpus/$t"
+  mkdir -p "$corpus"
+  "$build/bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
+      -print_final_stats=1 -artifact_prefix="$build/fuzz-artifacts/$t-" \
+      "$corpus" "$root/tests/fuzz/corpus/$t" > "$build/fuzz-artifacts/$t.log" 2>&1
+}
+declare -A pid_of
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= parallel)); do sleep 1; done
+  echo "fuzz: $t for ${seconds}s"
+  run_target "$t" &
+  pid_of[$t]=$!
+done
 failed=()
 for t in "${targets[@]}"; do
-  corpus="$build/fuzz-corpus/$t"
-  mkdir -p "$corpus"
   log="$build/fuzz-artifacts/$t.log"
-  echo "fuzz: $t for ${seconds}s"
-  if "$build/bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
-      -print_final_stats=1 -artifact_prefix="$build/fuzz-artifacts/$t-" \
-      "$corpus" "$root/tests/fuzz/corpus/$t" > "$log" 2>&1; then
-    grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$log" | tail -2 | sed 's/^/  /'
+  if wait "${pid_of[$t]}"; then
+    grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$log" | tail -2 | sed "s/^/  $t: /"
   else
     echo "fuzz: $t FAILED (log: $log)"
     tail -30 "$log"
