@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/util/status_macros.h"
@@ -96,6 +97,20 @@ absl::StatusOr<SequenceInput> InputOfRequest(const AttentionSpec& spec,
   if (HasBeta(spec.rule)) {
     LINATTN_RETURN_IF_ERROR(
         TensorOf("beta", r.beta(), r.beta_bytes(), rows, shape(""), &in.beta));
+  }
+  for (auto [name, floats, bytes, data] :
+       {std::tuple{"a", &r.a(), &r.a_bytes(), &in.a},
+        std::tuple{"b", &r.b(), &r.b_bytes(), &in.b}}) {
+    if (!HasLowRank(spec.rule)) {
+      if (!floats->empty() || !bytes->empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, floats->empty() ? "_bytes" : "", ": rule ", rule,
+                         " takes no ", name));
+      }
+      continue;
+    }
+    LINATTN_RETURN_IF_ERROR(TensorOf(name, *floats, *bytes, rows * spec.key_dim,
+                                     shape(" × key_dim"), data));
   }
   return in;
 }

@@ -31,6 +31,8 @@ absl::StatusOr<SpecRequest> FromProto(const v1::AttentionSpec& proto) {
           absl::StrCat("spec.", rule.status().message()));
     }
     s.rule = *rule;
+    // rwkv7 decays each key channel: its only gate shape, the default.
+    if (s.rule == UpdateRule::kRwkv7) s.gate = GateShape::kKey;
   }
   if (!proto.gate().empty()) {
     auto gate = ParseGateShape(proto.gate());
@@ -42,8 +44,8 @@ absl::StatusOr<SpecRequest> FromProto(const v1::AttentionSpec& proto) {
   }
   s.qk_l2norm = proto.qk_l2norm();
   s.scale = proto.scale();
-  // The gated and delta rules take q and k as given: an unset feature map
-  // is identity for them, and their read-out is unnormalised.
+  // The gated, delta and rwkv7 rules take q and k as given: an unset feature
+  // map is identity for them, and their read-out is unnormalised.
   if (s.rule != UpdateRule::kLinear && proto.feature_map().empty()) {
     s.feature_map = FeatureMapKind::kIdentity;
     s.unnormalized = true;
@@ -63,7 +65,7 @@ void ToProto(const AttentionSpec& spec, v1::AttentionSpec* proto) {
   proto->set_seed(spec.seed);
   proto->set_horizon(spec.horizon);
   proto->set_rule(std::string(UpdateRuleName(spec.rule)));
-  if (spec.rule == UpdateRule::kGated) {
+  if (spec.rule == UpdateRule::kGated || spec.rule == UpdateRule::kRwkv7) {
     proto->set_gate(std::string(GateShapeName(spec.gate)));
   }
   proto->set_qk_l2norm(spec.qk_l2norm);

@@ -56,7 +56,7 @@ class InFlightBytes {
 struct SharedPrefillBuffers {
   SharedRegion region;
   InFlightBytes share;
-  std::unique_ptr<float[]> q, k, v, g, beta, output, denominator;
+  std::unique_ptr<float[]> q, k, v, g, beta, a, b, output, denominator;
   std::vector<uint8_t> available;
 };
 
@@ -84,7 +84,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
       {"k", !r.k().empty() || !r.k_bytes().empty()},
       {"v", !r.v().empty() || !r.v_bytes().empty()},
       {"g", !r.g().empty() || !r.g_bytes().empty()},
-      {"beta", !r.beta().empty() || !r.beta_bytes().empty()}};
+      {"beta", !r.beta().empty() || !r.beta_bytes().empty()},
+      {"a", !r.a().empty() || !r.a_bytes().empty()},
+      {"b", !r.b().empty() || !r.b_bytes().empty()}};
   for (const auto& [name, given] : inline_tensors) {
     if (given) {
       return FinishCall(ctx,
@@ -113,11 +115,23 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
                  "shared_memory.beta_offset: rule ", rule,
                  beta ? " takes beta; give its offset" : " takes no beta")));
   }
+  const bool low_rank = HasLowRank(spec.rule);
+  for (auto [field, given] :
+       {std::pair{"shared_memory.a_offset", shm.has_a_offset()},
+        std::pair{"shared_memory.b_offset", shm.has_b_offset()}}) {
+    if (low_rank != given) {
+      return FinishCall(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                 field, ": rule ", rule,
+                                 low_rank ? " takes a and b; give their offsets"
+                                          : " takes no a or b")));
+    }
+  }
   // Floats per token and head in and out: each side is bounded as the
   // request or response message carrying it would be, before anything is
   // formed from them.
-  const uint64_t in_per_row =
-      2 * uint64_t{spec.key_dim} + spec.value_dim + gates + (beta ? 1 : 0);
+  const uint64_t low_rank_floats = low_rank ? spec.key_dim : 0;
+  const uint64_t in_per_row = 2 * uint64_t{spec.key_dim} + spec.value_dim +
+                              gates + (beta ? 1 : 0) + 2 * low_rank_floats;
   const uint64_t out_per_row = uint64_t{spec.value_dim} + 1;
   const uint64_t max_floats = shared_memory_.max_tensor_bytes / sizeof(float);
   if (rows > max_floats / std::max(in_per_row, out_per_row)) {
@@ -144,6 +158,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
       {"shared_memory.v_offset", shm.v_offset(), v_floats},
       {"shared_memory.g_offset", shm.g_offset(), rows * gates},
       {"shared_memory.beta_offset", shm.beta_offset(), beta ? rows : 0},
+      {"shared_memory.a_offset", shm.a_offset(), rows * low_rank_floats},
+      {"shared_memory.b_offset", shm.b_offset(), rows * low_rank_floats},
       {"shared_memory.output_offset", shm.output_offset(), v_floats},
       {"shared_memory.denominator_offset", shm.denominator_offset(), rows}};
   for (const auto& range : ranges) {
@@ -182,6 +198,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
     b.v = Floats(v_floats);
     b.g = Floats(rows * gates);
     b.beta = Floats(beta ? rows : 0);
+    b.a = Floats(rows * low_rank_floats);
+    b.b = Floats(rows * low_rank_floats);
     b.output = Floats(v_floats);
     b.denominator = Floats(rows);
     b.available.resize(rows);
@@ -190,8 +208,9 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
                                "out of memory for the prefill's tensors"));
   }
   SequenceInput in{.tokens = T};
-  float* const inputs[] = {b.q.get(), b.k.get(), b.v.get(), b.g.get(),
-                           b.beta.get()};
+  // In the order of `ranges`.
+  float* const inputs[] = {b.q.get(),    b.k.get(), b.v.get(), b.g.get(),
+                           b.beta.get(), b.a.get(), b.b.get()};
   for (size_t i = 0; i < std::size(inputs); ++i) {
     if (inputs[i] == nullptr) continue;
     if (absl::Status s = b.region.Read(
@@ -205,6 +224,8 @@ grpc::ServerUnaryReactor* AttentionServiceImpl::PrefillShared(
   in.v = b.v.get();
   in.g = b.g.get();
   in.beta = b.beta.get();
+  in.a = b.a.get();
+  in.b = b.b.get();
   const SequenceOutput out{b.output.get(), b.denominator.get(),
                            b.available.data()};
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

@@ -82,6 +82,8 @@ absl::Status Attend(const AttendOptions& o) {
   spec.value_dim = static_cast<uint32_t>(v.shape[2]);
   LINATTN_ASSIGN_OR_RETURN(spec.rule, ParseUpdateRule(o.rule));
   const bool linear = spec.rule == UpdateRule::kLinear;
+  // rwkv7 decays each key channel: its only gate shape, the default.
+  if (spec.rule == UpdateRule::kRwkv7) spec.gate = GateShape::kKey;
   if (!o.gate.empty()) {
     LINATTN_ASSIGN_OR_RETURN(spec.gate, ParseGateShape(o.gate));
   }
@@ -106,17 +108,23 @@ absl::Status Attend(const AttendOptions& o) {
   }
   LINATTN_ASSIGN_OR_RETURN(Attention attention, Attention::Create(spec));
   // The rule's per-token inputs.
-  NpyArray g, beta;
+  NpyArray g, beta, a, b;
   LINATTN_RETURN_IF_ERROR(ReadRuleInput(o.g_path, "--g", HasGates(spec.rule),
                                         {T, H}, GatesPerHead(spec), &g));
   LINATTN_RETURN_IF_ERROR(ReadRuleInput(o.beta_path, "--beta",
                                         HasBeta(spec.rule), {T, H}, 1, &beta));
+  LINATTN_RETURN_IF_ERROR(ReadRuleInput(o.a_path, "--a", HasLowRank(spec.rule),
+                                        {T, H}, spec.key_dim, &a));
+  LINATTN_RETURN_IF_ERROR(ReadRuleInput(o.b_path, "--b", HasLowRank(spec.rule),
+                                        {T, H}, spec.key_dim, &b));
 
   std::vector<float> y(uint64_t(T) * H * spec.value_dim), den(uint64_t(T) * H);
   std::vector<uint8_t> available(uint64_t(T) * H);
   SequenceInput in{q.data.data(), k.data.data(), v.data.data(), uint64_t(T)};
   if (!g.data.empty()) in.g = g.data.data();
   if (!beta.data.empty()) in.beta = beta.data.data();
+  if (!a.data.empty()) in.a = a.data.data();
+  if (!b.data.empty()) in.b = b.data.data();
   SequenceOutput out{y.data(), den.data(), available.data()};
   const std::string mode =
       !o.mode.empty() ? o.mode : (o.server.empty() ? "chunkwise" : "prefill");

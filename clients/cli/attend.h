@@ -20,7 +20,8 @@ namespace linattn {
 
 struct AttendOptions {
   std::string q_path, k_path, v_path, out_path;
-  std::string g_path, beta_path;  // the gated and delta rules' inputs
+  // The gated, delta and rwkv7 rules' inputs.
+  std::string g_path, beta_path, a_path, b_path;
   // Empty: elu1 for the linear rule, identity for the others.
   std::string feature_map;
   std::string rule = "linear";  // linear | gated | delta | gated_delta

@@ -212,9 +212,8 @@ absl::StatusOr<std::string> RemoteAttention::Snapshot(
 
 namespace {
 
-// Tokens [t0, t0 + n)'s log-gates and β, for the rules that take them.
 // Tokens [t0, t0 + n) of `in` into a request's bytes tensors: q, k, v, and
-// g and β where the rule takes them.
+// g, β, a and b where the rule takes them.
 template <typename Request>
 void SetInputs(const AttentionSpec& spec, const SequenceInput& in, uint64_t t0,
                uint64_t n, Request* req) {
@@ -228,6 +227,10 @@ void SetInputs(const AttentionSpec& spec, const SequenceInput& in, uint64_t t0,
   }
   if (HasBeta(spec.rule)) {
     SetBytes(in.beta + t0 * H, n * H, req->mutable_beta_bytes());
+  }
+  if (HasLowRank(spec.rule)) {
+    SetBytes(in.a + t0 * qk, n * qk, req->mutable_a_bytes());
+    SetBytes(in.b + t0 * qk, n * qk, req->mutable_b_bytes());
   }
 }
 

@@ -57,12 +57,14 @@ absl::Status CheckFinite(absl::string_view field, const float* data,
   return absl::InternalError(absl::StrCat(field, ": finiteness check failed"));
 }
 
-// The gated and delta rules' per-token inputs: log-gates finite and ≤ 0,
-// β in [0, 2]; *beta_max receives the largest β. Read whatever
+// The gated, delta and rwkv7 rules' per-token inputs: log-gates finite and
+// ≤ 0, β in [0, 2], a and b finite; *beta_max receives the largest β and
+// *low_rank_max the largest ‖a‖‖b‖ of a row. Read whatever
 // check_values says (a few floats per token and head), so that a chunkwise
 // prefill run in slices names them by their index in the whole request.
 absl::Status CheckRuleInputs(const AttentionSpec& spec, const SequenceInput& in,
-                             uint64_t rows, float* beta_max) {
+                             uint64_t rows, float* beta_max,
+                             double* low_rank_max) {
   if (const uint64_t gates = rows * GatesPerHead(spec); gates != 0) {
     if (in.g == nullptr) return absl::InvalidArgumentError("g: missing");
     // Branch-free first (vectorises); the index only when one is out.
@@ -94,6 +96,38 @@ absl::Status CheckRuleInputs(const AttentionSpec& spec, const SequenceInput& in,
     }
     *beta_max = most;
   }
+  if (HasLowRank(spec.rule) && rows != 0) {
+    const uint32_t d = spec.key_dim;
+    for (auto [field, data] :
+         {std::pair<const char*, const float*>{"a", in.a}, {"b", in.b}}) {
+      float unused = 0.0f;
+      LINATTN_RETURN_IF_ERROR(
+          CheckFinite(field, data, rows * d, true, &unused));
+    }
+    const VectorKernels& kernels = ActiveKernels();
+    double most = 0.0;
+    for (uint64_t r = 0; r < rows; ++r) {
+      const float* a = in.a + r * d;
+      const float* b = in.b + r * d;
+      // fp32 dot products while every element is below 2^50 (the sum of
+      // d ≤ 2^16 squares stays below 2^116), raised by their rounding
+      // (relative d·2^-24 at most); in double otherwise.
+      double a2 = 0.0, b2 = 0.0;
+      if (kernels.max_abs_bits(d, a) < 0x58800000u &&
+          kernels.max_abs_bits(d, b) < 0x58800000u) {
+        const double rounding = 1.0 + d * 0x1p-24;
+        a2 = kernels.dot(d, a, a) * rounding;
+        b2 = kernels.dot(d, b, b) * rounding;
+      } else {
+        for (uint32_t c = 0; c < d; ++c) {
+          a2 += double(a[c]) * a[c];
+          b2 += double(b[c]) * b[c];
+        }
+      }
+      most = std::max(most, std::sqrt(a2) * std::sqrt(b2));
+    }
+    *low_rank_max = most;
+  }
   return absl::OkStatus();
 }
 
@@ -104,6 +138,15 @@ double GrownMagnitudeBound(const AttentionSpec& spec, double bound,
   const double t = static_cast<double>(tokens);
   const double k = spec.qk_l2norm ? 1.0 : static_cast<double>(m.k);
   const double v = static_cast<double>(m.v);
+  if (HasLowRank(spec.rule)) {
+    constexpr double kRounding = 1.0 + 0x1p-16;
+    const double k_norm =
+        spec.qk_l2norm ? 1.0 : std::sqrt(static_cast<double>(spec.key_dim)) * k;
+    const double rho = (1.0 + m.low_rank) * kRounding;
+    const double per_token =
+        k_norm * std::sqrt(static_cast<double>(spec.value_dim)) * v * kRounding;
+    return (bound + t * per_token) * (tokens == 1 ? rho : std::pow(rho, t));
+  }
   if (!HasBeta(spec.rule)) {
     constexpr double kRounding = 1.0 + 0x1p-20;
     const double feature = (k + 1.0) * kRounding;
@@ -145,8 +188,12 @@ absl::Status Attention::ValidateInput(const AttentionState& state,
   LINATTN_RETURN_IF_ERROR(
       CheckFinite("v", in.v, rows * spec_.value_dim, check_values, &v_max));
   float beta_max = 0.0f;
-  LINATTN_RETURN_IF_ERROR(CheckRuleInputs(spec_, in, rows, &beta_max));
-  if (magnitude != nullptr) *magnitude = {k_max, v_max, beta_max};
+  double low_rank_max = 0.0;
+  LINATTN_RETURN_IF_ERROR(
+      CheckRuleInputs(spec_, in, rows, &beta_max, &low_rank_max));
+  if (magnitude != nullptr) {
+    *magnitude = {k_max, v_max, beta_max, low_rank_max};
+  }
   if (spec_.feature_map == FeatureMapKind::kFavor) {
     // FAVOR+'s exponents ωᵀx̂ − ‖x̂‖²/2 are computed in fp32: past 2^50 the
     // square would leave its range and the features turn NaN.
@@ -181,6 +228,8 @@ SequenceInput TokenOf(const AttentionSpec& spec, const SequenceInput& in,
                       in.v + rows * spec.value_dim, 1};
   if (in.g != nullptr) token.g = in.g + rows * GatesPerHead(spec);
   if (in.beta != nullptr) token.beta = in.beta + rows;
+  if (in.a != nullptr) token.a = in.a + rows * spec.key_dim;
+  if (in.b != nullptr) token.b = in.b + rows * spec.key_dim;
   return token;
 }
 

@@ -39,6 +39,9 @@ struct SequenceInput {
   const float* g = nullptr;
   // Delta rules: β ∈ [0, 2], (tokens, heads).
   const float* beta = nullptr;
+  // The rwkv7 rule: the low-rank vectors a and b, (tokens, heads, d_k) each.
+  const float* a = nullptr;
+  const float* b = nullptr;
 };
 
 // Results out. An unavailable (token, head) has available = 0 and NaN in
@@ -55,6 +58,8 @@ struct InputMagnitude {
   float k = 0.0f;
   float v = 0.0f;
   float beta = 0.0f;  // the largest β (delta rules)
+  // The largest ‖a‖₂·‖b‖₂ of a (token, head) (the rwkv7 rule).
+  double low_rank = 0.0;
 };
 
 // Overflow (docs/design.md, "Overflow"): a step is refused when it would
@@ -79,6 +84,11 @@ inline constexpr float kMaxFavorInput = 0x1p50f;
 //    + βkvᵀ with α ≤ 1 and ‖I − βkkᵀ‖₂ = max(1, |1 − β‖k‖²|) ≤ ρ =
 //    max(1, β_max·‖k‖²_max − 1), so ‖S_t‖_F ≤ ρ‖S_{t−1}‖_F + β‖k‖‖v‖ with
 //    ‖k‖² ≤ d_k·max|k|² (1 when L2-normalised) and ‖v‖ ≤ √d_v·max|v|.
+//  * The rwkv7 rule, the same norm: S_t = (diag(α) + baᵀ)S_{t−1} + kvᵀ with
+//    ‖diag(α) + baᵀ‖₂ ≤ 1 + ‖a‖‖b‖, so ‖S_t‖_F ≤ (1 + ‖a‖‖b‖)‖S_{t−1}‖_F +
+//    ‖k‖‖v‖. The bound is loose (RWKV-7's transitions contract over a few
+//    tokens while this grows at up to 2 per token), so a long run measures
+//    the state now and then (kStateMagnitudeLimit).
 // Each token's rounding is covered by a factor (1 + 2^-20) (2^-16 for the
 // delta rules, whose step is a d_k-term dot product and a rank-1 update).
 double GrownMagnitudeBound(const AttentionSpec& spec, double bound,
@@ -102,7 +112,8 @@ class Attention {
   // Everything that must hold before `in` may touch `state`: the state has
   // this layer's shape, pointers are set, every value is finite
   // (INVALID_ARGUMENT naming e.g. "k[17]"), log-gates are ≤ 0 and β in
-  // [0, 2] (naming "g[i]", "beta[i]"), and cosFormer positions stay below
+  // [0, 2] (naming "g[i]", "beta[i]"), the rwkv7 rule's a and b finite
+  // (naming "a[i]", "b[i]"), and cosFormer positions stay below
   // the horizon (OUT_OF_RANGE). Reads q, k and v once, unless
   // `check_values` is false: then the caller checks finiteness itself
   // (AllFinite) before it commits any state, as the chunkwise pass does
@@ -121,7 +132,7 @@ class Attention {
   FeatureMap feature_map_;
 };
 
-// Token `t` of `in` as a one-token input (its gates and β included).
+// Token `t` of `in` as a one-token input (its gates, β, a and b included).
 SequenceInput TokenOf(const AttentionSpec& spec, const SequenceInput& in,
                       uint64_t t);
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention/chunkwise_round.h"
 #include "core/attention/kernels.h"
+#include "core/attention/recurrent.h"
 #include "core/util/row_view.h"
 #include "core/util/status_macros.h"
 
@@ -155,11 +156,15 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
   const bool refuse_alone =
       mode == PrefillCommit::kInPlace && refused.size() == items.size();
   std::vector<uint8_t> non_finite(items.size(), 0);
+  std::vector<absl::Status> failed(items.size());
   try {
     for (const auto& [key, members] : groups) {
       if (std::get<0>(key) == UpdateRule::kLinear) {
         LINATTN_RETURN_IF_ERROR(
             RunGroup(items, work, members, non_finite, !refuse_alone));
+      } else if (std::get<0>(key) == UpdateRule::kRwkv7) {
+        LINATTN_RETURN_IF_ERROR(RunStepGroup(items, work, members, non_finite,
+                                             failed, !refuse_alone));
       } else {
         LINATTN_RETURN_IF_ERROR(
             RunRuleGroup(items, work, members, non_finite, !refuse_alone));
@@ -189,6 +194,14 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
   // (kStateMagnitudeLimit).
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].in.tokens == 0 || non_finite[i]) continue;
+    if (!failed[i].ok()) {
+      absl::Status s =
+          absl::Status(failed[i].code(),
+                       absl::StrCat("items[", i, "].", failed[i].message()));
+      if (!refuse_alone) return s;
+      refused[i] = std::move(s);
+      continue;
+    }
     if (!std::isfinite(work[i]->MeasureMagnitude())) {
       absl::Status overflow = absl::OutOfRangeError(absl::StrCat(
           "items[", i,
@@ -204,6 +217,32 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
     if (mode == PrefillCommit::kAllOrNothing)
       *items[i].state = std::move(copies[i]);
     items[i].state->set_position(position);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkwiseRunner::RunStepGroup(
+    std::span<const PrefillItem> items, std::span<AttentionState* const> work,
+    const std::vector<uint32_t>& members, std::span<uint8_t> non_finite,
+    std::span<absl::Status> failed, bool stop_at_non_finite) {
+  for (uint32_t i : members) {
+    const PrefillItem& item = items[i];
+    // Run advances every committed item's position itself.
+    const uint64_t position = work[i]->position();
+    absl::Status s = StepSequence(*item.attention, *work[i], item.in, item.out);
+    work[i]->set_position(position);
+    if (s.ok()) continue;
+    // Shapes and the per-token inputs passed ValidateInput in Run: what is
+    // left to refuse is a value that is not finite (named there), a state
+    // that would overflow, or memory.
+    if (s.code() == absl::StatusCode::kInvalidArgument) {
+      non_finite[i] = 1;
+      if (stop_at_non_finite) return absl::OkStatus();
+    } else if (s.code() == absl::StatusCode::kOutOfRange) {
+      failed[i] = std::move(s);
+    } else {
+      return s;
+    }
   }
   return absl::OkStatus();
 }

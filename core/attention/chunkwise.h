@@ -1,8 +1,9 @@
 // The chunkwise evaluation order (prefill): many tokens of many sessions in
 // a few large batched matmuls on oneDNN (docs/design.md §1). The gated and
-// delta rules have their own forms (chunkwise_rules.cc); for the linear
-// rule, per head, a chunk
-// of L ≤ C rows with previous state S⁺ = [S | z]:
+// delta rules have their own forms (chunkwise_rules.cc); the rwkv7 rule's
+// items run token by token through its recurrent kernel (RunStepGroup);
+// for the linear rule, per head, a chunk of L ≤ C rows with previous state
+// S⁺ = [S | z]:
 //   O⁺ = diag(γ^{i+1}) Q S⁺_prev + (Q Kᵀ ⊙ D) V⁺,   D_ij = γ^{i−j}[i ≥ j]
 //   S⁺ ← γ^L S⁺_prev + (diag(γ^{L−1−j}) K)ᵀ V⁺
 // with Q = φ(Q_chunk), K = φ(K_chunk), V⁺ = [V | 1]. The ones column is
@@ -171,6 +172,16 @@ class ChunkwiseRunner {
                             std::span<AttentionState* const> work,
                             const std::vector<uint32_t>& members,
                             std::span<uint8_t> non_finite,
+                            bool stop_at_non_finite);
+  // One group of rwkv7 items, token by token through the recurrent kernel
+  // (StepSequence) on the working states; the same contract as RunGroup,
+  // and an item refused for another reason (its state would overflow) is
+  // reported in `failed` instead.
+  absl::Status RunStepGroup(std::span<const PrefillItem> items,
+                            std::span<AttentionState* const> work,
+                            const std::vector<uint32_t>& members,
+                            std::span<uint8_t> non_finite,
+                            std::span<absl::Status> failed,
                             bool stop_at_non_finite);
   // A round's passes (the formulas are in the file comment). A unit is one
   // item's chunk with all its heads (consecutive jobs): gathered together,

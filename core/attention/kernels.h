@@ -1,7 +1,8 @@
 // VectorKernels: the table of vector operations every hot loop uses — the
-// fused recurrent steps (linear, gated, delta), the chunkwise scan and mask,
-// feature-map exponentials, the models' SwiGLU, dot products, finiteness and
-// magnitude checks — compiled once per instruction set and chosen at run time.
+// fused recurrent steps (linear, gated, delta, rwkv7), the chunkwise scan
+// and mask, feature-map exponentials, the models' SwiGLU, dot products,
+// finiteness and magnitude checks — compiled once per instruction set and
+// chosen at run time.
 //
 // kernels_impl.inc holds the one source; kernels_{generic,avx2,avx512}.cc
 // compile it with different target flags into separate namespaces, and
@@ -89,6 +90,14 @@ struct VectorKernels {
                           const float* k, const float* v, uint32_t d_k,
                           uint32_t d_v, const float* from, float* s, float* num,
                           float* scratch);
+  // The rwkv7 rule's step of one head (alpha, a, b, q, k: d_k floats):
+  //   u = Sᵀa,  S_i ← α_i·S_i + b_i·u + k_i·v  (row i),  num = S_newᵀq
+  // S is read twice (from `from`) and written once (to `s`; as above);
+  // scratch holds d_v floats.
+  void (*rwkv7_step_head)(const float* alpha, const float* a, const float* b,
+                          const float* q, const float* k, const float* v,
+                          uint32_t d_k, uint32_t d_v, const float* from,
+                          float* s, float* num, float* scratch);
   // The delta rules' UT transform of one chunk: t (n×n, row-major) holds M
   // strictly below its diagonal on entry and T = (I + M)⁻¹ on return, by
   // forward substitution row by row (row i of T − I is −M_i − Σ_m M_im·

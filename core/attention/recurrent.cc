@@ -32,7 +32,7 @@ float* FeatureScratch(uint32_t d_phi) {
   return scratch.data();
 }
 
-// Token `t`, head `h` of `in` under a gated or delta rule: q and k
+// Token `t`, head `h` of `in` under a gated, delta or rwkv7 rule: q and k
 // prepared (L2 norm, scale), the fused update and the read-out.
 void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
                   const AttentionState& state, AttentionState& to,
@@ -58,6 +58,13 @@ void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
     }
     kernels.gated_step_head(alpha, G == 1 ? 0 : 1, q, k, in.v + row * d_v, d_k,
                             d_v, state.s(h), to.s(h), y);
+  } else if (spec.rule == UpdateRule::kRwkv7) {
+    // g ≤ 0 per key channel: the vectorised exp, as the gated rule's.
+    std::copy_n(in.g + row * d_k, d_k, alpha);
+    kernels.exp_shifted(d_k, 0.0f, 1.0f, alpha);
+    kernels.rwkv7_step_head(alpha, in.a + row * d_k, in.b + row * d_k, q, k,
+                            in.v + row * d_v, d_k, d_v, state.s(h), to.s(h), y,
+                            delta_scratch);
   } else {
     const float a =
         spec.rule == UpdateRule::kGatedDelta ? std::exp(in.g[row]) : 1.0f;

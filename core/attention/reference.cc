@@ -150,13 +150,16 @@ RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
   const uint32_t H = spec.num_heads, K = spec.key_dim, V = spec.value_dim;
   const uint32_t G = GatesPerHead(spec);
   const double scale = spec.scale == 0.0f ? 1.0 : double(spec.scale);
-  const bool delta = HasBeta(spec.rule);
+  // The delta and rwkv7 rules report their errors through norms.
+  const bool delta = StateBoundIsNorm(spec.rule);
+  const bool low_rank = HasLowRank(spec.rule);
   RuleReferenceResult r;
   r.output.assign(T * H * V, 0.0);
   if (delta) {
     r.step_scale.assign(T * H, 0.0);
     r.growth.assign(T * H, 0.0);
     r.query_norm.assign(T * H, 0.0);
+    if (low_rank) r.window_norm.assign(T * H, 0.0);
     r.state_norm.assign(T * H, 0.0);
   } else {
     r.numerator_abs.assign(T * H * V, 0.0);
@@ -169,6 +172,8 @@ RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
   }
   for (uint32_t h = 0; h < H; ++h) {
     std::vector<double> S(uint64_t{K} * V, 0.0);
+    // rwkv7: the product of the transitions since the window's start.
+    std::vector<double> M(low_rank ? uint64_t{K} * K : 0, 0.0);
     // Gated rule's error magnitudes: Y = Σ_j a(j,t)|k_j||v_j|ᵀ and
     // X = Σ_j a(j,t)·L(j,t)·|k_j||v_j|ᵀ, per (key channel, value).
     std::vector<double> Y(S.size(), 0.0), X(S.size(), 0.0);
@@ -187,7 +192,70 @@ RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
           gate[c] = std::exp(log_gate[c]);
         }
       }
-      if (delta) {
+      if (low_rank) {
+        // fla's dplr_recurrence (generalized_delta_rule/dplr/naive.py),
+        // with alpha = a, beta = b, gk = g:
+        //   _kv = k vᵀ + (S * a[..., None]).sum(-2) * b[..., None]
+        //   S = S * exp(gk)[..., None] + _kv;   o = einsum(q, S)
+        const float* a = in.a + row * K;
+        const float* b = in.b + row * K;
+        std::vector<double> aS(V, 0.0);
+        for (uint32_t c = 0; c < V; ++c) {
+          for (uint32_t i = 0; i < K; ++i)
+            aS[c] += S[uint64_t{i} * V + c] * a[i];
+        }
+        // The error magnitudes of rule_bounds.h: ‖S_{t−1}‖_F·(max α +
+        // ‖a‖‖b‖) + ‖k‖‖v‖, and ρ_t ≥ ‖diag(α) + b aᵀ‖₂ by Weyl's
+        // inequality on its Gram matrix diag(α²) + W, W = c aᵀ + a cᵀ +
+        // ‖b‖² a aᵀ with c = diag(α)·b: W's non-zero eigenvalues are those
+        // of the 2×2 matrix [[‖b‖², 1], [1, 0]]·[a c]ᵀ[a c].
+        double a2 = 0, b2 = 0, k2 = 0, v2 = 0, ac = 0, cc = 0, most = 0;
+        for (uint32_t i = 0; i < K; ++i) {
+          const double c = gate[i] * double(b[i]);
+          a2 += double(a[i]) * a[i];
+          b2 += double(b[i]) * b[i];
+          k2 += k[i] * k[i];
+          ac += double(a[i]) * c;
+          cc += c * c;
+          most = std::max(most, gate[i]);
+        }
+        for (uint32_t c = 0; c < V; ++c) v2 += double(v[c]) * v[c];
+        r.step_scale[row] = Norm(S) * (most + std::sqrt(a2 * b2)) +
+                            std::sqrt(k2) * std::sqrt(v2);
+        const double trace = b2 * a2 + 2 * ac;
+        const double det = ac * ac - a2 * cc;  // det M · det G
+        const double w_max =
+            trace / 2 + std::sqrt(std::max(0.0, trace * trace / 4 - det));
+        const double margin =
+            1e-12 * (std::abs(trace) + std::sqrt(std::abs(det)));
+        r.growth[row] = std::sqrt(most * most + std::max(0.0, w_max) + margin);
+        for (uint32_t i = 0; i < K; ++i) {
+          for (uint32_t c = 0; c < V; ++c) {
+            const uint64_t e = uint64_t{i} * V + c;
+            const double kv = k[i] * double(v[c]) + aS[c] * double(b[i]);
+            S[e] = S[e] * gate[i] + kv;
+          }
+        }
+        // M ← (diag(α) + b aᵀ)·M, from the identity at a window's start.
+        if (t % kRwkv7BoundWindow == 0) {
+          std::fill(M.begin(), M.end(), 0.0);
+          for (uint32_t i = 0; i < K; ++i) M[uint64_t{i} * K + i] = 1.0;
+        }
+        std::vector<double> aM(K, 0.0);
+        for (uint32_t m = 0; m < K; ++m) {
+          for (uint32_t j = 0; j < K; ++j)
+            aM[j] += double(a[m]) * M[uint64_t{m} * K + j];
+        }
+        for (uint32_t i = 0; i < K; ++i) {
+          for (uint32_t j = 0; j < K; ++j) {
+            double& e = M[uint64_t{i} * K + j];
+            e = gate[i] * e + double(b[i]) * aM[j];
+          }
+        }
+        r.window_norm[row] = Norm(M);
+        r.query_norm[row] = Norm(q);
+        r.state_norm[row] = Norm(S);
+      } else if (delta) {
         const double beta = double(in.beta[row]);
         double k2 = 0;
         for (double e : k) k2 += e * e;

@@ -34,10 +34,12 @@ ReferenceResult ReferenceAttention(const Attention& attention,
                                    const SequenceInput& in,
                                    uint64_t start_position = 0);
 
-// The gated and delta rules (docs/design.md §1), recurrent, in double:
-// written from fla's naive recurrences (fla/ops/gla/naive.py,
-// simple_gla/naive.py, delta_rule/naive.py, gated_delta_rule/naive.py):
+// The gated, delta and rwkv7 rules (docs/design.md §1), recurrent, in
+// double: written from fla's naive recurrences (fla/ops/gla/naive.py,
+// simple_gla/naive.py, delta_rule/naive.py, gated_delta_rule/naive.py,
+// generalized_delta_rule/dplr/naive.py):
 //   h ← h·exp(g);  (delta) v' = β(v − hᵀk);  h ← h + k·v'ᵀ (gated: k·vᵀ);
+//   (rwkv7) h ← h·exp(g) + k·vᵀ + b·(aᵀh_{before});
 //   o = hᵀ(q·scale)
 // with fla's l2norm x/√(Σx² + 1e-6) on q and k when the spec asks, from an
 // empty state. Also carries what an fp32 evaluation's error bound is built
@@ -51,13 +53,23 @@ struct RuleReferenceResult {
   std::vector<double> numerator_gate_abs;
   // Delta rules, (T, H): ‖S_{t−1}‖_F·(1 + β‖k‖²) + β‖k‖‖v‖ (what one
   // step's rounding is relative to), ρ_t = α·max(1, |1 − β‖k‖²|) (how an
-  // earlier error can grow), ‖q_t‖ and ‖S_t‖_F.
+  // earlier error can grow), ‖q_t‖ and ‖S_t‖_F. The rwkv7 rule likewise,
+  // with ‖S_{t−1}‖_F·(max α + ‖a‖‖b‖) + ‖k‖‖v‖ and ρ_t a bound on
+  // ‖diag(α) + b aᵀ‖₂ (reference.cc says which).
   std::vector<double> step_scale, growth, query_norm, state_norm;
+  // The rwkv7 rule, (T, H): ‖T_t ⋯ T_s‖_F, the product of the transitions
+  // T_i = diag(α_i) + b_i a_iᵀ of the tokens since the start s of t's
+  // window of kRwkv7BoundWindow tokens (s = t rounded down to a multiple
+  // of it). RWKV-7's transitions contract over a few tokens, not each on
+  // its own: the bound carries an earlier error through this product.
+  std::vector<double> window_norm;
   std::vector<double> final_state;  // (H, d_k, d_v)
   // Gated rule, (H, d_k, d_v): the final state's Σ_j a(j,T)|k_j||v_j| and
   // the same with each term times L(j,T), per entry.
   std::vector<double> final_abs, final_gate_abs;
 };
+
+inline constexpr uint64_t kRwkv7BoundWindow = 16;
 
 RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
                                   const SequenceInput& in);

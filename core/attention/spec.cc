@@ -57,18 +57,21 @@ absl::string_view UpdateRuleName(UpdateRule rule) {
       return "delta";
     case UpdateRule::kGatedDelta:
       return "gated_delta";
+    case UpdateRule::kRwkv7:
+      return "rwkv7";
   }
   return "unknown";
 }
 
 absl::StatusOr<UpdateRule> ParseUpdateRule(absl::string_view name) {
-  for (UpdateRule rule : {UpdateRule::kLinear, UpdateRule::kGated,
-                          UpdateRule::kDelta, UpdateRule::kGatedDelta}) {
+  for (UpdateRule rule :
+       {UpdateRule::kLinear, UpdateRule::kGated, UpdateRule::kDelta,
+        UpdateRule::kGatedDelta, UpdateRule::kRwkv7}) {
     if (UpdateRuleName(rule) == name) return rule;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("rule: unknown '", name,
-                   "' (expected linear, gated, delta or gated_delta)"));
+                   "' (expected linear, gated, delta, gated_delta or rwkv7)"));
 }
 
 absl::string_view GateShapeName(GateShape gate) {
@@ -157,7 +160,12 @@ absl::Status ValidateRule(const AttentionSpec& spec) {
         "decay: rule ", rule,
         " takes no fixed decay (gates come per token as log-gates g)"));
   }
-  if (spec.gate == GateShape::kKey && spec.rule != UpdateRule::kGated) {
+  if (spec.rule == UpdateRule::kRwkv7) {
+    if (spec.gate != GateShape::kKey) {
+      return absl::InvalidArgumentError(
+          "gate: rule rwkv7 decays each key channel on its own; set it to key");
+    }
+  } else if (spec.gate == GateShape::kKey && spec.rule != UpdateRule::kGated) {
     return absl::InvalidArgumentError(
         absl::StrCat("gate: rule ", rule, " takes one gate per head"));
   }

@@ -57,8 +57,15 @@ inline constexpr uint64_t kMaxSnapshotPosition = uint64_t{1} << 53;
 //   kGated       S_t = diag(α_t)·S_{t−1} + k_t v_tᵀ
 //   kDelta       S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀk_t)ᵀ
 //   kGatedDelta  S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀk_t)ᵀ
+//   kRwkv7       S_t = diag(α_t)·S_{t−1} + b_t (a_tᵀS_{t−1}) + k_t v_tᵀ
 // with α_t = exp(g_t), g_t ≤ 0 given per token, and o_t = S_tᵀ q_t.
-enum class UpdateRule { kLinear, kGated, kDelta, kGatedDelta };
+// kRwkv7 is RWKV-7's time-mix state in fla's generalized (diagonal plus
+// low-rank) form, S_t = (diag(α_t) + b_t a_tᵀ) S_{t−1} + k_t v_tᵀ: a gate
+// per key channel and the vectors a_t, b_t (d_k each) per token and head.
+// RWKV-7 itself passes a = −κ̂ and b = κ̂ ⊙ (its in-context learning rate),
+// κ̂ its L2-normalised key; BlinkDL's code writes the transposed state,
+// S_t = S_{t−1}(diag(w_t) + a_tᵀb_t) + v_t k_tᵀ.
+enum class UpdateRule { kLinear, kGated, kDelta, kGatedDelta, kRwkv7 };
 
 // The shape of a gated rule's log-gate g_t: one scalar per head (Mamba-2's
 // SSD, and Gated DeltaNet's only shape) or one per key channel (GLA).
@@ -88,8 +95,8 @@ struct AttentionSpec {
   // unnormalised-only rule.
   bool premapped = false;
   // Gated and delta rules only: the log-gates' shape (kGatedDelta: kHead
-  // only), q and k L2-normalised per head before use, and q multiplied by
-  // `scale` after that (0 = 1; fla's layers pass d_k^{-1/2}).
+  // only; kRwkv7: kKey only), q and k L2-normalised per head before use, and q
+  // multiplied by `scale` after that (0 = 1; fla's layers pass d_k^{-1/2}).
   GateShape gate = GateShape::kHead;
   bool qk_l2norm = false;
   float scale = 0.0f;
@@ -102,18 +109,25 @@ absl::string_view FeatureMapName(FeatureMapKind kind);
 // Parses the public spelling; INVALID_ARGUMENT naming `feature_map` otherwise.
 absl::StatusOr<FeatureMapKind> ParseFeatureMap(absl::string_view name);
 
-// "linear", "gated", "delta", "gated_delta"; and "head", "key".
+// "linear", "gated", "delta", "gated_delta", "rwkv7"; and "head", "key".
 absl::string_view UpdateRuleName(UpdateRule rule);
 absl::StatusOr<UpdateRule> ParseUpdateRule(absl::string_view name);
 absl::string_view GateShapeName(GateShape gate);
 absl::StatusOr<GateShape> ParseGateShape(absl::string_view name);
 
-// Whether a rule takes log-gates g_t, and β_t.
+// Whether a rule takes log-gates g_t, β_t, and the low-rank vectors a_t, b_t.
 inline bool HasGates(UpdateRule rule) {
-  return rule == UpdateRule::kGated || rule == UpdateRule::kGatedDelta;
+  return rule == UpdateRule::kGated || rule == UpdateRule::kGatedDelta ||
+         rule == UpdateRule::kRwkv7;
 }
 inline bool HasBeta(UpdateRule rule) {
   return rule == UpdateRule::kDelta || rule == UpdateRule::kGatedDelta;
+}
+inline bool HasLowRank(UpdateRule rule) { return rule == UpdateRule::kRwkv7; }
+// Whether a state's magnitude bound is on each head's Frobenius norm (the
+// rules whose step mixes the rows of S) rather than on every entry.
+inline bool StateBoundIsNorm(UpdateRule rule) {
+  return HasBeta(rule) || HasLowRank(rule);
 }
 // Log-gates per (token, head): 0 without gates, 1 per head, d_k per key.
 inline uint32_t GatesPerHead(const AttentionSpec& spec) {

@@ -26,7 +26,7 @@ AttentionState::AttentionState(const AttentionSpec& spec)
       value_dim_(spec.value_dim),
       has_key_shift_(spec.feature_map == FeatureMapKind::kFavor),
       has_z_(spec.rule == UpdateRule::kLinear),
-      bound_is_norm_(HasBeta(spec.rule)),
+      bound_is_norm_(StateBoundIsNorm(spec.rule)),
       head_stride_(StateFloatsPerHead(spec)),
       shift_offset_(uint64_t{spec.num_heads} * StateFloatsPerHead(spec)),
       block_(StateFloats(spec)) {
@@ -90,7 +90,7 @@ bool AttentionState::Matches(const AttentionSpec& spec) const {
          value_dim_ == spec.value_dim &&
          has_key_shift_ == (spec.feature_map == FeatureMapKind::kFavor) &&
          has_z_ == (spec.rule == UpdateRule::kLinear) &&
-         bound_is_norm_ == HasBeta(spec.rule);
+         bound_is_norm_ == StateBoundIsNorm(spec.rule);
 }
 
 }  // namespace linattn

@@ -146,11 +146,15 @@ void RecordGroup::AddStep(const AttentionSession& session,
   AppendFloats(payload, in.q, qk);
   AppendFloats(payload, in.k, qk);
   AppendFloats(payload, in.v, vv);
-  // The gated and delta rules' log-gates and β follow (none for the
-  // linear rule, whose records are as they were).
+  // The gated, delta and rwkv7 rules' log-gates, β, a and b follow (none
+  // for the linear rule, whose records are as they were).
   const uint64_t gates = uint64_t{spec.num_heads} * GatesPerHead(spec);
   if (gates != 0) AppendFloats(payload, in.g, gates);
   if (HasBeta(spec.rule)) AppendFloats(payload, in.beta, spec.num_heads);
+  if (HasLowRank(spec.rule)) {
+    AppendFloats(payload, in.a, qk);
+    AppendFloats(payload, in.b, qk);
+  }
   Add(DurableRecord::kStep, session, std::move(payload), steps);
 }
 
@@ -196,7 +200,8 @@ absl::StatusOr<StepPayload> ParseStepPayload(absl::string_view rest) {
 uint64_t StepFloats(const AttentionSpec& spec) {
   const uint64_t H = spec.num_heads;
   return H * (2 * uint64_t{spec.key_dim} + spec.value_dim + GatesPerHead(spec) +
-              (HasBeta(spec.rule) ? 1 : 0));
+              (HasBeta(spec.rule) ? 1 : 0) +
+              (HasLowRank(spec.rule) ? 2 * uint64_t{spec.key_dim} : 0));
 }
 
 SequenceInput StepInput(const AttentionSpec& spec, absl::string_view floats) {
@@ -206,7 +211,12 @@ SequenceInput StepInput(const AttentionSpec& spec, absl::string_view floats) {
   const float* q = reinterpret_cast<const float*>(floats.data());
   SequenceInput token{q, q + qk, q + 2 * qk, 1};
   if (gates != 0) token.g = q + 2 * qk + vv;
-  if (HasBeta(spec.rule)) token.beta = q + 2 * qk + vv + gates;
+  const uint64_t betas = HasBeta(spec.rule) ? spec.num_heads : 0;
+  if (betas != 0) token.beta = q + 2 * qk + vv + gates;
+  if (HasLowRank(spec.rule)) {
+    token.a = q + 2 * qk + vv + gates + betas;
+    token.b = token.a + qk;
+  }
   return token;
 }
 

@@ -83,7 +83,7 @@ absl::StatusOr<AttentionSpec> ReadSpec(absl::string_view section,
     LINATTN_RETURN_IF_ERROR(rr.Get(&l2norm, "qk_l2norm"));
     LINATTN_RETURN_IF_ERROR(rr.Get(&spec.scale, "scale"));
     LINATTN_RETURN_IF_ERROR(rr.Done());
-    if (kind == 0 || kind > static_cast<uint8_t>(UpdateRule::kGatedDelta) ||
+    if (kind == 0 || kind > static_cast<uint8_t>(UpdateRule::kRwkv7) ||
         gate > static_cast<uint8_t>(GateShape::kKey) || l2norm > 1) {
       return Malformed("rule section is malformed");
     }
@@ -119,8 +119,9 @@ void PutRule(SnapshotWriter& w, const AttentionSpec& spec) {
   w.Put<float>(spec.scale);
 }
 
-// SPEC, then STAT when `state_bytes` is set, then RULE for the gated and
-// delta rules (the linear rule's snapshots are as they always were).
+// SPEC, then STAT when `state_bytes` is set, then RULE for the gated,
+// delta and rwkv7 rules (the linear rule's snapshots are as they always
+// were).
 std::vector<SnapshotWriter::Section> SpecSections(
     const AttentionSpec& spec, std::optional<uint64_t> state_bytes) {
   std::vector<SnapshotWriter::Section> sections = {

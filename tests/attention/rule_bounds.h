@@ -25,6 +25,17 @@
 // L_c(j,t) (the reference reports both). The final state's entries
 // likewise, with Σ a|k||v| and Σ a·L|k||v| per entry.
 //
+// The rwkv7 rule is held to the delta rules' bound below, with
+// S_t = T_t S_{t−1} + kvᵀ, T_t = diag(α) + baᵀ: ρ_t bounds ‖T_t‖₂ and
+// s_t = ‖S_{t−1}‖_F(max α + ‖a‖‖b‖) + ‖k‖‖v‖ (core/attention/reference.cc),
+// its step a d_k-term product aᵀS and three rounded terms per entry, and
+// B_t the largest |g| of each token summed. RWKV-7's transitions contract
+// over a few tokens but not each on its own (ρ_t is often above 1), so
+// the tokens go in windows of kRwkv7BoundWindow: an error made before a
+// window starting at s reaches token t through T_t ⋯ T_s, of Frobenius norm
+// P_t (the reference reports it), and the window's own errors through the
+// recursion below started from 0: Δ_t = P_t·Δ_{s−1} + δ_t.
+//
 // Delta rules. S_t = α(I − βkkᵀ)S_{t−1} + βkvᵀ maps an error in S_{t−1}
 // through a matrix of 2-norm ρ_t = α·max(1, |1 − β‖k‖²|), and each step
 // makes a new error of at most u·κ_t·s_t in Frobenius norm, where
@@ -55,12 +66,14 @@
 namespace linattn::testing {
 
 struct RuleTokens {
-  std::vector<float> q, k, v, g, beta;
+  std::vector<float> q, k, v, g, beta, a, b;
   uint64_t tokens = 0;
   SequenceInput input() const {
     SequenceInput in{q.data(), k.data(), v.data(), tokens};
     if (!g.empty()) in.g = g.data();
     if (!beta.empty()) in.beta = beta.data();
+    if (!a.empty()) in.a = a.data();
+    if (!b.empty()) in.b = b.data();
     return in;
   }
   // Tokens [at, at + n).
@@ -104,6 +117,28 @@ inline RuleTokens RandomRuleTokens(const AttentionSpec& spec, uint64_t tokens,
       x = options.beta_fixed >= 0 ? options.beta_fixed : beta(rng);
     }
   }
+  if (HasLowRank(spec.rule)) {
+    // RWKV-7's own form: a = −κ̂ and b = κ̂ ⊙ λ, κ̂ a unit vector and λ (its
+    // in-context learning rate) in [0, 1] per channel.
+    const uint32_t d = spec.key_dim;
+    std::normal_distribution<float> normal;
+    std::uniform_real_distribution<float> rate(0.0f, 1.0f);
+    t.a.resize(rows * d);
+    t.b.resize(rows * d);
+    std::vector<float> kappa(d);
+    for (uint64_t r = 0; r < rows; ++r) {
+      double norm2 = 0;
+      for (float& x : kappa) {
+        x = normal(rng);
+        norm2 += double(x) * x;
+      }
+      const float inv = static_cast<float>(1.0 / std::sqrt(norm2));
+      for (uint32_t c = 0; c < d; ++c) {
+        t.a[r * d + c] = -kappa[c] * inv;
+        t.b[r * d + c] = kappa[c] * inv * rate(rng);
+      }
+    }
+  }
   return t;
 }
 
@@ -113,23 +148,44 @@ inline std::vector<double> DeltaStateErrors(const AttentionSpec& spec,
                                             const RuleTokens& data,
                                             const RuleReferenceResult& ref,
                                             uint32_t C) {
-  if (!HasBeta(spec.rule)) return {};
-  const uint32_t H = spec.num_heads;
+  if (!StateBoundIsNorm(spec.rule)) return {};
+  const uint32_t H = spec.num_heads, G = GatesPerHead(spec);
   const uint64_t T = data.tokens;
+  // The largest |g| of a row (its gate per head, or the most of its gates
+  // per key channel).
+  auto row_gate = [&](uint64_t row) {
+    double most = 0;
+    for (uint32_t c = 0; c < G; ++c) {
+      most = std::max(most, std::abs(double(data.g[row * G + c])));
+    }
+    return most;
+  };
   std::vector<double> out(T * H);
   for (uint32_t h = 0; h < H; ++h) {
-    double delta = 0, window = 0;
+    double delta = 0, window = 0, carried = 0;
     for (uint64_t t = 0; t < T; ++t) {
       const uint64_t row = t * H + h;
       if (!data.g.empty()) {
-        window += std::abs(double(data.g[row]));
-        if (t >= C) window -= std::abs(double(data.g[(t - C) * H + h]));
+        window += row_gate(row);
+        if (t >= C) window -= row_gate((t - C) * H + h);
         window = std::max(window, 0.0);
       }
       const double kappa = 4.0 * (spec.key_dim + C) + 16 + 4 * window;
+      if (ref.window_norm.empty()) {
+        delta = ref.growth[row] * delta +
+                kUnitRoundoff * kappa * ref.step_scale[row];
+        out[row] = delta;
+        continue;
+      }
+      // rwkv7: within a window, its own errors through the per-token
+      // norms; the error before it through the window's product.
+      if (t % kRwkv7BoundWindow == 0) {
+        carried = t == 0 ? 0.0 : out[row - H];
+        delta = 0;
+      }
       delta =
           ref.growth[row] * delta + kUnitRoundoff * kappa * ref.step_scale[row];
-      out[row] = delta;
+      out[row] = ref.window_norm[row] * carried + delta;
     }
   }
   return out;
@@ -151,7 +207,7 @@ inline void ExpectRuleMatchesReference(const AttentionSpec& spec,
                                        const std::string& what) {
   const uint32_t H = spec.num_heads, K = spec.key_dim, V = spec.value_dim;
   const uint64_t T = data.tokens;
-  const bool delta = HasBeta(spec.rule);
+  const bool delta = StateBoundIsNorm(spec.rule);
   const std::vector<double> state_error = DeltaStateErrors(spec, data, ref, C);
   int failures = 0;
   for (uint64_t t = 0; t < T && failures < 5; ++t) {

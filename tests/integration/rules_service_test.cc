@@ -1,9 +1,10 @@
-// AttentionService with the gated and delta rules, end to end: a real
+// AttentionService with the gated, delta and rwkv7 rules, end to end: a real
 // linattn-server on 127.0.0.1, every RPC, against the local engine and the
 // float64 reference.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ const RuleCase kCases[] = {
     {"gated_key", "gated", "key", false},
     {"delta", "delta", "", true},
     {"gated_delta", "gated_delta", "", true},
+    {"rwkv7", "rwkv7", "", false},  // gate key by default
 };
 
 void PrintTo(const RuleCase& c, std::ostream* os) { *os << c.name; }
@@ -59,6 +61,7 @@ AttentionSpec CoreSpecOf(const RuleCase& c) {
                   .value_dim = kDim,
                   .feature_map = FeatureMapKind::kIdentity,
                   .unnormalized = true};
+  if (s.rule == UpdateRule::kRwkv7) s.gate = GateShape::kKey;
   if (!c.gate.empty()) s.gate = *ParseGateShape(c.gate);
   s.qk_l2norm = c.l2norm;
   s.scale = 0.5f;
@@ -78,6 +81,10 @@ v1::DecodeRequest StepOf(const std::string& id, const AttentionSpec& spec,
   if (in.g != nullptr)
     req.mutable_g()->Add(in.g, in.g + kHeads * GatesPerHead(spec));
   if (in.beta != nullptr) req.mutable_beta()->Add(in.beta, in.beta + kHeads);
+  if (in.a != nullptr) {
+    req.mutable_a()->Add(in.a, in.a + qk);
+    req.mutable_b()->Add(in.b, in.b + qk);
+  }
   return req;
 }
 
@@ -97,6 +104,10 @@ v1::PrefillRequest PrefillOf(const std::string& id, const AttentionSpec& spec,
   }
   if (in.beta != nullptr)
     req.mutable_beta()->Add(in.beta, in.beta + n * kHeads);
+  if (in.a != nullptr) {
+    req.mutable_a()->Add(in.a, in.a + qk);
+    req.mutable_b()->Add(in.b, in.b + qk);
+  }
   return req;
 }
 
@@ -270,6 +281,13 @@ TEST_P(RulesServiceTest, BadInputsAreRefusedNamingTheFieldAndChangeNothing) {
     bads.push_back(
         {"beta: rule", [](v1::DecodeRequest& r) { r.add_beta(1.0f); }});
   }
+  if (HasLowRank(spec.rule)) {
+    bads.push_back({"a[3]", [](v1::DecodeRequest& r) { r.set_a(3, NAN); }});
+    bads.push_back({"b: expected",
+                    [](v1::DecodeRequest& r) { r.mutable_b()->RemoveLast(); }});
+  } else {
+    bads.push_back({"a: rule", [](v1::DecodeRequest& r) { r.add_a(1.0f); }});
+  }
   for (const Bad& bad : bads) {
     grpc::ClientContext ctx;
     auto stream = stub_->Decode(&ctx);
@@ -286,6 +304,8 @@ TEST_P(RulesServiceTest, BadInputsAreRefusedNamingTheFieldAndChangeNothing) {
     v1::PrefillRequest pre = PrefillOf("s", spec, data, 4, 1);
     pre.mutable_g()->Assign(req.g().begin(), req.g().end());
     pre.mutable_beta()->Assign(req.beta().begin(), req.beta().end());
+    pre.mutable_a()->Assign(req.a().begin(), req.a().end());
+    pre.mutable_b()->Assign(req.b().begin(), req.b().end());
     grpc::ClientContext pctx;
     v1::PrefillResponse presp;
     const grpc::Status pst = stub_->Prefill(&pctx, pre, &presp);

@@ -465,6 +465,71 @@ class Attention(InsideTest):
                 np.testing.assert_array_equal(outs[1].output, one.output)
                 self.assertEqual((a.position, b.position), (1, 1))
 
+    def test_the_rwkv7_rule_decodes_and_prefills_as_blinkdls_time_mix(self):
+        # RWKV-7's state in BlinkDL's own layout (RWKV-v7/rwkv_v7_numpy.py,
+        # S indexed (value, key)): S = S * w.mT - S @ kk * (kk*a).mT + v * k.mT;
+        # y = S @ r, in float64. The rule takes a = -kk, b = kk * a (fla's
+        # form, S indexed (key, value)), and g = log w per key channel.
+        T, P, H, N = 30, 12, self.H, self.DK
+        r, k, _ = self.tokens(T, dv=N)
+        _, _, v = self.tokens(T, dv=N)
+        rng = np.random.default_rng(7)
+        g = (-np.exp(-0.5) * rng.random((T, H, N))).astype(np.float32)
+        kk = rng.standard_normal((T, H, N))
+        kk = (kk / np.linalg.norm(kk, axis=-1, keepdims=True)).astype(np.float32)
+        lr = rng.random((T, H, N)).astype(np.float32)
+        a_in, b_in = -kk, (kk * lr).astype(np.float32)
+        S = np.zeros((H, N, N))
+        want = np.zeros((T, H, N))
+        # The bound of tests/attention/rule_bounds.h for this rule: per token
+        # ρ_t ≥ ‖diag(w) + b aᵀ‖₂ (Weyl on its Gram matrix), s_t = ‖S‖(max w +
+        # ‖a‖‖b‖) + ‖k‖‖v‖, κ = 4(d_k + C) + 16 + 4·B over the chunk;
+        # windows of 16 tokens carry earlier errors through the Frobenius
+        # norm of their transitions' product.
+        u, C = 2.0 ** -24, 64
+        bound, snorm = np.zeros((T, H)), np.zeros((T, H))
+        carried = delta = np.zeros(H)
+        M = np.zeros((H, N, N))
+        gsum = np.zeros(H)
+        for t in range(T):
+            w = np.exp(g[t].astype(np.float64))
+            a64, b64 = a_in[t].astype(np.float64), b_in[t].astype(np.float64)
+            c = w * b64
+            a2, b2 = (a64 * a64).sum(-1), (b64 * b64).sum(-1)
+            ac, cc = (a64 * c).sum(-1), (c * c).sum(-1)
+            tr, det = b2 * a2 + 2 * ac, ac * ac - a2 * cc
+            w_max = tr / 2 + np.sqrt(np.maximum(0, tr * tr / 4 - det))
+            rho = np.sqrt(w.max(-1) ** 2 + np.maximum(0, w_max))
+            step = np.sqrt((S * S).sum(axis=(1, 2))) * (w.max(-1) + np.sqrt(a2 * b2)) + \
+                np.linalg.norm(k[t], axis=-1) * np.linalg.norm(v[t], axis=-1)
+            gsum = gsum + np.abs(g[t]).max(-1) - (np.abs(g[t - C]).max(-1) if t >= C else 0)
+            if t % 16 == 0:
+                carried, delta = (bound[t - 1] if t else np.zeros(H)), np.zeros(H)
+                M = np.broadcast_to(np.eye(N), (H, N, N)).copy()
+            M = w[:, :, None] * M + b64[:, :, None] * np.einsum("hm,hmj->hj", a64, M)[:, None, :]
+            delta = rho * delta + u * (4 * (N + C) + 16 + 4 * gsum) * step
+            bound[t] = np.sqrt((M * M).sum(axis=(1, 2))) * carried + delta
+            Sk = np.einsum("hxm,hm->hx", S, kk[t])
+            S = S * w[:, None, :] - Sk[:, :, None] * (kk[t] * lr[t])[:, None, :] + \
+                v[t][:, :, None].astype(np.float64) * k[t][:, None, :]
+            want[t] = np.einsum("hxj,hj->hx", S, r[t])
+            snorm[t] = np.sqrt((S * S).sum(axis=(1, 2)))
+        with self.session(rule="rwkv7", value_dim=N) as s:
+            self.assertEqual((s.spec.rule, s.spec.gate), ("rwkv7", "key"))
+            first = s.prefill(r[:P], k[:P], v[:P], g=g[:P], a=a_in[:P], b=b_in[:P])
+            rest = s.decode(r[P:], k[P:], v[P:], g=g[P:], a=a_in[P:], b=b_in[P:])
+            got = np.concatenate([first.output, rest.output])
+            # |Δo| ≤ ‖r‖(Δ_t + (2d_k + 8)u‖S_t‖) + 2u|o|
+            tol = np.linalg.norm(r, axis=-1) * (bound + (2 * N + 8) * u * snorm)
+            self.assertTrue((np.abs(got - want) <= tol[:, :, None] + 2 * u * np.abs(want)).all(),
+                            np.abs(got - want).max())
+            state = s.inspect()
+            self.assertTrue(np.abs(state.s - S.transpose(0, 2, 1)).max() <= bound[-1].max())
+            with self.assertRaises(linattn_client.InvalidArgument) as bad:
+                s.decode(r[0], k[0], v[0], g=g[0], a=a_in[0])
+            self.assertIn("b: expected", str(bad.exception))
+            self.assertEqual(s.info().position, T)
+
     def test_a_kept_decode_stream(self):
         T = 6
         q, k, v = self.tokens(T)
@@ -606,9 +671,12 @@ class SharedMemory(InsideTest):
         beta = rng.random((T, self.H)).astype(np.float32)
         client = linattn_client.Client(SHM_TARGET, timeout=60)
         try:
-            for rule, extra in (("linear", {}), ("gated_delta", {"g": g, "beta": beta})):
+            g_key = (-0.2 * rng.random((T, self.H, self.DK))).astype(np.float32)
+            ab = (0.2 * self.random(T, self.H, self.DK), 0.2 * self.random(T, self.H, self.DK))
+            for rule, extra in (("linear", {}), ("gated_delta", {"g": g, "beta": beta}),
+                                ("rwkv7", {"g": g_key, "a": ab[0], "b": ab[1]})):
                 spec = dict(num_heads=self.H, key_dim=self.DK, value_dim=self.DV, rule=rule)
-                if rule != "linear":
+                if rule == "gated_delta":
                     spec["qk_l2norm"] = True
                 with client.create_session(**spec) as a, client.create_session(**spec) as b:
                     by_message = a.prefill(q, k, v, **extra)

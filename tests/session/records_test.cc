@@ -65,6 +65,42 @@ TEST(Records, AStepCarriesItsInputsAndTheStoresNumbers) {
   EXPECT_EQ(shared.substr(12), body.substr(12));
 }
 
+// The rwkv7 rule's step carries its gates per key channel, then a and b.
+TEST(Records, AnRwkv7StepCarriesItsLowRankVectors) {
+  auto table = Table();
+  AttentionSpec spec{.rule = UpdateRule::kRwkv7,
+                     .num_heads = 2,
+                     .key_dim = 3,
+                     .value_dim = 2,
+                     .feature_map = FeatureMapKind::kIdentity,
+                     .unnormalized = true};
+  spec.gate = GateShape::kKey;
+  auto session = table->CreateSession(spec, std::nullopt, "r").value();
+  std::vector<float> q(6), k(6), v(4), g(6), a(6), b(6);
+  for (int i = 0; i < 6; ++i) {
+    q[i] = i, k[i] = 10 + i, g[i] = -0.1f * i, a[i] = 30 + i, b[i] = 40 + i;
+  }
+  for (int i = 0; i < 4; ++i) v[i] = 20 + i;
+  SequenceInput in{q.data(), k.data(), v.data(), 1, g.data()};
+  in.a = a.data();
+  in.b = b.data();
+  RecordGroup group;
+  group.BeginRequest();
+  group.AddStep(*session, in, 1);
+  ASSERT_EQ(group.size(), 1u);
+  EXPECT_EQ(StepFloats(spec), 6u + 6 + 4 + 6 + 6 + 6);
+  auto split = SplitBody(group.records()[0].Body()).value();
+  auto step = ParseStepPayload(split.rest).value();
+  ASSERT_EQ(step.floats.size(), StepFloats(spec) * sizeof(float));
+  const SequenceInput back = StepInput(spec, step.floats);
+  EXPECT_EQ(0, std::memcmp(back.g, g.data(), 6 * sizeof(float)));
+  EXPECT_EQ(back.beta, nullptr);
+  ASSERT_NE(back.a, nullptr);
+  ASSERT_NE(back.b, nullptr);
+  EXPECT_EQ(0, std::memcmp(back.a, a.data(), 6 * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(back.b, b.data(), 6 * sizeof(float)));
+}
+
 TEST(Records, CreatesCarryTheSessionAndItsOwner) {
   auto table = Table();
   const AttentionSpec spec{.num_heads = 1, .key_dim = 2, .value_dim = 2};

@@ -54,7 +54,8 @@ TEST(Snapshot, TheGatedAndDeltaRulesRoundTripWithTheirRuleSection) {
   for (auto [rule, gate] : {std::pair{UpdateRule::kGated, GateShape::kKey},
                             {UpdateRule::kGated, GateShape::kHead},
                             {UpdateRule::kDelta, GateShape::kHead},
-                            {UpdateRule::kGatedDelta, GateShape::kHead}}) {
+                            {UpdateRule::kGatedDelta, GateShape::kHead},
+                            {UpdateRule::kRwkv7, GateShape::kKey}}) {
     AttentionSpec spec{.rule = rule,
                        .num_heads = 2,
                        .key_dim = 4,

@@ -169,16 +169,17 @@ def _inputs(spec, q, k, v):
     return q, k, v, single
 
 
-def _rule_inputs(spec, tokens, single, g, beta):
-    """g and β as float32 arrays of (tokens, heads[, key_dim]) and (tokens,
-    heads), or None where not given; their sizes are the server's to check
-    against the rule (it names the field)."""
+def _rule_inputs(spec, tokens, single, g, beta, a=None, b=None):
+    """g, β, a and b as float32 arrays of (tokens, heads[, key_dim]),
+    (tokens, heads) and (tokens, heads, key_dim), or None where not given;
+    their sizes are the server's to check against the rule (it names the
+    field)."""
     def shaped(x):
         if x is None:
             return None
-        a = np.asarray(x, dtype=np.float32)
-        return a[np.newaxis] if single else a
-    return shaped(g), shaped(beta)
+        arr = np.asarray(x, dtype=np.float32)
+        return arr[np.newaxis] if single else arr
+    return shaped(g), shaped(beta), shaped(a), shaped(b)
 
 
 def _output(spec, tokens, resp, single):
@@ -192,15 +193,15 @@ def _output(spec, tokens, resp, single):
     return out
 
 
-def _decode_request(session_id, q, k, v, expected_position=None, g=None, beta=None):
+def _decode_request(session_id, q, k, v, expected_position=None, g=None, beta=None,
+                    a=None, b=None):
     req = pb.DecodeRequest(session_id=session_id)
     _rpc.set_tensor(req, "q", q)
     _rpc.set_tensor(req, "k", k)
     _rpc.set_tensor(req, "v", v)
-    if g is not None:
-        _rpc.set_tensor(req, "g", g)
-    if beta is not None:
-        _rpc.set_tensor(req, "beta", beta)
+    for name, x in (("g", g), ("beta", beta), ("a", a), ("b", b)):
+        if x is not None:
+            _rpc.set_tensor(req, name, x)
     if expected_position is not None:
         req.expected_position = expected_position
     return req
@@ -238,12 +239,14 @@ class Session(_rpc.SessionHandle):
         self.position = info.position
         return info
 
-    def decode(self, q, k, v, *, g=None, beta=None, expected_position=None):
+    def decode(self, q, k, v, *, g=None, beta=None, a=None, b=None,
+               expected_position=None):
         """Steps the session through one token ((heads, dim) arrays) or
         several ((tokens, heads, dim)), one Decode message each on one stream;
-        returns an AttentionOutput of the same leading shape. The gated and
-        delta rules also take g ((heads,), or (heads, key_dim) with gate
-        "key"; a tokens axis first for several) and beta ((heads,)).
+        returns an AttentionOutput of the same leading shape. The gated,
+        delta and rwkv7 rules also take g ((heads,), or (heads, key_dim) with
+        gate "key"; a tokens axis first for several), beta ((heads,)), and
+        a and b ((heads, key_dim) each; rwkv7).
 
         expected_position: the position the first token must follow; the
         server refuses the step (FailedPrecondition) if the session stands
@@ -256,7 +259,7 @@ class Session(_rpc.SessionHandle):
         """
         _inputs(self.spec, q, k, v)  # a bad shape opens no stream
         with Decoder(self, self._client.timeout) as decoder:
-            return decoder.decode(q, k, v, g=g, beta=beta,
+            return decoder.decode(q, k, v, g=g, beta=beta, a=a, b=b,
                                   expected_position=expected_position)
 
     def decoder(self, *, timeout=None):
@@ -270,7 +273,8 @@ class Session(_rpc.SessionHandle):
         (default: none)."""
         return Decoder(self, timeout)
 
-    def prefill(self, q, k, v, *, g=None, beta=None, shared_memory=False):
+    def prefill(self, q, k, v, *, g=None, beta=None, a=None, b=None,
+                shared_memory=False):
         """Runs a whole sequence at once through the chunkwise path (one
         Prefill request, all of it or none). Shapes as decode.
 
@@ -279,46 +283,49 @@ class Session(_rpc.SessionHandle):
         the socket (a server started with --shared-memory, reached as
         unix:PATH; docs/design.md, "Shared-memory tensors")."""
         q, k, v, single = _inputs(self.spec, q, k, v)
-        g, beta = _rule_inputs(self.spec, q.shape[0], single, g, beta)
+        g, beta, a, b = _rule_inputs(self.spec, q.shape[0], single, g, beta, a, b)
         if shared_memory:
-            return self._prefill_shared(q, k, v, g, beta, single)
+            return self._prefill_shared(q, k, v, g, beta, a, b, single)
         req = pb.PrefillRequest(session_id=self.id, tokens=q.shape[0])
         _rpc.set_tensor(req, "q", q)
         _rpc.set_tensor(req, "k", k)
         _rpc.set_tensor(req, "v", v)
-        if g is not None:
-            _rpc.set_tensor(req, "g", g)
-        if beta is not None:
-            _rpc.set_tensor(req, "beta", beta)
+        for name, x in (("g", g), ("beta", beta), ("a", a), ("b", b)):
+            if x is not None:
+                _rpc.set_tensor(req, name, x)
         resp = self._call(self._stub.Prefill, req)
         self.position = resp.position
         return _output(self.spec, q.shape[0], resp, single)
 
-    def _prefill_shared(self, q, k, v, g, beta, single):
+    def _prefill_shared(self, q, k, v, g, beta, a, b, single):
         T, H, dv = q.shape[0], self.spec.num_heads, self.spec.value_dim
         # The server reads what the offsets name, so the shapes are checked
-        # here: a g or beta of another shape would read other tensors' bytes.
+        # here: a g, beta, a or b of another shape would read other tensors'
+        # bytes.
         rule = self.spec.rule or "linear"
         g_shape = ((T, H, self.spec.key_dim) if self.spec.gate == "key" else (T, H)) \
-            if rule in ("gated", "gated_delta") else None
+            if rule in ("gated", "gated_delta", "rwkv7") else None
         beta_shape = (T, H) if rule in ("delta", "gated_delta") else None
-        for name, a, shape, what in (("g", g, g_shape, "log-gates"),
-                                     ("beta", beta, beta_shape, "beta")):
-            if shape is None and a is not None:
+        ab_shape = (T, H, self.spec.key_dim) if rule == "rwkv7" else None
+        for name, x, shape, what in (("g", g, g_shape, "log-gates"),
+                                     ("beta", beta, beta_shape, "beta"),
+                                     ("a", a, ab_shape, "a"),
+                                     ("b", b, ab_shape, "b")):
+            if shape is None and x is not None:
                 raise errors.error(grpc.StatusCode.INVALID_ARGUMENT,
                                    f"{name}: rule {rule} takes no {what}")
-            if shape is not None and (a is None or a.shape != shape):
+            if shape is not None and (x is None or x.shape != shape):
                 raise errors.error(grpc.StatusCode.INVALID_ARGUMENT,
                                    f"{name}: rule {rule} takes {what} of shape {shape}, got "
-                                   f"{None if a is None else a.shape}")
-        arrays = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
+                                   f"{None if x is None else x.shape}")
+        arrays = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "a": a, "b": b}
         outputs = {"output": (T, H, dv), "denominator": (T, H)}
         offsets, nbytes = _shared_memory.layout(arrays, outputs)
         with _shared_memory.Region(nbytes) as region:
             tensors = pb.SharedMemoryTensors(path=region.path)
-            for name, a in arrays.items():
-                if a is not None:
-                    region.view(offsets[name], a.shape)[...] = a
+            for name, x in arrays.items():
+                if x is not None:
+                    region.view(offsets[name], x.shape)[...] = x
                     setattr(tensors, name + "_offset", offsets[name])
             tensors.output_offset = offsets["output"]
             tensors.denominator_offset = offsets["denominator"]
@@ -400,19 +407,21 @@ class Decoder:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    def decode(self, q, k, v, *, g=None, beta=None, expected_position=None):
+    def decode(self, q, k, v, *, g=None, beta=None, a=None, b=None,
+               expected_position=None):
         """As Session.decode, on this stream."""
         if self._closed:
             raise ValueError("this Decoder is closed")
         session = self._session
         q, k, v, single = _inputs(session.spec, q, k, v)
-        g, beta = _rule_inputs(session.spec, q.shape[0], single, g, beta)
+        g, beta, a, b = _rule_inputs(session.spec, q.shape[0], single, g, beta, a, b)
         T, H, dv = q.shape[0], session.spec.num_heads, session.spec.value_dim
         for t in range(T):
             self._requests.put(_decode_request(
                 session.id, q[t], k[t], v[t],
                 None if expected_position is None else expected_position + t,
-                None if g is None else g[t], None if beta is None else beta[t]))
+                None if g is None else g[t], None if beta is None else beta[t],
+                None if a is None else a[t], None if b is None else b[t]))
         output = np.empty((T, H, dv), dtype=np.float32)
         denominator = np.empty((T, H), dtype=np.float32)
         available = np.empty((T, H), dtype=bool)

@@ -176,10 +176,11 @@ class Client:
         """One decode step of each of several sessions in one DecodeBatch
         message, run as one batch: all of them or none.
 
-        steps: (session, q, k, v[, expected_position[, g[, beta]]]) tuples,
-        each session at most once, q and k (num_heads, key_dim), v
-        (num_heads, value_dim) of that session's spec, and for the gated and
-        delta rules its log-gates g and β (as Session.decode). Returns one
+        steps: (session, q, k, v[, expected_position[, g[, beta[, a[, b]]]]])
+        tuples, each session at most once, q and k (num_heads, key_dim), v
+        (num_heads, value_dim) of that session's spec, and for the gated,
+        delta and rwkv7 rules its log-gates g, β, a and b (as
+        Session.decode). Returns one
         AttentionOutput per step, in order. A bad step raises (its message
         names steps[i]) and changes no session."""
         request = attention_pb2.DecodeBatchRequest()
@@ -193,9 +194,9 @@ class Client:
             if not single or k.shape[0] != 1 or v.shape[0] != 1:
                 raise errors.error(grpc.StatusCode.INVALID_ARGUMENT,
                                    f"steps[{i}]: one token per session: (heads, dim) arrays")
-            expected, g, beta = (list(rest) + [None, None, None])[:3]
+            expected, g, beta, a, b = (list(rest) + [None] * 5)[:5]
             request.steps.append(_decode_request(session.id, q[0], k[0], v[0], expected,
-                                                 g, beta))
+                                                 g, beta, a, b))
             sessions.append(session)
         if not sessions:
             return []
