@@ -89,7 +89,8 @@ TEST(Records, AnRwkv7StepCarriesItsLowRankVectors) {
   group.AddStep(*session, in, 1);
   ASSERT_EQ(group.size(), 1u);
   EXPECT_EQ(StepFloats(spec), 6u + 6 + 4 + 6 + 6 + 6);
-  auto split = SplitBody(group.records()[0].Body()).value();
+  const std::string body = group.records()[0].Body();  // the views' bytes
+  auto split = SplitBody(body).value();
   auto step = ParseStepPayload(split.rest).value();
   ASSERT_EQ(step.floats.size(), StepFloats(spec) * sizeof(float));
   const SequenceInput back = StepInput(spec, step.floats);
