@@ -12,7 +12,7 @@ build=${1:?usage: fuzz.sh BUILD_DIR SECONDS}
 seconds=${2:?usage: fuzz.sh BUILD_DIR SECONDS}
 root=$(cd "$(dirname "$0")/.." && pwd)
 targets=(snapshot_fuzz config_fuzz safetensors_fuzz npy_fuzz tokenizer_fuzz
-         tokenizer_json_fuzz jinja_fuzz attention_requests_fuzz
+         tokenizer_json_fuzz rwkv_world_fuzz jinja_fuzz attention_requests_fuzz
          generation_requests_fuzz)
 
 # The tokenizer target also takes a SentencePiece model: the test fixtures'

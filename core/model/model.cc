@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/model/model_types.h"
+#include "core/model/rwkv_world_tokenizer.h"
 #include "core/model/safetensors.h"
 #include "core/model/tensor_reader.h"
 #include "core/model/tokenizer_json/tokenizer_json.h"
@@ -21,7 +22,8 @@ namespace {
 // The tokenizer the directory names: UTF-8 bytes when config.json says so
 // ("linattn_tokenizer": "bytes", over any tokenizer file beside it), else
 // tokenizer.json (Hugging Face's, as transformers prefers it), else
-// tokenizer.model (SentencePiece); a directory that names none is refused
+// tokenizer.model (SentencePiece), else RWKV's World vocabulary
+// (rwkv_vocab_v20230424.txt); a directory that names none is refused
 // rather than given a tokenizer its model was not trained with.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(
     const std::string& dir, const ModelConfig& c) {
@@ -32,11 +34,16 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(
   if (std::ifstream(spm_path).good()) {
     return LoadSentencePieceTokenizer(spm_path);
   }
+  const std::string rwkv_path = absl::StrCat(dir, "/", kRwkvWorldVocabFile);
+  if (std::ifstream(rwkv_path).good()) return LoadRwkvWorldTokenizer(rwkv_path);
   return absl::FailedPreconditionError(absl::StrCat(
       dir,
-      ": names no tokenizer: linattn reads tokenizer.json or "
-      "tokenizer.model beside config.json (a model whose tokens are UTF-8 "
-      "bytes says \"linattn_tokenizer\": \"bytes\" in config.json)"));
+      ": names no tokenizer: linattn reads tokenizer.json, tokenizer.model "
+      "or ",
+      kRwkvWorldVocabFile,
+      " beside config.json (a model whose tokens "
+      "are UTF-8 bytes says \"linattn_tokenizer\": \"bytes\" in "
+      "config.json)"));
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {

@@ -159,6 +159,25 @@ def main():
     write("tokenizer_json_fuzz", "unigram", json.dumps(unigram).encode() + b"\0ab ba \xc3\xa9")
     write("tokenizer_json_fuzz", "refused",
           json.dumps(dict(unigram, normalizer={"type": "Foo"})).encode())
+    # RWKV World vocabularies: the 256 bytes as RWKV's file writes them,
+    # tokens in every literal form repr writes; the text after a NUL.
+    def rwkv_vocab(extra):
+        lines = []
+        for b in range(256):
+            r = repr(bytes([b]).decode("ascii")) if b < 0x80 else repr(bytes([b]))
+            lines.append(f"{b + 1} {r} 1")
+        for i, t in enumerate(extra, start=257):
+            try:
+                r = repr(t.decode("utf-8"))
+            except UnicodeDecodeError:
+                r = repr(t)
+            lines.append(f"{i} {r} {len(t)}")
+        return ("\n".join(lines) + "\n").encode("utf-8")
+    write("rwkv_world_fuzz", "tokens",
+          rwkv_vocab([b"\n\n", b"it's", b'"q"', b"a\\b", "中文".encode(), b"\xe4\xb8",
+                      "\u2028".encode(), b" the", b"User:"])
+          + b"\0User: it's \xe4\xb8\xad\xe6\x96\x87\n\n\xff")
+    write("rwkv_world_fuzz", "refused", rwkv_vocab([b"ab"]).replace(b"'ab' 2", b"'ab' 3"))
     # Chat templates: the test templates, and fragments of each construct.
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "chat", "templates", "*.jinja"))):
         with open(path, "rb") as f:

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "core/model/model.h"
+#include "core/model/rwkv_world_tokenizer.h"
 #include "tests/model/test_model.h"
 #include "tests/util/temp_dir.h"
 
@@ -55,6 +57,33 @@ TEST_F(ModelLoadTest, MissingFilesAreNotFound) {
   absl::Status s = LoadStatus(Dir("config_only"));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("model.safetensors"));
+}
+
+// A directory with RWKV's World vocabulary beside config.json (and no
+// other tokenizer file) is tokenized with it; a vocabulary larger than the
+// model's is refused.
+TEST_F(ModelLoadTest, ReadsRwkvsWorldVocabularyBesideTheWeights) {
+  std::string vocab;
+  for (int b = 0; b < 256; ++b) {
+    absl::StrAppend(&vocab, b + 1, b < 0x80 ? " '\\x" : " b'\\x",
+                    absl::Hex(b, absl::kZeroPad2), "' 1\n");
+  }
+  absl::StrAppend(&vocab, "257 ' the' 4\n");
+  nlohmann::json config = SmallConfig();
+  config["linattn_tokenizer"] = nullptr;
+  WriteRandomModel(Dir("rwkv"), config, 1);
+  std::ofstream(Dir("rwkv") + "/" + kRwkvWorldVocabFile) << vocab;
+  auto model = Model::Load(Dir("rwkv"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->tokenizer().kind(), "rwkv_world");
+  EXPECT_THAT(*(*model)->tokenizer().Encode("a the"),
+              ::testing::ElementsAre('a' + 1, 257));
+  config["vocab_size"] = 200;
+  WriteRandomModel(Dir("small_vocab"), config, 1);
+  std::ofstream(Dir("small_vocab") + "/" + kRwkvWorldVocabFile) << vocab;
+  const absl::Status s = LoadStatus(Dir("small_vocab"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("rwkv_world"));
 }
 
 TEST_F(ModelLoadTest, BadConfigsNameTheField) {
