@@ -16,17 +16,9 @@ WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
 RUN bash scripts/install-deps.sh --no-python && rm -rf /var/lib/apt/lists/*
 COPY . .
-# The build goes through ccache, as `make` does. A build that mounts a cache
-# filled by the same sources' `make` at CCACHE_DIR (with CCACHE_BASEDIR the
-# source root on both sides) takes the objects from it:
-#   podman build -v ~/.cache/ccache:/ccache --build-arg CCACHE_DIR=/ccache .
-ARG CCACHE_DIR=/tmp/ccache
-ARG CCACHE_BASEDIR=/src
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLINATTN_BUILD_BENCH=OFF \
-      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
  && cmake --build build -j2 --target linattn-server linattn linattn-load linattn_sentencepiece \
- && cmake --install build --prefix /opt/linattn \
- && ccache --show-stats
+ && cmake --install build --prefix /opt/linattn
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq \

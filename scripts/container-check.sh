@@ -49,21 +49,9 @@ if ! podman image exists "$base"; then
   podman import "$rootfs_tar" "$base" >/dev/null
 fi
 
-# With a ccache directory the host's builds filled (CCACHE_DIR, as CI sets
-# it with CCACHE_BASEDIR at the source root), the image's build mounts it
-# and takes the objects the host compiled from the same sources.
-cache_args=()
-if [[ -n ${CCACHE_DIR:-} && -d ${CCACHE_DIR} ]]; then
-  cache_args=(-v "$CCACHE_DIR:/ccache" --build-arg CCACHE_DIR=/ccache)
-  echo "container-check: building $image (compiler cache $CCACHE_DIR)"
-else
-  echo "container-check: building $image"
-fi
-podman build --pull=never --format docker "${cache_args[@]}" -t "$image" . \
-  > /tmp/linattn-container-build.log 2>&1 || {
+echo "container-check: building $image"
+podman build --pull=never --format docker -t "$image" . > /tmp/linattn-container-build.log 2>&1 || {
   tail -40 /tmp/linattn-container-build.log; exit 1; }
-grep -aE "^ *(Hits|Misses): " /tmp/linattn-container-build.log | head -2 |
-  sed 's/^ */container-check: compiler cache /' || true
 
 name=linattn-check-$$
 port=$(( 20000 + RANDOM % 20000 ))

@@ -18,8 +18,8 @@ for arg in "$@"; do
 done
 
 packages=(
-  # toolchain (ccache: every build goes through it; a rebuild, or the
-  # container's build with the host's cache mounted, reuses objects)
+  # toolchain (ccache: every make build goes through it, so a rebuild
+  # reuses objects)
   build-essential cmake make pkg-config git clang-format ccache
   # RPC: gRPC C++ and Protocol Buffers (compiler, plugin, headers)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
