@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch reference of flash-linear-attention language models: `linear_attn`,
-`retnet`, `gla`, `delta_net`, `gated_deltanet` and `mamba2`.
+`retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2` and `rwkv7`.
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -59,6 +59,21 @@ with SiLU; qk_norm 'l2' (eps 1e-6 on the sum of squares) or 'sum' (x / sum x);
 beta = sigmoid(b_proj(x)) or 1 (use_beta), x2 with allow_neg_eigval; q scaled
 by head_k_dim^-1/2; output RMSNorm per head, times silu(g_proj(x)) with use_gate.
 
+rwkv7 (fla RWKV7ForCausalLM, fla/models/rwkv7, fla/layers/rwkv7.py) has its own
+block: LayerNorms with bias (norm_bias), the first layer's input through
+pre_norm (norm_first); per layer  x = x + time_mix(attn_norm(x)),
+x = x + value(relu(key(mix(ffn_norm(x))))^2). Both mixes take the token shift
+delta = x_{t-1} - x_t (the previous token's normed row is the session's state;
+zeros before the first) and mix y = x + delta * x_*. The time mix, per head of
+head_dim keys and value_dim / num_heads values: r, k, v projections;
+w = -e^{-1/2} sigmoid(w_lora(x_w)) (tanh LoRA) the log-decay; v lerped towards
+the first layer's v by sigmoid(v_lora(x_v)) in every later layer;
+a = sigmoid(a_lora(x_a)); g = g_lora(x_g) (sigmoid inside); kk = L2-normalised
+k * k_k per head; k = k (1 + (a - 1) k_a);
+    S = (diag(exp w) - (kk a) kk^T) S + k v^T;   o = S^T r
+then GroupNorm per head (eps head_dim * norm_eps), + (r k r_k).sum * v, times g,
+and o_proj.
+
 Usage:
     linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
@@ -67,6 +82,7 @@ Usage:
     linattn_ref.py random --out DIR --model-type gla [--num-kv-heads 2 --short-conv] ...
     linattn_ref.py random --out DIR --model-type retnet [--num-kv-heads 2] ...
     linattn_ref.py random --out DIR --model-type mamba2 [--n-groups 2] ...
+    linattn_ref.py random --out DIR --model-type rwkv7 [--head-dim 16 --low-rank-dim 8] ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -75,6 +91,7 @@ import argparse
 import json
 import math
 import os
+import re
 import struct
 import sys
 import time
@@ -225,8 +242,12 @@ class Config:
         self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
         # fla's GatedMLP (and the output gates, which take it as gate_fn) is
         # built for swish; mamba2's convolution takes silu or swish (the same).
-        act = d.get("hidden_act", "silu" if self.model_type == "mamba2" else "swish")
-        if act not in (("swish", "silu") if self.model_type == "mamba2" else ("swish",)):
+        # rwkv7's channel mix is ReLU² (fla's ACT2FN "sqrelu").
+        act = d.get("hidden_act", {"mamba2": "silu", "rwkv7": "sqrelu"}.get(self.model_type,
+                                                                             "swish"))
+        accepted = {"mamba2": ("swish", "silu"), "rwkv7": ("sqrelu",)}.get(self.model_type,
+                                                                          ("swish",))
+        if act not in accepted:
             raise ValueError(f"hidden_act {act!r} not supported")
         # Parts of fla's configs this reference does not build.
         for field in ("attn", "attnres_block_size"):
@@ -358,6 +379,58 @@ class Config:
         self.use_short_conv = bool(d.get("use_short_conv", True))
         self.conv_size = d.get("conv_size", 4)
         self.allow_neg_eigval = bool(d.get("allow_neg_eigval", False))
+
+
+    def _rwkv7(self, d):
+        # RWKV7Config's defaults (fla/models/rwkv7/configuration_rwkv7.py) and
+        # what RWKV7Attention and RWKV7FeedForward make of them.
+        h = self.hidden_size
+        self.norm_eps = d.get("norm_eps", 1e-5)
+        # RWKV7Config: head_dim from num_heads when head_dim is null; then
+        # RWKV7Attention takes head_dim over num_heads.
+        head_dim, num_heads = d.get("head_dim", 64), d.get("num_heads")
+        if head_dim is None:
+            if num_heads is None:
+                raise ValueError("head_dim or num_heads must be given")
+            head_dim = h // num_heads
+        if head_dim <= 0 or h % head_dim:
+            raise ValueError("hidden_size must be a multiple of head_dim")
+        self.head_dim = head_dim
+        self.num_heads = h // head_dim
+        # value_dim: one per layer (RWKV7Config's list), each a multiple of
+        # hidden_size; v_first is layer 0's v mixed into every later layer's,
+        # so they must all be the same.
+        value_dim = d.get("value_dim")
+        if value_dim is None:
+            value_dim = h
+        elif isinstance(value_dim, list):
+            if len(value_dim) != self.num_hidden_layers or len(set(value_dim)) != 1:
+                raise ValueError("value_dim: one value for every layer")
+            value_dim = value_dim[0]
+        if value_dim < h or value_dim % h:
+            raise ValueError("value_dim must be a multiple of hidden_size")
+        self.value_dim = value_dim
+        self.head_v_dim = value_dim // self.num_heads
+        # RWKV7Attention's defaults when the config's are null ("factor" for
+        # head_dim > 64; Python's round() rounds halves to even).
+        factor = head_dim / 64
+        sq = h ** 0.5
+        for field, default, scale, per_head in (("decay_low_rank_dim", 64, 2.5, True),
+                                                ("gate_low_rank_dim", 128, 5, False),
+                                                ("a_low_rank_dim", 64, 2.5, True),
+                                                ("v_low_rank_dim", 16, 1.7, True)):
+            rank = d.get(field, default)
+            if rank is None:
+                rank = max(32, int(round(scale * sq * (factor if per_head else 1) / 32) * 32))
+            setattr(self, field, rank)
+        # RWKV7FeedForward: int(hidden · ratio) rounded up to a multiple of 32.
+        self.intermediate_size = d.get("intermediate_size")
+        if self.intermediate_size is None:
+            i = int(h * (d.get("hidden_ratio", 4) or 4))
+            self.intermediate_size = 32 * ((i + 32 - 1) // 32)
+        self.norm_first = bool(d.get("norm_first", True))
+        self.norm_bias = bool(d.get("norm_bias", True))
+        self.fuse_norm = bool(d.get("fuse_norm", True))
 
 
 def load_config(model_dir):
@@ -923,6 +996,165 @@ class Mamba2Backbone(nn.Module):
         self.norm_f = RMSNorm(c.hidden_size, c.norm_eps)
 
 
+# rwkv7, written from fla's RWKV7ForCausalLM (fla/models/rwkv7/modeling_rwkv7.py)
+# and RWKV7Attention (fla/layers/rwkv7.py) at bc3b101d, with the ops those
+# call: token_shift (fla/modules/token_shift.py: x_{t-1} - x_t, zeros before the
+# first token), fused_addcmul_rwkv7 (x + delta * mix), fused_k_rwkv7
+# (k.addcmul(k * (a - 1), k_a)), l2_norm (x / sqrt(sum x^2 + 1e-6); F.normalize
+# without fuse_norm), gate_output_correction ((o + (r k r_k).sum * v) * g) and
+# chunk_rwkv7 (dplr with a = -kk, b = kk * a, scale 1) as the recurrence of
+# fla/ops/generalized_delta_rule/dplr/naive.py. tests/python/rwkv7_reference_test.py
+# checks it against BlinkDL's own numpy form (RWKV-v7/rwkv_v7_numpy.py).
+
+
+class LayerNorm(nn.Module):
+    """nn.LayerNorm with an optional bias (fla's LayerNorm; torch 1.13's
+    nn.LayerNorm always has one)."""
+
+    def __init__(self, dim, eps, bias=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+class LoRA(nn.Module):
+    """fla/layers/rwkv6.py's LoRA: Linear(in, rank) -> activation -> Linear(rank,
+    out) (with bias unless told), as lora.0 and lora.2."""
+
+    def __init__(self, n_in, n_out, rank, activation, bias=True):
+        super().__init__()
+        act = {None: nn.Identity(), "tanh": nn.Tanh(), "sigmoid": nn.Sigmoid()}[activation]
+        self.lora = nn.Sequential(nn.Linear(n_in, rank, bias=False), act,
+                                  nn.Linear(rank, n_out, bias=bias))
+
+    def forward(self, x):
+        return self.lora(x)
+
+
+def token_shift(x, last):
+    """fla's token_shift with a cache: (x_{t-1} - x_t, the last row), x_{-1}
+    being `last`."""
+    prev = torch.cat([last[:, None], x[:, :-1]], 1)
+    return prev - x, x[:, -1]
+
+
+def dplr_recurrence(q, k, v, alpha, beta, gk, s):
+    """fla's dplr_recurrence (B, T, H, D) without its q scaling (chunk_rwkv7
+    passes scale 1): S = S exp(gk) + k v^T + beta (alpha^T S), o = q^T S."""
+    out = []
+    for t in range(q.shape[1]):
+        kv = (k[:, t, :, :, None] * v[:, t, :, None, :] +
+              (s * alpha[:, t, :, :, None]).sum(-2, keepdim=True) * beta[:, t, :, :, None])
+        s = s * gk[:, t].exp()[..., None] + kv
+        out.append(torch.einsum("bhd,bhdm->bhm", q[:, t], s))
+    return torch.stack(out, 1), s
+
+
+class RWKV7Attention(nn.Module):
+    def __init__(self, c, layer_idx):
+        super().__init__()
+        self.c, self.layer_idx = c, layer_idx
+        h, dv = c.hidden_size, c.value_dim
+        for name in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"):
+            setattr(self, name, nn.Parameter(torch.zeros(1, 1, h)))
+        self.k_k = nn.Parameter(torch.zeros(h))
+        self.k_a = nn.Parameter(torch.zeros(h))
+        self.r_k = nn.Parameter(torch.zeros(c.num_heads, c.head_dim))
+        self.r_proj = nn.Linear(h, h, bias=False)
+        self.k_proj = nn.Linear(h, h, bias=False)
+        self.v_proj = nn.Linear(h, dv, bias=False)
+        self.o_proj = nn.Linear(dv, h, bias=False)
+        self.w_lora = LoRA(h, h, c.decay_low_rank_dim, "tanh")
+        if layer_idx != 0:
+            self.v_lora = LoRA(h, dv, c.v_low_rank_dim, None)
+        self.a_lora = LoRA(h, h, c.a_low_rank_dim, None)
+        self.g_lora = LoRA(h, dv, c.gate_low_rank_dim, "sigmoid", bias=False)
+        # fla's GroupNorm(bias=True) or nn.GroupNorm (affine): weight and bias
+        # either way, eps head_dim * norm_eps.
+        self.g_norm = nn.GroupNorm(c.num_heads, dv, eps=c.head_dim * c.norm_eps)
+
+    def forward(self, x, shift, s, v_first):
+        c = self.c
+        b, t, _ = x.shape
+        nh, dk, dv = c.num_heads, c.head_dim, c.head_v_dim
+        delta, shift = token_shift(x, shift)
+        xr, xw, xk, xv, xa, xg = (torch.addcmul(x, delta, m) for m in (
+            self.x_r, self.x_w, self.x_k, self.x_v, self.x_a, self.x_g))
+        r = self.r_proj(xr)
+        w = -0.6065306597126334 * self.w_lora(xw).sigmoid()
+        k = self.k_proj(xk)
+        v = self.v_proj(xv)
+        if self.layer_idx == 0:
+            v_first = v
+        else:
+            v = torch.lerp(v, v_first, self.v_lora(xv).sigmoid())
+        a = self.a_lora(xa).sigmoid()
+        g = self.g_lora(xg)
+        kk = (k * self.k_k).view(b, t, nh, dk)
+        if c.fuse_norm:
+            kk = kk * torch.rsqrt((kk * kk).sum(-1, keepdim=True) + 1e-6)
+        else:
+            kk = F.normalize(kk, dim=-1, p=2.0)
+        k = k.addcmul(k * (a - 1), self.k_a)
+        r, w, k, a = (z.view(b, t, nh, dk) for z in (r, w, k, a))
+        v = v.view(b, t, nh, dv)
+        o, s = dplr_recurrence(r, k, v, -kk, kk * a, w, s)
+        o = self.g_norm(o.reshape(b * t, nh * dv)).view(b, t, nh * dv)
+        o = (o + ((r * k * self.r_k).sum(-1, keepdim=True) * v).view(b, t, nh * dv)) * g
+        return self.o_proj(o), shift, s, v_first
+
+
+class RWKV7FeedForward(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.x_k = nn.Parameter(torch.zeros(c.hidden_size))
+        self.key = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.value = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x, shift):
+        delta, shift = token_shift(x, shift)
+        return self.value(torch.relu(self.key(x.addcmul(delta, self.x_k))) ** 2), shift
+
+
+class RWKV7Block(nn.Module):
+    def __init__(self, c, layer_idx):
+        super().__init__()
+        h, eps, bias = c.hidden_size, c.norm_eps, c.norm_bias
+        self.c = c
+        if c.norm_first and layer_idx == 0:
+            self.pre_norm = LayerNorm(h, eps, bias)
+        self.attn_norm = LayerNorm(h, eps, bias)
+        self.attn = RWKV7Attention(c, layer_idx)
+        self.ffn_norm = LayerNorm(h, eps, bias)
+        self.ffn = RWKV7FeedForward(c)
+
+    def forward(self, x, state, v_first):
+        attn_shift, ffn_shift, s = state
+        residual = self.pre_norm(x) if hasattr(self, "pre_norm") else x
+        o, attn_shift, s, v_first = self.attn(self.attn_norm(residual), attn_shift, s, v_first)
+        x = residual + o
+        f, ffn_shift = self.ffn(self.ffn_norm(x), ffn_shift)
+        return x + f, (attn_shift, ffn_shift, s), v_first
+
+    def new_state(self, batch, dtype):
+        c = self.c
+        return (torch.zeros(batch, c.hidden_size, dtype=dtype),
+                torch.zeros(batch, c.hidden_size, dtype=dtype),
+                torch.zeros(batch, c.num_heads, c.head_dim, c.head_v_dim, dtype=dtype))
+
+
+class RWKV7Backbone(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([RWKV7Block(c, i) for i in range(c.num_hidden_layers)])
+        self.norm = LayerNorm(c.hidden_size, c.norm_eps, c.norm_bias)
+
+
 class MLP(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -970,7 +1202,8 @@ class CausalLM(nn.Module):
     def __init__(self, c, backbone, norm_name):
         super().__init__()
         self.c = c
-        self.backbone_name = "model" if isinstance(backbone, Backbone) else "backbone"
+        self.backbone_name = ("model" if isinstance(backbone, (Backbone, RWKV7Backbone))
+                              else "backbone")
         setattr(self, self.backbone_name, backbone)
         self.norm_name = norm_name
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
@@ -1032,6 +1265,33 @@ class Mamba2LM(CausalLM):
         super().__init__(c, Mamba2Backbone(c), "norm_f")
 
 
+class RWKV7LM(CausalLM):
+    """fla's RWKV7ForCausalLM: model.embeddings, model.layers (pre_norm on the
+    first with norm_first, attn_norm, attn, ffn_norm, ffn), model.norm. Each
+    layer's state is its two token-shift rows and S; v_first runs through
+    the layers of one forward."""
+
+    def __init__(self, c):
+        super().__init__(c, RWKV7Backbone(c), "norm")
+
+    def run(self, tokens, states):
+        embeddings, layers, norm = self.parts()
+        x = embeddings(tokens)
+        v_first, out = None, []
+        for layer, st in zip(layers, states):
+            x, st, v_first = layer(x, st, v_first)
+            out.append(st)
+        return self.lm_head(norm(x)), out
+
+    def forward(self, tokens):
+        dtype = self.lm_head.weight.dtype
+        return self.run(tokens, self.new_state(tokens.shape[0], dtype))[0]
+
+    def step(self, tokens, states):
+        logits, states = self.run(tokens[:, None], states)
+        return logits[:, 0], states
+
+
 class ModelType:
     """One model type of the reference: how its config's own fields are
     read, its layer's mixer (written from the type's upstream source) and
@@ -1051,6 +1311,7 @@ MODEL_TYPES = {
     "delta_net": ModelType(Config._delta_net, DeltaNet, LinearAttentionLM, 16),
     "gated_deltanet": ModelType(Config._gated_deltanet, GatedDeltaNet, LinearAttentionLM, 6),
     "mamba2": ModelType(Config._mamba2, Mamba2Mixer, Mamba2LM, None),
+    "rwkv7": ModelType(Config._rwkv7, RWKV7Attention, RWKV7LM, None),
 }
 
 
@@ -1110,6 +1371,13 @@ def random_model(config, seed):
                 p.normal_(0, 1 / math.sqrt(p.shape[-1]))
             elif name.endswith("mixer.D"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
+            elif re.search(r"\.(attn|ffn)\.x_[rwkvag]$", name):
+                # rwkv7's token-shift mixes: fractions of the previous token.
+                p.uniform_(0, 1)
+            elif name.endswith(".attn.k_a"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))  # fla's init: 1.02
+            elif name.endswith(".attn.k_k"):
+                p.copy_(0.7 + 0.1 * torch.randn_like(p))  # fla's: 0.71 - linear / 10
             elif p.dim() == 2:
                 p.normal_(0, 1 / math.sqrt(p.shape[1]))
             else:
@@ -1148,6 +1416,14 @@ def random_config(args):
               "bos_token_id": None, "eos_token_id": None,
               # random models are byte-level: ids 0..255 are UTF-8 bytes
               "linattn_tokenizer": "bytes"}
+    if args.model_type == "rwkv7":
+        config.update({
+            "head_dim": args.head_dim, "hidden_act": "sqrelu", "norm_eps": 1e-5,
+            "intermediate_size": args.intermediate_size, "hidden_ratio": 4,
+            "decay_low_rank_dim": args.low_rank_dim, "a_low_rank_dim": args.low_rank_dim,
+            "v_low_rank_dim": args.low_rank_dim, "gate_low_rank_dim": 2 * args.low_rank_dim,
+            "norm_first": True, "norm_bias": True, "fuse_norm": True, "attn_mode": "chunk"})
+        return config
     if args.model_type == "mamba2":
         config.update({
             "head_dim": args.head_dim, "expand": 2, "state_size": args.state_size,
@@ -1266,7 +1542,7 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--model-type", default="linear_attn",
                    choices=["linear_attn", "retnet", "gla", "delta_net", "gated_deltanet",
-                            "mamba2"])
+                            "mamba2", "rwkv7"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
@@ -1298,7 +1574,9 @@ def main():
     r.add_argument("--qk-activation", default="silu", choices=["silu", "relu", "elu", "identity"],
                    help="delta_net")
     r.add_argument("--qk-norm", default="l2", choices=["l2", "sum"], help="delta_net")
-    r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet, mamba2")
+    r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet, mamba2, rwkv7")
+    r.add_argument("--low-rank-dim", type=int, default=16,
+                   help="rwkv7: the decay, a and v LoRAs' rank (the gate's twice it)")
     r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
     r.add_argument("--conv-size", type=int, default=4,
                    help="gla, delta_net, gated_deltanet, mamba2 (conv_kernel)")

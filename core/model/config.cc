@@ -89,10 +89,12 @@ absl::Status ParseCommon(const json& j, const ModelTypeDef::CommonDefaults& d,
   // fla's GatedMLP and output gates are built for swish; mamba2's
   // convolution takes silu (the same function).
   std::string act_name = act->value_or(d.hidden_act);
-  if (act_name != "swish" && act_name != "silu") {
-    return ConfigFieldError(
-        "hidden_act",
-        absl::StrCat("'", act_name, "' is not supported (swish)"));
+  const bool sqrelu = absl::string_view(d.hidden_act) == "sqrelu";
+  if (sqrelu ? act_name != "sqrelu"
+             : act_name != "swish" && act_name != "silu") {
+    return ConfigFieldError("hidden_act",
+                            absl::StrCat("'", act_name, "' is not supported (",
+                                         sqrelu ? "sqrelu" : "swish", ")"));
   }
   double eps = d.norm_eps;
   // mamba2's older fla configs (and transformers') say layer_norm_epsilon.

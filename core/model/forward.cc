@@ -163,7 +163,8 @@ void ForwardRunner::Embed(std::span<const ForwardItem> items,
 }
 
 absl::Status ForwardRunner::RunAttention(const LayerPass& pass, const float* g,
-                                         const float* beta) {
+                                         const float* beta, const float* a,
+                                         const float* b) {
   const std::span<const ForwardItem> items = pass.items;
   const uint32_t rows = pass.rows;
   const size_t l = pass.layer;
@@ -186,7 +187,9 @@ absl::Status ForwardRunner::RunAttention(const LayerPass& pass, const float* g,
         .v = v.row(p.row0, 0),
         .tokens = p.rows,
         .g = g == nullptr ? nullptr : g + uint64_t{p.row0} * nh * gate_width,
-        .beta = beta == nullptr ? nullptr : beta + uint64_t{p.row0} * nh};
+        .beta = beta == nullptr ? nullptr : beta + uint64_t{p.row0} * nh,
+        .a = a == nullptr ? nullptr : a + uint64_t{p.row0} * nh * dk,
+        .b = b == nullptr ? nullptr : b + uint64_t{p.row0} * nh * dk};
     SequenceOutput out{.output = o.row(p.row0, 0),
                        .denominator = den.row(p.row0),
                        .available = available.row(p.row0)};
@@ -261,8 +264,15 @@ absl::Status ForwardRunner::Logits(std::span<const ForwardItem> items,
   for (size_t i = 0; i < wanted.size(); ++i) {
     std::memcpy(gathered.row(i), x.row(wanted[i].first), H * sizeof(float));
   }
-  RmsNorm(gathered.data(), wanted.size(), H, m.final_norm().data(), c.norm_eps,
-          ws_.logits_rows.data());
+  if (c.layer_norms()) {
+    LayerNorm(
+        gathered.data(), wanted.size(), H, m.final_norm().data(),
+        m.final_norm_bias().empty() ? nullptr : m.final_norm_bias().data(),
+        c.norm_eps, ws_.logits_rows.data());
+  } else {
+    RmsNorm(gathered.data(), wanted.size(), H, m.final_norm().data(),
+            c.norm_eps, ws_.logits_rows.data());
+  }
   LINATTN_RETURN_IF_ERROR(m.lm_head().Apply(ws_.logits_rows.data(),
                                             static_cast<int64_t>(wanted.size()),
                                             ws_.logits_out.data()));

@@ -140,8 +140,10 @@ class ForwardRunner {
   // fk and v (rows × heads × the spec's widths), g and β (the gated and
   // delta rules) rows × heads (× d_k per key), into o. One-token pieces in
   // one StepBatch, longer ones in one chunkwise prefill, in place.
+  // rwkv7's low-rank vectors a and b: rows × heads × d_k each.
   absl::Status RunAttention(const LayerPass& pass, const float* g,
-                            const float* beta);
+                            const float* beta, const float* a = nullptr,
+                            const float* b = nullptr);
 
  private:
   // One pass: the rows of `pieces` through every layer, as named blocks.

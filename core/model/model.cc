@@ -141,6 +141,9 @@ ModelState Model::NewState() const {
 }
 
 uint64_t Model::conv_window_floats() const {
+  // rwkv7: the time mix's and the channel mix's token-shift rows.
+  if (config_.type == ModelType::kRwkv7)
+    return 2 * uint64_t{config_.hidden_size};
   const uint64_t channels = config_.conv_channels();
   return channels == 0 ? 0 : channels * (config_.conv_size - 1);
 }
@@ -270,6 +273,10 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     }
   }
   LINATTN_ASSIGN_OR_RETURN(model->final_norm_, r.Vector(names.final_norm, H));
+  if (!names.final_norm_bias.empty() && c.norm_bias) {
+    LINATTN_ASSIGN_OR_RETURN(model->final_norm_bias_,
+                             r.Vector(names.final_norm_bias, H));
+  }
   if (c.tie_word_embeddings) {
     r.Skip("lm_head.weight");  // some exports keep the tied copy
     LINATTN_ASSIGN_OR_RETURN(

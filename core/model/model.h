@@ -11,7 +11,8 @@
 //
 // The only per-session memory is ModelState: the state of every layer and
 // head (S, and z for linear_attn) and the short convolutions' last W − 1
-// inputs, nothing that grows with the context.
+// inputs (rwkv7: the token shifts' last rows), nothing that grows with the
+// context.
 //
 //   auto model = Model::Load("models/tiny").value();
 //   ModelState state = model->NewState();
@@ -38,6 +39,8 @@ namespace linattn {
 // (all heads), at the same position, and for models with short
 // convolutions each layer's window of the last W − 1 inputs (time-major:
 // W − 1 rows of conv_channels floats, oldest first; zeros at position 0).
+// rwkv7's window is its token shifts': the time mix's last normed input,
+// then the channel mix's (hidden_size floats each).
 class ModelState {
  public:
   ModelState() = default;
@@ -81,6 +84,12 @@ MixerColumns MixerColumnsOf(const ModelConfig& c);
 // GLA's low-rank gate width (fla's gate_low_rank_dim, not configurable).
 inline constexpr uint32_t kGlaGateRank = 16;
 
+// A type's weights of one layer beyond Layer's fields (rwkv7's), defined by
+// the type (core/model/types/).
+struct LayerExtras {
+  virtual ~LayerExtras() = default;
+};
+
 class Model {
  public:
   // Weights of one layer, fp32. The projections are prepacked
@@ -118,6 +127,8 @@ class Model {
     std::vector<float> log_decay;  // RetNet: log(1 − 2^(−5−h)) in fp32
     // RetNet's rotary frequencies, head_k / 2 (fp32 as torch computes them).
     std::vector<float> rotary_inv_freq;
+    // The type's own (rwkv7: its time and channel mixes), or null.
+    std::unique_ptr<const LayerExtras> extras;
   };
 
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and
@@ -152,7 +163,8 @@ class Model {
 
   ModelState NewState() const;
   // Bytes of one session's state: layers × heads × (d_φ·d_v + d_φ) × 4
-  // (the rule types: heads × d_k·d_v), plus the convolution windows.
+  // (the rule types: heads × d_k·d_v), plus the convolution windows (rwkv7:
+  // the token-shift rows).
   uint64_t state_bytes() const;
   // The attention states' part of it, and one layer's window in floats.
   uint64_t attention_state_bytes() const;
@@ -163,6 +175,8 @@ class Model {
   const std::vector<Layer>& layers() const { return layers_; }
   const AlignedBuffer& embeddings() const { return embeddings_; }  // V×H
   const std::vector<float>& final_norm() const { return final_norm_; }
+  // Its bias (empty without one; LayerNorm types with norm_bias).
+  const std::vector<float>& final_norm_bias() const { return final_norm_bias_; }
   // hidden → vocab (the embeddings' matrix when tie_word_embeddings).
   const PackedLinear& lm_head() const { return *lm_head_; }
 
@@ -184,6 +198,7 @@ class Model {
   AlignedBuffer embeddings_;
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;
+  std::vector<float> final_norm_bias_;
   std::unique_ptr<PackedLinear> lm_head_;
 };
 

@@ -4,8 +4,9 @@
 // state rule it runs, and the name of its reference in tools/linattn_ref.py
 // (the PyTorch model, written from the type's upstream source, that the
 // tests hold it to). Each lives in core/model/types/<type>.cc; the five
-// rule types share the mixer flow of core/model/types/rule_mixer.h. A new
-// type is a file there and a line in the table.
+// rule types share the mixer flow of core/model/types/rule_mixer.h (rwkv7
+// runs its whole block, channel mix included). A new type is a file there
+// and a line in the table.
 //
 // Everything else — the common config fields, embeddings, the MLP, the
 // final norm and lm_head, the session's state — is the model's, whatever
@@ -45,6 +46,8 @@ class ModelTypeDef {
   // class sets its own.
   struct CommonDefaults {
     uint32_t layers = 24;
+    // The activation when config.json names none, and the one it takes:
+    // swish (or silu, the same), or rwkv7's sqrelu alone.
     const char* hidden_act = "swish";
     double norm_eps = 1e-6;
     // Older configs spell norm_eps layer_norm_epsilon (mamba2's).
@@ -73,6 +76,8 @@ class ModelTypeDef {
     std::string input_norm = "attn_norm.weight";
     std::vector<std::string> embeddings = {"model.embeddings.weight"};
     std::string final_norm = "model.norm.weight";
+    // The final norm's bias (LayerNorm types; read when norm_bias), or empty.
+    std::string final_norm_bias;
   };
   virtual TensorNames names() const { return {}; }
   // The state rule every layer runs, with the shapes config.json implies.
@@ -115,6 +120,7 @@ const ModelTypeDef& GlaType();
 const ModelTypeDef& DeltaNetType();
 const ModelTypeDef& GatedDeltaNetType();
 const ModelTypeDef& Mamba2Type();
+const ModelTypeDef& Rwkv7Type();
 
 }  // namespace linattn
 

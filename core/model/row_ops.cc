@@ -21,6 +21,32 @@ void RmsNormRow(const float* xr, uint32_t d, const float* w, float eps,
 
 }  // namespace
 
+void LayerNormRow(const float* xr, uint32_t d, const float* w, const float* b,
+                  float eps, float* yr) {
+  // Mean and variance in double: one rounding each, whatever d.
+  double sum = 0;
+  for (uint32_t i = 0; i < d; ++i) sum += xr[i];
+  const double mean = sum / d;
+  double ss = 0;
+  for (uint32_t i = 0; i < d; ++i) {
+    const double dx = xr[i] - mean;
+    ss += dx * dx;
+  }
+  const float m = static_cast<float>(mean);
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+  for (uint32_t i = 0; i < d; ++i) {
+    const float y = (xr[i] - m) * inv * w[i];
+    yr[i] = b != nullptr ? y + b[i] : y;
+  }
+}
+
+void LayerNorm(const float* x, uint64_t n, uint32_t d, const float* w,
+               const float* b, float eps, float* y) {
+  ParallelFor(n, n * d >= kParallelFloats, [&](uint64_t r) {
+    LayerNormRow(x + r * d, d, w, b, eps, y + r * d);
+  });
+}
+
 void RmsNorm(const float* x, uint64_t n, uint32_t d, const float* w, float eps,
              float* y) {
   ParallelFor(n, n * d >= kParallelFloats,

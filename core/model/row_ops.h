@@ -21,6 +21,14 @@ void RmsNorm(const float* x, uint64_t n, uint32_t d, const float* w, float eps,
              float* y);
 void RmsNormRows(const float* x, uint64_t n, uint32_t d, const float* w,
                  float eps, float* y);
+// y = (x − mean) / sqrt(var + eps) · w + b (b may be null; var the mean of
+// the squared deviations, as torch's layer_norm), n vectors of d; y may be
+// x. Spread over the team like RmsNorm.
+void LayerNorm(const float* x, uint64_t n, uint32_t d, const float* w,
+               const float* b, float eps, float* y);
+// The same on the calling thread, for one vector.
+void LayerNormRow(const float* x, uint32_t d, const float* w, const float* b,
+                  float eps, float* y);
 
 }  // namespace linattn
 

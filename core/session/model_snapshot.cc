@@ -22,7 +22,7 @@ uint64_t ModelSectionBytes(const Model& model) {
   return 8 + 4 + model.name().size() + 4;
 }
 
-// CONV: the short convolutions' windows, one per layer (models that have
+// CONV: the layers' windows, one per layer (models that have
 // them; required, so a reader that does not know it refuses the blob).
 uint64_t ConvSectionBytes(const Model& model) {
   const uint64_t w = model.conv_window_floats();
@@ -83,16 +83,20 @@ absl::Status ReadConvWindows(std::optional<absl::string_view> conv,
                              const Model& model, ModelState& state) {
   if (state.conv().empty()) {
     if (conv.has_value()) {
-      return Malformed("holds convolution windows; the model has none");
+      return Malformed(
+          "holds layer windows (convolution inputs or token-shift rows); the "
+          "model has none");
     }
     return absl::OkStatus();
   }
   if (!conv.has_value()) {
-    return Malformed("has no convolution windows; the model needs them");
+    return Malformed(
+        "has no layer windows (convolution inputs or token-shift rows); the "
+        "model needs them");
   }
   if (conv->size() != ConvSectionBytes(model)) {
     return Malformed(absl::StrCat("holds ", conv->size(),
-                                  " bytes of convolution windows; the model "
+                                  " bytes of layer windows; the model "
                                   "needs ",
                                   ConvSectionBytes(model)));
   }
@@ -100,14 +104,14 @@ absl::Status ReadConvWindows(std::optional<absl::string_view> conv,
   uint32_t count = 0;
   LINATTN_RETURN_IF_ERROR(r.Get(&count, "window count"));
   if (count != state.conv().size()) {
-    return Malformed(absl::StrCat("holds ", count, " convolution windows; ",
+    return Malformed(absl::StrCat("holds ", count, " layer windows; ",
                                   state.conv().size(), " expected"));
   }
   for (std::vector<float>& window : state.conv()) {
     uint64_t floats = 0;
     LINATTN_RETURN_IF_ERROR(r.Get(&floats, "window floats"));
     if (floats != window.size()) {
-      return Malformed(absl::StrCat("holds a convolution window of ", floats,
+      return Malformed(absl::StrCat("holds a layer window of ", floats,
                                     " floats; the model needs ",
                                     window.size()));
     }
@@ -115,7 +119,7 @@ absl::Status ReadConvWindows(std::optional<absl::string_view> conv,
                              r.Bytes(floats * sizeof(float), "window"));
     std::memcpy(window.data(), bytes.data(), bytes.size());
     if (!AllFinite(window.data(), window.size())) {
-      return Malformed("holds a convolution window that is not finite");
+      return Malformed("holds a layer window that is not finite");
     }
   }
   return r.Done();

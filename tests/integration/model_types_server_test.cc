@@ -1,7 +1,8 @@
 // A real linattn-server serving one model of each gated and delta-rule type
-// (retnet, gla, delta_net, gated_deltanet, mamba2; the reference fixtures
-// tests/python/make_model_fixtures.py writes) through GenerationService and
-// the OpenAI-style HTTP API, against the same models run in this process.
+// (retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7; the reference
+// fixtures tests/python/make_model_fixtures.py writes) through
+// GenerationService and the OpenAI-style HTTP API, against the same models run
+// in this process.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@ namespace {
 
 const char* const kModels[] = {"retnet_gqa_nogate", "gla_conv_gqa",
                                "delta_net_silu_l2", "gated_deltanet_gva",
-                               "mamba2_groups"};
+                               "mamba2_groups",     "rwkv7_unfused_nobias"};
 
 std::string Dir(const std::string& name) {
   return testing::FixtureRoot() + "/" + name;
@@ -115,11 +116,12 @@ TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
   grpc::ClientContext ctx;
   v1::ListModelsResponse resp;
   ASSERT_TRUE(stub_->ListModels(&ctx, {}, &resp).ok());
-  ASSERT_EQ(resp.models_size(), 5);
-  const char* types[] = {"retnet", "gla", "delta_net", "gated_deltanet",
-                         "mamba2"};
-  const char* rules[] = {"gated", "gated", "delta", "gated_delta", "gated"};
-  for (int i = 0; i < 5; ++i) {
+  ASSERT_EQ(resp.models_size(), 6);
+  const char* types[] = {"retnet",         "gla",    "delta_net",
+                         "gated_deltanet", "mamba2", "rwkv7"};
+  const char* rules[] = {"gated",       "gated", "delta",
+                         "gated_delta", "gated", "rwkv7"};
+  for (int i = 0; i < 6; ++i) {
     const v1::ModelInfo& m = resp.models(i);
     auto local = Model::Load(Dir(kModels[i])).value();
     EXPECT_EQ(m.name(), kModels[i]);
@@ -250,7 +252,8 @@ TEST(ModelTypesDurableTest, SessionsOfEveryTypeContinueAfterKillNine) {
     EXPECT_EQ(next.ids, std::vector<int32_t>(whole.begin() + 5, whole.end()));
     ++continued;
   }
-  EXPECT_EQ(continued, 5) << "models that ended their text early";
+  EXPECT_EQ(continued, static_cast<int>(std::size(kModels)))
+      << "models that ended their text early";
 }
 
 }  // namespace

@@ -137,6 +137,73 @@ TEST(ModelTypesConfigTest, TheNormsNameFollowsTheGateFunctionsSpelling) {
   Parse(R"({"model_type": "retnet", "attn_mode": "parallel"})");
 }
 
+// RWKV7Config's defaults and what RWKV7Attention and RWKV7FeedForward
+// make of them (fla/models/rwkv7, fla/layers/rwkv7.py).
+TEST(ModelTypesConfigTest, Rwkv7DefaultsAreFlasConfigAndLayers) {
+  const ModelConfig c = Parse(R"({"model_type": "rwkv7"})");
+  EXPECT_EQ(c.type, ModelType::kRwkv7);
+  EXPECT_EQ(c.hidden_size, 2048u);
+  EXPECT_EQ(c.num_hidden_layers, 24u);
+  EXPECT_EQ(c.head_k, 64u);  // head_dim 64: 32 heads
+  EXPECT_EQ(c.num_heads, 32u);
+  EXPECT_EQ(c.state_heads, 32u);
+  EXPECT_EQ(c.head_v, 64u);  // value_dim = hidden_size
+  EXPECT_EQ(c.decay_rank, 64u);
+  EXPECT_EQ(c.gate_rank, 128u);
+  EXPECT_EQ(c.a_rank, 64u);
+  EXPECT_EQ(c.v_rank, 16u);
+  EXPECT_EQ(c.intermediate_size, 8192u);  // 4·2048
+  EXPECT_FLOAT_EQ(c.norm_eps, 1e-5f);
+  EXPECT_TRUE(c.norm_first && c.norm_bias && c.fuse_norm);
+  EXPECT_FALSE(c.has_mlp());
+  EXPECT_TRUE(c.layer_norms());
+  EXPECT_EQ(c.conv_channels(), 0u);
+  // head_dim wins over num_heads (RWKV7Attention); null head_dim comes
+  // from num_heads (RWKV7Config).
+  EXPECT_EQ(Parse(R"({"model_type": "rwkv7", "hidden_size": 256,
+                      "head_dim": 64, "num_heads": 8})")
+                .num_heads,
+            4u);
+  const ModelConfig n = Parse(R"({"model_type": "rwkv7", "hidden_size": 256,
+                                  "head_dim": null, "num_heads": 8})");
+  EXPECT_EQ(n.head_k, 32u);
+  EXPECT_EQ(n.num_heads, 8u);
+  // value_dim as one number or one per layer (all the same): 2·hidden
+  // gives heads twice as wide in v.
+  for (const char* v : {"512", "[512, 512]"}) {
+    const ModelConfig w =
+        Parse(std::string(R"({"model_type": "rwkv7", "hidden_size": 256,
+                        "num_hidden_layers": 2, "value_dim": )") +
+              v + "}");
+    EXPECT_EQ(w.head_v, 128u) << v;
+    EXPECT_EQ(w.value_dim(), 512u) << v;
+  }
+  // Null ranks are RWKV7Attention's own: max(32, round(s·√H·f/32)·32) with
+  // f = head_dim/64 (not the gate's). H = 1024, head 64: decay and a
+  // round(2.5) = 2 (halves to even) → 64; gate round(5) → 160; v
+  // round(1.7) → 64. H = 4096, head 128: decay round(10) → 320.
+  const ModelConfig r = Parse(R"({"model_type": "rwkv7", "hidden_size": 1024,
+      "decay_low_rank_dim": null, "gate_low_rank_dim": null,
+      "a_low_rank_dim": null, "v_low_rank_dim": null})");
+  EXPECT_EQ(r.decay_rank, 64u);
+  EXPECT_EQ(r.a_rank, 64u);
+  EXPECT_EQ(r.gate_rank, 160u);
+  EXPECT_EQ(r.v_rank, 64u);
+  EXPECT_EQ(Parse(R"({"model_type": "rwkv7", "hidden_size": 4096,
+                      "head_dim": 128, "decay_low_rank_dim": null})")
+                .decay_rank,
+            320u);
+  // The channel mix: int(hidden·ratio) rounded up to a multiple of 32.
+  EXPECT_EQ(Parse(R"({"model_type": "rwkv7", "hidden_size": 100,
+                      "head_dim": 50, "hidden_ratio": 3.5})")
+                .intermediate_size,
+            352u);  // 350 → 352
+  EXPECT_EQ(Parse(R"({"model_type": "rwkv7", "hidden_size": 64,
+                      "head_dim": 16, "hidden_ratio": null})")
+                .intermediate_size,
+            256u);
+}
+
 TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
   struct Case {
     std::string json;
@@ -165,7 +232,26 @@ TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
       {R"({"model_type": "mamba2", "n_groups": 3})", "n_groups"},
       {R"({"model_type": "mamba2", "head_dim": 100})", "head_dim"},
       {R"({"model_type": "mamba2", "state_size": 70000})", "state_size"},
-      {R"({"model_type": "rwkv7"})", "model_type"},
+      {R"({"model_type": "rwkv6"})", "model_type"},
+      {R"({"model_type": "rwkv7", "hidden_act": "swish"})", "hidden_act"},
+      {R"({"model_type": "rwkv7", "hidden_size": 96, "head_dim": 64})",
+       "head_dim"},
+      {R"({"model_type": "rwkv7", "head_dim": null})", "num_heads"},
+      {R"({"model_type": "rwkv7", "hidden_size": 64, "head_dim": 16,
+           "num_hidden_layers": 2, "value_dim": [64, 128]})",
+       "value_dim"},
+      {R"({"model_type": "rwkv7", "hidden_size": 64, "head_dim": 16,
+           "num_hidden_layers": 2, "value_dim": [64]})",
+       "value_dim"},
+      {R"({"model_type": "rwkv7", "hidden_size": 64, "head_dim": 16,
+           "value_dim": 96})",
+       "value_dim"},
+      {R"({"model_type": "rwkv7", "value_dim": "wide"})", "value_dim"},
+      {R"({"model_type": "rwkv7", "decay_low_rank_dim": 0})",
+       "decay_low_rank_dim"},
+      {R"({"model_type": "rwkv7", "norm_first": "yes"})", "norm_first"},
+      {R"({"model_type": "rwkv7", "attn": {"layers": [1], "num_heads": 4}})",
+       "attn"},
       {R"({"model_type": "gla", "attn_mode": "parallel"})", "attn_mode"},
       // Widths whose products would wrap around 32 bits: 2·G·N = 2^32.
       {R"({"model_type": "mamba2", "hidden_size": 64, "expand": 1024,

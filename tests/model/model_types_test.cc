@@ -1,8 +1,9 @@
 // The gated and delta-rule model types (retnet, gla, delta_net,
-// gated_deltanet, mamba2) beyond their reference logits (forward_test.cc
+// gated_deltanet, mamba2, rwkv7) beyond their reference logits (forward_test.cc
 // holds every fixture to PyTorch): the state's size, snapshots and forks
-// with the convolution windows, failed batches, the older tensor names fla
-// wrote, and sessions of every type in one generation engine.
+// with the convolution windows (rwkv7: token-shift rows), failed batches, the
+// older tensor names fla wrote, and sessions of every type in one generation
+// engine.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -29,10 +30,11 @@ using testing::LoadFixture;
 
 // One fixture of each type, each with its type's less common paths:
 // GQA without an output gate, a convolution with GQA, the delta rule's
-// convolutions, GVA, and B/C groups.
+// convolutions, GVA, B/C groups, and rwkv7 without biases over three
+// layers (v_first mixed into two).
 const char* const kOnePerType[] = {"retnet_gqa_nogate", "gla_conv_gqa",
                                    "delta_net_silu_l2", "gated_deltanet_gva",
-                                   "mamba2_groups"};
+                                   "mamba2_groups",     "rwkv7_unfused_nobias"};
 
 std::shared_ptr<const Model> LoadOrDie(const std::string& dir,
                                        const std::string& name = "") {
@@ -80,8 +82,8 @@ bool SameState(const ModelState& a, const ModelState& b) {
 
 TEST(ModelTypesTest, EveryTypeHasReferenceFixtures) {
   const auto names = FixtureNames();
-  for (const char* type :
-       {"retnet_", "gla_", "delta_net_", "gated_deltanet_", "mamba2_"}) {
+  for (const char* type : {"retnet_", "gla_", "delta_net_", "gated_deltanet_",
+                           "mamba2_", "rwkv7_"}) {
     const auto n = std::count_if(names.begin(), names.end(), [&](auto& s) {
       return s.rfind(type, 0) == 0;
     });
@@ -90,14 +92,17 @@ TEST(ModelTypesTest, EveryTypeHasReferenceFixtures) {
 }
 
 // S of every head (d_k × d_v, no z) and each layer's window of W − 1
-// inputs, whatever the context length.
+// inputs (rwkv7: its two token-shift rows), whatever the context length.
 TEST(ModelTypesTest, StateIsHeadsTimesKeyTimesValuePlusWindows) {
   for (const char* name : kOnePerType) {
     SCOPED_TRACE(name);
     const auto [fx, model] = Open(name);
     ASSERT_NE(model, nullptr);
     const ModelConfig& c = model->config();
-    const uint64_t window = uint64_t{c.conv_channels()} * (c.conv_size - 1);
+    const uint64_t window =
+        c.type == ModelType::kRwkv7
+            ? 2 * uint64_t{c.hidden_size}
+            : uint64_t{c.conv_channels()} * (c.conv_size - 1);
     const uint64_t expected =
         uint64_t{c.num_hidden_layers} *
         (uint64_t{c.state_heads} * c.head_k * c.head_v + window) * 4;
@@ -147,7 +152,7 @@ TEST(ModelTypesTest, SnapshotsAndForksContinueExactly) {
           SerializeModelSnapshot(*model, bad, std::nullopt), models);
       EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
       EXPECT_THAT(refused.status().message(),
-                  ::testing::HasSubstr("convolution window"));
+                  ::testing::HasSubstr("layer window"));
     }
   }
 }
@@ -407,6 +412,25 @@ TEST(ModelTypesTest, OlderTensorNamesLoadTheSameModel) {
       {"mamba2_groups",
        [](std::vector<TensorToWrite>& t) {
          Rename(t, "backbone.embeddings.weight", "backbone.embedding.weight");
+       }},
+      // fla's first RWKV7Attention: the six token-shift mixes as one x_x of
+      // (6, hidden), in the order r, w, k, v, a, g.
+      {"rwkv7_unfused_nobias",
+       [](std::vector<TensorToWrite>& t) {
+         for (int l = 0; l < 3; ++l) {
+           const std::string p = "model.layers." + std::to_string(l) + ".attn.";
+           TensorToWrite x_x{p + "x_x", {6, 0}, {}, DType::kF32};
+           for (const char* m : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g"}) {
+             TensorToWrite* part = Find(t, p + m);
+             x_x.shape[1] = part->shape[2];
+             x_x.values.insert(x_x.values.end(), part->values.begin(),
+                               part->values.end());
+             part->name = "";
+           }
+           t.push_back(std::move(x_x));
+         }
+         std::erase_if(t,
+                       [](const TensorToWrite& x) { return x.name.empty(); });
        }},
   };
   for (const Case& c : cases) {

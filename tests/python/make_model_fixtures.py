@@ -70,7 +70,14 @@ RULE_TYPES = {
                        "hidden_ratio": 4, "norm_eps": 1e-6},
     "mamba2": {"head_dim": 16, "expand": 2, "state_size": 16, "n_groups": 1, "conv_kernel": 4,
                "hidden_act": "silu", "norm_eps": 1e-5, "dt_limit": [0.0, float("inf")]},
+    "rwkv7": {"head_dim": 16, "hidden_act": "sqrelu", "norm_eps": 1e-5, "hidden_ratio": 4,
+              "decay_low_rank_dim": 8, "a_low_rank_dim": 8, "v_low_rank_dim": 4,
+              "gate_low_rank_dim": 16, "attn_mode": "chunk"},
 }
+# Fields whose null means something else than their absence (RWKV7Attention's
+# own low-rank sizes).
+KEEP_NULL = ("feature_map", "bos_token_id", "decay_low_rank_dim", "a_low_rank_dim",
+             "v_low_rank_dim", "gate_low_rank_dim")
 
 
 def rule_cases():
@@ -109,6 +116,16 @@ def rule_cases():
     out.append(("mamba2_limits_old_names", "mamba2",
                 dict(dt_limit=None, time_step_limit=[0.01, 0.2], norm_eps=None,
                      layer_norm_epsilon=1e-4, tie_word_embeddings=True)))
+    out.append(("rwkv7_plain", "rwkv7", {}))
+    out.append(("rwkv7_unfused_nobias", "rwkv7", dict(fuse_norm=False, norm_bias=False,
+                                                     num_hidden_layers=3)))
+    out.append(("rwkv7_value_dim_no_prenorm", "rwkv7",
+                dict(value_dim=[128, 128], norm_first=False, head_dim=32,
+                     intermediate_size=96)))
+    out.append(("rwkv7_default_ranks_tied", "rwkv7",
+                dict(decay_low_rank_dim=None, a_low_rank_dim=None, v_low_rank_dim=None,
+                     gate_low_rank_dim=None, tie_word_embeddings=True, hidden_ratio=3.5)))
+    out.append(("rwkv7_bf16", "rwkv7", dict(_dtype="BF16", head_dim=8)))
     return out
 
 
@@ -153,7 +170,7 @@ def main():
         dtype = over.pop("_dtype", "F32")
         config.update(over)
         config = {key: value for key, value in config.items()
-                  if value is not None or key in ("feature_map", "bos_token_id")}
+                  if value is not None or key in KEEP_NULL}
         model = linattn_ref.random_model(config, seed=500 + i)
         case_dir = os.path.join(args.out, name)
         linattn_ref.save_model(model, case_dir, dtype)
