@@ -25,6 +25,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+sys.path.insert(0, HERE)
 import linattn_ref  # noqa: E402  (sets up OpenBLAS before torch loads)
 
 import numpy as np  # noqa: E402
@@ -177,6 +178,21 @@ def main():
         model = linattn_ref.load_model(case_dir)
         tokens = [int(t) for t in rng.integers(0, 300, 77)]
         write_case(case_dir, model, tokens)
+    # An RWKV-7 checkpoint in BlinkDL's own names, through tools/convert_rwkv.py.
+    import convert_rwkv
+    import convert_rwkv_test
+    case_dir = os.path.join(args.out, "rwkv7_converted")
+    pth = os.path.join(args.out, "rwkv7_converted.pth")
+    torch.save(convert_rwkv_test.blinkdl_checkpoint(np.random.default_rng(11), vocab=300,
+                                                    layers=2), pth)
+    convert_rwkv.convert(pth, case_dir)
+    with open(os.path.join(case_dir, "config.json")) as f:
+        config = json.load(f)
+    config["linattn_tokenizer"] = "bytes"
+    with open(os.path.join(case_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    model = linattn_ref.load_model(case_dir)
+    write_case(case_dir, model, [int(t) for t in rng.integers(0, 300, 77)])
     if args.builtin:
         model = linattn_ref.load_model(args.builtin)
         case_dir = os.path.join(args.out, "builtin")

@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""Converts an RWKV-7 checkpoint in BlinkDL's own format (the .pth state dict
+RWKV-LM trains and publishes: blocks.N.att.*, blocks.N.ffn.*, emb, ln0,
+ln_out, head) into the model directory linattn loads: fla's rwkv7 layout
+(config.json + model.safetensors).
+
+    /usr/bin/python3 tools/convert_rwkv.py MODEL.pth OUT_DIR [--vocab rwkv_vocab_v20230424.txt]
+                                           [--dtype auto|F32|F16|BF16]
+
+The names follow BlinkDL's RWKV-v7 code (RWKV-LM at its RWKV-v7 folder:
+rwkv_v7_demo.py's RWKV_Tmix_x070 / RWKV_CMix_x070 and the weight table of
+train_temp/README.md), mapped as fla's utils/convert_from_rwkv7.py maps them:
+
+    emb.weight            -> model.embeddings.weight
+    blocks.0.ln0.*        -> model.layers.0.pre_norm.*      (norm_first)
+    blocks.N.ln1.*, ln2.* -> model.layers.N.attn_norm.*, ffn_norm.*
+    blocks.N.att.x_[rwkvag], k_k, k_a, r_k                  (as they are)
+    blocks.N.att.receptance/key/value/output.weight -> attn.r_proj/k_proj/v_proj/o_proj
+    blocks.N.att.ln_x.*   -> attn.g_norm.*
+    blocks.N.att.{w,a,v,g}1 (C x r)  -> attn.{w,a,v,g}_lora.lora.0.weight (transposed)
+    blocks.N.att.{w,a,v,g}2 (r x C)  -> attn.{w,a,v,g}_lora.lora.2.weight (transposed)
+    blocks.N.att.{w,a,v}0 (1,1,C)    -> attn.{w,a,v}_lora.lora.2.bias
+    blocks.N.ffn.x_k, key.weight, value.weight -> ffn.x_k (a vector), ffn.key/value.weight
+    ln_out.*              -> model.norm.*
+    head.weight           -> lm_head.weight
+
+and layer 0's v0/v1/v2, which BlinkDL's checkpoints carry but never use, are
+dropped. The config is inferred from the shapes (vocabulary, hidden size,
+layers, head size from r_k, the four LoRA ranks, the channel mix's width)
+with BlinkDL's numerics: LayerNorms with bias at eps 1e-5, the group norm's
+eps 64e-5 (fla's head_dim x norm_eps, so the head size must be 64, as in
+every RWKV-7 BlinkDL publishes), kappa-hat through F.normalize (fuse_norm
+false), and token 0 as end of text (RWKV's pipelines stop there).
+
+The file is read with torch.load(weights_only=True): tensors only, never code.
+RWKV-6 checkpoints (time_maa_*, time_decay, time_faaaa) are recognised and
+refused: linattn does not serve RWKV-6 yet. With --vocab the World
+tokenizer's vocabulary is copied beside the model (linattn reads it as the
+model's tokenizer).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import linattn_ref  # noqa: E402  (sets up OpenBLAS before torch loads)
+
+torch = linattn_ref.torch
+
+DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+VOCAB_FILE = "rwkv_vocab_v20230424.txt"
+
+
+def read_pth(path):
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the unpickler refuses anything but tensors
+        raise ValueError(f"{path}: not a plain tensor checkpoint ({e})") from None
+    if not isinstance(sd, dict):
+        raise ValueError(f"{path}: holds a {type(sd).__name__}, not a name -> tensor map")
+    for name, t in sd.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{path}: {name} is a {type(t).__name__}, not a tensor")
+        if t.dtype not in DTYPES:
+            raise ValueError(f"{path}: {name} is {t.dtype}; only F32, F16 and BF16 convert")
+    return sd
+
+
+def shape(sd, name):
+    if name not in sd:
+        raise ValueError(f"{name} is missing (not an RWKV-7 checkpoint in BlinkDL's names?)")
+    return tuple(sd[name].shape)
+
+
+def infer_config(sd):
+    if any(re.match(r"blocks\.\d+\.att\.(time_maa_|time_decay|time_faaaa)", n) for n in sd):
+        raise ValueError("this is an RWKV-6 (or older) checkpoint (time_maa_*, time_decay, "
+                         "time_faaaa); linattn serves RWKV-7 only")
+    vocab, hidden = shape(sd, "emb.weight")
+    layers = 0
+    while f"blocks.{layers}.ffn.key.weight" in sd:
+        layers += 1
+    if layers == 0:
+        raise ValueError("blocks.0.ffn.key.weight is missing (not an RWKV-7 checkpoint "
+                         "in BlinkDL's names?)")
+    heads, head_size = shape(sd, "blocks.0.att.r_k")
+    if heads * head_size != hidden:
+        raise ValueError(f"blocks.0.att.r_k is {heads} x {head_size}, not heads x head size "
+                         f"of hidden {hidden}")
+    if head_size != 64:
+        raise ValueError(f"head size {head_size}: BlinkDL's group norm eps is 64e-5 whatever "
+                         "the head size, fla's layout ties it to head_dim x norm_eps; only "
+                         "head size 64 converts exactly")
+    intermediate, _ = shape(sd, "blocks.0.ffn.key.weight")
+    ranks = {}
+    for field, name in (("decay_low_rank_dim", "w1"), ("a_low_rank_dim", "a1"),
+                        ("gate_low_rank_dim", "g1")):
+        ranks[field] = shape(sd, f"blocks.0.att.{name}")[1]
+    # Layer 0's v LoRA is unused; the first real one is layer 1's.
+    ranks["v_low_rank_dim"] = (shape(sd, "blocks.1.att.v1")[1] if layers > 1
+                               else 32)
+    tied = "head.weight" not in sd
+    return {
+        "model_type": "rwkv7", "vocab_size": vocab, "hidden_size": hidden,
+        "num_hidden_layers": layers, "head_dim": head_size, "num_heads": heads,
+        "intermediate_size": intermediate, "hidden_ratio": intermediate / hidden,
+        "value_dim": [hidden] * layers, **ranks, "hidden_act": "sqrelu",
+        "norm_eps": 1e-5, "norm_bias": True, "norm_first": "blocks.0.ln0.weight" in sd,
+        "fuse_norm": False, "attn": None, "attn_mode": "chunk",
+        "tie_word_embeddings": tied, "bos_token_id": None, "eos_token_id": 0,
+    }
+
+
+def fla_name(name, layers):
+    """BlinkDL's name -> (fla's name or None to drop it, transposed)."""
+    top = {"emb.weight": "model.embeddings.weight", "ln_out.weight": "model.norm.weight",
+           "ln_out.bias": "model.norm.bias", "head.weight": "lm_head.weight"}
+    if name in top:
+        return top[name], False
+    m = re.fullmatch(r"blocks\.(\d+)\.(att|ffn|ln0|ln1|ln2)\.(.+)", name)
+    if m is None or int(m.group(1)) >= layers:
+        raise ValueError(f"{name}: not a tensor of an RWKV-7 model")
+    i, part, rest = int(m.group(1)), m.group(2), m.group(3)
+    base = f"model.layers.{i}."
+    if part in ("ln0", "ln1", "ln2"):
+        if part == "ln0" and i != 0:
+            raise ValueError(f"{name}: ln0 belongs to layer 0 only")
+        return base + {"ln0": "pre_norm", "ln1": "attn_norm", "ln2": "ffn_norm"}[part] + \
+            "." + rest, False
+    if part == "ffn":
+        if rest not in ("x_k", "key.weight", "value.weight"):
+            raise ValueError(f"{name}: not a tensor of RWKV-7's channel mix")
+        return base + "ffn." + rest, False
+    lora = re.fullmatch(r"([wavg])([012])", rest)
+    if lora:
+        kind, slot = lora.groups()
+        if kind == "v" and i == 0:
+            return None, False  # unused in layer 0 (BlinkDL keeps it anyway)
+        if kind == "g" and slot == "0":
+            raise ValueError(f"{name}: RWKV-7's gate LoRA has no bias")
+        return (base + f"attn.{kind}_lora.lora." + {"0": "2.bias", "1": "0.weight",
+                                                    "2": "2.weight"}[slot], slot != "0")
+    proj = {"receptance.weight": "r_proj.weight", "key.weight": "k_proj.weight",
+            "value.weight": "v_proj.weight", "output.weight": "o_proj.weight",
+            "ln_x.weight": "g_norm.weight", "ln_x.bias": "g_norm.bias"}
+    if rest in proj:
+        return base + "attn." + proj[rest], False
+    if rest in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "k_k", "k_a", "r_k"):
+        return base + "attn." + rest, False
+    raise ValueError(f"{name}: not a tensor of RWKV-7's time mix")
+
+
+# fla's shapes where they differ from BlinkDL's (1, 1, C) vectors.
+VECTORS = re.compile(r"\.attn\.(k_k|k_a)$|\.ffn\.x_k$|_lora\.lora\.2\.bias$")
+
+
+def convert(pth, out, vocab=None, dtype="auto"):
+    sd = read_pth(pth)
+    config = infer_config(sd)
+    layers = config["num_hidden_layers"]
+    tensors = {}
+    for name, t in sd.items():
+        target, transposed = fla_name(name, layers)
+        if target is None:
+            continue
+        a = t.detach().to(torch.float32)
+        if transposed:
+            a = a.t()
+        if VECTORS.search(target):
+            a = a.reshape(-1)
+        tensors[target] = a.contiguous().numpy()
+    if dtype == "auto":
+        kinds = {DTYPES[t.dtype] for t in sd.values()}
+        dtype = kinds.pop() if len(kinds) == 1 else "F32"
+    os.makedirs(out, exist_ok=True)
+    linattn_ref.write_safetensors(os.path.join(out, "model.safetensors"), tensors, dtype)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    if vocab is not None:
+        shutil.copyfile(vocab, os.path.join(out, VOCAB_FILE))
+    return config, dtype, len(tensors)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pth")
+    p.add_argument("out")
+    p.add_argument("--vocab", help=f"the World tokenizer's {VOCAB_FILE}, copied beside the model")
+    p.add_argument("--dtype", default="auto", choices=["auto", "F32", "F16", "BF16"])
+    args = p.parse_args()
+    try:
+        config, dtype, n = convert(args.pth, args.out, args.vocab, args.dtype)
+    except (OSError, ValueError) as e:
+        sys.exit(f"convert_rwkv: {e}")
+    print(f"{args.out}: rwkv7, {config['num_hidden_layers']} layers, hidden "
+          f"{config['hidden_size']}, vocabulary {config['vocab_size']}; {n} tensors, {dtype}")
+
+
+if __name__ == "__main__":
+    main()
