@@ -75,6 +75,35 @@ jinja::Dict SpecialTokens(const std::string& dir) {
 
 }  // namespace
 
+// BlinkDL's clean_txt: \r\n → \n, every run of two or more newlines → one,
+// then Python's str.strip() (whitespace at both ends), so that no turn holds
+// the blank line that ends one.
+std::string CleanRwkvTurn(absl::string_view text) {
+  std::string lf;
+  lf.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
+    lf.push_back(text[i]);
+  }
+  std::string out;
+  out.reserve(lf.size());
+  for (size_t i = 0; i < lf.size(); ++i) {
+    if (lf[i] == '\n' && i > 0 && lf[i - 1] == '\n') continue;
+    out.push_back(lf[i]);
+  }
+  // str.strip() at the ASCII characters Python counts as whitespace
+  // (\x1c-\x1f among them); Unicode spaces at the ends (U+00A0, U+2000 …)
+  // are kept.
+  auto space = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
+           c == '\f' || (c >= '\x1c' && c <= '\x1f');
+  };
+  size_t b = 0, e = out.size();
+  while (b < e && space(out[b])) ++b;
+  while (e > b && space(out[e - 1])) --e;
+  return out.substr(b, e - b);
+}
+
 ChatTemplate ChatTemplate::FromJinja(absl::string_view source,
                                      std::string origin,
                                      jinja::Dict special_tokens) {
@@ -99,7 +128,7 @@ ChatTemplate ChatTemplate::FromJinja(absl::string_view source,
 }
 
 ChatTemplate ChatTemplate::ForModelDir(const std::string& dir,
-                                       std::string* note) {
+                                       std::string* note, Kind fallback) {
   std::string error;
   std::string source, origin, tool_use;
   const std::string jinja_path = dir + "/chat_template.jinja";
@@ -124,8 +153,16 @@ ChatTemplate ChatTemplate::ForModelDir(const std::string& dir,
     return t;
   }
   if (source.empty()) {
-    if (note) *note = "plain: the model names no chat template";
-    return Plain();
+    const ChatTemplate own(fallback == Kind::kRwkv || fallback == Kind::kChatMl
+                               ? fallback
+                               : Kind::kPlain);
+    if (note) {
+      *note = absl::StrCat(own.name(), ": the model names no chat template",
+                           own.kind_ == Kind::kRwkv
+                               ? " (RWKV's User:/Assistant: convention)"
+                               : "");
+    }
+    return own;
   }
   ChatTemplate t = FromJinja(source, origin, SpecialTokens(dir));
   if (!tool_use.empty() && t.kind_ == Kind::kJinja) {
@@ -152,6 +189,8 @@ const char* ChatTemplate::name() const {
       return "plain";
     case Kind::kChatMl:
       return "chatml";
+    case Kind::kRwkv:
+      return "rwkv";
     case Kind::kJinja:
       return "jinja";
     case Kind::kRefused:
@@ -279,6 +318,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(
     }
     return whole->substr(held.size());
   }
+  if (kind_ == Kind::kRwkv) return RenderRwkv(messages, after);
   const bool plain = kind_ == Kind::kPlain;
   std::string out;
   if (after == After::kCutReply) out = end_of_turn();
@@ -292,12 +332,29 @@ absl::StatusOr<std::string> ChatTemplate::Render(
   return out;
 }
 
+std::string ChatTemplate::RenderRwkv(const std::vector<ChatMessage>& messages,
+                                     After after) {
+  // After a reply that ended at its "\n\n" the next turn follows at once;
+  // after one cut short, the blank line comes first.
+  std::string out = after == After::kCutReply ? "\n\n" : "";
+  for (const ChatMessage& m : messages) {
+    const absl::string_view role = m.role == "user"        ? "User"
+                                   : m.role == "assistant" ? "Assistant"
+                                                           : "System";
+    absl::StrAppend(&out, role, ": ", CleanRwkvTurn(m.content), "\n\n");
+  }
+  out += "Assistant:";
+  return out;
+}
+
 std::string ChatTemplate::end_of_turn() const {
   switch (kind_) {
     case Kind::kPlain:
       return "<|end|>";
     case Kind::kChatMl:
       return "<|im_end|>";
+    case Kind::kRwkv:
+      return "\n\n";
     default:
       return eos_token_;
   }

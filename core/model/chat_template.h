@@ -20,6 +20,12 @@
 //            generation prompt "<|assistant|>\n"; a reply ends at "<|end|>"
 //   chatml:  "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then
 //            "<|im_start|>assistant\n"; a reply ends at "<|im_end|>"
+//   rwkv:    RWKV's own convention (BlinkDL's RWKV7-G1x-templates.txt), the
+//            default of RWKV models (model type rwkv7, or the World
+//            tokenizer): "{Role}: {content}\n\n" per message (System, User,
+//            Assistant), the content cleaned as BlinkDL advises (\r\n → \n,
+//            runs of newlines → one, stripped), then "Assistant:"; a reply
+//            ends at "\n\n" (and the model's reply begins with its space)
 // (role: system, user or assistant; OpenAI's "developer" is system). A
 // reply stops before its end-of-turn marker, whose text the model produced
 // and the context keeps; messages that continue the conversation then
@@ -54,16 +60,22 @@ struct ChatMessage {
   std::string name;
 };
 
+// BlinkDL's clean_txt for a turn of RWKV's convention (the rwkv template).
+std::string CleanRwkvTurn(absl::string_view text);
+
 class ChatTemplate {
  public:
-  enum class Kind { kPlain, kChatMl, kJinja, kRefused };
+  enum class Kind { kPlain, kChatMl, kRwkv, kJinja, kRefused };
 
   // The template of the model in `dir`; `note` (if given) says which file
-  // gave it, or why the plain one is used.
+  // gave it, or why linattn's own is used: `fallback` (plain, or rwkv for
+  // RWKV models), which must be one of linattn's own.
   static ChatTemplate ForModelDir(const std::string& dir,
-                                  std::string* note = nullptr);
+                                  std::string* note = nullptr,
+                                  Kind fallback = Kind::kPlain);
   static ChatTemplate Plain() { return ChatTemplate(Kind::kPlain); }
   static ChatTemplate ChatMl() { return ChatTemplate(Kind::kChatMl); }
+  static ChatTemplate Rwkv() { return ChatTemplate(Kind::kRwkv); }
   // A Jinja template from its text; `origin` names where it came from (in
   // errors). `special_tokens` are the values the template sees besides
   // the messages (bos_token, eos_token …). A template the engine refuses
@@ -115,6 +127,8 @@ class ChatTemplate {
   absl::StatusOr<std::string> RenderJinja(
       const std::vector<ChatMessage>& messages, bool add_generation_prompt,
       const nlohmann::ordered_json& tools) const;
+  static std::string RenderRwkv(const std::vector<ChatMessage>& messages,
+                                After after);
 
   Kind kind_;
   std::string origin_;   // kJinja, kRefused: the file

@@ -206,8 +206,14 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
   model->config_ = c;
 
   LINATTN_ASSIGN_OR_RETURN(model->tokenizer_, LoadModelTokenizer(dir, c));
-  model->chat_template_ = std::make_unique<ChatTemplate>(
-      ChatTemplate::ForModelDir(dir, &model->chat_template_note_));
+  model->chat_template_ =
+      std::make_unique<ChatTemplate>(ChatTemplate::ForModelDir(
+          dir, &model->chat_template_note_,
+          // RWKV's models (and the World tokenizer's) speak RWKV's convention.
+          c.type == ModelType::kRwkv7 ||
+                  model->tokenizer_->kind() == "rwkv_world"
+              ? ChatTemplate::Kind::kRwkv
+              : ChatTemplate::Kind::kPlain));
   if (model->tokenizer_->size() > c.vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, "/config.json: vocab_size: ", c.vocab_size,

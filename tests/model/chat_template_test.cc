@@ -84,6 +84,55 @@ TEST(ChatTemplateTest, AModelDirectoryNamesItsTemplateAsTransformersReadsIt) {
   EXPECT_THAT(note, HasSubstr("chat_template.jinja"));
 }
 
+// RWKV's convention, as BlinkDL's RWKV7-G1x-templates.txt writes it:
+// "System: …\n\nUser: …\n\nAssistant: …\n\nUser: …\n\nAssistant:", the
+// turns cleaned as its clean_txt does.
+TEST(ChatTemplateTest, RwkvTurnsAreBlinkDlsTemplates) {
+  const ChatTemplate t = ChatTemplate::Rwkv();
+  EXPECT_EQ(t.name(), std::string("rwkv"));
+  EXPECT_EQ(t.end_of_turn(), "\n\n");
+  EXPECT_EQ(*t.Render({{"user", "xxx"}}, After::kNothing),
+            "User: xxx\n\nAssistant:");
+  EXPECT_EQ(*t.Render({{"developer", "Be brief."},
+                       {"user", "Hi"},
+                       {"assistant", " Hello."},
+                       {"user", "Again"}},
+                      After::kNothing),
+            "System: Be brief.\n\nUser: Hi\n\nAssistant: Hello.\n\nUser: "
+            "Again\n\nAssistant:");
+  // A session's reply ended at its blank line: the next turn follows at
+  // once; cut short, the blank line comes first.
+  EXPECT_EQ(*t.Render({{"user", "b"}}, After::kEndOfTurn),
+            "User: b\n\nAssistant:");
+  EXPECT_EQ(*t.Render({{"user", "b"}}, After::kCutReply),
+            "\n\nUser: b\n\nAssistant:");
+  // clean_txt: \r\n → \n, runs of newlines → one, stripped; so no turn
+  // holds the blank line that ends one.
+  EXPECT_EQ(CleanRwkvTurn(" \tone\r\n\r\ntwo\n\n\nthree\nfour \n\n"),
+            "one\ntwo\nthree\nfour");
+  EXPECT_EQ(CleanRwkvTurn("\r\r\n"), "");
+  EXPECT_EQ(CleanRwkvTurn("a\rb"), "a\rb");
+  EXPECT_EQ(*t.Render({{"user", "a\n\n\nb\n"}}, After::kNothing),
+            "User: a\nb\n\nAssistant:");
+  // No tool turns in it, as in linattn's other own templates.
+  EXPECT_EQ(t.Render({{"tool", "x"}}, After::kNothing).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A directory without a template gets it when the model is RWKV's; a
+  // template of the directory's own still wins.
+  testing::TempDir dir;
+  std::string note;
+  EXPECT_EQ(
+      ChatTemplate::ForModelDir(dir.Path(""), &note, ChatTemplate::Kind::kRwkv)
+          .kind(),
+      ChatTemplate::Kind::kRwkv);
+  EXPECT_THAT(note, HasSubstr("RWKV's User:/Assistant: convention"));
+  std::ofstream(dir.Path("chat_template.jinja")) << "J";
+  EXPECT_EQ(
+      ChatTemplate::ForModelDir(dir.Path(""), &note, ChatTemplate::Kind::kRwkv)
+          .kind(),
+      ChatTemplate::Kind::kJinja);
+}
+
 TEST(ChatTemplateTest, RequestsWithToolsGetTheToolUseTemplateOfANamedList) {
   testing::TempDir dir;
   std::ofstream(dir.Path("tokenizer_config.json"))

@@ -60,8 +60,8 @@ TEST_F(ModelLoadTest, MissingFilesAreNotFound) {
 }
 
 // A directory with RWKV's World vocabulary beside config.json (and no
-// other tokenizer file) is tokenized with it; a vocabulary larger than the
-// model's is refused.
+// other tokenizer file) is tokenized with it and chats in RWKV's
+// convention; a vocabulary larger than the model's is refused.
 TEST_F(ModelLoadTest, ReadsRwkvsWorldVocabularyBesideTheWeights) {
   std::string vocab;
   for (int b = 0; b < 256; ++b) {
@@ -78,6 +78,9 @@ TEST_F(ModelLoadTest, ReadsRwkvsWorldVocabularyBesideTheWeights) {
   EXPECT_EQ((*model)->tokenizer().kind(), "rwkv_world");
   EXPECT_THAT(*(*model)->tokenizer().Encode("a the"),
               ::testing::ElementsAre('a' + 1, 257));
+  // With no template of its own it speaks RWKV's chat convention.
+  EXPECT_EQ((*model)->chat_template().kind(), ChatTemplate::Kind::kRwkv);
+  EXPECT_THAT((*model)->chat_template_note(), HasSubstr("rwkv"));
   config["vocab_size"] = 200;
   WriteRandomModel(Dir("small_vocab"), config, 1);
   std::ofstream(Dir("small_vocab") + "/" + kRwkvWorldVocabFile) << vocab;
