@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/model.h"
 #include "core/session/session_manager.h"
 #include "core/util/byte_size.h"
 #include "core/util/flag_checks.h"
@@ -145,6 +146,14 @@ void DefineModelFlags(CLI::App& app, ServerFlags& f) {
                      f.builtin + ")")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->envname("LINATTN_MODEL");
+  app.add_option("--initial-state", f.initial_states,
+                 "[MODEL=]FILE: new sessions of the model (named as clients "
+                 "name it; the name may be left out with one --model) start "
+                 "from the state in FILE instead of zeros: RWKV's state files, "
+                 "safetensors with blocks.<i>.att.time_state per layer "
+                 "(tools/convert_rwkv.py --state turns a .pth into one); "
+                 "rwkv7 models; repeat for several models")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--check", f.check,
                "load the models as the server would, print what each "
                "directory holds (architecture, weights, tokenizer, chat "
@@ -349,6 +358,33 @@ absl::Status ResolveServerFlags(ServerFlags& f) {
   }
   for (const std::string& dir : f.models) {
     if (dir != "none" && !dir.empty()) options.models.push_back(dir);
+  }
+  for (const std::string& entry : f.initial_states) {
+    // MODEL=FILE when MODEL names a served model; else, with one model,
+    // the whole value is the file.
+    std::string dir, file = entry;
+    if (const size_t eq = entry.find('='); eq != std::string::npos) {
+      for (const std::string& d : options.models) {
+        if (Model::DefaultName(d) == entry.substr(0, eq)) {
+          dir = d;
+          file = entry.substr(eq + 1);
+        }
+      }
+    }
+    if (dir.empty()) {
+      if (options.models.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--initial-state: '", entry,
+            "' names no served model; with several models (or none) give "
+            "MODEL=FILE, MODEL the model's name"));
+      }
+      dir = options.models[0];
+    }
+    if (!options.initial_states.emplace(dir, file).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--initial-state: model '", Model::DefaultName(dir),
+                       "' is given two initial states"));
+    }
   }
   options.idle_ttl =
       std::chrono::milliseconds(static_cast<int64_t>(f.idle_ttl_s * 1000));

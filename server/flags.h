@@ -32,6 +32,7 @@ struct ServerFlags {
   // no --model is given).
   std::string builtin;
   std::vector<std::string> models;
+  std::vector<std::string> initial_states;  // [MODEL=]FILE
   bool check = false;  // --check: report on the models and exit
   std::string weights = "f32";
   std::string prefill_precision = "f32";

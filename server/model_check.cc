@@ -29,7 +29,10 @@ int CheckModels(const ServerOptions& options, std::FILE* out) {
   }
   int status = 0;
   for (const std::string& dir : options.models) {
-    auto model = Model::Load(dir, "", options.weights);
+    const auto state = options.initial_states.find(dir);
+    auto model =
+        Model::Load(dir, "", options.weights,
+                    state == options.initial_states.end() ? "" : state->second);
     if (!model.ok()) {
       std::fprintf(out, "%s: cannot be served: %s\n", dir.c_str(),
                    std::string(model.status().message()).c_str());
@@ -56,6 +59,10 @@ int CheckModels(const ServerOptions& options, std::FILE* out) {
     std::fprintf(out, "  chat template  %s\n", m.chat_template_note().c_str());
     std::fprintf(out, "  state          %llu bytes per session\n",
                  static_cast<unsigned long long>(m.state_bytes()));
+    if (!m.initial_state_file().empty()) {
+      std::fprintf(out, "  initial state  %s\n",
+                   m.initial_state_file().c_str());
+    }
     if (absl::Status s = m.chat_template().Usable(); !s.ok()) {
       std::fprintf(out, "  cannot be served with chat endpoints: %s\n",
                    std::string(s.message()).c_str());

@@ -76,7 +76,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const Model>>> LoadModels(
     const ServerOptions& options) {
   std::vector<std::shared_ptr<const Model>> models;
   for (const std::string& dir : options.models) {
-    auto model = Model::Load(dir, "", options.weights);
+    const auto state = options.initial_states.find(dir);
+    auto model =
+        Model::Load(dir, "", options.weights,
+                    state == options.initial_states.end() ? "" : state->second);
     if (!model.ok()) {
       return absl::Status(model.status().code(),
                           absl::StrCat("model: ", model.status().message()));
@@ -111,6 +114,13 @@ absl::StatusOr<std::vector<std::shared_ptr<const Model>>> LoadModels(
         config.hidden_size, config.num_heads, (*model)->parameter_count(),
         WeightTypeName((*model)->weight_type()), (*model)->tokenizer().kind(),
         (*model)->state_bytes(), (*model)->fingerprint_hex());
+    if (!(*model)->initial_state_file().empty()) {
+      spdlog::info(
+          "model '{}': new sessions start from the initial state in {} "
+          "(held once, {} bytes)",
+          (*model)->name(), (*model)->initial_state_file(),
+          (*model)->attention_state_bytes());
+    }
     if ((*model)->chat_template().kind() == ChatTemplate::Kind::kRefused) {
       spdlog::warn("model '{}': chat template {}", (*model)->name(),
                    (*model)->chat_template_note());

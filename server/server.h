@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +47,8 @@ struct ServerOptions {
   uint64_t transport_memory_bytes = uint64_t{1} << 30;
   // Model directories for GenerationService (none: it serves no models).
   std::vector<std::string> models;
+  // A model directory's initial state file (--initial-state), by directory.
+  std::map<std::string, std::string> initial_states;
   WeightType weights = WeightType::kF32;  // how their projections are packed
   // The operands of chunkwise prefill's products in both services (the
   // linear rule's; ChunkwiseOptions::precision); Start refuses bf16 on a

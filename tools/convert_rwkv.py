@@ -6,6 +6,12 @@ ln_out, head) into the model directory linattn loads: fla's rwkv7 layout
 
     /usr/bin/python3 tools/convert_rwkv.py MODEL.pth OUT_DIR [--vocab rwkv_vocab_v20230424.txt]
                                            [--dtype auto|F32|F16|BF16]
+    /usr/bin/python3 tools/convert_rwkv.py --state STATE.pth OUT.safetensors
+
+The second form converts an RWKV-7 state file (state tuning's output: one
+blocks.N.att.time_state of (heads, head size, head size) per layer, each
+head's S as RWKV keeps it, value x key) into the safetensors file
+linattn-server --initial-state reads; names and orientation are kept.
 
 The names follow BlinkDL's RWKV-v7 code (RWKV-LM at its RWKV-v7 folder:
 rwkv_v7_demo.py's RWKV_Tmix_x070 / RWKV_CMix_x070 and the weight table of
@@ -187,14 +193,49 @@ def convert(pth, out, vocab=None, dtype="auto"):
     return config, dtype, len(tensors)
 
 
+def convert_state(pth, out):
+    """A state file's blocks.N.att.time_state tensors, as they are, into
+    safetensors (F32)."""
+    sd = read_pth(pth)
+    layers = 0
+    while f"blocks.{layers}.att.time_state" in sd:
+        layers += 1
+    if layers == 0:
+        raise ValueError(f"{pth}: holds no blocks.0.att.time_state (not an RWKV state file)")
+    shapes = set()
+    for name, t in sd.items():
+        m = re.fullmatch(r"blocks\.(\d+)\.att\.time_state", name)
+        if m is None or int(m.group(1)) >= layers:
+            raise ValueError(f"{pth}: {name}: an RWKV-7 state file holds "
+                             "blocks.<i>.att.time_state for layers 0, 1, ... alone")
+        if t.dim() != 3:
+            raise ValueError(f"{pth}: {name} has shape {tuple(t.shape)}, not (heads, head "
+                             "size, head size)")
+        shapes.add(tuple(t.shape))
+    if len(shapes) != 1:
+        raise ValueError(f"{pth}: the layers' states differ in shape: {sorted(shapes)}")
+    linattn_ref.write_safetensors(out, {n: t.detach().to(torch.float32).contiguous().numpy()
+                                        for n, t in sd.items()}, "F32")
+    return layers, shapes.pop()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--state", action="store_true",
+                   help="convert a state file (STATE.pth OUT.safetensors)")
     p.add_argument("pth")
     p.add_argument("out")
     p.add_argument("--vocab", help=f"the World tokenizer's {VOCAB_FILE}, copied beside the model")
     p.add_argument("--dtype", default="auto", choices=["auto", "F32", "F16", "BF16"])
     args = p.parse_args()
+    if args.state:
+        try:
+            layers, shape = convert_state(args.pth, args.out)
+        except (OSError, ValueError) as e:
+            sys.exit(f"convert_rwkv: {e}")
+        print(f"{args.out}: the initial state of {layers} layers, {shape} each")
+        return
     try:
         config, dtype, n = convert(args.pth, args.out, args.vocab, args.dtype)
     except (OSError, ValueError) as e:

@@ -128,7 +128,15 @@ std::string Model::fingerprint_hex() const {
   return absl::StrFormat("%016x", fingerprint_);
 }
 
+std::string Model::DefaultName(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const size_t slash = d.rfind('/');
+  return slash == std::string::npos ? d : d.substr(slash + 1);
+}
+
 ModelState Model::NewState() const {
+  if (initial_state_ != nullptr) return initial_state_->Copy();
   ModelState state;
   state.layers_.reserve(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -171,9 +179,10 @@ bool Model::Matches(const ModelState& state) const {
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
-    const std::string& dir, const std::string& name, WeightType weights) {
+    const std::string& dir, const std::string& name, WeightType weights,
+    const std::string& initial_state) {
   try {
-    return LoadChecked(dir, name, weights);
+    return LoadChecked(dir, name, weights, initial_state);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(
         dir,
@@ -183,18 +192,14 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
-    const std::string& dir, const std::string& name, WeightType weights) {
+    const std::string& dir, const std::string& name, WeightType weights,
+    const std::string& initial_state) {
   if (absl::Status s = WeightTypeSupported(weights); !s.ok()) return s;
   std::shared_ptr<Model> model(new Model());
   model->dir_ = dir;
   model->name_ = name;
   model->weight_type_ = weights;
-  if (model->name_.empty()) {
-    std::string d = dir;
-    while (d.size() > 1 && d.back() == '/') d.pop_back();
-    size_t slash = d.rfind('/');
-    model->name_ = slash == std::string::npos ? d : d.substr(slash + 1);
-  }
+  if (model->name_.empty()) model->name_ = DefaultName(dir);
   LINATTN_ASSIGN_OR_RETURN(std::string config_text,
                            ReadFile(dir + "/config.json"));
   auto config = ParseModelConfig(config_text);
@@ -306,8 +311,72 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     hasher.Add(view.shape.data(), view.shape.size() * sizeof(int64_t));
     hasher.Add(view.data, view.bytes);
   }
+  if (!initial_state.empty()) {
+    hasher.Add("initial state");
+    LINATTN_RETURN_IF_ERROR(model->LoadInitialState(
+        initial_state,
+        [&](const std::string& tname, const void* data, size_t bytes) {
+          hasher.Add(tname);
+          hasher.Add(data, bytes);
+        }));
+  }
   model->fingerprint_ = hasher.Finish();
   return std::shared_ptr<const Model>(std::move(model));
+}
+
+absl::Status Model::LoadInitialState(
+    const std::string& path,
+    const std::function<void(const std::string&, const void*, size_t)>& hash) {
+  const ModelConfig& c = config_;
+  if (c.type != ModelType::kRwkv7) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": initial state files are RWKV-7's (blocks.<i>.att.time_state); "
+        "model '",
+        name_, "' is ", c.model_type));
+  }
+  auto file = SafetensorsFile::Open(path);
+  if (!file.ok()) {
+    return absl::Status(
+        file.status().code(),
+        absl::StrCat("initial state: ", file.status().message()));
+  }
+  TensorReader r(**file);
+  ModelState state = NewState();
+  const int64_t heads = c.state_heads, dk = c.head_k, dv = c.head_v;
+  std::vector<float> t(heads * dv * dk);
+  for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string tname = absl::StrCat("blocks.", l, ".att.time_state");
+    absl::Status s = r.Check(tname, {heads, dv, dk});
+    if (s.ok()) s = r.Read(tname, {heads, dv, dk}, t.data());
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", s.message(), " (an initial state of model '",
+                       name_, "' holds ", c.num_hidden_layers,
+                       " of these, each (", heads, ", ", dv, ", ", dk, "))"));
+    }
+    // RWKV keeps each head's S as value × key; linattn's is key × value.
+    AttentionState& a = state.layers()[l];
+    for (int64_t h = 0; h < heads; ++h) {
+      float* sh = a.s(static_cast<uint32_t>(h));
+      const float* th = t.data() + h * dv * dk;
+      for (int64_t i = 0; i < dv; ++i) {
+        for (int64_t j = 0; j < dk; ++j) sh[j * dv + i] = th[i * dk + j];
+      }
+    }
+    a.MeasureMagnitude();  // the bound of what was written
+  }
+  if (absl::Status s = r.CheckAllUsed(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", s.message(),
+        " (an initial state holds blocks.<i>.att.time_state alone)"));
+  }
+  for (const auto& [tname, view] : (*file)->tensors()) {
+    hash(tname, view.data, view.bytes);
+  }
+  initial_state_ = std::make_unique<const ModelState>(std::move(state));
+  initial_state_file_ = path;
+  return absl::OkStatus();
 }
 
 }  // namespace linattn

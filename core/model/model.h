@@ -21,6 +21,7 @@
 #define LINATTN_CORE_MODEL_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,11 +137,22 @@ class Model {
   // clients refer to the model (default: the directory's last component).
   // `weights` is how the projections are packed (linear.h): f32, bf16 or
   // int8 (FAILED_PRECONDITION on a CPU without native products of the type).
+  // `initial_state`, when given, is a state file (RWKV's habit: a tuned
+  // initial state per layer, shared as a file) that every new session of
+  // the model starts from instead of zeros: safetensors with one
+  // blocks.<i>.att.time_state of (heads, head_v, head_k) per layer, each
+  // head's S as RWKV keeps it (value × key; RWKV-PEFT's and rwkv.cpp's
+  // orientation), for rwkv7 models. The model holds it once; it is part of
+  // the fingerprint, so a snapshot of a session that started elsewhere is
+  // refused. INVALID_ARGUMENT naming the file and tensor otherwise.
   static absl::StatusOr<std::shared_ptr<const Model>> Load(
       const std::string& dir, const std::string& name = "",
-      WeightType weights = WeightType::kF32);
+      WeightType weights = WeightType::kF32,
+      const std::string& initial_state = "");
 
   const std::string& name() const { return name_; }
+  // The name of a model loaded from `dir` without one: its last component.
+  static std::string DefaultName(const std::string& dir);
   WeightType weight_type() const { return weight_type_; }
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
@@ -161,7 +173,10 @@ class Model {
   // with fla's 1e-10 in the denominator.
   const Attention& attention() const { return *attention_; }
 
+  // Zeros at position 0, or the initial state the model was loaded with.
   ModelState NewState() const;
+  // The state file new sessions start from ("" without one).
+  const std::string& initial_state_file() const { return initial_state_file_; }
   // Bytes of one session's state: layers × heads × (d_φ·d_v + d_φ) × 4
   // (the rule types: heads × d_k·d_v), plus the convolution windows (rwkv7:
   // the token-shift rows).
@@ -184,7 +199,13 @@ class Model {
   Model() = default;
   // Load without the catch for an allocation that fails.
   static absl::StatusOr<std::shared_ptr<const Model>> LoadChecked(
-      const std::string& dir, const std::string& name, WeightType weights);
+      const std::string& dir, const std::string& name, WeightType weights,
+      const std::string& initial_state);
+  // Reads `path` into initial_state_ (Load's comment); `hash` receives
+  // every tensor it holds, for the fingerprint.
+  absl::Status LoadInitialState(
+      const std::string& path,
+      const std::function<void(const std::string&, const void*, size_t)>& hash);
   std::string name_;
   WeightType weight_type_ = WeightType::kF32;
   std::string dir_;
@@ -199,6 +220,8 @@ class Model {
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;
   std::vector<float> final_norm_bias_;
+  std::string initial_state_file_;
+  std::unique_ptr<const ModelState> initial_state_;
   std::unique_ptr<PackedLinear> lm_head_;
 };
 

@@ -27,7 +27,7 @@ namespace linattn {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "byte", "sentencepiece" or "tokenizer.json"
+  // "byte", "sentencepiece", "tokenizer.json" or "rwkv_world"
   virtual std::string kind() const = 0;
   // Number of ids the tokenizer can produce.
   virtual uint32_t size() const = 0;

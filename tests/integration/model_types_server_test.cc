@@ -5,16 +5,20 @@
 // in this process.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "core/model/forward.h"
 #include "core/model/model.h"
 #include "linattn/v1/generation.grpc.pb.h"
 #include "tests/integration/http_call.h"
 #include "tests/integration/server_process.h"
 #include "tests/model/fixtures.h"
+#include "tests/util/files.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -28,10 +32,9 @@ std::string Dir(const std::string& name) {
   return testing::FixtureRoot() + "/" + name;
 }
 
-// The model's own greedy continuation of `context`, in this process.
-std::vector<int32_t> LocalGreedy(const std::string& name,
+// A model's own greedy continuation of `context`, in this process.
+std::vector<int32_t> LocalGreedy(const std::shared_ptr<const Model>& model,
                                  const std::string& context, int n) {
-  auto model = Model::Load(Dir(name)).value();
   ForwardRunner runner(model);
   ModelState state = model->NewState();
   std::vector<float> logits(model->config().vocab_size);
@@ -47,6 +50,11 @@ std::vector<int32_t> LocalGreedy(const std::string& name,
         runner.Run(state, std::span<const int32_t>(&t, 1), logits.data()).ok());
   }
   return out;
+}
+
+std::vector<int32_t> LocalGreedy(const std::string& name,
+                                 const std::string& context, int n) {
+  return LocalGreedy(Model::Load(Dir(name)).value(), context, n);
 }
 
 struct Streamed {
@@ -254,6 +262,65 @@ TEST(ModelTypesDurableTest, SessionsOfEveryTypeContinueAfterKillNine) {
   }
   EXPECT_EQ(continued, static_cast<int>(std::size(kModels)))
       << "models that ended their text early";
+}
+
+}  // namespace
+}  // namespace linattn
+
+namespace linattn {
+namespace {
+
+// RWKV's state files through the server: --initial-state starts every new
+// session of the model from the file (a restart with --state-dir recovers
+// its sessions from it), and a value that names no served model is refused.
+TEST(ModelTypesInitialStateTest, SessionsStartFromTheStateFile) {
+  testing::TempDir tmp;
+  const std::string dir = Dir("rwkv7_converted");
+  const std::string file = dir + "/initial_state.safetensors";
+  const std::vector<int32_t> local = LocalGreedy(
+      Model::Load(dir, "", WeightType::kF32, file).value(), "Hello", 12);
+  ASSERT_NE(local, LocalGreedy("rwkv7_converted", "Hello", 12));
+  const std::vector<std::string> args = {
+      "--model",         dir,
+      "--initial-state", "rwkv7_converted=" + file,
+      "--state-dir",     tmp.Path("state")};
+  {
+    auto server = testing::ServerProcess::Start(args, tmp.Path("server.log"));
+    ASSERT_NE(server, nullptr);
+    auto stub = v1::GenerationService::NewStub(server->Channel());
+    for (const char* id : {"a", "b"}) {
+      grpc::ClientContext ctx;
+      v1::CreateModelSessionRequest req;
+      req.set_session_id(id);
+      v1::ModelSession session;
+      ASSERT_TRUE(stub->CreateSession(&ctx, req, &session).ok());
+      const Streamed g = GenerateGreedy(*stub, id, "Hello", 5);
+      ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+      EXPECT_EQ(g.ids, std::vector<int32_t>(
+                           local.begin(),
+                           local.begin() + std::min<size_t>(5, local.size())));
+    }
+    server->Kill();
+  }
+  if (local.size() == 12) {
+    auto server = testing::ServerProcess::Start(args, tmp.Path("server2.log"));
+    ASSERT_NE(server, nullptr);
+    auto stub = v1::GenerationService::NewStub(server->Channel());
+    const Streamed next = GenerateGreedy(*stub, "a", "", 7);
+    ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+    EXPECT_EQ(next.ids, std::vector<int32_t>(local.begin() + 5, local.end()));
+  }
+  // Two models and a file without a model's name: which one is meant?
+  const std::string log = tmp.Path("refused.log");
+  const int status = std::system(
+      absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY, " --model ", dir,
+                   " --model ", Dir("gla_plain"), " --initial-state ", file,
+                   " --listen 127.0.0.1:0 > ", log, " 2>&1")
+          .c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  EXPECT_THAT(testing::ReadFile(log),
+              ::testing::HasSubstr("--initial-state: '" + file +
+                                   "' names no served model"));
 }
 
 }  // namespace

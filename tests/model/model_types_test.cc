@@ -447,6 +447,101 @@ TEST(ModelTypesTest, OlderTensorNamesLoadTheSameModel) {
   }
 }
 
+// RWKV's state files: every new session of a model loaded with one starts
+// from it, and gives the logits BlinkDL's own numpy statement gives from
+// the same state (tests/python/make_model_fixtures.py loads it there as
+// RWKV's pipelines do, value × key as it is in the file); the state is part
+// of the model's fingerprint; what is not such a state is refused by name.
+TEST(ModelTypesTest, AnInitialStateFileStartsSessionsAsRwkvsCodeDoes) {
+  const FixtureCase fx = LoadFixture("rwkv7_converted");
+  const std::string file = fx.dir + "/initial_state.safetensors";
+  auto loaded = Model::Load(fx.dir, "", WeightType::kF32, file);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::shared_ptr<const Model> model = *loaded;
+  const std::shared_ptr<const Model> plain = LoadOrDie(fx.dir);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(model->initial_state_file(), file);
+  EXPECT_NE(model->fingerprint(), plain->fingerprint());
+  EXPECT_EQ(model->state_bytes(), plain->state_bytes());
+
+  std::ifstream in(fx.dir + "/logits_initial_state.f64", std::ios::binary);
+  const size_t V = model->config().vocab_size, T = fx.tokens.size();
+  std::vector<double> expected(T * V);
+  in.read(reinterpret_cast<char*>(expected.data()), T * V * sizeof(double));
+  ASSERT_TRUE(in.good());
+  ForwardRunner runner(model);
+  for (int session = 0; session < 2; ++session) {
+    ModelState state = model->NewState();
+    EXPECT_EQ(state.position(), 0u);
+    std::vector<float> all(T * V);
+    ForwardItem item{
+        .state = &state, .tokens = fx.tokens, .all_logits = all.data()};
+    ASSERT_TRUE(runner.Run(std::span<const ForwardItem>(&item, 1)).ok());
+    double largest = 0;
+    for (double x : expected) largest = std::max(largest, std::fabs(x));
+    const double tol = testing::LogitTolerance(model->config(), T, largest);
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < T * V; ++i) {
+      worst = std::max(worst, std::fabs(all[i] - expected[i]));
+      moved = std::max(moved, std::fabs(expected[i] - fx.logits[i]));
+    }
+    EXPECT_LE(worst, tol) << "session " << session;
+    // The state matters: it moves the logits far beyond the tolerance.
+    EXPECT_GT(moved, 100 * tol);
+  }
+
+  // A snapshot of a session that started from zeros is another model's.
+  ForwardRunner plain_runner(plain);
+  ModelState zero_start = plain->NewState();
+  Feed(plain_runner, zero_start, std::span<const int32_t>(fx.tokens).first(5));
+  const std::shared_ptr<const Model> models[] = {model};
+  EXPECT_FALSE(
+      ParseModelSnapshot(
+          SerializeModelSnapshot(*plain, zero_start, std::nullopt), models)
+          .ok());
+
+  // What is not an initial state of this model is refused, naming it.
+  auto time_state = [&](int layer, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return TensorToWrite{"blocks." + std::to_string(layer) + ".att.time_state",
+                         shape, std::vector<float>(n, 0.5f), DType::kF32};
+  };
+  struct Bad {
+    std::vector<TensorToWrite> tensors;
+    const char* words;
+  };
+  const Bad bad[] = {
+      {{time_state(0, {2, 64, 64})}, "blocks.1.att.time_state"},
+      {{time_state(0, {2, 64, 64}), time_state(1, {2, 32, 64})},
+       "blocks.1.att.time_state"},
+      {{time_state(0, {2, 64, 64}), time_state(1, {2, 64, 64}),
+        time_state(2, {2, 64, 64})},
+       "unexpected tensor 'blocks.2.att.time_state'"},
+  };
+  const std::string dir = ::testing::TempDir();
+  for (size_t i = 0; i < std::size(bad); ++i) {
+    SCOPED_TRACE(bad[i].words);
+    const std::string path =
+        dir + "/bad_state_" + std::to_string(i) + ".safetensors";
+    std::ofstream(path, std::ios::binary)
+        << SerializeSafetensors(bad[i].tensors);
+    auto refused = Model::Load(fx.dir, "", WeightType::kF32, path);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), ::testing::HasSubstr(path));
+    EXPECT_THAT(refused.status().message(), ::testing::HasSubstr(bad[i].words));
+  }
+  EXPECT_EQ(Model::Load(fx.dir, "", WeightType::kF32, dir + "/missing")
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  // State files are RWKV-7's.
+  auto other =
+      Model::Load(LoadFixture("gla_plain").dir, "", WeightType::kF32, file);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other.status().message(), ::testing::HasSubstr("RWKV-7"));
+}
+
 // A window size from config.json alone is checked against the file before
 // the window's weights are allocated.
 TEST(ModelTypesTest, AConvolutionWidthTheFileDoesNotHoldIsRefused) {

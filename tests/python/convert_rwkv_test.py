@@ -64,13 +64,18 @@ def blinkdl_checkpoint(rng, vocab=97, hidden=128, layers=3, head=64, ranks=(8, 8
     return {k: torch.tensor(v, dtype=torch.float32) for k, v in sd.items()}
 
 
-def numpy_logits(sd, tokens, layers, hidden, head):
+def numpy_logits(sd, tokens, layers, hidden, head, time_state=None):
     """BlinkDL's numpy statement on the checkpoint's own tensors (squeezed
-    as its loader squeezes them), float64."""
+    as its loader squeezes them), float64; `time_state` (a state file's
+    tensors) starts each layer's S as RWKV's pipelines load one: as it is,
+    value x key, which is the numpy statement's own orientation (S @ r)."""
     w = {k: v.double().numpy() for k, v in sd.items()}
     w = {k: (v.reshape(-1) if v.ndim == 3 else v) for k, v in w.items()}
     n_head = hidden // head
     state = (np.zeros((layers, 2, hidden)), np.zeros((layers, n_head, head, head)))
+    if time_state is not None:
+        for i in range(layers):
+            state[1][i] = time_state[f"blocks.{i}.att.time_state"].double().numpy()
     out = []
     for t in tokens:
         logits, state = blinkdl.rwkv7_numpy(w, t, state, layers, n_head, head)
@@ -140,6 +145,32 @@ class ConvertRwkvTest(unittest.TestCase):
         self.assertEqual(config["v_low_rank_dim"], 32)  # one layer: no v LoRA to read
         self.assertTrue(os.path.exists(os.path.join(out, convert_rwkv.VOCAB_FILE)))
         linattn_ref.load_model(out)  # loads with the embeddings as the head
+
+    def test_state_files_keep_names_and_orientation(self):
+        rng = np.random.default_rng(8)
+        st = {f"blocks.{i}.att.time_state":
+              torch.tensor(rng.normal(0, 1, (2, 64, 64)), dtype=torch.bfloat16)
+              for i in range(3)}
+        pth = os.path.join(self.dir, "state.pth")
+        torch.save(st, pth)
+        out = os.path.join(self.dir, "state.safetensors")
+        self.assertEqual(convert_rwkv.convert_state(pth, out), (3, (2, 64, 64)))
+        back = linattn_ref.read_safetensors(out)
+        self.assertEqual(sorted(back), sorted(st))
+        for name, t in st.items():
+            np.testing.assert_array_equal(back[name], t.float().numpy())
+        bad = [({}, "no blocks.0.att.time_state"),
+               ({**st, "blocks.0.att.x_r": torch.zeros(1, 1, 128)}, "blocks.0.att.x_r"),
+               ({**st, "blocks.7.att.time_state": torch.zeros(2, 64, 64)}, "blocks.7"),
+               ({"blocks.0.att.time_state": torch.zeros(128, 64)}, "not (heads"),
+               ({"blocks.0.att.time_state": torch.zeros(2, 64, 64),
+                 "blocks.1.att.time_state": torch.zeros(2, 32, 32)}, "differ in shape")]
+        for i, (sd, words) in enumerate(bad):
+            with self.subTest(words):
+                torch.save(sd, pth)
+                with self.assertRaises(ValueError) as e:
+                    convert_rwkv.convert_state(pth, out)
+                self.assertIn(words, str(e.exception))
 
     def test_what_is_not_rwkv7_is_refused_by_name(self):
         rng = np.random.default_rng(6)

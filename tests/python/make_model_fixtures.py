@@ -192,7 +192,20 @@ def main():
     with open(os.path.join(case_dir, "config.json"), "w") as f:
         json.dump(config, f)
     model = linattn_ref.load_model(case_dir)
-    write_case(case_dir, model, [int(t) for t in rng.integers(0, 300, 77)])
+    tokens = [int(t) for t in rng.integers(0, 300, 77)]
+    write_case(case_dir, model, tokens)
+    # And an initial state for it (an RWKV state file, through the converter's
+    # --state), with the logits BlinkDL's numpy statement gives from it.
+    state_rng = np.random.default_rng(12)
+    time_state = {f"blocks.{i}.att.time_state":
+                  torch.tensor(state_rng.normal(0, 0.5, (2, 64, 64)), dtype=torch.float32)
+                  for i in range(2)}
+    state_pth = os.path.join(args.out, "rwkv7_converted_state.pth")
+    torch.save(time_state, state_pth)
+    convert_rwkv.convert_state(state_pth, os.path.join(case_dir, "initial_state.safetensors"))
+    weights = torch.load(pth, weights_only=True)
+    convert_rwkv_test.numpy_logits(weights, tokens, 2, 128, 64, time_state).astype(
+        "<f8").tofile(os.path.join(case_dir, "logits_initial_state.f64"))
     if args.builtin:
         model = linattn_ref.load_model(args.builtin)
         case_dir = os.path.join(args.out, "builtin")
