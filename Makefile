@@ -55,11 +55,15 @@ test: build
 # sanitizers' own checks dominate the tests' run time either way.
 SANITIZER_FLAGS ?= -O1 -g1 -DNDEBUG
 
-# The core tests under AddressSanitizer + UndefinedBehaviorSanitizer.
-test-asan: deps
-	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LAUNCHER) \
+# The core tests under AddressSanitizer + UndefinedBehaviorSanitizer, built
+# with clang in the tree the fuzz targets use too (`make fuzz` reuses it):
+# one instrumented compile of core/ and server/ serves both.
+ASAN_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(ASAN_DIR) \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LAUNCHER) \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
-	  -DLINATTN_SANITIZE=ON -DLINATTN_BUILD_BENCH=OFF
+	  -DLINATTN_SANITIZE=ON -DLINATTN_FUZZ=ON -DLINATTN_BUILD_BENCH=OFF
+test-asan: deps
+	$(ASAN_CONFIGURE)
 	cmake --build $(ASAN_DIR) -j$(JOBS) --target attention_test onednn_test session_test model_test \
 	  model_reference_test generation_test engine_test tokenizer_test jinja_test \
 	  linattn_sentencepiece
@@ -81,17 +85,15 @@ test-tsan: deps
 	$(TEST_ENV) OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
 	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j$(JOBS) -R '^(Scheduler|SessionManager|Snapshot|GenerationTest|SharedTable|ComputeExecutor|DurableStore|DurableGeneration|SharedStore|Engine)\.'
 
-# libFuzzer targets (tests/fuzz, built with clang under ASan + UBSan): the
-# snapshot parsers, safetensors, config.json, .npy, the tokenizers and the
-# requests of both services, each for FUZZ_SECONDS on its committed corpus.
-FUZZ_DIR ?= build-fuzz
+# libFuzzer targets (tests/fuzz, built with clang under ASan + UBSan in
+# test-asan's tree): the snapshot parsers, safetensors, config.json, .npy,
+# the tokenizers and the requests of both services, each for FUZZ_SECONDS on
+# its committed corpus.
 FUZZ_SECONDS ?= 30
 fuzz: deps
-	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LAUNCHER) \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZER_FLAGS)" \
-	  -DLINATTN_FUZZ=ON -DLINATTN_BUILD_BENCH=OFF
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target fuzzers
-	bash scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+	$(ASAN_CONFIGURE)
+	cmake --build $(ASAN_DIR) -j$(JOBS) --target fuzzers
+	bash scripts/fuzz.sh $(ASAN_DIR) $(FUZZ_SECONDS)
 
 # Mixed, verified load on both services for SOAK_SECONDS (not in CI's
 # default path): fails on any error or mismatch, or on the server's memory
