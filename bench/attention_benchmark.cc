@@ -305,19 +305,21 @@ BENCHMARK(BM_RecurrentPrefill)
 
 // --- The gated and delta rules ------------------------------------------
 // Rule cases: 1 gated (a gate per head), 2 gated (a gate per key channel),
-// 3 delta, 4 gated delta; the delta rules with L2-normalised q and k.
+// 3 delta, 4 gated delta, 5 rwkv7 (a gate per key channel, scale 1); the
+// delta rules with L2-normalised q and k.
 AttentionSpec RuleSpec(int64_t rule, uint32_t d) {
   AttentionSpec spec{.rule = rule <= 2   ? UpdateRule::kGated
                              : rule == 3 ? UpdateRule::kDelta
-                                         : UpdateRule::kGatedDelta,
+                             : rule == 4 ? UpdateRule::kGatedDelta
+                                         : UpdateRule::kRwkv7,
                      .num_heads = kHeads,
                      .key_dim = d,
                      .value_dim = d,
                      .feature_map = FeatureMapKind::kIdentity,
                      .unnormalized = true};
-  if (rule == 2) spec.gate = GateShape::kKey;
-  spec.qk_l2norm = rule >= 3;
-  spec.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  if (rule == 2 || rule == 5) spec.gate = GateShape::kKey;
+  spec.qk_l2norm = rule == 3 || rule == 4;
+  if (rule != 5) spec.scale = 1.0f / std::sqrt(static_cast<float>(d));
   return spec;
 }
 
@@ -329,13 +331,16 @@ const char* RuleName(int64_t rule) {
       return "gated_key";
     case 3:
       return "delta";
-    default:
+    case 4:
       return "gated_delta";
+    default:
+      return "rwkv7";
   }
 }
 
-// Per-token inputs of T tokens: q, k, v, log-gates in [−0.1, 0] and β in
-// [0, 1] (each only where the rule takes it).
+// Per-token inputs of T tokens: q, k, v, log-gates in [−0.1, 0], β in
+// [0, 1], and rwkv7's a = −κ̂, b = κ̂ ⊙ a' as RWKV-7 makes them (κ̂ a unit
+// vector per head, a' in [0, 1]) (each only where the rule takes it).
 struct RuleInputs {
   RuleInputs(const AttentionSpec& spec, uint64_t tokens)
       : T(tokens),
@@ -350,11 +355,32 @@ struct RuleInputs {
       beta = Random(T * kHeads, 5);
       for (float& x : beta) x = 0.5f * (x + 1.0f);
     }
+    if (HasLowRank(spec.rule)) {
+      const uint32_t d = spec.key_dim;
+      a = Random(T * kHeads * d, 6);
+      b = Random(T * kHeads * d, 7);
+      for (uint64_t row = 0; row < T * kHeads; ++row) {
+        float* ar = a.data() + row * d;
+        float* br = b.data() + row * d;
+        float ss = 0;
+        for (uint32_t i = 0; i < d; ++i) ss += ar[i] * ar[i];
+        const float inv = 1.0f / std::sqrt(ss);
+        for (uint32_t i = 0; i < d; ++i) {
+          const float kappa = ar[i] * inv;
+          ar[i] = -kappa;
+          br[i] = kappa * 0.5f * (br[i] + 1.0f);
+        }
+      }
+    }
   }
   SequenceInput token(const AttentionSpec& spec, uint64_t t) const {
     SequenceInput all{q.data(), k.data(), v.data(), T};
     if (!g.empty()) all.g = g.data();
     if (!beta.empty()) all.beta = beta.data();
+    if (!a.empty()) {
+      all.a = a.data();
+      all.b = b.data();
+    }
     return TokenOf(spec, all, t);
   }
   SequenceInput all(const AttentionSpec& spec) const {
@@ -363,7 +389,7 @@ struct RuleInputs {
     return in;
   }
   uint64_t T;
-  std::vector<float> q, k, v, g, beta;
+  std::vector<float> q, k, v, g, beta, a, b;
 };
 
 // (d) One decode step of B sessions under a rule; arguments rule, d, B.
@@ -402,7 +428,7 @@ void BM_RuleDecodeStep(benchmark::State& st) {
   st.SetLabel(std::string(RuleName(st.range(0))) + " " + ActiveKernels().name);
 }
 BENCHMARK(BM_RuleDecodeStep)
-    ->ArgsProduct({{1, 2, 3, 4}, {64, 128}, {1, 64}})
+    ->ArgsProduct({{1, 2, 3, 4, 5}, {64, 128}, {1, 64}})
     ->UseRealTime();
 
 // (e) Chunkwise prefill of T tokens into one fresh session under a rule;

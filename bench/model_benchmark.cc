@@ -143,7 +143,8 @@ double ProductsStep(const Model& model, uint32_t b, uint32_t steps) {
 
 // Seconds per step of the state updates alone for `states` (median of
 // `steps` after two warm-up steps): each layer's StepBatch over every
-// session, on random unit-norm-ish q, k, v with the rule's gates and β.
+// session, on random unit-norm-ish q, k, v with the rule's gates and β (and
+// rwkv7's a, b).
 double RuleStep(const Model& model, std::vector<ModelState>& states,
                 uint32_t steps) {
   const linattn::Attention& attention = model.attention();
@@ -160,6 +161,23 @@ double RuleStep(const Model& model, std::vector<ModelState>& states,
   const auto q = fill(b * H * dk, 0.125f), k = fill(b * H * dk, 0.125f),
              v = fill(b * H * dv, 1.0f);
   const std::vector<float> g(b * H * G, -0.05f), beta(b * H, 0.5f);
+  // rwkv7's low-rank pair as RWKV-7 makes it: a = −κ̂, b = κ̂·a' with κ̂ a
+  // unit vector per head and a' = ½.
+  std::vector<float> low_a, low_b;
+  if (linattn::HasLowRank(spec.rule)) {
+    low_a = fill(b * H * dk, 1.0f);
+    low_b.resize(low_a.size());
+    for (uint64_t row = 0; row < b * H; ++row) {
+      float* ar = low_a.data() + row * dk;
+      float ss = 0;
+      for (uint64_t i = 0; i < dk; ++i) ss += ar[i] * ar[i];
+      const float inv = 1.0f / std::sqrt(ss);
+      for (uint64_t i = 0; i < dk; ++i) {
+        low_b[row * dk + i] = 0.5f * ar[i] * inv;
+        ar[i] = -ar[i] * inv;
+      }
+    }
+  }
   std::vector<float> out(b * H * dv), den(b * H);
   std::vector<uint8_t> available(b * H);
   std::vector<double> times;
@@ -178,7 +196,9 @@ double RuleStep(const Model& model, std::vector<ModelState>& states,
                 .g = linattn::HasGates(spec.rule) ? g.data() + i * H * G
                                                   : nullptr,
                 .beta = linattn::HasBeta(spec.rule) ? beta.data() + i * H
-                                                    : nullptr},
+                                                    : nullptr,
+                .a = low_a.empty() ? nullptr : low_a.data() + i * H * dk,
+                .b = low_b.empty() ? nullptr : low_b.data() + i * H * dk},
             linattn::SequenceOutput{out.data() + i * H * dv, den.data() + i * H,
                                     available.data() + i * H}};
       }

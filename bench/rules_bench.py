@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RULE_ARGS = {1: "gated_head", 2: "gated_key", 3: "delta", 4: "gated_delta"}
+RULE_ARGS = {1: "gated_head", 2: "gated_key", 3: "delta", 4: "gated_delta", 5: "rwkv7"}
 
 
 def run_json(cmd):
