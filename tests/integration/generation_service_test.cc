@@ -325,14 +325,17 @@ TEST_F(GenerationServiceTest, SnapshotAndForkOfAGeneratingSessionAnswerAtOnce) {
     ASSERT_EQ(original.size(), 3000u);
 
     // Each holds the prompt and a prefix of the stream (at least what was
-    // read), and continues with the stream's next tokens.
+    // read but its last message: the server counts a message delivered when
+    // its write completes, which the client may see before the server does;
+    // the next write starts only after that, so the lag is one message), and
+    // continues with the stream's next tokens.
     auto continues = [&](const v1::ModelSession& session) {
       auto at = std::find_if(original.begin(), original.end(),
                              [&](const v1::GenerateResponse& m) {
                                return m.position() == session.position();
                              });
       ASSERT_NE(at, original.end()) << "position " << session.position();
-      ASSERT_GE(at - original.begin(), 7);
+      ASSERT_GE(at - original.begin(), 6);
       const size_t more = std::min<size_t>(40, original.end() - std::next(at));
       ASSERT_GT(more, 0u);
       grpc::ClientContext ctx;

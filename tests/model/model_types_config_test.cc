@@ -250,6 +250,10 @@ TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
       {R"({"model_type": "rwkv7", "decay_low_rank_dim": 0})",
        "decay_low_rank_dim"},
       {R"({"model_type": "rwkv7", "norm_first": "yes"})", "norm_first"},
+      // hidden 2^20 with heads of 2^16: 2.5·1024·1024 → a rank of 2.6M.
+      {R"({"model_type": "rwkv7", "hidden_size": 1048576, "head_dim": 65536,
+           "decay_low_rank_dim": null})",
+       "decay_low_rank_dim"},
       {R"({"model_type": "rwkv7", "attn": {"layers": [1], "num_heads": 4}})",
        "attn"},
       {R"({"model_type": "gla", "attn_mode": "parallel"})", "attn_mode"},

@@ -135,8 +135,13 @@ absl::Status ReadRank(const json& j, const char* field, uint32_t fallback,
   if (auto it = j.find(field); it != j.end() && it->is_null()) {
     const double x =
         scale * std::pow(static_cast<double>(hidden), 0.5) * factor / 32;
-    *out = static_cast<uint32_t>(
-        std::max(32.0, std::nearbyint(x) * 32));  // FE_TONEAREST: to even
+    const double rank = std::max(32.0, std::nearbyint(x) * 32);  // to even
+    if (!(rank <= kMaxModelDim)) {
+      return ConfigFieldError(
+          field, absl::StrCat("null gives RWKV7Attention's default rank ", rank,
+                              ", beyond linattn's limit ", kMaxModelDim));
+    }
+    *out = static_cast<uint32_t>(rank);
     return absl::OkStatus();
   }
   return Dim(j, field, out, fallback);
