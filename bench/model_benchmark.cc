@@ -195,8 +195,8 @@ double RuleStep(const Model& model, std::vector<ModelState>& states,
                 .tokens = 1,
                 .g = linattn::HasGates(spec.rule) ? g.data() + i * H * G
                                                   : nullptr,
-                .beta = linattn::HasBeta(spec.rule) ? beta.data() + i * H
-                                                    : nullptr,
+                .beta =
+                    linattn::HasBeta(spec.rule) ? beta.data() + i * H : nullptr,
                 .a = low_a.empty() ? nullptr : low_a.data() + i * H * dk,
                 .b = low_b.empty() ? nullptr : low_b.data() + i * H * dk},
             linattn::SequenceOutput{out.data() + i * H * dv, den.data() + i * H,

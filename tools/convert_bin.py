@@ -48,22 +48,31 @@ def shard_files(src):
     return [single], None
 
 
+def read_tensor_file(path):
+    """One torch.save file as name -> tensor: weights-only unpickling, a
+    dict of floating-point (F32, F16, BF16) tensors, or ValueError naming
+    what is not."""
+    try:
+        part = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # the unpickler refuses anything but tensors
+        raise ValueError(f"{path}: not a plain tensor checkpoint ({e})") from None
+    if not isinstance(part, dict):
+        raise ValueError(f"{path}: holds a {type(part).__name__}, not a name -> tensor map")
+    for name, t in part.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{path}: {name} is a {type(t).__name__}, not a tensor")
+        if t.dtype not in DTYPES:
+            raise ValueError(f"{path}: {name} is {t.dtype}; only F32, F16 and BF16 convert")
+    return part
+
+
 def read_tensors(src):
     """name -> tensor, from every shard; each name once."""
     files, weight_map = shard_files(src)
     tensors = {}
     for path in files:
-        try:
-            part = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # the unpickler refuses anything but tensors
-            raise ValueError(f"{path}: not a plain tensor checkpoint ({e})") from None
-        if not isinstance(part, dict):
-            raise ValueError(f"{path}: holds a {type(part).__name__}, not a name -> tensor map")
+        part = read_tensor_file(path)
         for name, t in part.items():
-            if not isinstance(t, torch.Tensor):
-                raise ValueError(f"{path}: {name} is a {type(t).__name__}, not a tensor")
-            if t.dtype not in DTYPES:
-                raise ValueError(f"{path}: {name} is {t.dtype}; only F32, F16 and BF16 convert")
             if name in tensors:
                 raise ValueError(f"{path}: {name} appears in two shards")
             tensors[name] = t

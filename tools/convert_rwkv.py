@@ -55,26 +55,10 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import linattn_ref  # noqa: E402  (sets up OpenBLAS before torch loads)
+from convert_bin import DTYPES, read_tensor_file  # noqa: E402
 
 torch = linattn_ref.torch
-
-DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 VOCAB_FILE = "rwkv_vocab_v20230424.txt"
-
-
-def read_pth(path):
-    try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # the unpickler refuses anything but tensors
-        raise ValueError(f"{path}: not a plain tensor checkpoint ({e})") from None
-    if not isinstance(sd, dict):
-        raise ValueError(f"{path}: holds a {type(sd).__name__}, not a name -> tensor map")
-    for name, t in sd.items():
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{path}: {name} is a {type(t).__name__}, not a tensor")
-        if t.dtype not in DTYPES:
-            raise ValueError(f"{path}: {name} is {t.dtype}; only F32, F16 and BF16 convert")
-    return sd
 
 
 def shape(sd, name):
@@ -166,7 +150,7 @@ VECTORS = re.compile(r"\.attn\.(k_k|k_a)$|\.ffn\.x_k$|_lora\.lora\.2\.bias$")
 
 
 def convert(pth, out, vocab=None, dtype="auto"):
-    sd = read_pth(pth)
+    sd = read_tensor_file(pth)
     config = infer_config(sd)
     layers = config["num_hidden_layers"]
     tensors = {}
@@ -196,7 +180,7 @@ def convert(pth, out, vocab=None, dtype="auto"):
 def convert_state(pth, out):
     """A state file's blocks.N.att.time_state tensors, as they are, into
     safetensors (F32)."""
-    sd = read_pth(pth)
+    sd = read_tensor_file(pth)
     layers = 0
     while f"blocks.{layers}.att.time_state" in sd:
         layers += 1

@@ -64,6 +64,14 @@ def blinkdl_checkpoint(rng, vocab=97, hidden=128, layers=3, head=64, ranks=(8, 8
     return {k: torch.tensor(v, dtype=torch.float32) for k, v in sd.items()}
 
 
+def random_time_state(rng, layers, heads, head, scale, dtype=torch.float32):
+    """An RWKV-7 state file's tensors: blocks.<i>.att.time_state of (heads,
+    head, head) per layer."""
+    return {f"blocks.{i}.att.time_state":
+            torch.tensor(rng.normal(0, scale, (heads, head, head)), dtype=dtype)
+            for i in range(layers)}
+
+
 def numpy_logits(sd, tokens, layers, hidden, head, time_state=None):
     """BlinkDL's numpy statement on the checkpoint's own tensors (squeezed
     as its loader squeezes them), float64; `time_state` (a state file's
@@ -148,9 +156,7 @@ class ConvertRwkvTest(unittest.TestCase):
 
     def test_state_files_keep_names_and_orientation(self):
         rng = np.random.default_rng(8)
-        st = {f"blocks.{i}.att.time_state":
-              torch.tensor(rng.normal(0, 1, (2, 64, 64)), dtype=torch.bfloat16)
-              for i in range(3)}
+        st = random_time_state(rng, 3, 2, 64, 1.0, torch.bfloat16)
         pth = os.path.join(self.dir, "state.pth")
         torch.save(st, pth)
         out = os.path.join(self.dir, "state.safetensors")

@@ -196,10 +196,7 @@ def main():
     write_case(case_dir, model, tokens)
     # And an initial state for it (an RWKV state file, through the converter's
     # --state), with the logits BlinkDL's numpy statement gives from it.
-    state_rng = np.random.default_rng(12)
-    time_state = {f"blocks.{i}.att.time_state":
-                  torch.tensor(state_rng.normal(0, 0.5, (2, 64, 64)), dtype=torch.float32)
-                  for i in range(2)}
+    time_state = convert_rwkv_test.random_time_state(np.random.default_rng(12), 2, 2, 64, 0.5)
     state_pth = os.path.join(args.out, "rwkv7_converted_state.pth")
     torch.save(time_state, state_pth)
     convert_rwkv.convert_state(state_pth, os.path.join(case_dir, "initial_state.safetensors"))
