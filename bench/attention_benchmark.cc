@@ -432,15 +432,22 @@ BENCHMARK(BM_RuleDecodeStep)
     ->UseRealTime();
 
 // (e) Chunkwise prefill of T tokens into one fresh session under a rule;
-// arguments rule, d, T. GFLOPs counts the matmuls executed.
+// arguments rule, d, T and, for rwkv7, the order (0 its chunkwise WY form,
+// 1 its recurrent step token by token). GFLOPs counts the matmuls
+// executed.
 void BM_RuleChunkwisePrefill(benchmark::State& st) {
   const AttentionSpec spec = RuleSpec(st.range(0), st.range(1));
   const uint64_t T = st.range(2);
+  const bool recurrent = st.range(3) == 1;
   const Attention attention = *Attention::Create(spec);
   const RuleInputs inputs(spec, T);
   std::vector<float> y(T * kHeads * spec.value_dim), den(T * kHeads);
   std::vector<uint8_t> avail(T * kHeads);
-  ChunkwiseRunner runner({.chunk_size = 64, .round_chunks = 16});
+  ChunkwiseRunner runner(
+      {.chunk_size = 64,
+       .round_chunks = 16,
+       .rwkv7_order = recurrent ? Rwkv7Order::kRecurrent
+                                : Rwkv7Order::kChunkwise});
   AttentionState state = attention.NewState();
   double flops = 0;
   for (auto _ : st) {
@@ -460,10 +467,12 @@ void BM_RuleChunkwisePrefill(benchmark::State& st) {
   st.counters["gemm_peak_GFLOPs"] = peak;
   st.counters["frac_of_peak"] =
       benchmark::Counter(flops / 1e9 / peak, benchmark::Counter::kIsRate);
-  st.SetLabel(RuleName(st.range(0)));
+  st.SetLabel(std::string(RuleName(st.range(0))) +
+              (recurrent ? " recurrent" : ""));
 }
 BENCHMARK(BM_RuleChunkwisePrefill)
-    ->ArgsProduct({{1, 2, 3, 4}, {64, 128}, {4096, 16384}})
+    ->ArgsProduct({{1, 2, 3, 4, 5}, {64, 128}, {4096, 16384}, {0}})
+    ->ArgsProduct({{5}, {64, 128}, {4096, 16384}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -7,7 +7,9 @@ Runs, on this machine:
   * build/bin/attention_benchmark's BM_RuleDecodeStep (H = 8, d = 64/128,
     B = 1/64; each case's read-modify-write bandwidth measured right after
     it) and BM_RuleChunkwisePrefill (T = 4096/16384; oneDNN's GEMM peak
-    measured right after it), three repetitions, the fastest counting;
+    measured right after it; rwkv7 in its chunkwise WY form and, as
+    "rwkv7 (step)", token by token through its step), three repetitions,
+    the fastest counting;
   * bench/peers/torch_rule_peers.py: the same recurrences and fla's chunk
     forms in PyTorch (each chunk form checked against its recurrence first);
   * build/bin/decode_flatness --rule: decode time per token of one session
@@ -31,7 +33,7 @@ def run_json(cmd):
 
 def engine(build, quick):
     tokens = "4096" if quick else "4096|16384"
-    flt = f"BM_RuleDecodeStep/|BM_RuleChunkwisePrefill/[1-4]/(64|128)/({tokens})/"
+    flt = f"BM_RuleDecodeStep/|BM_RuleChunkwisePrefill/[1-5]/(64|128)/({tokens})/"
     data = run_json([os.path.join(build, "bin", "attention_benchmark"),
                      f"--benchmark_filter={flt}", "--benchmark_format=json",
                      f"--benchmark_repetitions={1 if quick else 3}"])
@@ -57,6 +59,8 @@ def engine(build, quick):
                 "kernels": b.get("label", "")}
         else:
             d, tokens_ = args[1], args[2]
+            if len(args) > 3 and args[3] == 1:
+                rule += " (step)"
             chunkwise[f"{rule}/{d}/{tokens_}"] = {
                 "rule": rule, "d": d, "tokens": tokens_, "seconds": seconds,
                 "tokens_per_s": b["items_per_second"], "gflops": b["GFLOPs"],

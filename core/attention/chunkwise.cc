@@ -162,9 +162,13 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
       if (std::get<0>(key) == UpdateRule::kLinear) {
         LINATTN_RETURN_IF_ERROR(
             RunGroup(items, work, members, non_finite, !refuse_alone));
-      } else if (std::get<0>(key) == UpdateRule::kRwkv7) {
+      } else if (std::get<0>(key) == UpdateRule::kRwkv7 &&
+                 !options_.Rwkv7Chunkwise(items[members[0]].attention->spec())) {
         LINATTN_RETURN_IF_ERROR(RunStepGroup(items, work, members, non_finite,
                                              failed, !refuse_alone));
+      } else if (std::get<0>(key) == UpdateRule::kRwkv7) {
+        LINATTN_RETURN_IF_ERROR(
+            RunRwkv7Group(items, work, members, non_finite, !refuse_alone));
       } else {
         LINATTN_RETURN_IF_ERROR(
             RunRuleGroup(items, work, members, non_finite, !refuse_alone));

@@ -1,8 +1,8 @@
 // The chunkwise evaluation order (prefill): many tokens of many sessions in
 // a few large batched matmuls on oneDNN (docs/design.md §1). The gated and
-// delta rules have their own forms (chunkwise_rules.cc); the rwkv7 rule's
-// items run token by token through its recurrent kernel (RunStepGroup);
-// for the linear rule, per head, a chunk of L ≤ C rows with previous state
+// delta rules have their own forms (chunkwise_rules.cc), the rwkv7 rule its
+// WY form (chunkwise_rwkv7.cc) or, as ChunkwiseOptions::rwkv7_order says,
+// its recurrent kernel token by token (RunStepGroup); for the linear rule, per head, a chunk of L ≤ C rows with previous state
 // S⁺ = [S | z]:
 //   O⁺ = diag(γ^{i+1}) Q S⁺_prev + (Q Kᵀ ⊙ D) V⁺,   D_ij = γ^{i−j}[i ≥ j]
 //   S⁺ ← γ^L S⁺_prev + (diag(γ^{L−1−j}) K)ᵀ V⁺
@@ -68,10 +68,27 @@ absl::StatusOr<PrefillPrecision> ParsePrefillPrecision(std::string_view name);
 // or AMX, as oneDNN sees it); FAILED_PRECONDITION saying what is missing.
 absl::Status PrefillPrecisionSupported(PrefillPrecision precision);
 
+// How a prefill evaluates the rwkv7 rule: its chunkwise WY form, its
+// recurrent step token by token (both held to the same reference), or
+// (kAuto) the chunkwise form from kRwkv7ChunkwiseKeyDim key channels up and
+// the step below: at d_k = 64, RWKV-7's head size, the step's state stays
+// in L1 and its prefill ran 1.4–1.6× faster than the WY form's extra products
+// (docs/benchmarks.md, "RWKV-7").
+enum class Rwkv7Order { kAuto, kChunkwise, kRecurrent };
+inline constexpr uint32_t kRwkv7ChunkwiseKeyDim = 128;
+
 struct ChunkwiseOptions {
   uint32_t chunk_size = 64;    // C, rows per chunk
   uint32_t round_chunks = 16;  // chunks per head per round (bounds workspace)
   PrefillPrecision precision = PrefillPrecision::kF32;
+  Rwkv7Order rwkv7_order = Rwkv7Order::kAuto;
+
+  // Whether an rwkv7 prefill of this spec runs the chunkwise form.
+  bool Rwkv7Chunkwise(const AttentionSpec& spec) const {
+    return rwkv7_order == Rwkv7Order::kChunkwise ||
+           (rwkv7_order == Rwkv7Order::kAuto &&
+            spec.key_dim >= kRwkv7ChunkwiseKeyDim);
+  }
 };
 
 // One session's part of a prefill batch.
@@ -127,13 +144,22 @@ class ChunkwiseRunner {
            sizeof(uint16_t) *
                (C * (3 * uint64_t{d_phi} + d_v + C) + uint64_t{d_phi} * d_v);
   }
-  // The same for the gated and delta rules (chunkwise_rules.cc), whose
-  // rounds hold more per job; and for whichever rule `spec` has.
+  // The same for the gated and delta rules (chunkwise_rules.cc) and the
+  // rwkv7 rule (chunkwise_rwkv7.cc), whose rounds hold more per job; and
+  // for whichever rule `spec` has.
   uint64_t RuleWorkspaceBytesPerJob(uint32_t d_k, uint32_t d_v) const;
+  uint64_t Rwkv7WorkspaceBytesPerJob(uint32_t d_k, uint32_t d_v) const;
   uint64_t WorkspaceBytesPerJob(const AttentionSpec& spec) const {
-    return spec.rule == UpdateRule::kLinear
-               ? WorkspaceBytesPerJob(FeatureDim(spec), spec.value_dim)
-               : RuleWorkspaceBytesPerJob(spec.key_dim, spec.value_dim);
+    switch (spec.rule) {
+      case UpdateRule::kLinear:
+        return WorkspaceBytesPerJob(FeatureDim(spec), spec.value_dim);
+      case UpdateRule::kRwkv7:  // the recurrent order holds none
+        return options_.Rwkv7Chunkwise(spec)
+                   ? Rwkv7WorkspaceBytesPerJob(spec.key_dim, spec.value_dim)
+                   : 0;
+      default:
+        return RuleWorkspaceBytesPerJob(spec.key_dim, spec.value_dim);
+    }
   }
   // Workspace bytes held for the linear rule's rounds.
   uint64_t workspace_bytes() const {
@@ -173,6 +199,15 @@ class ChunkwiseRunner {
                             const std::vector<uint32_t>& members,
                             std::span<uint8_t> non_finite,
                             bool stop_at_non_finite);
+  // One group of rwkv7 items (equal d_k, d_v, head count, preparation of
+  // q and k) in its chunkwise WY form (chunkwise_rwkv7.cc); the same
+  // contract as RunGroup.
+  struct Rwkv7Workspace;
+  absl::Status RunRwkv7Group(std::span<const PrefillItem> items,
+                             std::span<AttentionState* const> work,
+                             const std::vector<uint32_t>& members,
+                             std::span<uint8_t> non_finite,
+                             bool stop_at_non_finite);
   // One group of rwkv7 items, token by token through the recurrent kernel
   // (StepSequence) on the working states; the same contract as RunGroup,
   // and an item refused for another reason (its state would overflow) is
@@ -243,6 +278,7 @@ class ChunkwiseRunner {
   AlignedBuffer s16_;   // (jobs, d_φ, d_v) S before the chunk
   std::vector<uint8_t> unit_bad_;         // per gather unit: a non-finite input
   std::unique_ptr<RuleWorkspace> rules_;  // the gated and delta rules'
+  std::unique_ptr<Rwkv7Workspace> rwkv7_;  // the rwkv7 rule's
 };
 
 }  // namespace linattn

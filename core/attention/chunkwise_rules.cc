@@ -44,6 +44,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/chunkwise.h"
+#include "core/attention/chunkwise_workspaces.h"
 #include "core/attention/kernels.h"
 #include "core/util/status_macros.h"
 
@@ -56,30 +57,8 @@ constexpr uint64_t kRuleJobsPerRound = 256;
 
 }  // namespace
 
-struct ChunkwiseRunner::RuleWorkspace {
-  AlignedBuffer qh;  // (jobs, C, d_k)  prepared q (L2 norm, scale)
-  AlignedBuffer kh;  // (jobs, C, d_k)  prepared k
-  AlignedBuffer qt;  // (jobs, C, d_k)  q ⊙ e^{b}
-  AlignedBuffer kt;  // (jobs, C, d_k)  k ⊙ e^{b_L − b}
-  AlignedBuffer kb;  // (jobs, C, d_k)  −β ⊙ e^{b} ⊙ k, then −W (delta)
-  AlignedBuffer vb;  // (jobs, C, d_v)  β ⊙ v (delta)
-  AlignedBuffer u;   // (jobs, C, d_v)  V (gated) or U (delta)
-  AlignedBuffer o;   // (jobs, C, d_v)  outputs
-  AlignedBuffer a;   // (jobs, C, C)    masked scores Q Kᵀ ⊙ Γ
-  AlignedBuffer t;   // (jobs, C, C)    K Kᵀ, then T (delta)
-  AlignedBuffer end;  // (jobs, G)      e^{b_L}: per key channel or one
-  AlignedBuffer s;    // (streams, d_k, d_v) the states, packed
-  AlignedBuffer ds;   // (jobs, d_k, d_v) (gated: ΔS, then) S before the chunk
-  AlignedBuffer qs;   // (jobs, C, d_k)   per key: a row block's scaled q
-  AlignedBuffer ks;   // (jobs, C, d_k)   per key: the keys up to it, scaled
-  AlignedBuffer sc;   // (jobs, C, C)     per key: their product
-  std::vector<uint8_t> slow;    // (jobs) per key: diagonal term by term
-  std::vector<uint64_t> block;  // (jobs) per key: the largest row block
-  std::vector<uint8_t> bad;     // (jobs) a value that is not finite
-  std::vector<double> b;        // (jobs, C, G) cumulative log-gates
-};
 
-// Here, where RuleWorkspace is complete.
+// Here, where the rules' workspaces are complete.
 ChunkwiseRunner::ChunkwiseRunner(ChunkwiseOptions options)
     : options_(options) {}
 ChunkwiseRunner::~ChunkwiseRunner() = default;

@@ -29,7 +29,12 @@
 // S_t = T_t S_{t−1} + kvᵀ, T_t = diag(α) + baᵀ: ρ_t bounds ‖T_t‖₂ and
 // s_t = ‖S_{t−1}‖_F(max α + ‖a‖‖b‖) + ‖k‖‖v‖ (core/attention/reference.cc),
 // its step a d_k-term product aᵀS and three rounded terms per entry, and
-// B_t the largest |g| of each token summed. RWKV-7's transitions contract
+// B_t the largest |g| of each token summed. Its chunkwise form
+// (chunkwise_rwkv7.cc) scales a row block's own columns by up to e^τ
+// (τ = kGateSubChunkSpan) and its rows by as much less, so each term's
+// exponents sum to at most its span plus 2τ; with q ⊙ e^{g} of a block
+// done term by term (one exp, one product) κ_t gains 2τ + 2 at every C.
+// RWKV-7's transitions contract
 // over a few tokens but not each on its own (ρ_t is often above 1), so
 // the tokens go in windows of kRwkv7BoundWindow: an error made before a
 // window starting at s reaches token t through T_t ⋯ T_s, of Frobenius norm
@@ -170,7 +175,9 @@ inline std::vector<double> DeltaStateErrors(const AttentionSpec& spec,
         if (t >= C) window -= row_gate((t - C) * H + h);
         window = std::max(window, 0.0);
       }
-      const double kappa = 4.0 * (spec.key_dim + C) + 16 + 4 * window;
+      const double blocks =
+          HasLowRank(spec.rule) ? 2.0 * kGateSubChunkSpan + 2 : 0.0;
+      const double kappa = 4.0 * (spec.key_dim + C) + 16 + 4 * window + blocks;
       if (ref.window_norm.empty()) {
         delta = ref.growth[row] * delta +
                 kUnitRoundoff * kappa * ref.step_scale[row];

@@ -72,6 +72,13 @@ float KeyScaleFor(const AttentionSpec& spec) {
              : 1.0f;
 }
 
+// The chunkwise order with these options; for rwkv7 its WY form at every
+// width (the step's order is StepSequence's, tested beside it).
+ChunkwiseOptions Chunked(ChunkwiseOptions options) {
+  options.rwkv7_order = Rwkv7Order::kChunkwise;
+  return options;
+}
+
 class RuleOrders : public ::testing::TestWithParam<Case> {};
 
 // Recurrent (token by token, each ISA) and chunkwise (several chunk
@@ -111,7 +118,7 @@ TEST_P(RuleOrders, MatchTheReference) {
       }
       // 40: sub-chunks of 16, 16 and 8 rows for gates per key.
       for (uint32_t C : {1u, 16u, 40u, 64u}) {
-        ChunkwiseRunner runner({.chunk_size = C, .round_chunks = 2});
+        ChunkwiseRunner runner(Chunked({.chunk_size = C, .round_chunks = 2}));
         AttentionState state = attention->NewState();
         Outputs out(spec, T);
         ASSERT_TRUE(
@@ -146,7 +153,7 @@ TEST_P(RuleOrders, ExtremeGatesAndBetasAndChunkBoundaries) {
     // Prefilled in pieces of 64 | 1 | 63 | 72 tokens (C = 64), the recurrent
     // order in the same pieces.
     const uint64_t pieces[] = {64, 1, 63, 72};
-    ChunkwiseRunner runner({.chunk_size = 64});
+    ChunkwiseRunner runner(Chunked({.chunk_size = 64}));
     AttentionState chunked = attention.NewState();
     AttentionState stepped = attention.NewState();
     Outputs out_c(spec, T), out_s(spec, T);
@@ -188,7 +195,7 @@ TEST_P(RuleOrders, BatchedEqualsOneByOne) {
     states.push_back(attention.NewState());
     alone_states.push_back(attention.NewState());
   }
-  ChunkwiseRunner runner({.chunk_size = 32});
+  ChunkwiseRunner runner(Chunked({.chunk_size = 32}));
   std::vector<PrefillItem> items;
   for (int s = 0; s < 4; ++s) {
     items.push_back(
@@ -196,7 +203,7 @@ TEST_P(RuleOrders, BatchedEqualsOneByOne) {
   }
   ASSERT_TRUE(runner.Run(items).ok());
   for (int s = 0; s < 4; ++s) {
-    ChunkwiseRunner one({.chunk_size = 32});
+    ChunkwiseRunner one(Chunked({.chunk_size = 32}));
     ASSERT_TRUE(
         one.Run(attention, alone_states[s], data[s].input(), alone[s].view())
             .ok());
@@ -292,7 +299,7 @@ TEST_P(RuleOrders, LongSequencesStayFinite) {
       {.k_scale = KeyScaleFor(spec),
        .log_gate_min = HasLowRank(spec.rule) ? -1.0f : -0.05f});
   const RuleReferenceResult ref = ReferenceRule(spec, data.input());
-  ChunkwiseRunner runner({.chunk_size = 64});
+  ChunkwiseRunner runner(Chunked({.chunk_size = 64}));
   AttentionState state = attention.NewState();
   Outputs out(spec, T);
   ASSERT_TRUE(runner.Run(attention, state, data.input(), out.view()).ok());
@@ -467,7 +474,7 @@ TEST(Rules, BadGatesAndBetasAreRefusedAndChangeNothing) {
       absl::Status s = StepSequence(attention, state, data.input(), out.view());
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name;
       EXPECT_NE(s.message().find(where), std::string::npos) << s.message();
-      ChunkwiseRunner runner({.chunk_size = 4});
+      ChunkwiseRunner runner(Chunked({.chunk_size = 4}));
       s = runner.Run(attention, state, data.input(), out.view());
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name;
       EXPECT_NE(s.message().find(where), std::string::npos) << s.message();
@@ -533,7 +540,7 @@ TEST(Rules, MixedSpecsInOneRunEachMatchTheirReference) {
     items.push_back(
         {&attentions[m], &states[m], data[m].input(), outs[m].view()});
   }
-  ChunkwiseRunner runner({.chunk_size = 64, .round_chunks = 1});
+  ChunkwiseRunner runner(Chunked({.chunk_size = 64, .round_chunks = 1}));
   ASSERT_TRUE(runner.Run(items).ok());
   for (size_t m = 0; m < members.size(); ++m) {
     const AttentionSpec& spec = attentions[m].spec();
@@ -569,7 +576,7 @@ TEST(Rules, NonFiniteInputsAreNamedByTheChunkwiseGather) {
       const PrefillItem items[] = {
           {&attention, &s_good, good.input(), o_good.view()},
           {&attention, &s_bad, bad.input(), o_bad.view()}};
-      ChunkwiseRunner runner({.chunk_size = 64, .round_chunks = 1});
+      ChunkwiseRunner runner(Chunked({.chunk_size = 64, .round_chunks = 1}));
       const absl::Status all = runner.Run(items);
       EXPECT_EQ(all.code(), absl::StatusCode::kInvalidArgument) << c.name;
       EXPECT_NE(all.message().find(where), std::string::npos) << all.message();

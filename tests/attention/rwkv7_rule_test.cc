@@ -10,10 +10,12 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "core/attention/attention.h"
+#include "core/attention/chunkwise.h"
 #include "core/attention/recurrent.h"
 #include "core/attention/reference.h"
 #include "core/attention/spec.h"
@@ -126,6 +128,25 @@ TEST(Rwkv7Rule, TheErrorBoundStaysTightWithRwkv7Decays) {
   ASSERT_TRUE(StepSequence(attention, state, data.input(), out.view()).ok());
   testing::ExpectRuleMatchesReference(spec, data, ref, out, 1, "rwkv7");
   testing::ExpectStateMatches(spec, data, ref, state, 1, "rwkv7");
+  // The chunkwise WY form, whose bound counts a chunk's products and its
+  // blocks' factors: still within 1e-2 of the state at C = 64.
+  for (const uint32_t C : {16u, 64u}) {
+    const std::vector<double> chunk_bound =
+        testing::DeltaStateErrors(spec, data, ref, C);
+    for (uint32_t h = 0; h < spec.num_heads; ++h) {
+      const uint64_t last = (T - 1) * spec.num_heads + h;
+      EXPECT_LT(chunk_bound[last], 1e-2 * ref.state_norm[last])
+          << "head " << h << " C=" << C;
+    }
+    ChunkwiseRunner runner(
+        {.chunk_size = C, .rwkv7_order = Rwkv7Order::kChunkwise});
+    AttentionState chunked = attention.NewState();
+    testing::Outputs out_c(spec, T);
+    ASSERT_TRUE(runner.Run(attention, chunked, data.input(), out_c.view()).ok());
+    const std::string what = "rwkv7 chunkwise C=" + std::to_string(C);
+    testing::ExpectRuleMatchesReference(spec, data, ref, out_c, C, what);
+    testing::ExpectStateMatches(spec, data, ref, chunked, C, what);
+  }
 }
 
 TEST(Rwkv7Rule, SpecsAndInputsAreChecked) {
