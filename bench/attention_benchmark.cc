@@ -305,21 +305,24 @@ BENCHMARK(BM_RecurrentPrefill)
 
 // --- The gated and delta rules ------------------------------------------
 // Rule cases: 1 gated (a gate per head), 2 gated (a gate per key channel),
-// 3 delta, 4 gated delta, 5 rwkv7 (a gate per key channel, scale 1); the
-// delta rules with L2-normalised q and k.
+// 3 delta, 4 gated delta, 5 rwkv7, 6 rwkv6 (both a gate per key channel,
+// scale 1; rwkv6 with a bonus of 0.5); the delta rules with L2-normalised
+// q and k.
 AttentionSpec RuleSpec(int64_t rule, uint32_t d) {
   AttentionSpec spec{.rule = rule <= 2   ? UpdateRule::kGated
                              : rule == 3 ? UpdateRule::kDelta
                              : rule == 4 ? UpdateRule::kGatedDelta
-                                         : UpdateRule::kRwkv7,
+                             : rule == 5 ? UpdateRule::kRwkv7
+                                         : UpdateRule::kRwkv6,
                      .num_heads = kHeads,
                      .key_dim = d,
                      .value_dim = d,
                      .feature_map = FeatureMapKind::kIdentity,
                      .unnormalized = true};
-  if (rule == 2 || rule == 5) spec.gate = GateShape::kKey;
+  if (rule == 2 || rule >= 5) spec.gate = GateShape::kKey;
   spec.qk_l2norm = rule == 3 || rule == 4;
-  if (rule != 5) spec.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  if (rule < 5) spec.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  if (rule == 6) spec.bonus.assign(uint64_t{kHeads} * d, 0.5f);
   return spec;
 }
 
@@ -333,8 +336,10 @@ const char* RuleName(int64_t rule) {
       return "delta";
     case 4:
       return "gated_delta";
-    default:
+    case 5:
       return "rwkv7";
+    default:
+      return "rwkv6";
   }
 }
 
@@ -428,7 +433,7 @@ void BM_RuleDecodeStep(benchmark::State& st) {
   st.SetLabel(std::string(RuleName(st.range(0))) + " " + ActiveKernels().name);
 }
 BENCHMARK(BM_RuleDecodeStep)
-    ->ArgsProduct({{1, 2, 3, 4, 5}, {64, 128}, {1, 64}})
+    ->ArgsProduct({{1, 2, 3, 4, 5, 6}, {64, 128}, {1, 64}})
     ->UseRealTime();
 
 // (e) Chunkwise prefill of T tokens into one fresh session under a rule;
@@ -443,11 +448,10 @@ void BM_RuleChunkwisePrefill(benchmark::State& st) {
   const RuleInputs inputs(spec, T);
   std::vector<float> y(T * kHeads * spec.value_dim), den(T * kHeads);
   std::vector<uint8_t> avail(T * kHeads);
-  ChunkwiseRunner runner(
-      {.chunk_size = 64,
-       .round_chunks = 16,
-       .rwkv7_order = recurrent ? Rwkv7Order::kRecurrent
-                                : Rwkv7Order::kChunkwise});
+  ChunkwiseRunner runner({.chunk_size = 64,
+                          .round_chunks = 16,
+                          .rwkv7_order = recurrent ? Rwkv7Order::kRecurrent
+                                                   : Rwkv7Order::kChunkwise});
   AttentionState state = attention.NewState();
   double flops = 0;
   for (auto _ : st) {
@@ -471,7 +475,7 @@ void BM_RuleChunkwisePrefill(benchmark::State& st) {
               (recurrent ? " recurrent" : ""));
 }
 BENCHMARK(BM_RuleChunkwisePrefill)
-    ->ArgsProduct({{1, 2, 3, 4, 5}, {64, 128}, {4096, 16384}, {0}})
+    ->ArgsProduct({{1, 2, 3, 4, 5, 6}, {64, 128}, {4096, 16384}, {0}})
     ->ArgsProduct({{5}, {64, 128}, {4096, 16384}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The gated and delta rules against the machine's limits and PyTorch.
+"""The gated, delta, rwkv7 and rwkv6 rules against the machine's limits and PyTorch.
 
     /usr/bin/python3 bench/rules_bench.py [--build build] [--quick]
 
@@ -23,7 +23,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RULE_ARGS = {1: "gated_head", 2: "gated_key", 3: "delta", 4: "gated_delta", 5: "rwkv7"}
+RULE_ARGS = {1: "gated_head", 2: "gated_key", 3: "delta", 4: "gated_delta", 5: "rwkv7",
+             6: "rwkv6"}
 
 
 def run_json(cmd):
@@ -33,7 +34,7 @@ def run_json(cmd):
 
 def engine(build, quick):
     tokens = "4096" if quick else "4096|16384"
-    flt = f"BM_RuleDecodeStep/|BM_RuleChunkwisePrefill/[1-5]/(64|128)/({tokens})/"
+    flt = f"BM_RuleDecodeStep/|BM_RuleChunkwisePrefill/[1-6]/(64|128)/({tokens})/"
     data = run_json([os.path.join(build, "bin", "attention_benchmark"),
                      f"--benchmark_filter={flt}", "--benchmark_format=json",
                      f"--benchmark_repetitions={1 if quick else 3}"])

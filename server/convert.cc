@@ -31,8 +31,11 @@ absl::StatusOr<SpecRequest> FromProto(const v1::AttentionSpec& proto) {
           absl::StrCat("spec.", rule.status().message()));
     }
     s.rule = *rule;
-    // rwkv7 decays each key channel: its only gate shape, the default.
-    if (s.rule == UpdateRule::kRwkv7) s.gate = GateShape::kKey;
+    // rwkv7 and rwkv6 decay each key channel: their only gate shape, the
+    // default.
+    if (s.rule == UpdateRule::kRwkv7 || s.rule == UpdateRule::kRwkv6) {
+      s.gate = GateShape::kKey;
+    }
   }
   if (!proto.gate().empty()) {
     auto gate = ParseGateShape(proto.gate());
@@ -44,6 +47,7 @@ absl::StatusOr<SpecRequest> FromProto(const v1::AttentionSpec& proto) {
   }
   s.qk_l2norm = proto.qk_l2norm();
   s.scale = proto.scale();
+  s.bonus.assign(proto.bonus().begin(), proto.bonus().end());
   // The gated, delta and rwkv7 rules take q and k as given: an unset feature
   // map is identity for them, and their read-out is unnormalised.
   if (s.rule != UpdateRule::kLinear && proto.feature_map().empty()) {
@@ -65,11 +69,13 @@ void ToProto(const AttentionSpec& spec, v1::AttentionSpec* proto) {
   proto->set_seed(spec.seed);
   proto->set_horizon(spec.horizon);
   proto->set_rule(std::string(UpdateRuleName(spec.rule)));
-  if (spec.rule == UpdateRule::kGated || spec.rule == UpdateRule::kRwkv7) {
+  if (spec.rule == UpdateRule::kGated || spec.rule == UpdateRule::kRwkv7 ||
+      spec.rule == UpdateRule::kRwkv6) {
     proto->set_gate(std::string(GateShapeName(spec.gate)));
   }
   proto->set_qk_l2norm(spec.qk_l2norm);
   proto->set_scale(spec.scale);
+  proto->mutable_bonus()->Assign(spec.bonus.begin(), spec.bonus.end());
 }
 
 void ToProto(const SessionInfo& info, v1::Session* proto) {

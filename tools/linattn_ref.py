@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch reference of flash-linear-attention language models: `linear_attn`,
-`retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2` and `rwkv7`.
+`retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`, `rwkv7` and `rwkv6`.
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -74,6 +74,18 @@ k * k_k per head; k = k (1 + (a - 1) k_a);
 then GroupNorm per head (eps head_dim * norm_eps), + (r k r_k).sum * v, times g,
 and o_proj.
 
+rwkv6 (fla RWKV6ForCausalLM, fla/models/rwkv6, fla/layers/rwkv6.py) has rwkv7's
+skeleton (LayerNorms, pre_norm, the two token shifts) with RWKV-6's mixes. The
+time mix: xx = tanh(Linear(x + delta * mu)) in 5 groups of proj_low_rank_dim,
+each through its slice of one Linear back to hidden_size, plus x_bias: the
+data-dependent mixes m_r, m_w, m_k, m_v, m_g; then r, k, v, g = Linear(x +
+delta * m_*), w = LoRA(x + delta * m_w) (tanh, with bias), the log-decay
+-exp(w); per head of key_dim / num_heads keys and value_dim / num_heads values
+    o = (S + u k v^T)^T r;   S = diag(exp(-exp(w))) S + k v^T
+with u the layer's bonus; then GroupNorm per head (eps norm_eps) times
+silu(g), and o_proj. The channel mix: sigmoid(receptance(x + delta * mu_r)) *
+value(relu(key(x + delta * mu_k))^2).
+
 Usage:
     linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
@@ -83,6 +95,7 @@ Usage:
     linattn_ref.py random --out DIR --model-type retnet [--num-kv-heads 2] ...
     linattn_ref.py random --out DIR --model-type mamba2 [--n-groups 2] ...
     linattn_ref.py random --out DIR --model-type rwkv7 [--head-dim 16 --low-rank-dim 8] ...
+    linattn_ref.py random --out DIR --model-type rwkv6 [--num-heads 4 --expand-k 0.5] ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -242,11 +255,11 @@ class Config:
         self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
         # fla's GatedMLP (and the output gates, which take it as gate_fn) is
         # built for swish; mamba2's convolution takes silu or swish (the same).
-        # rwkv7's channel mix is ReLU² (fla's ACT2FN "sqrelu").
-        act = d.get("hidden_act", {"mamba2": "silu", "rwkv7": "sqrelu"}.get(self.model_type,
-                                                                             "swish"))
-        accepted = {"mamba2": ("swish", "silu"), "rwkv7": ("sqrelu",)}.get(self.model_type,
-                                                                          ("swish",))
+        # rwkv7's and rwkv6's channel mixes are ReLU² (fla's ACT2FN "sqrelu").
+        act = d.get("hidden_act", {"mamba2": "silu", "rwkv7": "sqrelu",
+                                   "rwkv6": "sqrelu"}.get(self.model_type, "swish"))
+        accepted = {"mamba2": ("swish", "silu"), "rwkv7": ("sqrelu",),
+                    "rwkv6": ("sqrelu",)}.get(self.model_type, ("swish",))
         if act not in accepted:
             raise ValueError(f"hidden_act {act!r} not supported")
         # Parts of fla's configs this reference does not build.
@@ -395,7 +408,7 @@ class Config:
             head_dim = h // num_heads
         if head_dim <= 0 or h % head_dim:
             raise ValueError("hidden_size must be a multiple of head_dim")
-        self.head_dim = head_dim
+        self.head_dim = self.head_k_dim = head_dim
         self.num_heads = h // head_dim
         # value_dim: one per layer (RWKV7Config's list), each a multiple of
         # hidden_size; v_first is layer 0's v mixed into every later layer's,
@@ -431,6 +444,38 @@ class Config:
         self.norm_first = bool(d.get("norm_first", True))
         self.norm_bias = bool(d.get("norm_bias", True))
         self.fuse_norm = bool(d.get("fuse_norm", True))
+
+    def _rwkv6(self, d):
+        # RWKV6Config's defaults (fla/models/rwkv6/configuration_rwkv6.py) and
+        # what RWKV6Attention and RWKV6FeedForward make of them.
+        h = self.hidden_size
+        self.norm_eps = d.get("norm_eps", 1e-5)
+        self.key_dim = int(h * d.get("expand_k", 0.5))
+        self.value_dim = int(h * d.get("expand_v", 1.0))
+        if self.key_dim % self.num_heads or self.value_dim % self.num_heads:
+            raise ValueError("key and value dims must be multiples of num_heads")
+        self.head_k_dim = self.key_dim // self.num_heads
+        self.head_v_dim = self.value_dim // self.num_heads
+        # x_proj needs its rank; a null gate_low_rank_dim makes w_proj a plain
+        # Linear (DDLerpLinear without low_rank_dim).
+        self.proj_low_rank_dim = d.get("proj_low_rank_dim", 32)
+        if self.proj_low_rank_dim is None:
+            raise ValueError("proj_low_rank_dim must be a positive integer")
+        self.gate_low_rank_dim = d.get("gate_low_rank_dim", 64)
+        # RWKV6FeedForward: hidden_ratio None is 3.5; int(h * ratio) rounded up to
+        # a multiple of 32 unless intermediate_size is given.
+        ratio = d.get("hidden_ratio", 3.5)
+        if ratio is None:
+            ratio = 3.5
+        self.intermediate_size = d.get("intermediate_size")
+        if self.intermediate_size is None:
+            i = int(h * ratio)
+            self.intermediate_size = 32 * ((i + 32 - 1) // 32)
+        self.norm_first = bool(d.get("norm_first", True))
+        self.norm_bias = bool(d.get("norm_bias", True))
+        # fla's g_norm takes norm_eps; tools/convert_rwkv.py writes BlinkDL's
+        # own 64e-5 as linattn_group_norm_eps (which fla ignores).
+        self.group_norm_eps = d.get("linattn_group_norm_eps", self.norm_eps)
 
 
 def load_config(model_dir):
@@ -1120,39 +1165,140 @@ class RWKV7FeedForward(nn.Module):
         return self.value(torch.relu(self.key(x.addcmul(delta, self.x_k))) ** 2), shift
 
 
-class RWKV7Block(nn.Module):
-    def __init__(self, c, layer_idx):
+class RWKVBlock(nn.Module):
+    """fla's RWKV7Block and RWKV6Block: the same skeleton around the type's
+    time mix and channel mix. `carry` runs through the layers of one forward
+    (RWKV-7's v_first; RWKV-6 has none)."""
+
+    def __init__(self, c, layer_idx, attn, ffn):
         super().__init__()
         h, eps, bias = c.hidden_size, c.norm_eps, c.norm_bias
         self.c = c
         if c.norm_first and layer_idx == 0:
             self.pre_norm = LayerNorm(h, eps, bias)
         self.attn_norm = LayerNorm(h, eps, bias)
-        self.attn = RWKV7Attention(c, layer_idx)
+        self.attn = attn(c, layer_idx)
         self.ffn_norm = LayerNorm(h, eps, bias)
-        self.ffn = RWKV7FeedForward(c)
+        self.ffn = ffn(c)
 
-    def forward(self, x, state, v_first):
+    def forward(self, x, state, carry):
         attn_shift, ffn_shift, s = state
         residual = self.pre_norm(x) if hasattr(self, "pre_norm") else x
-        o, attn_shift, s, v_first = self.attn(self.attn_norm(residual), attn_shift, s, v_first)
+        o, attn_shift, s, carry = self.attn(self.attn_norm(residual), attn_shift, s, carry)
         x = residual + o
         f, ffn_shift = self.ffn(self.ffn_norm(x), ffn_shift)
-        return x + f, (attn_shift, ffn_shift, s), v_first
+        return x + f, (attn_shift, ffn_shift, s), carry
 
     def new_state(self, batch, dtype):
         c = self.c
         return (torch.zeros(batch, c.hidden_size, dtype=dtype),
                 torch.zeros(batch, c.hidden_size, dtype=dtype),
-                torch.zeros(batch, c.num_heads, c.head_dim, c.head_v_dim, dtype=dtype))
+                torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype))
 
 
-class RWKV7Backbone(nn.Module):
-    def __init__(self, c):
+class RWKVBackbone(nn.Module):
+    def __init__(self, c, attn, ffn):
         super().__init__()
         self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList([RWKV7Block(c, i) for i in range(c.num_hidden_layers)])
+        self.layers = nn.ModuleList([RWKVBlock(c, i, attn, ffn)
+                                     for i in range(c.num_hidden_layers)])
         self.norm = LayerNorm(c.hidden_size, c.norm_eps, c.norm_bias)
+
+
+# rwkv6, written from fla's RWKV6ForCausalLM (fla/models/rwkv6/modeling_rwkv6.py),
+# RWKV6FeedForward there, and RWKV6Attention, LerpLinear, DDLerpLinear and LoRA
+# (fla/layers/rwkv6.py) at bc3b101d, with chunk_rwkv6 (scale 1) as the
+# recurrence of fla/ops/rwkv6/recurrent_naive.py. fla's GroupNorm(num_heads,
+# value_dim, bias=True, eps=norm_eps) normalises each head's values.
+# tests/python/rwkv6_reference_test.py checks the recurrence against
+# BlinkDL's own statement (RWKV-v5/rwkv_v6_demo.py).
+
+
+class LerpLinear(nn.Module):
+    """fla's LerpLinear: linear(x + delta * mu), linear a bias-free Linear or
+    (low_rank_dim) a tanh LoRA."""
+
+    def __init__(self, n_in, n_out, rank=None):
+        super().__init__()
+        self.linear = (nn.Linear(n_in, n_out, bias=False) if rank is None
+                       else LoRA(n_in, n_out, rank, "tanh"))
+        self.mu = nn.Parameter(torch.zeros(n_in))
+
+    def forward(self, x, delta):
+        return self.linear(x + delta * self.mu)
+
+
+class DDLerpLinear(nn.Module):
+    """fla's DDLerpLinear: linear(x + delta * mu) with mu given per token."""
+
+    def __init__(self, n_in, n_out, rank=None):
+        super().__init__()
+        self.linear = (nn.Linear(n_in, n_out, bias=False) if rank is None
+                       else LoRA(n_in, n_out, rank, "tanh"))
+
+    def forward(self, x, mu, delta):
+        return self.linear(x + delta * mu)
+
+
+def rwkv6_recurrence(r, k, v, w, u, s):
+    """fla's naive_recurrent_rwkv6 on (B, T, H, D) with scale 1:
+    o = sum_K (h + u kv) q;  h = h exp(w) + kv."""
+    out = []
+    for t in range(r.shape[1]):
+        kv = k[:, t, :, :, None] * v[:, t, :, None, :]
+        out.append(((s + u[None, :, :, None] * kv) * r[:, t, :, :, None]).sum(-2))
+        s = s * w[:, t].exp()[..., None] + kv
+    return torch.stack(out, 1), s
+
+
+class RWKV6Attention(nn.Module):
+    def __init__(self, c, layer_idx):
+        super().__init__()
+        self.c = c
+        h, rank = c.hidden_size, c.proj_low_rank_dim
+        self.x_proj = nn.Sequential(LerpLinear(h, rank * 5), nn.Tanh(),
+                                    nn.Linear(rank * 5, h, bias=False))
+        self.x_bias = nn.Parameter(torch.zeros(5, h))
+        self.r_proj = DDLerpLinear(h, c.key_dim)
+        self.w_proj = DDLerpLinear(h, c.key_dim, c.gate_low_rank_dim)
+        self.k_proj = DDLerpLinear(h, c.key_dim)
+        self.v_proj = DDLerpLinear(h, c.value_dim)
+        self.g_proj = DDLerpLinear(h, c.value_dim)
+        self.bonus = nn.Parameter(torch.zeros(c.num_heads, c.head_k_dim))
+        self.g_norm = nn.GroupNorm(c.num_heads, c.value_dim, eps=c.group_norm_eps)
+        self.o_proj = nn.Linear(c.value_dim, h, bias=False)
+
+    def forward(self, x, shift, s, carry=None):
+        c = self.c
+        b, t, h = x.shape
+        nh = c.num_heads
+        delta, shift = token_shift(x, shift)
+        xx = self.x_proj[0](x, delta).view(b, t, -1, c.proj_low_rank_dim)
+        xx = torch.einsum("btnr,hnr->btnh", self.x_proj[1](xx),
+                          self.x_proj[2].weight.view(h, 5, -1))
+        mr, mw, mk, mv, mg = (xx + self.x_bias).unbind(-2)
+        r = self.r_proj(x, mr, delta).view(b, t, nh, c.head_k_dim)
+        w = -torch.exp(self.w_proj(x, mw, delta)).view(b, t, nh, c.head_k_dim)
+        k = self.k_proj(x, mk, delta).view(b, t, nh, c.head_k_dim)
+        v = self.v_proj(x, mv, delta).view(b, t, nh, c.head_v_dim)
+        g = self.g_proj(x, mg, delta)
+        o, s = rwkv6_recurrence(r, k, v, w, self.bonus, s)
+        o = self.g_norm(o.reshape(b * t, c.value_dim)).view(b, t, c.value_dim) * F.silu(g)
+        return self.o_proj(o), shift, s, carry
+
+
+class RWKV6FeedForward(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        h = c.hidden_size
+        self.key = LerpLinear(h, c.intermediate_size)
+        self.value = nn.Linear(c.intermediate_size, h, bias=False)
+        self.receptance = LerpLinear(h, h)
+
+    def forward(self, x, shift):
+        delta, shift = token_shift(x, shift)
+        key = torch.relu(self.key(x, delta)) ** 2
+        return self.receptance(x, delta).sigmoid() * self.value(key), shift
 
 
 class MLP(nn.Module):
@@ -1202,7 +1348,7 @@ class CausalLM(nn.Module):
     def __init__(self, c, backbone, norm_name):
         super().__init__()
         self.c = c
-        self.backbone_name = ("model" if isinstance(backbone, (Backbone, RWKV7Backbone))
+        self.backbone_name = ("model" if isinstance(backbone, (Backbone, RWKVBackbone))
                               else "backbone")
         setattr(self, self.backbone_name, backbone)
         self.norm_name = norm_name
@@ -1265,21 +1411,21 @@ class Mamba2LM(CausalLM):
         super().__init__(c, Mamba2Backbone(c), "norm_f")
 
 
-class RWKV7LM(CausalLM):
-    """fla's RWKV7ForCausalLM: model.embeddings, model.layers (pre_norm on the
-    first with norm_first, attn_norm, attn, ffn_norm, ffn), model.norm. Each
-    layer's state is its two token-shift rows and S; v_first runs through
-    the layers of one forward."""
+class RWKVLM(CausalLM):
+    """fla's RWKV7ForCausalLM and RWKV6ForCausalLM: model.embeddings,
+    model.layers (pre_norm on the first with norm_first, attn_norm, attn,
+    ffn_norm, ffn), model.norm. Each layer's state is its two token-shift
+    rows and S; RWKV-7's v_first runs through the layers of one forward."""
 
-    def __init__(self, c):
-        super().__init__(c, RWKV7Backbone(c), "norm")
+    def __init__(self, c, attn, ffn):
+        super().__init__(c, RWKVBackbone(c, attn, ffn), "norm")
 
     def run(self, tokens, states):
         embeddings, layers, norm = self.parts()
         x = embeddings(tokens)
-        v_first, out = None, []
+        carry, out = None, []
         for layer, st in zip(layers, states):
-            x, st, v_first = layer(x, st, v_first)
+            x, st, carry = layer(x, st, carry)
             out.append(st)
         return self.lm_head(norm(x)), out
 
@@ -1290,6 +1436,16 @@ class RWKV7LM(CausalLM):
     def step(self, tokens, states):
         logits, states = self.run(tokens[:, None], states)
         return logits[:, 0], states
+
+
+class RWKV7LM(RWKVLM):
+    def __init__(self, c):
+        super().__init__(c, RWKV7Attention, RWKV7FeedForward)
+
+
+class RWKV6LM(RWKVLM):
+    def __init__(self, c):
+        super().__init__(c, RWKV6Attention, RWKV6FeedForward)
 
 
 class ModelType:
@@ -1312,6 +1468,7 @@ MODEL_TYPES = {
     "gated_deltanet": ModelType(Config._gated_deltanet, GatedDeltaNet, LinearAttentionLM, 6),
     "mamba2": ModelType(Config._mamba2, Mamba2Mixer, Mamba2LM, None),
     "rwkv7": ModelType(Config._rwkv7, RWKV7Attention, RWKV7LM, None),
+    "rwkv6": ModelType(Config._rwkv6, RWKV6Attention, RWKV6LM, 4),
 }
 
 
@@ -1371,8 +1528,9 @@ def random_model(config, seed):
                 p.normal_(0, 1 / math.sqrt(p.shape[-1]))
             elif name.endswith("mixer.D"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
-            elif re.search(r"\.(attn|ffn)\.x_[rwkvag]$", name):
-                # rwkv7's token-shift mixes: fractions of the previous token.
+            elif re.search(r"\.(attn|ffn)\.x_[rwkvag]$", name) or name.endswith(".mu"):
+                # rwkv7's and rwkv6's token-shift mixes: fractions of the
+                # previous token.
                 p.uniform_(0, 1)
             elif name.endswith(".attn.k_a"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))  # fla's init: 1.02
@@ -1422,6 +1580,14 @@ def random_config(args):
             "intermediate_size": args.intermediate_size, "hidden_ratio": 4,
             "decay_low_rank_dim": args.low_rank_dim, "a_low_rank_dim": args.low_rank_dim,
             "v_low_rank_dim": args.low_rank_dim, "gate_low_rank_dim": 2 * args.low_rank_dim,
+            "norm_first": True, "norm_bias": True, "fuse_norm": True, "attn_mode": "chunk"})
+        return config
+    if args.model_type == "rwkv6":
+        config.update({
+            "num_heads": args.num_heads, "expand_k": args.expand_k, "expand_v": args.expand_v,
+            "hidden_act": "sqrelu", "norm_eps": 1e-5,
+            "intermediate_size": args.intermediate_size, "hidden_ratio": 3.5,
+            "proj_low_rank_dim": args.low_rank_dim, "gate_low_rank_dim": 2 * args.low_rank_dim,
             "norm_first": True, "norm_bias": True, "fuse_norm": True, "attn_mode": "chunk"})
         return config
     if args.model_type == "mamba2":
@@ -1542,7 +1708,7 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--model-type", default="linear_attn",
                    choices=["linear_attn", "retnet", "gla", "delta_net", "gated_deltanet",
-                            "mamba2", "rwkv7"])
+                            "mamba2", "rwkv7", "rwkv6"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
@@ -1576,7 +1742,8 @@ def main():
     r.add_argument("--qk-norm", default="l2", choices=["l2", "sum"], help="delta_net")
     r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet, mamba2, rwkv7")
     r.add_argument("--low-rank-dim", type=int, default=16,
-                   help="rwkv7: the decay, a and v LoRAs' rank (the gate's twice it)")
+                   help="rwkv7: the decay, a and v LoRAs' rank (the gate's twice it); "
+                   "rwkv6: proj_low_rank_dim (gate_low_rank_dim twice it)")
     r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
     r.add_argument("--conv-size", type=int, default=4,
                    help="gla, delta_net, gated_deltanet, mamba2 (conv_kernel)")

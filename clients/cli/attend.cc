@@ -82,8 +82,19 @@ absl::Status Attend(const AttendOptions& o) {
   spec.value_dim = static_cast<uint32_t>(v.shape[2]);
   LINATTN_ASSIGN_OR_RETURN(spec.rule, ParseUpdateRule(o.rule));
   const bool linear = spec.rule == UpdateRule::kLinear;
-  // rwkv7 decays each key channel: its only gate shape, the default.
-  if (spec.rule == UpdateRule::kRwkv7) spec.gate = GateShape::kKey;
+  // rwkv7 and rwkv6 decay each key channel: their only gate shape, the
+  // default.
+  if (spec.rule == UpdateRule::kRwkv7 || spec.rule == UpdateRule::kRwkv6) {
+    spec.gate = GateShape::kKey;
+  }
+  // rwkv6's bonus u, (H, d_k): a constant of the spec.
+  {
+    NpyArray bonus;
+    LINATTN_RETURN_IF_ERROR(ReadRuleInput(o.bonus_path, "--bonus",
+                                          spec.rule == UpdateRule::kRwkv6, {H},
+                                          spec.key_dim, &bonus));
+    spec.bonus = std::move(bonus.data);
+  }
   if (!o.gate.empty()) {
     LINATTN_ASSIGN_OR_RETURN(spec.gate, ParseGateShape(o.gate));
   }

@@ -20,12 +20,13 @@ namespace linattn {
 
 struct AttendOptions {
   std::string q_path, k_path, v_path, out_path;
-  // The gated, delta and rwkv7 rules' inputs.
-  std::string g_path, beta_path, a_path, b_path;
+  // The gated, delta, rwkv7 and rwkv6 rules' inputs, and rwkv6's bonus.
+  std::string g_path, beta_path, a_path, b_path, bonus_path;
   // Empty: elu1 for the linear rule, identity for the others.
   std::string feature_map;
-  std::string rule = "linear";  // linear | gated | delta | gated_delta
-  std::string gate;             // head | key (gated; default head)
+  // linear | gated | delta | gated_delta | rwkv7 | rwkv6
+  std::string rule = "linear";
+  std::string gate;  // head | key (gated; default head)
   bool qk_l2norm = false;
   float scale = 0.0f;  // q's multiplier for the gated and delta rules (0 = 1)
   // Local: recurrent | chunkwise | quadratic. With `server`: decode (one

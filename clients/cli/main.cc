@@ -145,18 +145,22 @@ int main(int argc, char** argv) {
   at->add_option("--out", attend.out_path, "output .npy (T, H, d_v)")
       ->required();
   at->add_option("--rule", attend.rule,
-                 "update rule: linear | gated | delta | gated_delta | rwkv7 "
-                 "(default: linear; docs/design.md §1)")
-      ->check(
-          CLI::IsMember({"linear", "gated", "delta", "gated_delta", "rwkv7"}));
+                 "update rule: linear | gated | delta | gated_delta | rwkv7 | "
+                 "rwkv6 (default: linear; docs/design.md §1)")
+      ->check(CLI::IsMember(
+          {"linear", "gated", "delta", "gated_delta", "rwkv7", "rwkv6"}));
   at->add_option("--g", attend.g_path,
-                 "log-gates .npy, ≤ 0 (gated, gated_delta, rwkv7): (T, H), "
-                 "or (T, H, d_k) with --gate key (rwkv7's only shape)");
+                 "log-gates .npy, ≤ 0 (gated, gated_delta, rwkv7, rwkv6): "
+                 "(T, H), or (T, H, d_k) with --gate key (rwkv7's and "
+                 "rwkv6's only shape)");
   at->add_option("--beta", attend.beta_path,
                  "β .npy in [0, 2] (delta, gated_delta): (T, H)");
   at->add_option("--a", attend.a_path,
                  "rwkv7's a .npy (T, H, d_k): S ← (diag(e^g) + b aᵀ) S + k vᵀ");
   at->add_option("--b", attend.b_path, "rwkv7's b .npy (T, H, d_k)");
+  at->add_option("--bonus", attend.bonus_path,
+                 "rwkv6's bonus u .npy (H, d_k): o = (S + diag(u) k vᵀ)ᵀq "
+                 "from the state before the token");
   at->add_option("--gate", attend.gate,
                  "gated rule's gates: head (one per head, default) | key (one "
                  "per key channel)")

@@ -141,6 +141,7 @@ absl::StatusOr<v1::Session> RemoteAttention::CreateSession(
     s->set_gate(std::string(GateShapeName(spec.gate)));
     s->set_qk_l2norm(spec.qk_l2norm);
     s->set_scale(spec.scale);
+    s->mutable_bonus()->Assign(spec.bonus.begin(), spec.bonus.end());
   }
   req.set_session_id(session_id.empty() ? NewSessionId() : session_id);
   grpc::ClientContext ctx;

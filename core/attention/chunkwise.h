@@ -2,8 +2,8 @@
 // a few large batched matmuls on oneDNN (docs/design.md §1). The gated and
 // delta rules have their own forms (chunkwise_rules.cc), the rwkv7 rule its
 // WY form (chunkwise_rwkv7.cc) or, as ChunkwiseOptions::rwkv7_order says,
-// its recurrent kernel token by token (RunStepGroup); for the linear rule, per head, a chunk of L ≤ C rows with previous state
-// S⁺ = [S | z]:
+// its recurrent kernel token by token (RunStepGroup); for the linear rule, per
+// head, a chunk of L ≤ C rows with previous state S⁺ = [S | z]:
 //   O⁺ = diag(γ^{i+1}) Q S⁺_prev + (Q Kᵀ ⊙ D) V⁺,   D_ij = γ^{i−j}[i ≥ j]
 //   S⁺ ← γ^L S⁺_prev + (diag(γ^{L−1−j}) K)ᵀ V⁺
 // with Q = φ(Q_chunk), K = φ(K_chunk), V⁺ = [V | 1]. The ones column is

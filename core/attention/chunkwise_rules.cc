@@ -1,4 +1,4 @@
-// The chunkwise order of the gated and delta rules (docs/design.md §1,
+// The chunkwise order of the gated, delta and rwkv6 rules (docs/design.md §1,
 // "Chunkwise forms"). Per head, a chunk of L ≤ C rows after a state S, with
 // b_i the cumulative log-gate of row i inside the chunk (summed in double;
 // 0 without gates), Γ_ij = exp(b_i − b_j) for j ≤ i (0 above), and b_L the
@@ -6,6 +6,10 @@
 //
 //   gated:        O = (Q ⊙ e^{b}) S + (Q Kᵀ ⊙ Γ) V
 //                 S ← diag(e^{b_L}) S + (K ⊙ e^{b_L − b})ᵀ V
+//   rwkv6, read out before each token: the gated form with b_{i−1} in place
+//   of b_i on the query side (b_{−1} = 0), Γ strictly lower, and row i's
+//   diagonal entry its own term q_iᵀ(u ⊙ k_i):
+//                 O = (Q ⊙ e^{b_{i−1}}) S + (Q Kᵀ ⊙ Γ' + diag(q_iᵀ(u ⊙ k_i))) V
 //   (gated) delta, fla's WY / UT-transform form:
 //                 T = (I + strict_lower(diag(β) K Kᵀ ⊙ Γ))⁻¹
 //                 U = T (β ⊙ V),  W = T (β ⊙ e^{b} ⊙ K)
@@ -55,8 +59,14 @@ namespace {
 // Jobs per round at most (a round holds at least one chunk of every stream).
 constexpr uint64_t kRuleJobsPerRound = 256;
 
-}  // namespace
+// rwkv6's own term of a row: Σ_c q_c·u_c·k_c, in the step kernel's order.
+float BonusScore(const float* q, const float* k, const float* u, uint32_t K) {
+  float own = 0.0f;
+  for (uint32_t c = 0; c < K; ++c) own += q[c] * u[c] * k[c];
+  return own;
+}
 
+}  // namespace
 
 // Here, where the rules' workspaces are complete.
 ChunkwiseRunner::ChunkwiseRunner(ChunkwiseOptions options)
@@ -86,6 +96,8 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
   // preparation of q and k: one spec stands for all.
   const AttentionSpec& spec = items[members[0]].attention->spec();
   const bool delta = HasBeta(spec.rule);
+  // rwkv6: the gated form read out before each token (the file comment).
+  const bool before = ReadsBeforeUpdate(spec.rule);
   // A gate per key channel comes with the gated rule only (spec.cc refuses
   // it for the delta rules): kb, T and a scalar e^{b_L} serve those.
   const bool per_key = GatesPerHead(spec) > 1;
@@ -100,6 +112,11 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
   // its own in the batched products.
   struct RuleStream {
     uint32_t item, head;
+  };
+  // rwkv6: a stream's u (each item's own: the group shares shapes only).
+  auto BonusOf = [](std::span<const PrefillItem> all, const RuleStream& st) {
+    const AttentionSpec& own = all[st.item].attention->spec();
+    return own.bonus.data() + uint64_t{st.head} * own.key_dim;
   };
   std::vector<RuleStream> streams;
   uint64_t longest = 0;
@@ -228,7 +245,10 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           const float beta =
               delta && i < L ? in.beta[(start + i) * H + h] : 0.0f;
           for (uint32_t c = 0; c < G; ++c) {
-            up[c] = static_cast<float>(b[i * G + c]);
+            const double b_read = !before  ? b[i * G + c]
+                                  : i == 0 ? 0.0
+                                           : b[(i - 1) * G + c];
+            up[c] = static_cast<float>(b_read);
             down[c] = static_cast<float>(b_end[c] - b[i * G + c]);
           }
           kernels.exp_shifted(G, 0.0f, 1.0f, up.data());
@@ -319,8 +339,9 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           ws.slow[j] = slow;
           for (uint64_t i = 0; r > 0 && i < rows; ++i) {
             float* e = qs + i * K;
+            const double* b_read = b + (r + i - (before ? 1 : 0)) * K;
             for (uint32_t c = 0; c < K; ++c) {
-              e[c] = static_cast<float>(b[(r + i) * K + c] - ref(c));
+              e[c] = static_cast<float>(b_read[c] - ref(c));
             }
             kernels.exp_shifted(K, 0.0f, 1.0f, e);
             for (uint32_t c = 0; c < K; ++c) e[c] *= qh[(r + i) * K + c];
@@ -376,24 +397,33 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
           const float* kh = ws.kh.data() + j * C * K;
           const float* sc = product + j * rows * cols;
           float* a = ws.a.data() + j * C * C;
+          const float* u = before ? BonusOf(items, streams[j % n_s]) : nullptr;
           std::vector<float> e, qk;
           for (uint64_t i = 0; i < rows; ++i) {
             float* arow = a + (r + i) * C;
-            if (!whole)
-              std::copy(sc + i * cols, sc + i * cols + r + i + 1, arow);
-            std::fill(arow + r + i + 1, arow + C, 0.0f);
-            if (!ws.slow[j]) continue;
-            // The diagonal block, term by term: Σ_c q_c k_c e^{b_ic − b_jc}.
-            e.resize(K);
-            qk.resize(K);
-            for (uint64_t jj = r; jj <= r + i; ++jj) {
-              for (uint32_t c = 0; c < K; ++c) {
-                e[c] = static_cast<float>(b[(r + i) * K + c] - b[jj * K + c]);
-                qk[c] = qh[(r + i) * K + c] * kh[jj * K + c];
+            // Columns up to the row's own (rwkv6: before it).
+            const uint64_t last = r + i + (before ? 0 : 1);
+            if (!whole) std::copy(sc + i * cols, sc + i * cols + last, arow);
+            std::fill(arow + last, arow + C, 0.0f);
+            if (ws.slow[j]) {
+              // The diagonal block, term by term: Σ_c q_c k_c e^{b_ic − b_jc}
+              // (rwkv6: b_{i−1}).
+              e.resize(K);
+              qk.resize(K);
+              const double* b_read = b + (r + i - (before ? 1 : 0)) * K;
+              for (uint64_t jj = r; jj < last; ++jj) {
+                for (uint32_t c = 0; c < K; ++c) {
+                  e[c] = static_cast<float>(b_read[c] - b[jj * K + c]);
+                  qk[c] = qh[(r + i) * K + c] * kh[jj * K + c];
+                }
+                kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
+                arow[jj] = kernels.dot(K, qk.data(), e.data());
               }
-              kernels.exp_shifted(K, 0.0f, 1.0f, e.data());
-              arow[jj] = kernels.dot(K, qk.data(), e.data());
             }
+            // rwkv6's own term: Σ_c q_c u_c k_c.
+            if (before)
+              arow[r + i] =
+                  BonusScore(qh + (r + i) * K, kh + (r + i) * K, u, K);
           }
         }
       }
@@ -412,14 +442,22 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
         const uint64_t L = rows_of(j, &start);
         std::vector<float> e(C);
         for (uint64_t i = 0; i < C; ++i) {
+          // rwkv6 (here with d_k = 1): Γ_ij = e^{b_{i−1} − b_j} below the
+          // diagonal, its own term on it.
+          const double b_read = !before ? b[i] : i == 0 ? 0.0 : b[i - 1];
           for (uint64_t jj = 0; jj <= i; ++jj) {
-            e[jj] = static_cast<float>(b[i] - b[jj]);
+            e[jj] = static_cast<float>(b_read - b[jj]);
           }
           kernels.exp_shifted(static_cast<uint32_t>(i + 1), 0.0f, 1.0f,
                               e.data());
           float* arow = a + i * C;
           for (uint64_t jj = 0; jj <= i; ++jj) arow[jj] *= e[jj];
           std::fill(arow + i + 1, arow + C, 0.0f);
+          if (before) {
+            const float* qh = ws.qh.data() + j * C * K;
+            const float* kh = ws.kh.data() + j * C * K;
+            arow[i] = BonusScore(qh + i * K, kh + i * K, BonusOf(items, st), K);
+          }
           if (delta) {
             const float beta =
                 i < L ? in.beta[(start + i) * spec.num_heads + st.head] : 0.0f;

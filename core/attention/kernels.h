@@ -1,6 +1,6 @@
 // VectorKernels: the table of vector operations every hot loop uses — the
-// fused recurrent steps (linear, gated, delta, rwkv7), the chunkwise scan
-// and mask, feature-map exponentials, the models' SwiGLU, dot products,
+// fused recurrent steps (linear, gated, delta, rwkv7, rwkv6), the chunkwise
+// scan and mask, feature-map exponentials, the models' SwiGLU, dot products,
 // finiteness and magnitude checks — compiled once per instruction set and
 // chosen at run time.
 //
@@ -98,6 +98,14 @@ struct VectorKernels {
                           const float* q, const float* k, const float* v,
                           uint32_t d_k, uint32_t d_v, const float* from,
                           float* s, float* num, float* scratch);
+  // The rwkv6 rule's step of one head (alpha, bonus, q, k: d_k floats),
+  // read out from S before the update:
+  //   num = Σ_i q_i·S_i + (Σ_i q_i·u_i·k_i)·v,  S_i ← α_i·S_i + k_i·v
+  // S is read once (from `from`) and written once (to `s`; as above).
+  void (*rwkv6_step_head)(const float* alpha, const float* bonus,
+                          const float* q, const float* k, const float* v,
+                          uint32_t d_k, uint32_t d_v, const float* from,
+                          float* s, float* num);
   // The delta rules' UT transform of one chunk: t (n×n, row-major) holds M
   // strictly below its diagonal on entry and T = (I + M)⁻¹ on return, by
   // forward substitution row by row (row i of T − I is −M_i − Σ_m M_im·

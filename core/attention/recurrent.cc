@@ -32,8 +32,8 @@ float* FeatureScratch(uint32_t d_phi) {
   return scratch.data();
 }
 
-// Token `t`, head `h` of `in` under a gated, delta or rwkv7 rule: q and k
-// prepared (L2 norm, scale), the fused update and the read-out.
+// Token `t`, head `h` of `in` under a gated, delta, rwkv7 or rwkv6 rule: q and
+// k prepared (L2 norm, scale), the fused update and the read-out.
 void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
                   const AttentionState& state, AttentionState& to,
                   const SequenceInput& in, const SequenceOutput& out,
@@ -58,6 +58,12 @@ void RuleStepHead(const VectorKernels& kernels, const AttentionSpec& spec,
     }
     kernels.gated_step_head(alpha, G == 1 ? 0 : 1, q, k, in.v + row * d_v, d_k,
                             d_v, state.s(h), to.s(h), y);
+  } else if (spec.rule == UpdateRule::kRwkv6) {
+    // g ≤ 0 per key channel, as above.
+    std::copy_n(in.g + row * d_k, d_k, alpha);
+    kernels.exp_shifted(d_k, 0.0f, 1.0f, alpha);
+    kernels.rwkv6_step_head(alpha, spec.bonus.data() + uint64_t{h} * d_k, q, k,
+                            in.v + row * d_v, d_k, d_v, state.s(h), to.s(h), y);
   } else if (spec.rule == UpdateRule::kRwkv7) {
     // g ≤ 0 per key channel: the vectorised exp, as the gated rule's.
     std::copy_n(in.g + row * d_k, d_k, alpha);

@@ -153,6 +153,8 @@ RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
   // The delta and rwkv7 rules report their errors through norms.
   const bool delta = StateBoundIsNorm(spec.rule);
   const bool low_rank = HasLowRank(spec.rule);
+  // rwkv6 reads out from the state before the token.
+  const bool before = ReadsBeforeUpdate(spec.rule);
   RuleReferenceResult r;
   r.output.assign(T * H * V, 0.0);
   if (delta) {
@@ -278,6 +280,26 @@ RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
         r.query_norm[row] = Norm(q);
         r.state_norm[row] = Norm(S);
       } else {
+        if (before) {
+          // fla's naive_recurrent_rwkv6 (fla/ops/rwkv6/recurrent_naive.py):
+          //   kv = k vᵀ;  o = Σ_K (h + u·kv)·q;  h = h·exp(w) + kv
+          // read out before the update; the magnitudes likewise (the
+          // token's own term spans no gate).
+          const float* u = spec.bonus.data() + uint64_t{h} * K;
+          for (uint32_t c = 0; c < V; ++c) {
+            double o = 0, n_abs = 0, n_gate = 0;
+            for (uint32_t i = 0; i < K; ++i) {
+              const uint64_t e = uint64_t{i} * V + c;
+              const double own = double(u[i]) * k[i] * double(v[c]);
+              o += (S[e] + own) * q[i];
+              n_abs += std::abs(q[i]) * (Y[e] + std::abs(own));
+              n_gate += std::abs(q[i]) * X[e];
+            }
+            r.output[row * V + c] = o;
+            r.numerator_abs[row * V + c] = n_abs;
+            r.numerator_gate_abs[row * V + c] = n_gate;
+          }
+        }
         for (uint32_t i = 0; i < K; ++i) {
           for (uint32_t c = 0; c < V; ++c) {
             const uint64_t e = uint64_t{i} * V + c;
@@ -287,7 +309,7 @@ RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
             Y[e] = gate[i] * Y[e] + std::abs(kv);
           }
         }
-        for (uint32_t c = 0; c < V; ++c) {
+        for (uint32_t c = 0; !before && c < V; ++c) {
           double n_abs = 0, n_gate = 0;
           for (uint32_t i = 0; i < K; ++i) {
             n_abs += std::abs(q[i]) * Y[uint64_t{i} * V + c];
@@ -298,7 +320,7 @@ RuleReferenceResult ReferenceRule(const AttentionSpec& spec,
         }
       }
       // o = Σ_c q_c h_c
-      for (uint32_t c = 0; c < V; ++c) {
+      for (uint32_t c = 0; !before && c < V; ++c) {
         double o = 0;
         for (uint32_t i = 0; i < K; ++i) o += q[i] * S[uint64_t{i} * V + c];
         r.output[row * V + c] = o;

@@ -34,19 +34,20 @@ ReferenceResult ReferenceAttention(const Attention& attention,
                                    const SequenceInput& in,
                                    uint64_t start_position = 0);
 
-// The gated, delta and rwkv7 rules (docs/design.md §1), recurrent, in
-// double: written from fla's naive recurrences (fla/ops/gla/naive.py,
+// The gated, delta, rwkv7 and rwkv6 rules (docs/design.md §1), recurrent,
+// in double: written from fla's naive recurrences (fla/ops/gla/naive.py,
 // simple_gla/naive.py, delta_rule/naive.py, gated_delta_rule/naive.py,
-// generalized_delta_rule/dplr/naive.py):
+// generalized_delta_rule/dplr/naive.py, rwkv6/recurrent_naive.py):
 //   h ← h·exp(g);  (delta) v' = β(v − hᵀk);  h ← h + k·v'ᵀ (gated: k·vᵀ);
 //   (rwkv7) h ← h·exp(g) + k·vᵀ + b·(aᵀh_{before});
-//   o = hᵀ(q·scale)
+//   o = hᵀ(q·scale); (rwkv6) o = (h_{before} + diag(u)·k·vᵀ)ᵀ(q·scale)
 // with fla's l2norm x/√(Σx² + 1e-6) on q and k when the spec asks, from an
 // empty state. Also carries what an fp32 evaluation's error bound is built
 // from (tests/attention/test_util.h derives the bound).
 struct RuleReferenceResult {
   std::vector<double> output;  // (T, H, d_v)
   // Gated rule, (T, H, d_v): Σ_j Σ_c |q_c k_jc| a_c(j,t)·|v_j| and the same
+  // (rwkv6: over j < t, plus its bonus term Σ_c |q_c u_c k_tc|·|v_t|)
   // with each term times L_c(j,t) = Σ_{s=j+1..t} |g_s,c| (the log-gate sum
   // its product of gates spans), where a_c(j,t) = exp(−L_c(j,t)).
   std::vector<double> numerator_abs;

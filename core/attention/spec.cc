@@ -59,6 +59,8 @@ absl::string_view UpdateRuleName(UpdateRule rule) {
       return "gated_delta";
     case UpdateRule::kRwkv7:
       return "rwkv7";
+    case UpdateRule::kRwkv6:
+      return "rwkv6";
   }
   return "unknown";
 }
@@ -66,12 +68,12 @@ absl::string_view UpdateRuleName(UpdateRule rule) {
 absl::StatusOr<UpdateRule> ParseUpdateRule(absl::string_view name) {
   for (UpdateRule rule :
        {UpdateRule::kLinear, UpdateRule::kGated, UpdateRule::kDelta,
-        UpdateRule::kGatedDelta, UpdateRule::kRwkv7}) {
+        UpdateRule::kGatedDelta, UpdateRule::kRwkv7, UpdateRule::kRwkv6}) {
     if (UpdateRuleName(rule) == name) return rule;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("rule: unknown '", name,
-                   "' (expected linear, gated, delta, gated_delta or rwkv7)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rule: unknown '", name,
+      "' (expected linear, gated, delta, gated_delta, rwkv7 or rwkv6)"));
 }
 
 absl::string_view GateShapeName(GateShape gate) {
@@ -138,6 +140,10 @@ absl::Status ValidateRule(const AttentionSpec& spec) {
           ": only the gated and delta rules take it (the linear rule's q "
           "and k go through its feature map)"));
     }
+    if (!spec.bonus.empty()) {
+      return absl::InvalidArgumentError(
+          "bonus: only rule rwkv6 takes it (rule linear)");
+    }
     return absl::OkStatus();
   }
   if (spec.feature_map != FeatureMapKind::kIdentity || spec.premapped) {
@@ -160,10 +166,28 @@ absl::Status ValidateRule(const AttentionSpec& spec) {
         "decay: rule ", rule,
         " takes no fixed decay (gates come per token as log-gates g)"));
   }
-  if (spec.rule == UpdateRule::kRwkv7) {
+  if (spec.rule == UpdateRule::kRwkv6) {
+    const uint64_t want = uint64_t{spec.num_heads} * spec.key_dim;
+    if (spec.bonus.size() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bonus: rule rwkv6 takes num_heads × key_dim = ", want,
+          " values (u per head and key channel), got ", spec.bonus.size()));
+    }
+    for (size_t i = 0; i < spec.bonus.size(); ++i) {
+      if (!std::isfinite(spec.bonus[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bonus[", i, "]: must be finite, got ", spec.bonus[i]));
+      }
+    }
+  } else if (!spec.bonus.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bonus: only rule rwkv6 takes it (rule ", rule, ")"));
+  }
+  if (spec.rule == UpdateRule::kRwkv7 || spec.rule == UpdateRule::kRwkv6) {
     if (spec.gate != GateShape::kKey) {
       return absl::InvalidArgumentError(
-          "gate: rule rwkv7 decays each key channel on its own; set it to key");
+          absl::StrCat("gate: rule ", rule,
+                       " decays each key channel on its own; set it to key"));
     }
   } else if (spec.gate == GateShape::kKey && spec.rule != UpdateRule::kGated) {
     return absl::InvalidArgumentError(

@@ -58,14 +58,23 @@ inline constexpr uint64_t kMaxSnapshotPosition = uint64_t{1} << 53;
 //   kDelta       S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀk_t)ᵀ
 //   kGatedDelta  S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀk_t)ᵀ
 //   kRwkv7       S_t = diag(α_t)·S_{t−1} + b_t (a_tᵀS_{t−1}) + k_t v_tᵀ
-// with α_t = exp(g_t), g_t ≤ 0 given per token, and o_t = S_tᵀ q_t.
+//   kRwkv6       S_t = diag(α_t)·S_{t−1} + k_t v_tᵀ, read out before the
+//                update: o_t = (S_{t−1} + diag(u) k_t v_tᵀ)ᵀ q_t
+// with α_t = exp(g_t), g_t ≤ 0 given per token, and (all but kRwkv6)
+// o_t = S_tᵀ q_t.
 // kRwkv7 is RWKV-7's time-mix state in fla's generalized (diagonal plus
 // low-rank) form, S_t = (diag(α_t) + b_t a_tᵀ) S_{t−1} + k_t v_tᵀ: a gate
 // per key channel and the vectors a_t, b_t (d_k each) per token and head.
 // RWKV-7 itself passes a = −κ̂ and b = κ̂ ⊙ (its in-context learning rate),
 // κ̂ its L2-normalised key; BlinkDL's code writes the transposed state,
 // S_t = S_{t−1}(diag(w_t) + a_tᵀb_t) + v_t k_tᵀ.
-enum class UpdateRule { kLinear, kGated, kDelta, kGatedDelta, kRwkv7 };
+// kRwkv6 is RWKV-6's ("Finch") time-mix state, fla's rwkv6 ops
+// (fla/ops/rwkv6/recurrent_naive.py): GLA's state with a gate per key
+// channel, read out from the state before the token plus the token's own
+// k vᵀ weighted per key channel by the bonus u (`bonus` below, a constant
+// of the layer, not a per-token input).
+// (The numbering is the snapshots': new rules go at the end.)
+enum class UpdateRule { kLinear, kGated, kDelta, kGatedDelta, kRwkv7, kRwkv6 };
 
 // The shape of a gated rule's log-gate g_t: one scalar per head (Mamba-2's
 // SSD, and Gated DeltaNet's only shape) or one per key channel (GLA).
@@ -95,11 +104,15 @@ struct AttentionSpec {
   // unnormalised-only rule.
   bool premapped = false;
   // Gated and delta rules only: the log-gates' shape (kGatedDelta: kHead
-  // only; kRwkv7: kKey only), q and k L2-normalised per head before use, and q
-  // multiplied by `scale` after that (0 = 1; fla's layers pass d_k^{-1/2}).
+  // only; kRwkv7 and kRwkv6: kKey only), q and k L2-normalised per head
+  // before use, and q multiplied by `scale` after that (0 = 1; fla's layers
+  // pass d_k^{-1/2}).
   GateShape gate = GateShape::kHead;
   bool qk_l2norm = false;
   float scale = 0.0f;
+  // kRwkv6 only: u, num_heads × key_dim finite values (head-major), the
+  // weight of each token's own k vᵀ in its read-out. Empty otherwise.
+  std::vector<float> bonus;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
 };
@@ -109,7 +122,8 @@ absl::string_view FeatureMapName(FeatureMapKind kind);
 // Parses the public spelling; INVALID_ARGUMENT naming `feature_map` otherwise.
 absl::StatusOr<FeatureMapKind> ParseFeatureMap(absl::string_view name);
 
-// "linear", "gated", "delta", "gated_delta", "rwkv7"; and "head", "key".
+// "linear", "gated", "delta", "gated_delta", "rwkv7", "rwkv6"; and "head",
+// "key".
 absl::string_view UpdateRuleName(UpdateRule rule);
 absl::StatusOr<UpdateRule> ParseUpdateRule(absl::string_view name);
 absl::string_view GateShapeName(GateShape gate);
@@ -118,12 +132,17 @@ absl::StatusOr<GateShape> ParseGateShape(absl::string_view name);
 // Whether a rule takes log-gates g_t, β_t, and the low-rank vectors a_t, b_t.
 inline bool HasGates(UpdateRule rule) {
   return rule == UpdateRule::kGated || rule == UpdateRule::kGatedDelta ||
-         rule == UpdateRule::kRwkv7;
+         rule == UpdateRule::kRwkv7 || rule == UpdateRule::kRwkv6;
 }
 inline bool HasBeta(UpdateRule rule) {
   return rule == UpdateRule::kDelta || rule == UpdateRule::kGatedDelta;
 }
 inline bool HasLowRank(UpdateRule rule) { return rule == UpdateRule::kRwkv7; }
+// Whether a rule reads out from the state before the token (plus its bonus
+// term) rather than after it.
+inline bool ReadsBeforeUpdate(UpdateRule rule) {
+  return rule == UpdateRule::kRwkv6;
+}
 // Whether a state's magnitude bound is on each head's Frobenius norm (the
 // rules whose step mixes the rows of S) rather than on every entry.
 inline bool StateBoundIsNorm(UpdateRule rule) {
@@ -160,6 +179,11 @@ uint64_t StateFloatsPerHead(const AttentionSpec& spec);
 // spec; computed without allocating.
 uint64_t FeatureMapBytes(const AttentionSpec& spec);
 uint64_t FeatureMapSetupBytes(const AttentionSpec& spec);
+// Bytes an Attention of `spec` holds beyond its state: the feature map's,
+// and rwkv6's bonus u (num_heads·key_dim floats).
+inline uint64_t ParameterBytes(const AttentionSpec& spec) {
+  return FeatureMapBytes(spec) + sizeof(float) * uint64_t{spec.bonus.size()};
+}
 
 }  // namespace linattn
 

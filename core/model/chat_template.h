@@ -21,7 +21,7 @@
 //   chatml:  "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then
 //            "<|im_start|>assistant\n"; a reply ends at "<|im_end|>"
 //   rwkv:    RWKV's own convention (BlinkDL's RWKV7-G1x-templates.txt), the
-//            default of RWKV models (model type rwkv7, or the World
+//            default of RWKV models (model types rwkv7 and rwkv6, or the World
 //            tokenizer): "{Role}: {content}\n\n" per message (System, User,
 //            Assistant), the content cleaned as BlinkDL advises (\r\n → \n,
 //            runs of newlines → one, stripped), then "Assistant:"; a reply

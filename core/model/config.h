@@ -1,7 +1,7 @@
 // ModelConfig: the config.json of a flash-linear-attention (fla) checkpoint,
-// parsed and checked, with the sizes it implies. Seven model types load:
-// `linear_attn`, `retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`
-// and `rwkv7` (docs/design.md, "Model types").
+// parsed and checked, with the sizes it implies. Eight model types load:
+// `linear_attn`, `retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`,
+// `rwkv7` and `rwkv6` (docs/design.md, "Model types").
 //
 // Field names and defaults are those of fla's config classes (and the
 // older spellings fla wrote before: rms_norm_eps, layer_norm_epsilon,
@@ -43,6 +43,7 @@ enum class ModelType {
   kGatedDeltaNet,  // the gated delta rule
   kMamba2,         // SSD: scalar decay per head, D skip, gated RMSNorm
   kRwkv7,          // RWKV-7: token shift, LoRA decays, the rwkv7 rule, ReLU²
+  kRwkv6,          // RWKV-6: token shift, data-dependent mixes, the rwkv6 rule
 };
 // The config.json spelling ("linear_attn", "retnet", …).
 absl::string_view ModelTypeName(ModelType type);
@@ -113,21 +114,29 @@ struct ModelConfig {
   bool d_has_hdim = false;        // D per channel (intermediate) or per head
   double dt_min = 0, dt_max = 0;  // dt_limit (dt_max may be +inf)
   // rwkv7 (num_heads × head_k keys = hidden_size, head_v values per head;
-  // intermediate_size is its channel mix's).
+  // intermediate_size is its channel mix's) and rwkv6 (decay_rank its
+  // gate_low_rank_dim, mix_rank its proj_low_rank_dim).
   uint32_t decay_rank = 0, a_rank = 0, v_rank = 0, gate_rank = 0;  // LoRAs
+  uint32_t mix_rank = 0;
+  // rwkv6: the per-head group norm's ε (config.json's
+  // linattn_group_norm_eps; norm_eps, as fla has it, when absent).
+  float group_norm_eps = 0;
   bool norm_first = true;  // layer 0's input through pre_norm (ln0)
   bool norm_bias = true;   // the LayerNorms have biases
   bool fuse_norm = true;  // kk ÷ √(Σx² + 1e-6), else ÷ max(‖x‖, 1e-12)
 
   bool is_linear_attn() const { return type == ModelType::kLinearAttn; }
-  // fla's GatedMLP after the mixer (mamba2 has none; rwkv7's channel mix is
-  // its own type's).
-  bool has_mlp() const {
-    return type != ModelType::kMamba2 && type != ModelType::kRwkv7;
+  // RWKV's block (rwkv7, rwkv6): LayerNorms, two token shifts, its own
+  // channel mix.
+  bool is_rwkv() const {
+    return type == ModelType::kRwkv7 || type == ModelType::kRwkv6;
   }
+  // fla's GatedMLP after the mixer (mamba2 has none; RWKV's channel mix is
+  // its own type's).
+  bool has_mlp() const { return type != ModelType::kMamba2 && !is_rwkv(); }
   // The norms around the blocks and before lm_head are LayerNorms (with a
   // bias when norm_bias), not RMSNorms.
-  bool layer_norms() const { return type == ModelType::kRwkv7; }
+  bool layer_norms() const { return is_rwkv(); }
 
   // Derived sizes.
   uint32_t key_dim() const;    // all query heads' q width

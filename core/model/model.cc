@@ -149,9 +149,8 @@ ModelState Model::NewState() const {
 }
 
 uint64_t Model::conv_window_floats() const {
-  // rwkv7: the time mix's and the channel mix's token-shift rows.
-  if (config_.type == ModelType::kRwkv7)
-    return 2 * uint64_t{config_.hidden_size};
+  // rwkv7, rwkv6: the time mix's and the channel mix's token-shift rows.
+  if (config_.is_rwkv()) return 2 * uint64_t{config_.hidden_size};
   const uint64_t channels = config_.conv_channels();
   return channels == 0 ? 0 : channels * (config_.conv_size - 1);
 }
@@ -215,8 +214,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
       std::make_unique<ChatTemplate>(ChatTemplate::ForModelDir(
           dir, &model->chat_template_note_,
           // RWKV's models (and the World tokenizer's) speak RWKV's convention.
-          c.type == ModelType::kRwkv7 ||
-                  model->tokenizer_->kind() == "rwkv_world"
+          c.is_rwkv() || model->tokenizer_->kind() == "rwkv_world"
               ? ChatTemplate::Kind::kRwkv
               : ChatTemplate::Kind::kPlain));
   if (model->tokenizer_->size() > c.vocab_size) {

@@ -11,8 +11,8 @@
 //
 // The only per-session memory is ModelState: the state of every layer and
 // head (S, and z for linear_attn) and the short convolutions' last W − 1
-// inputs (rwkv7: the token shifts' last rows), nothing that grows with the
-// context.
+// inputs (rwkv7, rwkv6: the token shifts' last rows), nothing that grows with
+// the context.
 //
 //   auto model = Model::Load("models/tiny").value();
 //   ModelState state = model->NewState();
@@ -40,8 +40,8 @@ namespace linattn {
 // (all heads), at the same position, and for models with short
 // convolutions each layer's window of the last W − 1 inputs (time-major:
 // W − 1 rows of conv_channels floats, oldest first; zeros at position 0).
-// rwkv7's window is its token shifts': the time mix's last normed input,
-// then the channel mix's (hidden_size floats each).
+// rwkv7's and rwkv6's window is their token shifts': the time mix's last normed
+// input, then the channel mix's (hidden_size floats each).
 class ModelState {
  public:
   ModelState() = default;
@@ -85,8 +85,8 @@ MixerColumns MixerColumnsOf(const ModelConfig& c);
 // GLA's low-rank gate width (fla's gate_low_rank_dim, not configurable).
 inline constexpr uint32_t kGlaGateRank = 16;
 
-// A type's weights of one layer beyond Layer's fields (rwkv7's), defined by
-// the type (core/model/types/).
+// A type's weights of one layer beyond Layer's fields (rwkv7's, rwkv6's),
+// defined by the type (core/model/types/).
 struct LayerExtras {
   virtual ~LayerExtras() = default;
 };
@@ -128,7 +128,7 @@ class Model {
     std::vector<float> log_decay;  // RetNet: log(1 − 2^(−5−h)) in fp32
     // RetNet's rotary frequencies, head_k / 2 (fp32 as torch computes them).
     std::vector<float> rotary_inv_freq;
-    // The type's own (rwkv7: its time and channel mixes), or null.
+    // The type's own (rwkv7, rwkv6: their time and channel mixes), or null.
     std::unique_ptr<const LayerExtras> extras;
   };
 
@@ -178,8 +178,8 @@ class Model {
   // The state file new sessions start from ("" without one).
   const std::string& initial_state_file() const { return initial_state_file_; }
   // Bytes of one session's state: layers × heads × (d_φ·d_v + d_φ) × 4
-  // (the rule types: heads × d_k·d_v), plus the convolution windows (rwkv7:
-  // the token-shift rows).
+  // (the rule types: heads × d_k·d_v), plus the convolution windows (rwkv7,
+  // rwkv6: the token-shift rows).
   uint64_t state_bytes() const;
   // The attention states' part of it, and one layer's window in floats.
   uint64_t attention_state_bytes() const;

@@ -6,9 +6,9 @@ namespace linattn {
 
 std::span<const ModelTypeDef* const> ModelTypes() {
   // In ModelType's order.
-  static const std::array<const ModelTypeDef*, 7> kTypes = {
-      &LinearAttnType(),    &RetNetType(), &GlaType(),  &DeltaNetType(),
-      &GatedDeltaNetType(), &Mamba2Type(), &Rwkv7Type()};
+  static const std::array<const ModelTypeDef*, 8> kTypes = {
+      &LinearAttnType(),    &RetNetType(), &GlaType(),   &DeltaNetType(),
+      &GatedDeltaNetType(), &Mamba2Type(), &Rwkv7Type(), &Rwkv6Type()};
   return kTypes;
 }
 

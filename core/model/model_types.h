@@ -5,8 +5,8 @@
 // (the PyTorch model, written from the type's upstream source, that the
 // tests hold it to). Each lives in core/model/types/<type>.cc; the five
 // rule types share the mixer flow of core/model/types/rule_mixer.h (rwkv7
-// runs its whole block, channel mix included). A new type is a file there
-// and a line in the table.
+// and rwkv6 run their whole block, channel mix included). A new type is a file
+// there and a line in the table.
 //
 // Everything else — the common config fields, embeddings, the MLP, the
 // final norm and lm_head, the session's state — is the model's, whatever
@@ -121,6 +121,7 @@ const ModelTypeDef& DeltaNetType();
 const ModelTypeDef& GatedDeltaNetType();
 const ModelTypeDef& Mamba2Type();
 const ModelTypeDef& Rwkv7Type();
+const ModelTypeDef& Rwkv6Type();
 
 }  // namespace linattn
 

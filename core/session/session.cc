@@ -38,7 +38,7 @@ uint64_t SessionMessageBytes(const AttentionSpec& spec) {
 }
 
 uint64_t SessionChargeBytes(const AttentionSpec& spec) {
-  return StateBytes(spec) + FeatureMapBytes(spec);
+  return StateBytes(spec) + ParameterBytes(spec);
 }
 
 absl::string_view SessionKindName(SessionKind kind) {
@@ -68,8 +68,7 @@ AttentionSession::AttentionSession(std::string id, std::string owner,
                                    std::shared_ptr<const Attention> attention,
                                    AttentionState state)
     : Session(std::move(id), SessionKind::kAttention, std::move(owner),
-              state.bytes(),
-              state.bytes() + FeatureMapBytes(attention->spec())),
+              state.bytes(), state.bytes() + ParameterBytes(attention->spec())),
       attention_(std::move(attention)),
       state_(std::move(state)) {
   Publish();

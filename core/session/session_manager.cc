@@ -145,6 +145,9 @@ absl::StatusOr<SessionReservation> SessionManager::Reserve(
                   ? absl::StrCat(" and ", FeatureMapBytes(spec),
                                  " of feature map")
                   : "",
+              spec.bonus.empty()
+                  ? ""
+                  : absl::StrCat(" and ", 4 * spec.bonus.size(), " of bonus"),
               setup != 0 ? absl::StrCat(", and ", setup, " more to set it up")
                          : "");
         },

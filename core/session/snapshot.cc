@@ -82,11 +82,21 @@ absl::StatusOr<AttentionSpec> ReadSpec(absl::string_view section,
     LINATTN_RETURN_IF_ERROR(rr.Get(&gate, "gate"));
     LINATTN_RETURN_IF_ERROR(rr.Get(&l2norm, "qk_l2norm"));
     LINATTN_RETURN_IF_ERROR(rr.Get(&spec.scale, "scale"));
-    LINATTN_RETURN_IF_ERROR(rr.Done());
-    if (kind == 0 || kind > static_cast<uint8_t>(UpdateRule::kRwkv7) ||
+    if (kind == 0 || kind > static_cast<uint8_t>(UpdateRule::kRwkv6) ||
         gate > static_cast<uint8_t>(GateShape::kKey) || l2norm > 1) {
       return Malformed("rule section is malformed");
     }
+    if (static_cast<UpdateRule>(kind) == UpdateRule::kRwkv6) {
+      // u, num_heads × key_dim floats: checked against what is left before
+      // anything is allocated.
+      const uint64_t count = uint64_t{spec.num_heads} * spec.key_dim;
+      if (count > rr.remaining() / 4) {
+        return Malformed("rule section is malformed");
+      }
+      spec.bonus.resize(count);
+      for (float& u : spec.bonus) LINATTN_RETURN_IF_ERROR(rr.Get(&u, "bonus"));
+    }
+    LINATTN_RETURN_IF_ERROR(rr.Done());
     spec.rule = static_cast<UpdateRule>(kind);
     spec.gate = static_cast<GateShape>(gate);
     spec.qk_l2norm = l2norm == 1;
@@ -117,11 +127,12 @@ void PutRule(SnapshotWriter& w, const AttentionSpec& spec) {
   w.Put<uint8_t>(static_cast<uint8_t>(spec.gate));
   w.Put<uint8_t>(spec.qk_l2norm ? 1 : 0);
   w.Put<float>(spec.scale);
+  for (float u : spec.bonus) w.Put<float>(u);  // rwkv6 only
 }
 
 // SPEC, then STAT when `state_bytes` is set, then RULE for the gated,
-// delta and rwkv7 rules (the linear rule's snapshots are as they always
-// were).
+// delta, rwkv7 and rwkv6 rules (the linear rule's snapshots are as they
+// always were; rwkv6's RULE carries its bonus u after the fixed fields).
 std::vector<SnapshotWriter::Section> SpecSections(
     const AttentionSpec& spec, std::optional<uint64_t> state_bytes) {
   std::vector<SnapshotWriter::Section> sections = {
@@ -130,7 +141,8 @@ std::vector<SnapshotWriter::Section> SpecSections(
     sections.push_back({kStateTag, StateSectionBytes(1, *state_bytes)});
   }
   if (spec.rule != UpdateRule::kLinear) {
-    sections.push_back({kRuleTag, kRuleSectionBytes});
+    sections.push_back(
+        {kRuleTag, kRuleSectionBytes + 4 * uint64_t{spec.bonus.size()}});
   }
   return sections;
 }

@@ -37,9 +37,10 @@ inline constexpr uint32_t kModelTag = SnapshotTag("MODL");
 inline constexpr uint32_t kStateTag = SnapshotTag("STAT");
 inline constexpr uint32_t kSamplerTag = SnapshotTag("SMPL");
 inline constexpr uint32_t kConvTag = SnapshotTag("CONV");
-// RULE (attention sessions of the gated and delta rules; required, so a
-// reader that does not know it refuses the blob rather than misread it):
-// rule u8, gate u8, qk_l2norm u8, scale f32.
+// RULE (attention sessions of the gated, delta, rwkv7 and rwkv6 rules;
+// required, so a reader that does not know it refuses the blob rather than
+// misread it): rule u8, gate u8, qk_l2norm u8, scale f32; rwkv6 then its
+// bonus u, num_heads·key_dim f32.
 inline constexpr uint32_t kRuleTag = SnapshotTag("RULE");
 inline constexpr uint64_t kRuleSectionBytes = 1 + 1 + 1 + 4;
 // SMPL: seed u64, draws u64, set u8.

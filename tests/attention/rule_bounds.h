@@ -23,7 +23,10 @@
 // 2u·|o| (2τ + 3 only with a gate per key channel), with
 // N_abs = Σ|q_c k_jc| a_c |v_j| and N_gate the same with each term times
 // L_c(j,t) (the reference reports both). The final state's entries
-// likewise, with Σ a|k||v| and Σ a·L|k||v| per entry.
+// likewise, with Σ a|k||v| and Σ a·L|k||v| per entry. The rwkv6 rule is
+// the gated rule read out before each token (its terms j < t, a gate per
+// key channel) plus the token's own term Σ_c q_c u_c k_c v, whose three
+// products and one more sum add 4u of its magnitude (in N_abs).
 //
 // The rwkv7 rule is held to the delta rules' bound below, with
 // S_t = T_t S_{t−1} + kvᵀ, T_t = diag(α) + baᵀ: ρ_t bounds ‖T_t‖₂ and
@@ -201,10 +204,37 @@ inline std::vector<double> DeltaStateErrors(const AttentionSpec& spec,
 // The gated rule's bound on one entry after n tokens, from the sums of
 // |terms| and of |terms|·(log-gate span) the reference reports.
 inline double GatedBound(double n, uint32_t K, uint32_t C, bool per_key,
-                         double abs_sum, double gate_abs_sum) {
+                         bool own_term, double abs_sum, double gate_abs_sum) {
   const double blocks = per_key ? 2.0 * kGateSubChunkSpan + 3 : 0.0;
-  return kUnitRoundoff * ((4 * n + 2.0 * K + 2.0 * C + 32 + blocks) * abs_sum +
-                          4 * gate_abs_sum);
+  const double own = own_term ? 4.0 : 0.0;
+  return kUnitRoundoff *
+         ((4 * n + 2.0 * K + 2.0 * C + 32 + blocks + own) * abs_sum +
+          4 * gate_abs_sum);
+}
+
+// A spec of `rule` with a gate per key channel (rwkv7, rwkv6, gated):
+// q and k as given, unnormalised, scale 1.
+inline AttentionSpec KeyGatedSpec(UpdateRule rule, uint32_t heads, uint32_t d_k,
+                                  uint32_t d_v) {
+  AttentionSpec spec{.rule = rule,
+                     .num_heads = heads,
+                     .key_dim = d_k,
+                     .value_dim = d_v,
+                     .feature_map = FeatureMapKind::kIdentity,
+                     .unnormalized = true};
+  spec.gate = GateShape::kKey;
+  return spec;
+}
+
+// rwkv6's bonus u for `spec`: uniform in [−1, 1] from `seed` (RWKV-6
+// checkpoints' time_faaaa is of that order).
+inline std::vector<float> RandomBonus(const AttentionSpec& spec,
+                                      uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> u(uint64_t{spec.num_heads} * spec.key_dim);
+  for (float& x : u) x = unit(rng);
+  return u;
 }
 
 inline void ExpectRuleMatchesReference(const AttentionSpec& spec,
@@ -237,6 +267,7 @@ inline void ExpectRuleMatchesReference(const AttentionSpec& spec,
                        ref.state_norm[row];
         } else {
           bound += GatedBound(double(t + 1), K, C, GatesPerHead(spec) > 1,
+                              ReadsBeforeUpdate(spec.rule),
                               ref.numerator_abs[e], ref.numerator_gate_abs[e]);
         }
         if (!WithinBound(
@@ -269,7 +300,7 @@ inline void ExpectStateMatches(const AttentionSpec& spec,
         bound += state_error[(data.tokens - 1) * H + h];
       } else {
         bound += GatedBound(double(data.tokens), K, C, GatesPerHead(spec) > 1,
-                            ref.final_abs[at], ref.final_gate_abs[at]);
+                            false, ref.final_abs[at], ref.final_gate_abs[at]);
       }
       if (!WithinBound(s[e], want, bound,
                        absl::StrCat(what, ": state head ", h, " entry ", e),

@@ -1,4 +1,5 @@
-// The gated and delta rules (docs/design.md §1): every evaluation order —
+// The gated, delta, rwkv7 and rwkv6 rules (docs/design.md §1): every
+// evaluation order —
 // the recurrent step alone and batched, the chunkwise prefill alone and
 // batched — against the float64 recurrence written from fla's naive code
 // (core/attention/reference.h), within the bounds of rule_bounds.h.
@@ -46,6 +47,7 @@ AttentionSpec SpecOf(const Case& c, uint32_t H, uint32_t d_k, uint32_t d_v) {
   spec.gate = c.gate;
   spec.qk_l2norm = c.l2norm;
   spec.scale = c.scale;
+  if (c.rule == UpdateRule::kRwkv6) spec.bonus = testing::RandomBonus(spec, 5);
   return spec;
 }
 
@@ -61,6 +63,8 @@ std::vector<Case> AllCases() {
        0.125f},
       {"rwkv7", UpdateRule::kRwkv7, GateShape::kKey},
       {"rwkv7_scaled", UpdateRule::kRwkv7, GateShape::kKey, false, 0.5f},
+      {"rwkv6", UpdateRule::kRwkv6, GateShape::kKey},
+      {"rwkv6_l2", UpdateRule::kRwkv6, GateShape::kKey, true, 0.25f},
   };
 }
 

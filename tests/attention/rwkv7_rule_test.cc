@@ -27,14 +27,7 @@ namespace linattn {
 namespace {
 
 AttentionSpec Rwkv7Spec(uint32_t heads, uint32_t d_k, uint32_t d_v) {
-  AttentionSpec spec{.rule = UpdateRule::kRwkv7,
-                     .num_heads = heads,
-                     .key_dim = d_k,
-                     .value_dim = d_v,
-                     .feature_map = FeatureMapKind::kIdentity,
-                     .unnormalized = true};
-  spec.gate = GateShape::kKey;
-  return spec;
+  return testing::KeyGatedSpec(UpdateRule::kRwkv7, heads, d_k, d_v);
 }
 
 // Three tokens of one head in BlinkDL's layout and form, in double, beside
@@ -142,7 +135,8 @@ TEST(Rwkv7Rule, TheErrorBoundStaysTightWithRwkv7Decays) {
         {.chunk_size = C, .rwkv7_order = Rwkv7Order::kChunkwise});
     AttentionState chunked = attention.NewState();
     testing::Outputs out_c(spec, T);
-    ASSERT_TRUE(runner.Run(attention, chunked, data.input(), out_c.view()).ok());
+    ASSERT_TRUE(
+        runner.Run(attention, chunked, data.input(), out_c.view()).ok());
     const std::string what = "rwkv7 chunkwise C=" + std::to_string(C);
     testing::ExpectRuleMatchesReference(spec, data, ref, out_c, C, what);
     testing::ExpectStateMatches(spec, data, ref, chunked, C, what);

@@ -1,5 +1,5 @@
 // A real linattn-server serving one model of each gated and delta-rule type
-// (retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7; the reference
+// (retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7, rwkv6; the reference
 // fixtures tests/python/make_model_fixtures.py writes) through
 // GenerationService and the OpenAI-style HTTP API, against the same models run
 // in this process.
@@ -24,9 +24,11 @@
 namespace linattn {
 namespace {
 
-const char* const kModels[] = {"retnet_gqa_nogate", "gla_conv_gqa",
-                               "delta_net_silu_l2", "gated_deltanet_gva",
-                               "mamba2_groups",     "rwkv7_unfused_nobias"};
+const char* const kModels[] = {"retnet_gqa_nogate",      "gla_conv_gqa",
+                               "delta_net_silu_l2",      "gated_deltanet_gva",
+                               "mamba2_groups",          "rwkv7_unfused_nobias",
+                               "rwkv6_expand_no_prenorm"};
+constexpr int kTypes = sizeof(kModels) / sizeof(kModels[0]);
 
 std::string Dir(const std::string& name) {
   return testing::FixtureRoot() + "/" + name;
@@ -124,12 +126,12 @@ TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
   grpc::ClientContext ctx;
   v1::ListModelsResponse resp;
   ASSERT_TRUE(stub_->ListModels(&ctx, {}, &resp).ok());
-  ASSERT_EQ(resp.models_size(), 6);
-  const char* types[] = {"retnet",         "gla",    "delta_net",
-                         "gated_deltanet", "mamba2", "rwkv7"};
-  const char* rules[] = {"gated",       "gated", "delta",
-                         "gated_delta", "gated", "rwkv7"};
-  for (int i = 0; i < 6; ++i) {
+  ASSERT_EQ(resp.models_size(), kTypes);
+  const char* types[] = {"retnet", "gla",   "delta_net", "gated_deltanet",
+                         "mamba2", "rwkv7", "rwkv6"};
+  const char* rules[] = {"gated", "gated", "delta", "gated_delta",
+                         "gated", "rwkv7", "rwkv6"};
+  for (int i = 0; i < kTypes; ++i) {
     const v1::ModelInfo& m = resp.models(i);
     auto local = Model::Load(Dir(kModels[i])).value();
     EXPECT_EQ(m.name(), kModels[i]);

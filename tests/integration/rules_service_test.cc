@@ -1,5 +1,5 @@
-// AttentionService with the gated, delta and rwkv7 rules, end to end: a real
-// linattn-server on 127.0.0.1, every RPC, against the local engine and the
+// AttentionService with the gated, delta, rwkv7 and rwkv6 rules, end to end: a
+// real linattn-server on 127.0.0.1, every RPC, against the local engine and the
 // float64 reference.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -36,14 +36,19 @@ const RuleCase kCases[] = {
     {"delta", "delta", "", true},
     {"gated_delta", "gated_delta", "", true},
     {"rwkv7", "rwkv7", "", false},  // gate key by default
+    {"rwkv6", "rwkv6", "", false},  // likewise; its bonus in the spec
 };
 
 void PrintTo(const RuleCase& c, std::ostream* os) { *os << c.name; }
 
 constexpr uint32_t kHeads = 2, kDim = 8;
 
+AttentionSpec CoreSpecOf(const RuleCase& c);
+
 v1::AttentionSpec ProtoSpecOf(const RuleCase& c) {
   v1::AttentionSpec s;
+  const std::vector<float> bonus = CoreSpecOf(c).bonus;
+  s.mutable_bonus()->Assign(bonus.begin(), bonus.end());
   s.set_num_heads(kHeads);
   s.set_key_dim(kDim);
   s.set_value_dim(kDim);
@@ -61,10 +66,13 @@ AttentionSpec CoreSpecOf(const RuleCase& c) {
                   .value_dim = kDim,
                   .feature_map = FeatureMapKind::kIdentity,
                   .unnormalized = true};
-  if (s.rule == UpdateRule::kRwkv7) s.gate = GateShape::kKey;
+  if (s.rule == UpdateRule::kRwkv7 || s.rule == UpdateRule::kRwkv6) {
+    s.gate = GateShape::kKey;
+  }
   if (!c.gate.empty()) s.gate = *ParseGateShape(c.gate);
   s.qk_l2norm = c.l2norm;
   s.scale = 0.5f;
+  if (s.rule == UpdateRule::kRwkv6) s.bonus = testing::RandomBonus(s, 3);
   return s;
 }
 
@@ -379,6 +387,18 @@ TEST(RulesServiceSpecs, MixedSpecsAreRefusedNamingTheField) {
   s = ProtoSpecOf(kCases[0]);
   s.set_epsilon(1e-6f);
   EXPECT_THAT(refused(s).error_message(), HasSubstr("spec.epsilon"));
+  // rwkv6 takes exactly num_heads × key_dim finite bonus values; the other
+  // rules none.
+  s = ProtoSpecOf(kCases[5]);
+  ASSERT_EQ(s.rule(), "rwkv6");
+  s.mutable_bonus()->RemoveLast();
+  EXPECT_THAT(refused(s).error_message(), HasSubstr("spec.bonus: rule rwkv6"));
+  s = ProtoSpecOf(kCases[5]);
+  s.set_bonus(3, INFINITY);
+  EXPECT_THAT(refused(s).error_message(), HasSubstr("spec.bonus[3]"));
+  s = ProtoSpecOf(kCases[0]);
+  s.add_bonus(1.0f);
+  EXPECT_THAT(refused(s).error_message(), HasSubstr("spec.bonus: only"));
   v1::AttentionSpec linear;
   linear.set_num_heads(1);
   linear.set_key_dim(4);

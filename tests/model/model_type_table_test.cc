@@ -25,7 +25,7 @@ std::string ReferenceSource() {
 }
 
 TEST(ModelTypeTable, EveryTypeIsFoundByItsNameInModelTypeOrder) {
-  ASSERT_EQ(ModelTypes().size(), 7u);
+  ASSERT_EQ(ModelTypes().size(), 8u);
   for (size_t i = 0; i < ModelTypes().size(); ++i) {
     const ModelTypeDef& def = *ModelTypes()[i];
     EXPECT_EQ(static_cast<size_t>(def.type()), i) << def.name();
@@ -33,16 +33,16 @@ TEST(ModelTypeTable, EveryTypeIsFoundByItsNameInModelTypeOrder) {
     EXPECT_EQ(FindModelType(def.name()), &def);
     EXPECT_EQ(ModelTypeName(def.type()), def.name());
   }
-  EXPECT_EQ(FindModelType("rwkv6"), nullptr);
+  EXPECT_EQ(FindModelType("rwkv5"), nullptr);
 }
 
 TEST(ModelTypeTable, AnUnknownTypeIsRefusedListingTheTable) {
-  auto c = ParseModelConfig(R"({"model_type": "rwkv6"})");
+  auto c = ParseModelConfig(R"({"model_type": "rwkv5"})");
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("model_type: must be one of linear_attn, retnet, gla, "
-                        "delta_net, gated_deltanet, mamba2, rwkv7; got "
-                        "\"rwkv6\""));
+                        "delta_net, gated_deltanet, mamba2, rwkv7, rwkv6; got "
+                        "\"rwkv5\""));
 }
 
 TEST(ModelTypeTable, TheReferencesTableHasTheSameTypesAndMixers) {

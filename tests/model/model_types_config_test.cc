@@ -204,6 +204,51 @@ TEST(ModelTypesConfigTest, Rwkv7DefaultsAreFlasConfigAndLayers) {
             256u);
 }
 
+// RWKV6Config's defaults and what RWKV6Attention and RWKV6FeedForward make
+// of them (fla/models/rwkv6, fla/layers/rwkv6.py).
+TEST(ModelTypesConfigTest, Rwkv6DefaultsAreFlasConfigAndLayers) {
+  const ModelConfig c = Parse(R"({"model_type": "rwkv6"})");
+  EXPECT_EQ(c.type, ModelType::kRwkv6);
+  EXPECT_EQ(c.hidden_size, 2048u);
+  EXPECT_EQ(c.num_hidden_layers, 24u);
+  EXPECT_EQ(c.num_heads, 4u);
+  EXPECT_EQ(c.state_heads, 4u);
+  EXPECT_EQ(c.head_k, 256u);  // expand_k 0.5: 1024 keys over 4 heads
+  EXPECT_EQ(c.head_v, 512u);  // expand_v 1
+  EXPECT_EQ(c.key_dim(), 1024u);
+  EXPECT_EQ(c.value_dim(), 2048u);
+  EXPECT_EQ(c.mix_rank, 32u);
+  EXPECT_EQ(c.decay_rank, 64u);
+  EXPECT_EQ(c.intermediate_size, 7168u);  // 3.5·2048
+  EXPECT_FLOAT_EQ(c.norm_eps, 1e-5f);
+  EXPECT_TRUE(c.norm_first && c.norm_bias);
+  EXPECT_FALSE(c.has_mlp());
+  EXPECT_TRUE(c.layer_norms());
+  EXPECT_TRUE(c.is_rwkv());
+  EXPECT_EQ(c.conv_channels(), 0u);
+  // The channel mix: int(hidden·ratio) rounded up to a multiple of 32, the
+  // ratio 3.5 when null.
+  EXPECT_EQ(Parse(R"({"model_type": "rwkv6", "hidden_size": 100,
+                      "num_heads": 2, "hidden_ratio": 2.5})")
+                .intermediate_size,
+            256u);  // 250 → 256
+  EXPECT_EQ(Parse(R"({"model_type": "rwkv6", "hidden_size": 64,
+                      "hidden_ratio": null})")
+                .intermediate_size,
+            224u);
+  const ModelConfig w = Parse(R"({"model_type": "rwkv6", "hidden_size": 64,
+      "num_heads": 2, "expand_k": 1, "expand_v": 2, "proj_low_rank_dim": 8,
+      "gate_low_rank_dim": 16})");
+  EXPECT_EQ(w.head_k, 32u);
+  EXPECT_EQ(w.head_v, 64u);
+  EXPECT_EQ(w.mix_rank, 8u);
+  EXPECT_EQ(w.decay_rank, 16u);
+  // A null gate_low_rank_dim makes w_proj a plain Linear (rank 0 here).
+  EXPECT_EQ(
+      Parse(R"({"model_type": "rwkv6", "gate_low_rank_dim": null})").decay_rank,
+      0u);
+}
+
 TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
   struct Case {
     std::string json;
@@ -232,7 +277,18 @@ TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
       {R"({"model_type": "mamba2", "n_groups": 3})", "n_groups"},
       {R"({"model_type": "mamba2", "head_dim": 100})", "head_dim"},
       {R"({"model_type": "mamba2", "state_size": 70000})", "state_size"},
-      {R"({"model_type": "rwkv6"})", "model_type"},
+      {R"({"model_type": "rwkv5"})", "model_type"},
+      {R"({"model_type": "rwkv6", "hidden_act": "swish"})", "hidden_act"},
+      {R"({"model_type": "rwkv6", "num_heads": 3})", "expand_k"},
+      {R"({"model_type": "rwkv6", "proj_low_rank_dim": 0})",
+       "proj_low_rank_dim"},
+      {R"({"model_type": "rwkv6", "proj_low_rank_dim": null})",
+       "proj_low_rank_dim"},
+      {R"({"model_type": "rwkv6", "gate_low_rank_dim": -1})",
+       "gate_low_rank_dim"},
+      {R"({"model_type": "rwkv6", "hidden_ratio": 0})", "hidden_ratio"},
+      {R"({"model_type": "rwkv6", "attn": {"layers": [1], "num_heads": 4}})",
+       "attn"},
       {R"({"model_type": "rwkv7", "hidden_act": "swish"})", "hidden_act"},
       {R"({"model_type": "rwkv7", "hidden_size": 96, "head_dim": 64})",
        "head_dim"},

@@ -30,11 +30,13 @@ using testing::LoadFixture;
 
 // One fixture of each type, each with its type's less common paths:
 // GQA without an output gate, a convolution with GQA, the delta rule's
-// convolutions, GVA, B/C groups, and rwkv7 without biases over three
-// layers (v_first mixed into two).
-const char* const kOnePerType[] = {"retnet_gqa_nogate", "gla_conv_gqa",
-                                   "delta_net_silu_l2", "gated_deltanet_gva",
-                                   "mamba2_groups",     "rwkv7_unfused_nobias"};
+// convolutions, GVA, B/C groups, rwkv7 without biases over three layers
+// (v_first mixed into two), and rwkv6 with wider keys and values and no
+// pre_norm.
+const char* const kOnePerType[] = {
+    "retnet_gqa_nogate",      "gla_conv_gqa",  "delta_net_silu_l2",
+    "gated_deltanet_gva",     "mamba2_groups", "rwkv7_unfused_nobias",
+    "rwkv6_expand_no_prenorm"};
 
 std::shared_ptr<const Model> LoadOrDie(const std::string& dir,
                                        const std::string& name = "") {
@@ -83,7 +85,7 @@ bool SameState(const ModelState& a, const ModelState& b) {
 TEST(ModelTypesTest, EveryTypeHasReferenceFixtures) {
   const auto names = FixtureNames();
   for (const char* type : {"retnet_", "gla_", "delta_net_", "gated_deltanet_",
-                           "mamba2_", "rwkv7_"}) {
+                           "mamba2_", "rwkv7_", "rwkv6_"}) {
     const auto n = std::count_if(names.begin(), names.end(), [&](auto& s) {
       return s.rfind(type, 0) == 0;
     });
@@ -92,7 +94,8 @@ TEST(ModelTypesTest, EveryTypeHasReferenceFixtures) {
 }
 
 // S of every head (d_k × d_v, no z) and each layer's window of W − 1
-// inputs (rwkv7: its two token-shift rows), whatever the context length.
+// inputs (rwkv7, rwkv6: their two token-shift rows), whatever the context
+// length.
 TEST(ModelTypesTest, StateIsHeadsTimesKeyTimesValuePlusWindows) {
   for (const char* name : kOnePerType) {
     SCOPED_TRACE(name);
@@ -100,9 +103,8 @@ TEST(ModelTypesTest, StateIsHeadsTimesKeyTimesValuePlusWindows) {
     ASSERT_NE(model, nullptr);
     const ModelConfig& c = model->config();
     const uint64_t window =
-        c.type == ModelType::kRwkv7
-            ? 2 * uint64_t{c.hidden_size}
-            : uint64_t{c.conv_channels()} * (c.conv_size - 1);
+        c.is_rwkv() ? 2 * uint64_t{c.hidden_size}
+                    : uint64_t{c.conv_channels()} * (c.conv_size - 1);
     const uint64_t expected =
         uint64_t{c.num_hidden_layers} *
         (uint64_t{c.state_heads} * c.head_k * c.head_v + window) * 4;

@@ -530,6 +530,51 @@ class Attention(InsideTest):
             self.assertIn("b: expected", str(bad.exception))
             self.assertEqual(s.info().position, T)
 
+    def test_the_rwkv6_rule_decodes_and_prefills_as_blinkdls_time_mix(self):
+        # RWKV-6's state as BlinkDL's demo writes it (RWKV-v5/rwkv_v6_demo.py,
+        # time_mixing; s indexed (key, value)): a = k @ v;
+        # x = r @ (time_first * a + s); s = a + w * s, in float64, with
+        # w = exp(-exp(w_raw)) per key channel (the rule takes g = log w) and
+        # time_first = u, the spec's bonus.
+        T, P, H, N = 30, 12, self.H, self.DK
+        r, k, v = self.tokens(T)
+        rng = np.random.default_rng(8)
+        g = (-np.exp(rng.uniform(-3.0, 1.0, (T, H, N)))).astype(np.float32)
+        u = rng.uniform(-1.0, 1.0, (H, N)).astype(np.float32)
+        s64 = np.zeros((H, N, self.DV))
+        # What each output's rounding is relative to (the gated rule's bound
+        # of tests/attention/rule_bounds.h): N_abs = Σ|terms|, N_gate the
+        # same with each term times the log-gate span it crossed.
+        s_abs, s_gate = np.zeros_like(s64), np.zeros_like(s64)
+        want, n_abs, n_gate = (np.zeros((T, H, self.DV)) for _ in range(3))
+        for t in range(T):
+            w = np.exp(g[t].astype(np.float64))[:, :, None]
+            a = k[t].astype(np.float64)[:, :, None] * v[t].astype(np.float64)[:, None, :]
+            own = u.astype(np.float64)[:, :, None] * a
+            want[t] = np.einsum("hk,hkv->hv", r[t], own + s64)
+            n_abs[t] = np.einsum("hk,hkv->hv", np.abs(r[t]), np.abs(own) + s_abs)
+            n_gate[t] = np.einsum("hk,hkv->hv", np.abs(r[t]), s_gate)
+            s64 = a + w * s64
+            s_gate = w * (s_gate + np.abs(g[t])[:, :, None] * s_abs)
+            s_abs = np.abs(a) + w * s_abs
+        unit, C, tau = 2.0 ** -24, 64, 8
+        tol = unit * ((4 * np.arange(1, T + 1)[:, None, None] + 2 * N + 2 * C + 32 +
+                       2 * tau + 3 + 4) * n_abs + 4 * n_gate) + 2 * unit * np.abs(want)
+        with self.session(rule="rwkv6", bonus=u) as s:
+            self.assertEqual((s.spec.rule, s.spec.gate), ("rwkv6", "key"))
+            np.testing.assert_array_equal(np.asarray(s.spec.bonus, np.float32), u.reshape(-1))
+            first = s.prefill(r[:P], k[:P], v[:P], g=g[:P])
+            rest = s.decode(r[P:], k[P:], v[P:], g=g[P:])
+            got = np.concatenate([first.output, rest.output])
+            self.assertTrue((np.abs(got - want) <= tol).all(), np.abs(got - want).max())
+            with self.assertRaises(linattn_client.InvalidArgument) as bad:
+                s.decode(r[0], k[0], v[0], g=g[0], a=g[0])
+            self.assertIn("rule rwkv6 takes no a", str(bad.exception))
+            self.assertEqual(s.info().position, T)
+        with self.assertRaises(linattn_client.InvalidArgument) as bad:
+            self.session(rule="rwkv6")
+        self.assertIn("spec.bonus", str(bad.exception))
+
     def test_a_kept_decode_stream(self):
         T = 6
         q, k, v = self.tokens(T)

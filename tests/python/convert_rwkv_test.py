@@ -24,23 +24,34 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 
+def blinkdl_frame(rng, vocab, c):
+    """What RWKV-7 and RWKV-6 checkpoints share in BlinkDL's names: emb, ln0,
+    ln_out, head (random, float64); blinkdl_block_norms adds each block's."""
+    return {"emb.weight": rng.normal(0, 1, (vocab, c)),
+            "blocks.0.ln0.weight": 1 + 0.1 * rng.normal(size=c),
+            "blocks.0.ln0.bias": 0.1 * rng.normal(size=c),
+            "ln_out.weight": 1 + 0.1 * rng.normal(size=c),
+            "ln_out.bias": 0.1 * rng.normal(size=c),
+            "head.weight": rng.normal(0, c ** -0.5, (vocab, c))}
+
+
+def blinkdl_block_norms(rng, sd, i, c):
+    """Block i's ln1 and ln2 into sd."""
+    for n in ("ln1", "ln2"):
+        sd[f"blocks.{i}.{n}.weight"] = 1 + 0.1 * rng.normal(size=c)
+        sd[f"blocks.{i}.{n}.bias"] = 0.1 * rng.normal(size=c)
+
+
 def blinkdl_checkpoint(rng, vocab=97, hidden=128, layers=3, head=64, ranks=(8, 8, 4, 16),
                        inter=256):
     """A random RWKV-7 state dict in BlinkDL's names and shapes, with the
     value ranges its initialisation gives (mixes in [0, 1], k_a about 1)."""
     rw, ra, rv, rg = ranks
     c = hidden
-    sd = {"emb.weight": rng.normal(0, 1, (vocab, c)),
-          "blocks.0.ln0.weight": 1 + 0.1 * rng.normal(size=c),
-          "blocks.0.ln0.bias": 0.1 * rng.normal(size=c),
-          "ln_out.weight": 1 + 0.1 * rng.normal(size=c),
-          "ln_out.bias": 0.1 * rng.normal(size=c),
-          "head.weight": rng.normal(0, c ** -0.5, (vocab, c))}
+    sd = blinkdl_frame(rng, vocab, c)
     for i in range(layers):
         b = f"blocks.{i}."
-        for n in ("ln1", "ln2"):
-            sd[b + n + ".weight"] = 1 + 0.1 * rng.normal(size=c)
-            sd[b + n + ".bias"] = 0.1 * rng.normal(size=c)
+        blinkdl_block_norms(rng, sd, i, c)
         a = b + "att."
         for m in ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g"):
             sd[a + m] = rng.uniform(0, 1, (1, 1, c))
@@ -181,9 +192,11 @@ class ConvertRwkvTest(unittest.TestCase):
     def test_what_is_not_rwkv7_is_refused_by_name(self):
         rng = np.random.default_rng(6)
         cases = []
+        # time_maa_x marks RWKV-6 (tests/python/rwkv6_reference_test.py):
+        # amid RWKV-7's tensors, RWKV-6's own are missing.
         rwkv6 = blinkdl_checkpoint(rng, layers=1)
         rwkv6["blocks.0.att.time_maa_x"] = torch.zeros(1, 1, 128)
-        cases.append((rwkv6, "RWKV-6"))
+        cases.append((rwkv6, "blocks.0.att.time_faaaa is missing"))
         cases.append((blinkdl_checkpoint(rng, hidden=64, head=32, layers=1), "head size 32"))
         stray = blinkdl_checkpoint(rng, layers=1)
         stray["blocks.0.att.time_first"] = torch.zeros(2)

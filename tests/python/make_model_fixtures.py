@@ -74,6 +74,9 @@ RULE_TYPES = {
     "rwkv7": {"head_dim": 16, "hidden_act": "sqrelu", "norm_eps": 1e-5, "hidden_ratio": 4,
               "decay_low_rank_dim": 8, "a_low_rank_dim": 8, "v_low_rank_dim": 4,
               "gate_low_rank_dim": 16, "attn_mode": "chunk"},
+    "rwkv6": {"num_heads": 4, "expand_k": 0.5, "expand_v": 1, "hidden_act": "sqrelu",
+              "norm_eps": 1e-5, "hidden_ratio": 3.5, "proj_low_rank_dim": 8,
+              "gate_low_rank_dim": 16, "attn_mode": "chunk"},
 }
 # Fields whose null means something else than their absence (RWKV7Attention's
 # own low-rank sizes).
@@ -127,6 +130,17 @@ def rule_cases():
                 dict(decay_low_rank_dim=None, a_low_rank_dim=None, v_low_rank_dim=None,
                      gate_low_rank_dim=None, tie_word_embeddings=True, hidden_ratio=3.5)))
     out.append(("rwkv7_bf16", "rwkv7", dict(_dtype="BF16", head_dim=8)))
+    out.append(("rwkv6_plain", "rwkv6", {}))
+    out.append(("rwkv6_unfused_nobias", "rwkv6", dict(fuse_norm=False, norm_bias=False,
+                                                     num_hidden_layers=3,
+                                                     linattn_group_norm_eps=6.4e-4)))
+    out.append(("rwkv6_expand_no_prenorm", "rwkv6",
+                dict(expand_k=1, expand_v=2, norm_first=False, num_heads=2,
+                     intermediate_size=96)))
+    out.append(("rwkv6_defaults_tied", "rwkv6",
+                dict(hidden_ratio=None, proj_low_rank_dim=None, gate_low_rank_dim=None,
+                     tie_word_embeddings=True)))
+    out.append(("rwkv6_bf16", "rwkv6", dict(_dtype="BF16", num_heads=8)))
     return out
 
 
@@ -136,6 +150,24 @@ def write_case(out_dir, model, tokens):
     with open(os.path.join(out_dir, "tokens.txt"), "w") as f:
         f.write(" ".join(str(t) for t in tokens) + "\n")
     logits.astype("<f8").tofile(os.path.join(out_dir, "logits.f64"))
+
+
+def converted_case(out, name, checkpoint, tokens):
+    """A BlinkDL-format checkpoint saved as OUT/<name>.pth, converted by
+    tools/convert_rwkv.py into OUT/<name> (declared byte-level) with its
+    reference logits: (its directory, the .pth)."""
+    import convert_rwkv
+    case_dir = os.path.join(out, name)
+    pth = os.path.join(out, name + ".pth")
+    torch.save(checkpoint, pth)
+    convert_rwkv.convert(pth, case_dir)
+    with open(os.path.join(case_dir, "config.json")) as f:
+        config = json.load(f)
+    config["linattn_tokenizer"] = "bytes"
+    with open(os.path.join(case_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    write_case(case_dir, linattn_ref.load_model(case_dir), tokens)
+    return case_dir, pth
 
 
 def main():
@@ -181,19 +213,11 @@ def main():
     # An RWKV-7 checkpoint in BlinkDL's own names, through tools/convert_rwkv.py.
     import convert_rwkv
     import convert_rwkv_test
-    case_dir = os.path.join(args.out, "rwkv7_converted")
-    pth = os.path.join(args.out, "rwkv7_converted.pth")
-    torch.save(convert_rwkv_test.blinkdl_checkpoint(np.random.default_rng(11), vocab=300,
-                                                    layers=2), pth)
-    convert_rwkv.convert(pth, case_dir)
-    with open(os.path.join(case_dir, "config.json")) as f:
-        config = json.load(f)
-    config["linattn_tokenizer"] = "bytes"
-    with open(os.path.join(case_dir, "config.json"), "w") as f:
-        json.dump(config, f)
-    model = linattn_ref.load_model(case_dir)
     tokens = [int(t) for t in rng.integers(0, 300, 77)]
-    write_case(case_dir, model, tokens)
+    case_dir, pth = converted_case(
+        args.out, "rwkv7_converted",
+        convert_rwkv_test.blinkdl_checkpoint(np.random.default_rng(11), vocab=300, layers=2),
+        tokens)
     # And an initial state for it (an RWKV state file, through the converter's
     # --state), with the logits BlinkDL's numpy statement gives from it.
     time_state = convert_rwkv_test.random_time_state(np.random.default_rng(12), 2, 2, 64, 0.5)
@@ -203,6 +227,12 @@ def main():
     weights = torch.load(pth, weights_only=True)
     convert_rwkv_test.numpy_logits(weights, tokens, 2, 128, 64, time_state).astype(
         "<f8").tofile(os.path.join(case_dir, "logits_initial_state.f64"))
+    # An RWKV-6 checkpoint in BlinkDL's names, through the same converter.
+    import rwkv6_reference_test
+    converted_case(
+        args.out, "rwkv6_converted",
+        rwkv6_reference_test.blinkdl_checkpoint(np.random.default_rng(13), vocab=300, layers=2),
+        [int(t) for t in np.random.default_rng(14).integers(0, 300, 77)])
     if args.builtin:
         model = linattn_ref.load_model(args.builtin)
         case_dir = os.path.join(args.out, "builtin")

@@ -121,6 +121,19 @@ def blinkdl_names(sd):
     return out
 
 
+def reference_logits(model, tokens):
+    """A reference model's logits for `tokens` in one call, and token by
+    token through its step (its recurrent state), and that state after."""
+    with torch.no_grad():
+        got = model(torch.tensor([tokens]))[0].numpy()
+        states = model.new_state(1, torch.float64)
+        stepped = []
+        for t in tokens:
+            logits, states = model.step(torch.tensor([t]), states)
+            stepped.append(logits[0].numpy())
+    return got, np.stack(stepped), states
+
+
 class Rwkv7AgainstBlinkDL(unittest.TestCase):
     def check(self, hidden, head_size, layers, tokens, seed):
         config = {"model_type": "rwkv7", "hidden_size": hidden, "num_hidden_layers": layers,
@@ -138,21 +151,15 @@ class Rwkv7AgainstBlinkDL(unittest.TestCase):
             logits, state = rwkv7_numpy(w, t, state, layers, n_head, head_size)
             expected.append(logits)
         expected = np.stack(expected)
-        with torch.no_grad():
-            got = model(torch.tensor([tokens]))[0].numpy()
-            # And token by token through the reference's step (its state).
-            states = model.new_state(1, torch.float64)
-            stepped = []
-            for t in tokens:
-                logits, states = model.step(torch.tensor([t]), states)
-                stepped.append(logits[0].numpy())
+        # In one call, and token by token through the reference's step.
+        got, stepped, states = reference_logits(model, tokens)
         scale = np.abs(expected).max()
         self.assertGreater(scale, 0.1)
         # Both in float64 through a few dozen operations per token: agreement
         # to ~1e-12 of the logits' size; 1e-9 leaves room, and any misread
         # term (a sign, a transpose, an eps) is orders larger.
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9 * scale)
-        np.testing.assert_allclose(np.stack(stepped), expected, rtol=0, atol=1e-9 * scale)
+        np.testing.assert_allclose(stepped, expected, rtol=0, atol=1e-9 * scale)
         # The numpy state after the last token is the reference's: S transposed
         # (BlinkDL keeps value x key), the shift rows as they are.
         for i in range(layers):

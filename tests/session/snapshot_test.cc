@@ -55,7 +55,8 @@ TEST(Snapshot, TheGatedAndDeltaRulesRoundTripWithTheirRuleSection) {
                             {UpdateRule::kGated, GateShape::kHead},
                             {UpdateRule::kDelta, GateShape::kHead},
                             {UpdateRule::kGatedDelta, GateShape::kHead},
-                            {UpdateRule::kRwkv7, GateShape::kKey}}) {
+                            {UpdateRule::kRwkv7, GateShape::kKey},
+                            {UpdateRule::kRwkv6, GateShape::kKey}}) {
     AttentionSpec spec{.rule = rule,
                        .num_heads = 2,
                        .key_dim = 4,
@@ -65,6 +66,7 @@ TEST(Snapshot, TheGatedAndDeltaRulesRoundTripWithTheirRuleSection) {
     spec.gate = gate;
     spec.qk_l2norm = rule != UpdateRule::kGated;
     spec.scale = 0.5f;
+    if (rule == UpdateRule::kRwkv6) spec.bonus = testing::RandomBonus(spec, 4);
     Attention attention = *Attention::Create(spec);
     AttentionState state = attention.NewState();
     const testing::RuleTokens data =
@@ -84,10 +86,10 @@ TEST(Snapshot, TheGatedAndDeltaRulesRoundTripWithTheirRuleSection) {
     ASSERT_TRUE(spec_only.ok()) << spec_only.status();
     EXPECT_EQ(*spec_only, spec);
     // A rule no session has, under a valid checksum, is refused. RULE is
-    // the last section: rule u8, gate u8, qk_l2norm u8, scale f32, then the
-    // CRC.
+    // the last section: rule u8, gate u8, qk_l2norm u8, scale f32 (rwkv6:
+    // then its bonus), then the CRC.
     std::string bad = SerializeSpec(spec);
-    bad[bad.size() - 4 - 7] = 9;
+    bad[bad.size() - 4 - 7 - 4 * spec.bonus.size()] = 9;
     const uint32_t crc =
         Crc32(absl::string_view(bad).substr(0, bad.size() - 4));
     std::memcpy(bad.data() + bad.size() - 4, &crc, 4);

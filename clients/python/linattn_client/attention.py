@@ -40,13 +40,16 @@ class AttentionSpec:
     session's spec then reports the value), 0 = exact (a zero denominator is
     reported as unavailable). decay: γ per head in [0, 1]; empty = none.
 
-    rule: "linear" (the above, the default), "gated", "delta" or
-    "gated_delta" (docs/design.md §1): unnormalised, identity features (leave
-    feature_map and unnormalized at their defaults), per-token log-gates g
-    (gated rules) and β (delta rules) passed to decode and prefill. gate:
-    "head" (one log-gate per head, the default) or "key" (one per key
-    channel, gated only). qk_l2norm: q and k L2-normalised per head first;
-    scale: q's multiplier after that (0 = 1).
+    rule: "linear" (the above, the default), "gated", "delta",
+    "gated_delta", "rwkv7" or "rwkv6" (docs/design.md §1): unnormalised,
+    identity features (leave feature_map and unnormalized at their
+    defaults), per-token log-gates g (gated rules, rwkv7, rwkv6), β (delta
+    rules) and a, b (rwkv7) passed to decode and prefill. gate: "head" (one
+    log-gate per head, the default) or "key" (one per key channel: gated,
+    and rwkv7's and rwkv6's only shape). qk_l2norm: q and k L2-normalised
+    per head first; scale: q's multiplier after that (0 = 1). bonus: rwkv6's
+    u, num_heads·key_dim values (head-major), the weight of each token's
+    own k vᵀ in its read-out.
     """
     num_heads: int
     key_dim: int
@@ -62,9 +65,12 @@ class AttentionSpec:
     gate: str = ""
     qk_l2norm: bool = False
     scale: float = 0.0
+    bonus: Tuple[float, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "decay", tuple(float(g) for g in self.decay))
+        object.__setattr__(self, "bonus",
+                           tuple(float(u) for u in np.asarray(self.bonus).reshape(-1)))
 
     def to_proto(self):
         """The linattn.v1.AttentionSpec message."""
@@ -77,6 +83,7 @@ class AttentionSpec:
         if self.rule not in ("", "linear"):
             m.rule, m.gate, m.qk_l2norm, m.scale = (self.rule, self.gate, self.qk_l2norm,
                                                     self.scale)
+            m.bonus.extend(self.bonus)
             if self.feature_map == "elu1" and not self.unnormalized:
                 m.feature_map = ""  # the rule's own: identity, unnormalised
         return m
@@ -88,7 +95,7 @@ class AttentionSpec:
                    epsilon=m.epsilon if m.HasField("epsilon") else None,
                    decay=tuple(m.decay), feature_dim=m.feature_dim, seed=m.seed,
                    horizon=m.horizon, rule=m.rule or "linear", gate=m.gate,
-                   qk_l2norm=m.qk_l2norm, scale=m.scale)
+                   qk_l2norm=m.qk_l2norm, scale=m.scale, bonus=tuple(m.bonus))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,9 +251,9 @@ class Session(_rpc.SessionHandle):
         """Steps the session through one token ((heads, dim) arrays) or
         several ((tokens, heads, dim)), one Decode message each on one stream;
         returns an AttentionOutput of the same leading shape. The gated,
-        delta and rwkv7 rules also take g ((heads,), or (heads, key_dim) with
-        gate "key"; a tokens axis first for several), beta ((heads,)), and
-        a and b ((heads, key_dim) each; rwkv7).
+        delta, rwkv7 and rwkv6 rules also take g ((heads,), or (heads,
+        key_dim) with gate "key"; a tokens axis first for several), beta
+        ((heads,)), and a and b ((heads, key_dim) each; rwkv7).
 
         expected_position: the position the first token must follow; the
         server refuses the step (FailedPrecondition) if the session stands
@@ -304,7 +311,7 @@ class Session(_rpc.SessionHandle):
         # bytes.
         rule = self.spec.rule or "linear"
         g_shape = ((T, H, self.spec.key_dim) if self.spec.gate == "key" else (T, H)) \
-            if rule in ("gated", "gated_delta", "rwkv7") else None
+            if rule in ("gated", "gated_delta", "rwkv7", "rwkv6") else None
         beta_shape = (T, H) if rule in ("delta", "gated_delta") else None
         ab_shape = (T, H, self.spec.key_dim) if rule == "rwkv7" else None
         for name, x, shape, what in (("g", g, g_shape, "log-gates"),

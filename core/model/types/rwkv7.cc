@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/row_ops.h"
 #include "core/model/types/rule_mixer.h"
+#include "core/model/types/rwkv_block.h"
 #include "core/util/parallel_for.h"
 #include "core/util/row_view.h"
 #include "core/util/status_macros.h"
@@ -37,9 +38,7 @@ namespace {
 constexpr float kDecayScale = 0.6065306597126334f;
 
 struct Rwkv7Layer final : LayerExtras {
-  std::vector<float> pre_norm_w, pre_norm_b;  // layer 0 with norm_first
-  std::vector<float> attn_norm_b;             // its weight is Layer::attn_norm
-  std::vector<float> ffn_norm_w, ffn_norm_b;
+  RwkvNorms norms;
   std::vector<float> mix;  // x_r, x_w, x_k, x_v, x_a, x_g: 6 × hidden
   std::vector<float> k_k, k_a, r_k;       // hidden each
   std::unique_ptr<PackedLinear> r, k, v;  // the projections
@@ -50,13 +49,6 @@ struct Rwkv7Layer final : LayerExtras {
   std::vector<float> ffn_mix;                        // hidden
   std::unique_ptr<PackedLinear> ffn_key, ffn_value;  // value adds into x
 };
-
-// The layer index in a tensor prefix "model.layers.<i>.".
-uint32_t LayerIndex(const std::string& prefix) {
-  const size_t end = prefix.size() - 1;
-  size_t start = prefix.rfind('.', end - 1) + 1;
-  return static_cast<uint32_t>(std::stoul(prefix.substr(start, end - start)));
-}
 
 // torch.lerp(start, end, weight) as ATen computes it in fp32.
 inline float Lerp(float start, float end, float weight) {
@@ -81,35 +73,14 @@ struct Blocks {
   float* hidden;  // intermediate
 };
 
-class Rwkv7Def final : public ModelTypeDef {
+class Rwkv7Def final : public RwkvBlockDef {
  public:
-  Rwkv7Def() : ModelTypeDef(ModelType::kRwkv7, "rwkv7", "RWKV7Attention") {}
+  Rwkv7Def() : RwkvBlockDef(ModelType::kRwkv7, "rwkv7", "RWKV7Attention") {}
 
-  CommonDefaults defaults() const override {
-    CommonDefaults d;
-    d.layers = 24;
-    d.hidden_act = "sqrelu";
-    d.norm_eps = 1e-5;  // RWKV7Config's
-    d.mlp = false;      // the channel mix is this type's
-    return d;
-  }
   absl::Status ReadConfig(const json& j, ModelConfig& c) const override;
   absl::Status CheckSizes(const ModelConfig& c) const override;
-  TensorNames names() const override {
-    TensorNames n;
-    n.final_norm_bias = "model.norm.bias";
-    return n;
-  }
   AttentionSpec Spec(const ModelConfig& c) const override {
-    AttentionSpec spec;
-    spec.rule = UpdateRule::kRwkv7;
-    spec.gate = GateShape::kKey;
-    spec.num_heads = c.state_heads;
-    spec.key_dim = c.head_k;
-    spec.value_dim = c.head_v;
-    spec.feature_map = FeatureMapKind::kIdentity;
-    spec.unnormalized = true;
-    return spec;  // scale 1: chunk_rwkv7's scale=1.
+    return RuleSpec(c, UpdateRule::kRwkv7);
   }
   absl::Status LoadMixer(TensorReader& r, const ModelConfig& c,
                          const std::string& layer, WeightType weights,
@@ -119,11 +90,6 @@ class Rwkv7Def final : public ModelTypeDef {
 
  private:
   static Blocks BlocksOf(const ModelConfig& c, ForwardWorkspace& ws);
-  // δ rows of the pass for the token shift whose row sits at `offset` in
-  // each session's window, then the window advanced to each piece's last
-  // row (into `into`'s window for a one-token item that has one).
-  static void TokenShift(const LayerPass& pass, const ModelConfig& c,
-                         const float* xn, uint64_t offset, float* delta);
 };
 
 // A LoRA rank: the config's, or RWKV7Attention's own default when the
@@ -228,30 +194,8 @@ absl::Status Rwkv7Def::ReadConfig(const json& j, ModelConfig& c) const {
       ReadRank(j, "a_low_rank_dim", 64, 2.5, factor, H, &c.a_rank));
   LINATTN_RETURN_IF_ERROR(
       ReadRank(j, "v_low_rank_dim", 16, 1.7, factor, H, &c.v_rank));
-  // RWKV7FeedForward: int(hidden·ratio) rounded up to a multiple of 32 (the
-  // ratio 4 when absent or null).
-  auto inter = Optional<int64_t>(j, "intermediate_size");
-  if (!inter.ok()) return inter.status();
-  if (inter->has_value()) {
-    LINATTN_RETURN_IF_ERROR(Dim(j, "intermediate_size", &c.intermediate_size));
-  } else {
-    double ratio = 4;
-    LINATTN_RETURN_IF_ERROR(Value(j, "hidden_ratio", &ratio));
-    if (!(ratio > 0) || !std::isfinite(ratio)) {
-      return ConfigFieldError("hidden_ratio", "must be > 0");
-    }
-    const double wanted = std::floor(H * ratio);
-    const double rounded = 32 * std::ceil(wanted / 32);
-    if (!(rounded >= 1) || rounded > kMaxModelDim) {
-      return ConfigFieldError("hidden_ratio",
-                              "gives an intermediate size out of range");
-    }
-    c.intermediate_size = static_cast<uint32_t>(rounded);
-  }
-  LINATTN_RETURN_IF_ERROR(Bool(j, "norm_first", &c.norm_first, true));
-  LINATTN_RETURN_IF_ERROR(Bool(j, "norm_bias", &c.norm_bias, true));
-  LINATTN_RETURN_IF_ERROR(Bool(j, "fuse_norm", &c.fuse_norm, true));
-  return absl::OkStatus();
+  // RWKV7FeedForward: the hidden ratio 4 when absent or null.
+  return ReadRwkvBlockConfig(j, 4, c);
 }
 
 absl::Status Rwkv7Def::CheckSizes(const ModelConfig& c) const {
@@ -269,26 +213,10 @@ absl::Status Rwkv7Def::LoadMixer(TensorReader& r, const ModelConfig& c,
                                  const std::string& layer, WeightType weights,
                                  Model::Layer& L) const {
   const int64_t H = c.hidden_size, dv = c.value_dim(), I = c.intermediate_size;
-  const uint32_t index = LayerIndex(layer);
+  const uint32_t index = RwkvLayerIndex(layer);
   auto w = std::make_unique<Rwkv7Layer>();
   const std::string a = layer + "attn.", f = layer + "ffn.";
-  auto norm = [&](const std::string& name, std::vector<float>* weight,
-                  std::vector<float>* bias) -> absl::Status {
-    if (weight != nullptr) {
-      LINATTN_ASSIGN_OR_RETURN(*weight, r.Vector(name + ".weight", H));
-    }
-    if (c.norm_bias) {
-      LINATTN_ASSIGN_OR_RETURN(*bias, r.Vector(name + ".bias", H));
-    }
-    return absl::OkStatus();
-  };
-  if (index == 0 && c.norm_first) {
-    LINATTN_RETURN_IF_ERROR(
-        norm(layer + "pre_norm", &w->pre_norm_w, &w->pre_norm_b));
-  }
-  LINATTN_RETURN_IF_ERROR(norm(layer + "attn_norm", nullptr, &w->attn_norm_b));
-  LINATTN_RETURN_IF_ERROR(
-      norm(layer + "ffn_norm", &w->ffn_norm_w, &w->ffn_norm_b));
+  LINATTN_RETURN_IF_ERROR(LoadRwkvNorms(r, c, layer, &w->norms));
 
   // The six mixes, (1, 1, hidden) each; fla's first RWKV7Attention kept
   // them as one x_x of (6, hidden), which fla still loads.
@@ -368,57 +296,26 @@ absl::Status Rwkv7Def::LoadMixer(TensorReader& r, const ModelConfig& c,
 
 Blocks Rwkv7Def::BlocksOf(const ModelConfig& c, ForwardWorkspace& ws) {
   const uint64_t H = c.hidden_size, dv = c.value_dim();
-  // Each block whole rows of its width, rounded up to 16 floats (64 bytes).
-  const uint64_t widths[] = {
-      H,           H, H, H,  H,  H, H, c.decay_rank,       c.a_rank, c.v_rank,
-      c.gate_rank, H, H, dv, dv, H, H, c.intermediate_size};
-  uint64_t total = 0;
-  for (uint64_t w : widths) total += (ws.capacity * w + 15) / 16 * 16;
-  ws.extra1.EnsureSize(total);
+  const std::vector<float*> p =
+      RwkvRowBlocks(ws, {H, H, H, H, H, H, H, c.decay_rank, c.a_rank, c.v_rank,
+                         c.gate_rank, H, H, dv, dv, H, H, c.intermediate_size});
   ws.extra2.EnsureSize(ws.capacity * dv);  // v_first, kept across layers
-  float* at = ws.extra1.data();
-  int i = 0;
-  auto next = [&]() {
-    float* p = at;
-    at += (ws.capacity * widths[i++] + 15) / 16 * 16;
-    return p;
-  };
+  auto at = p.begin();
   Blocks b;
-  b.delta = next();
-  for (float*& m : b.mix) m = next();
-  b.w_low = next();
-  b.a_low = next();
-  b.v_low = next();
-  b.g_low = next();
-  b.w_up = next();
-  b.a = next();
-  b.v_gate = next();
-  b.g = next();
-  b.rule_a = next();
-  b.rule_b = next();
-  b.hidden = next();
+  b.delta = *at++;
+  for (float*& m : b.mix) m = *at++;
+  b.w_low = *at++;
+  b.a_low = *at++;
+  b.v_low = *at++;
+  b.g_low = *at++;
+  b.w_up = *at++;
+  b.a = *at++;
+  b.v_gate = *at++;
+  b.g = *at++;
+  b.rule_a = *at++;
+  b.rule_b = *at++;
+  b.hidden = *at++;
   return b;
-}
-
-void Rwkv7Def::TokenShift(const LayerPass& pass, const ModelConfig& c,
-                          const float* xn, uint64_t offset, float* delta) {
-  const uint32_t H = c.hidden_size;
-  for (const ForwardPiece& p : pass.pieces) {
-    const ForwardItem& item = pass.items[p.item];
-    float* window = item.state->conv()[pass.layer].data() + offset;
-    for (uint32_t t = 0; t < p.rows; ++t) {
-      const uint64_t row = uint64_t{p.row0} + t;
-      const float* prev = t == 0 ? window : xn + (row - 1) * H;
-      const float* x = xn + row * H;
-      float* d = delta + row * H;
-      for (uint32_t i = 0; i < H; ++i) d[i] = prev[i] - x[i];
-    }
-    float* to = item.into != nullptr
-                    ? item.into->conv()[pass.layer].data() + offset
-                    : window;
-    std::memcpy(to, xn + (uint64_t{p.row0} + p.rows - 1) * H,
-                H * sizeof(float));
-  }
 }
 
 absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
@@ -434,20 +331,11 @@ absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
   const Blocks b = BlocksOf(c, ws);
   const bool first = pass.layer == 0;
   const bool parallel = uint64_t{rows} * H >= kParallelFloats;
-  auto bias = [](const std::vector<float>& v) {
-    return v.empty() ? nullptr : v.data();
-  };
   float* x = ws.x.data();
   float* xn = ws.xn.data();
 
   // --- Time mix ---
-  if (first && c.norm_first) {
-    LayerNorm(x, rows, H, w.pre_norm_w.data(), bias(w.pre_norm_b), c.norm_eps,
-              x);
-  }
-  LayerNorm(x, rows, H, L.attn_norm.data(), bias(w.attn_norm_b), c.norm_eps,
-            xn);
-  TokenShift(pass, c, xn, 0, b.delta);
+  RwkvTimeMixInput(pass, c, L, w.norms, ws, b.delta);
   ParallelFor(rows, parallel, [&](uint64_t r) {
     const float* xr = xn + r * H;
     const float* d = b.delta + r * H;
@@ -557,9 +445,7 @@ absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
   LINATTN_RETURN_IF_ERROR(L.o->Apply(o_out, rows, x));
 
   // --- Channel mix ---
-  LayerNorm(x, rows, H, w.ffn_norm_w.data(), bias(w.ffn_norm_b), c.norm_eps,
-            xn);
-  TokenShift(pass, c, xn, H, b.delta);
+  RwkvChannelMixInput(pass, c, w.norms, ws, b.delta);
   ParallelFor(rows, parallel, [&](uint64_t r) {
     const float* xr = xn + r * H;
     const float* d = b.delta + r * H;
