@@ -405,12 +405,12 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
             const uint64_t last = r + i + (before ? 0 : 1);
             if (!whole) std::copy(sc + i * cols, sc + i * cols + last, arow);
             std::fill(arow + last, arow + C, 0.0f);
-            if (ws.slow[j]) {
+            if (ws.slow[j] && last > r) {
               // The diagonal block, term by term: Σ_c q_c k_c e^{b_ic − b_jc}
-              // (rwkv6: b_{i−1}).
+              // (rwkv6: b_{i−1}; its block's first row has no such column).
               e.resize(K);
               qk.resize(K);
-              const double* b_read = b + (r + i - (before ? 1 : 0)) * K;
+              const double* b_read = b + (last - 1) * K;
               for (uint64_t jj = r; jj < last; ++jj) {
                 for (uint32_t c = 0; c < K; ++c) {
                   e[c] = static_cast<float>(b_read[c] - b[jj * K + c]);
