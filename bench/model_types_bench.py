@@ -4,7 +4,7 @@
     /usr/bin/python3 bench/model_types_bench.py [--build build] [--quick]
                                                 [--types retnet,gla,...]
 
-For each of retnet, gla, delta_net, gated_deltanet, mamba2 and rwkv7, at the
+For each of retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7 and rwkv6, at the
 built-in model's size (hidden 256, 4 layers) and at hidden 1024 × 12 layers
 (random BF16 models written once into BUILD/bench_models/<type>-<size> by
 tools/linattn_ref.py, each with fla's default head shapes for its type), it
@@ -36,12 +36,14 @@ import model_bench  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REF = os.path.join(ROOT, "tools", "linattn_ref.py")
-TYPES = ("retnet", "gla", "delta_net", "gated_deltanet", "mamba2", "rwkv7")
+TYPES = ("retnet", "gla", "delta_net", "gated_deltanet", "mamba2", "rwkv7", "rwkv6")
 
 # tools/linattn_ref.py random options per type and size: fla's default head
 # shapes for the type (RetNet expand_v 2, GLA expand_k 0.5, Gated DeltaNet
-# expand_v 2, Mamba-2 expand 2 with 64-wide heads, RWKV-7's 64-wide heads with
-# LoRA ranks of its published sizes), scaled to the hidden size.
+# expand_v 2, Mamba-2 expand 2 with 64-wide heads, RWKV-7's and RWKV-6's 64-wide
+# heads with LoRA ranks of their published sizes: RWKV-6's keys and values as
+# wide as the hidden size, its mix LoRA 32 and decay LoRA 64), scaled to the
+# hidden size.
 SHAPES = {
     ("retnet", "small"): ["--num-heads", "4", "--expand-v", "2"],
     ("retnet", "large"): ["--num-heads", "8", "--expand-v", "2"],
@@ -55,6 +57,8 @@ SHAPES = {
     ("mamba2", "large"): ["--head-dim", "64", "--state-size", "128"],
     ("rwkv7", "small"): ["--head-dim", "64", "--low-rank-dim", "32"],
     ("rwkv7", "large"): ["--head-dim", "64", "--low-rank-dim", "64"],
+    ("rwkv6", "small"): ["--num-heads", "4", "--expand-k", "1", "--low-rank-dim", "32"],
+    ("rwkv6", "large"): ["--num-heads", "16", "--expand-k", "1", "--low-rank-dim", "32"],
 }
 SIZES = {"small": ("built-in size (hidden 256 × 4)", ["--hidden-size", "256", "--layers", "4"]),
          "large": ("hidden 1024 × 12", ["--hidden-size", "1024", "--layers", "12"])}

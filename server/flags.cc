@@ -152,7 +152,7 @@ void DefineModelFlags(CLI::App& app, ServerFlags& f) {
                  "from the state in FILE instead of zeros: RWKV's state files, "
                  "safetensors with blocks.<i>.att.time_state per layer "
                  "(tools/convert_rwkv.py --state turns a .pth into one); "
-                 "rwkv7 models; repeat for several models")
+                 "rwkv7 and rwkv6 models; repeat for several models")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--check", f.check,
                "load the models as the server would, print what each "

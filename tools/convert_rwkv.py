@@ -8,7 +8,7 @@ rwkv6 layout (config.json + model.safetensors).
                                            [--dtype auto|F32|F16|BF16]
     /usr/bin/python3 tools/convert_rwkv.py --state STATE.pth OUT.safetensors
 
-The second form converts an RWKV-7 state file (state tuning's output: one
+The second form converts an RWKV-7 or RWKV-6 state file (state tuning's output: one
 blocks.N.att.time_state of (heads, head size, head size) per layer, each
 head's S as RWKV keeps it, value x key) into the safetensors file
 linattn-server --initial-state reads; names and orientation are kept.
@@ -332,7 +332,7 @@ def convert_state(pth, out):
     for name, t in sd.items():
         m = re.fullmatch(r"blocks\.(\d+)\.att\.time_state", name)
         if m is None or int(m.group(1)) >= layers:
-            raise ValueError(f"{pth}: {name}: an RWKV-7 state file holds "
+            raise ValueError(f"{pth}: {name}: an RWKV state file holds "
                              "blocks.<i>.att.time_state for layers 0, 1, ... alone")
         if t.dim() != 3:
             raise ValueError(f"{pth}: {name} has shape {tuple(t.shape)}, not (heads, head "

@@ -326,12 +326,12 @@ absl::Status Model::LoadInitialState(
     const std::string& path,
     const std::function<void(const std::string&, const void*, size_t)>& hash) {
   const ModelConfig& c = config_;
-  if (c.type != ModelType::kRwkv7) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        ": initial state files are RWKV-7's (blocks.<i>.att.time_state); "
-        "model '",
-        name_, "' is ", c.model_type));
+  if (!c.is_rwkv()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": initial state files are RWKV-7's and RWKV-6's "
+                     "(blocks.<i>.att.time_state); model '",
+                     name_, "' is ", c.model_type));
   }
   auto file = SafetensorsFile::Open(path);
   if (!file.ok()) {
@@ -353,7 +353,9 @@ absl::Status Model::LoadInitialState(
                        name_, "' holds ", c.num_hidden_layers,
                        " of these, each (", heads, ", ", dv, ", ", dk, "))"));
     }
-    // RWKV keeps each head's S as value × key; linattn's is key × value.
+    // RWKV keeps each head's S as value × key (RWKV-7's code, and RWKV-6's
+    // state kernel, RWKV-v5/cuda/wkv6state_cuda.cu); linattn's is key ×
+    // value.
     AttentionState& a = state.layers()[l];
     for (int64_t h = 0; h < heads; ++h) {
       float* sh = a.s(static_cast<uint32_t>(h));

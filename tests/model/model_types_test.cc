@@ -449,19 +449,22 @@ TEST(ModelTypesTest, OlderTensorNamesLoadTheSameModel) {
   }
 }
 
-// RWKV's state files: every new session of a model loaded with one starts
-// from it, and gives the logits BlinkDL's own numpy statement gives from
-// the same state (tests/python/make_model_fixtures.py loads it there as
-// RWKV's pipelines do, value × key as it is in the file); the state is part
-// of the model's fingerprint; what is not such a state is refused by name.
-TEST(ModelTypesTest, AnInitialStateFileStartsSessionsAsRwkvsCodeDoes) {
-  const FixtureCase fx = LoadFixture("rwkv7_converted");
+// A converted fixture's model loaded with its state file (written by
+// tests/python/make_model_fixtures.py with the logits BlinkDL's own numpy
+// statement gives from the same state, loaded there as RWKV's code does,
+// value × key as it is in the file): every new session starts from it and
+// gives those logits; the state is part of the model's fingerprint.
+void ExpectStateFileStartsSessions(const FixtureCase& fx,
+                                   std::shared_ptr<const Model>* model_out,
+                                   std::shared_ptr<const Model>* plain_out) {
   const std::string file = fx.dir + "/initial_state.safetensors";
   auto loaded = Model::Load(fx.dir, "", WeightType::kF32, file);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const std::shared_ptr<const Model> model = *loaded;
   const std::shared_ptr<const Model> plain = LoadOrDie(fx.dir);
   ASSERT_NE(plain, nullptr);
+  *model_out = model;
+  *plain_out = plain;
   EXPECT_EQ(model->initial_state_file(), file);
   EXPECT_NE(model->fingerprint(), plain->fingerprint());
   EXPECT_EQ(model->state_bytes(), plain->state_bytes());
@@ -491,6 +494,24 @@ TEST(ModelTypesTest, AnInitialStateFileStartsSessionsAsRwkvsCodeDoes) {
     // The state matters: it moves the logits far beyond the tolerance.
     EXPECT_GT(moved, 100 * tol);
   }
+}
+
+// RWKV's state files, RWKV-7's (rwkv7_converted) and RWKV-6's
+// (rwkv6_converted): sessions start from them as RWKV's code does; a
+// snapshot of a zero-started session is another model's; what is not such
+// a state is refused by name.
+TEST(ModelTypesTest, AnInitialStateFileStartsSessionsAsRwkvsCodeDoes) {
+  {
+    SCOPED_TRACE("rwkv6_converted");
+    std::shared_ptr<const Model> model, plain;
+    ExpectStateFileStartsSessions(LoadFixture("rwkv6_converted"), &model,
+                                  &plain);
+  }
+  const FixtureCase fx = LoadFixture("rwkv7_converted");
+  const std::string file = fx.dir + "/initial_state.safetensors";
+  std::shared_ptr<const Model> model, plain;
+  ExpectStateFileStartsSessions(fx, &model, &plain);
+  ASSERT_NE(model, nullptr);
 
   // A snapshot of a session that started from zeros is another model's.
   ForwardRunner plain_runner(plain);
@@ -537,11 +558,12 @@ TEST(ModelTypesTest, AnInitialStateFileStartsSessionsAsRwkvsCodeDoes) {
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
-  // State files are RWKV-7's.
+  // State files are RWKV-7's and RWKV-6's.
   auto other =
       Model::Load(LoadFixture("gla_plain").dir, "", WeightType::kF32, file);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(other.status().message(), ::testing::HasSubstr("RWKV-7"));
+  EXPECT_THAT(other.status().message(),
+              ::testing::HasSubstr("RWKV-7's and RWKV-6's"));
 }
 
 // A window size from config.json alone is checked against the file before

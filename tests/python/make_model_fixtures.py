@@ -229,10 +229,20 @@ def main():
         "<f8").tofile(os.path.join(case_dir, "logits_initial_state.f64"))
     # An RWKV-6 checkpoint in BlinkDL's names, through the same converter.
     import rwkv6_reference_test
-    converted_case(
+    tokens = [int(t) for t in np.random.default_rng(14).integers(0, 300, 77)]
+    case_dir, pth = converted_case(
         args.out, "rwkv6_converted",
         rwkv6_reference_test.blinkdl_checkpoint(np.random.default_rng(13), vocab=300, layers=2),
-        [int(t) for t in np.random.default_rng(14).integers(0, 300, 77)])
+        tokens)
+    # And an RWKV-6 state file for it (4 heads of 32), with the logits of
+    # BlinkDL's RWKV-6 statement from it.
+    time_state = convert_rwkv_test.random_time_state(np.random.default_rng(15), 2, 4, 32, 0.5)
+    state_pth = os.path.join(args.out, "rwkv6_converted_state.pth")
+    torch.save(time_state, state_pth)
+    convert_rwkv.convert_state(state_pth, os.path.join(case_dir, "initial_state.safetensors"))
+    rwkv6_reference_test.numpy_logits(torch.load(pth, weights_only=True), tokens, 2, 128, 32,
+                                      time_state).astype("<f8").tofile(
+        os.path.join(case_dir, "logits_initial_state.f64"))
     if args.builtin:
         model = linattn_ref.load_model(args.builtin)
         case_dir = os.path.join(args.out, "builtin")

@@ -128,13 +128,20 @@ def blinkdl_checkpoint(rng, vocab=97, hidden=128, layers=3, head=32, mix_rank=8,
     return {k: torch.tensor(v, dtype=torch.float32) for k, v in sd.items()}
 
 
-def numpy_logits(sd, tokens, layers, hidden, head):
+def numpy_logits(sd, tokens, layers, hidden, head, time_state=None):
     """The numpy statement on the checkpoint's own tensors (its (1, 1, C)
-    vectors squeezed as BlinkDL's loader squeezes them), float64."""
+    vectors squeezed as BlinkDL's loader squeezes them), float64.
+    `time_state` (a state file's tensors) starts each layer's S: RWKV-6's
+    state kernel (RWKV-v5/cuda/wkv6state_cuda.cu) reads a head's
+    time_state as value x key, the RNN form's s is key x value."""
     w = {k: v.double().numpy() for k, v in sd.items()}
     w = {k: (v.reshape(-1) if v.ndim == 3 and v.shape[0] == 1 else v) for k, v in w.items()}
     n_head = hidden // head
     state = (np.zeros((layers, 2, hidden)), np.zeros((layers, n_head, head, head)))
+    if time_state is not None:
+        for i in range(layers):
+            state[1][i] = time_state[f"blocks.{i}.att.time_state"].double().numpy().transpose(
+                0, 2, 1)
     out = []
     for t in tokens:
         logits, state = rwkv6_numpy(w, t, state, layers, n_head, head)
