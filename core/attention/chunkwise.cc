@@ -163,7 +163,8 @@ absl::Status ChunkwiseRunner::Run(std::span<const PrefillItem> items,
         LINATTN_RETURN_IF_ERROR(
             RunGroup(items, work, members, non_finite, !refuse_alone));
       } else if (std::get<0>(key) == UpdateRule::kRwkv7 &&
-                 !options_.Rwkv7Chunkwise(items[members[0]].attention->spec())) {
+                 !options_.Rwkv7Chunkwise(
+                     items[members[0]].attention->spec())) {
         LINATTN_RETURN_IF_ERROR(RunStepGroup(items, work, members, non_finite,
                                              failed, !refuse_alone));
       } else if (std::get<0>(key) == UpdateRule::kRwkv7) {

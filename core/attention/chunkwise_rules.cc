@@ -110,9 +110,6 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
   // row as the gather reads the input. A member with a value that is not
   // finite is marked (Run names it) and its jobs run on: its rows meet only
   // its own in the batched products.
-  struct RuleStream {
-    uint32_t item, head;
-  };
   // rwkv6: a stream's u (each item's own: the group shares shapes only).
   auto BonusOf = [](std::span<const PrefillItem> all, const RuleStream& st) {
     const AttentionSpec& own = all[st.item].attention->spec();
@@ -170,10 +167,7 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
     // index are contiguous, so the state-carrying products batch over
     // streams.
     auto rows_of = [&](int64_t j, uint64_t* start) {
-      const RuleStream& st = streams[j % n_s];
-      *start = (c0 + j / n_s) * C;
-      const uint64_t tokens = items[st.item].in.tokens;
-      return *start >= tokens ? uint64_t{0} : std::min(C, tokens - *start);
+      return RuleJobRows(items, streams, c0, C, j, start);
     };
 
     // Gather: prepared q and k, cumulative log-gates, scaled copies. A
@@ -549,30 +543,43 @@ absl::Status ChunkwiseRunner::RunRuleGroup(
                                   .accumulate = true},
                                  jobs, ws.a.data(), ws.u.data(), ws.o.data()));
 
-    // Read-out: the rows each unit holds, in the caller's order.
+    ScatterRuleOutputs(spec, items, streams, c0, C, units, ws.o.data());
+  }
+  StoreRuleStates(streams, work, ws.s.data(), S_floats);
+  return absl::OkStatus();
+}
+
+void ScatterRuleOutputs(const AttentionSpec& spec,
+                        std::span<const PrefillItem> items,
+                        std::span<const RuleStream> streams, uint64_t c0,
+                        uint64_t C, int64_t units, const float* o) {
+  const uint32_t H = spec.num_heads, V = spec.value_dim;
+  const uint64_t n_s = streams.size();
 #pragma omp parallel for schedule(static)
-    for (int64_t unit = 0; unit < units; ++unit) {
-      const int64_t j0 = unit * H;
-      const SequenceOutput& out = items[streams[j0 % n_s].item].out;
-      uint64_t start = 0;
-      const uint64_t L = rows_of(j0, &start);
-      for (uint64_t i = 0; i < L; ++i) {
-        for (uint32_t h = 0; h < H; ++h) {
-          const uint64_t row = (start + i) * H + h;
-          float* y = out.output + row * V;
-          std::memcpy(y, ws.o.data() + ((j0 + h) * C + i) * V,
-                      V * sizeof(float));
-          linattn::ReadOut(spec, 0.0f, 0.0f, V, y, out.denominator + row,
-                           out.available + row);
-        }
+  for (int64_t unit = 0; unit < units; ++unit) {
+    const int64_t j0 = unit * H;
+    const SequenceOutput& out = items[streams[j0 % n_s].item].out;
+    uint64_t start = 0;
+    const uint64_t L = RuleJobRows(items, streams, c0, C, j0, &start);
+    for (uint64_t i = 0; i < L; ++i) {
+      for (uint32_t h = 0; h < H; ++h) {
+        const uint64_t row = (start + i) * H + h;
+        float* y = out.output + row * V;
+        std::memcpy(y, o + ((j0 + h) * C + i) * V, V * sizeof(float));
+        linattn::ReadOut(spec, 0.0f, 0.0f, V, y, out.denominator + row,
+                         out.available + row);
       }
     }
   }
-  for (uint64_t st = 0; st < n_s; ++st) {
+}
+
+void StoreRuleStates(std::span<const RuleStream> streams,
+                     std::span<AttentionState* const> work, const float* s,
+                     uint64_t state_floats) {
+  for (uint64_t st = 0; st < streams.size(); ++st) {
     std::memcpy(work[streams[st].item]->s(streams[st].head),
-                ws.s.data() + st * S_floats, S_floats * sizeof(float));
+                s + st * state_floats, state_floats * sizeof(float));
   }
-  return absl::OkStatus();
 }
 
 }  // namespace linattn

@@ -67,8 +67,8 @@ uint64_t ChunkwiseRunner::Rwkv7WorkspaceBytesPerJob(uint32_t d_k,
                                                     uint32_t d_v) const {
   const uint64_t C = options_.chunk_size, K = d_k, V = d_v;
   const uint64_t R = std::min(kRwkv7ScoreBlock, C);
-  return sizeof(float) * (C * (9 * K + 4 * V + 4 * C) + 2 * R * K +
-                          2 * C * K + 4 * R * C + K * (2 * V + 1)) +
+  return sizeof(float) * (C * (9 * K + 4 * V + 4 * C) + 2 * R * K + 2 * C * K +
+                          4 * R * C + K * (2 * V + 1)) +
          sizeof(double) * C * K + 1 + (C + R - 1) / R;
 }
 
@@ -89,10 +89,7 @@ absl::Status ChunkwiseRunner::RunRwkv7Group(
   // by row as the gather reads them. A member with a value that is not
   // finite is marked (Run names it) and its jobs run on: its rows meet only
   // its own in the batched products.
-  struct Rwkv7Stream {
-    uint32_t item, head;
-  };
-  std::vector<Rwkv7Stream> streams;
+  std::vector<RuleStream> streams;
   uint64_t longest = 0;
   for (uint32_t i : members) {
     for (uint32_t h = 0; h < H; ++h) streams.push_back({i, h});
@@ -139,10 +136,7 @@ absl::Status ChunkwiseRunner::RunRwkv7Group(
     // index are contiguous, so the state-carrying products batch over
     // streams.
     auto rows_of = [&](int64_t j, uint64_t* start) {
-      const Rwkv7Stream& st = streams[j % n_s];
-      *start = (c0 + j / n_s) * C;
-      const uint64_t tokens = items[st.item].in.tokens;
-      return *start >= tokens ? uint64_t{0} : std::min(C, tokens - *start);
+      return RuleJobRows(items, streams, c0, C, j, start);
     };
 
     // Gather: prepared q and k, a, b, v and the cumulative log-gates. A
@@ -365,12 +359,12 @@ absl::Status ChunkwiseRunner::RunRwkv7Group(
 
     // W = T·(A ⊙ e^{l_{i−1}}); U = T·(A_ak·V), before the state's part.
     const int64_t Ci = static_cast<int64_t>(C);
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = Ci, .k = Ci, .n = K}, jobs,
-                                 ws.t.data(), ws.wt.data(), ws.w.data()));
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = Ci, .k = Ci, .n = K}, jobs, ws.t.data(),
+                                 ws.wt.data(), ws.w.data()));
     LINATTN_RETURN_IF_ERROR(Gemm({.m = Ci, .k = Ci, .n = V}, jobs,
                                  ws.aak.data(), ws.v.data(), ws.x.data()));
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = Ci, .k = Ci, .n = V}, jobs,
-                                 ws.t.data(), ws.x.data(), ws.u.data()));
+    LINATTN_RETURN_IF_ERROR(Gemm({.m = Ci, .k = Ci, .n = V}, jobs, ws.t.data(),
+                                 ws.x.data(), ws.u.data()));
 
     // Chunk by chunk, every stream at once: U ← U + W S, the slot ← S,
     // S ← diag(e^{l_L}) S + K̄ᵀV + B̄ᵀU.
@@ -392,50 +386,26 @@ absl::Status ChunkwiseRunner::RunRwkv7Group(
           kernels.scale(V, end[c], state + uint64_t{c} * V);
         }
       }
-      const MatmulShape update{.m = K,
-                               .k = Ci,
-                               .n = V,
-                               .transpose_a = true,
-                               .accumulate = true};
+      const MatmulShape update{
+          .m = K, .k = Ci, .n = V, .transpose_a = true, .accumulate = true};
       LINATTN_RETURN_IF_ERROR(Gemm(update, batch,
                                    ws.kbar.data() + first * C * K,
                                    ws.v.data() + first * C * V, ws.s.data()));
-      LINATTN_RETURN_IF_ERROR(Gemm(update, batch,
-                                   ws.bbar.data() + first * C * K, u,
-                                   ws.s.data()));
+      LINATTN_RETURN_IF_ERROR(
+          Gemm(update, batch, ws.bbar.data() + first * C * K, u, ws.s.data()));
     }
     // O = (Q ⊙ e^{l})·S_before + A_qk·V + A_qb·U.
-    LINATTN_RETURN_IF_ERROR(Gemm({.m = Ci, .k = K, .n = V}, jobs,
-                                 ws.qt.data(), ds, ws.o.data()));
+    LINATTN_RETURN_IF_ERROR(
+        Gemm({.m = Ci, .k = K, .n = V}, jobs, ws.qt.data(), ds, ws.o.data()));
     const MatmulShape intra{.m = Ci, .k = Ci, .n = V, .accumulate = true};
     LINATTN_RETURN_IF_ERROR(
         Gemm(intra, jobs, ws.aqk.data(), ws.v.data(), ws.o.data()));
     LINATTN_RETURN_IF_ERROR(
         Gemm(intra, jobs, ws.aqb.data(), ws.u.data(), ws.o.data()));
 
-    // Read-out: the rows each unit holds, in the caller's order.
-#pragma omp parallel for schedule(static)
-    for (int64_t unit = 0; unit < units; ++unit) {
-      const int64_t j0 = unit * H;
-      const SequenceOutput& out = items[streams[j0 % n_s].item].out;
-      uint64_t start = 0;
-      const uint64_t L = rows_of(j0, &start);
-      for (uint64_t i = 0; i < L; ++i) {
-        for (uint32_t h = 0; h < H; ++h) {
-          const uint64_t row = (start + i) * H + h;
-          float* y = out.output + row * V;
-          std::memcpy(y, ws.o.data() + ((j0 + h) * C + i) * V,
-                      V * sizeof(float));
-          linattn::ReadOut(spec, 0.0f, 0.0f, V, y, out.denominator + row,
-                           out.available + row);
-        }
-      }
-    }
+    ScatterRuleOutputs(spec, items, streams, c0, C, units, ws.o.data());
   }
-  for (uint64_t st = 0; st < n_s; ++st) {
-    std::memcpy(work[streams[st].item]->s(streams[st].head),
-                ws.s.data() + st * S_floats, S_floats * sizeof(float));
-  }
+  StoreRuleStates(streams, work, ws.s.data(), S_floats);
   return absl::OkStatus();
 }
 

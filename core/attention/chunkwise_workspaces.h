@@ -5,12 +5,44 @@
 #define LINATTN_CORE_ATTENTION_CHUNKWISE_WORKSPACES_H_
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/attention/chunkwise.h"
 #include "core/util/aligned_buffer.h"
 
 namespace linattn {
+
+// One (item, head) of a rule group: a stream of chunks. A round's job j is
+// chunk c0 + j / streams.size() of stream j % streams.size(), so the jobs
+// of one chunk index are contiguous; H consecutive jobs from a multiple of
+// H (a unit) are one item's chunk, all heads.
+struct RuleStream {
+  uint32_t item, head;
+};
+
+// How many rows of its chunk of C job j has (0 past the item's end), and
+// where they start in the item's sequence (*start).
+inline uint64_t RuleJobRows(std::span<const PrefillItem> items,
+                            std::span<const RuleStream> streams, uint64_t c0,
+                            uint64_t C, int64_t j, uint64_t* start) {
+  const RuleStream& st = streams[j % streams.size()];
+  *start = (c0 + j / streams.size()) * C;
+  const uint64_t tokens = items[st.item].in.tokens;
+  return *start >= tokens ? uint64_t{0} : std::min(C, tokens - *start);
+}
+
+// The round's outputs `o` (jobs, C, d_v) into the callers' rows, unit by
+// unit in the caller's order, each row through ReadOut.
+void ScatterRuleOutputs(const AttentionSpec& spec,
+                        std::span<const PrefillItem> items,
+                        std::span<const RuleStream> streams, uint64_t c0,
+                        uint64_t C, int64_t units, const float* o);
+
+// The packed states `s` (streams, d_k·d_v) back into the working states.
+void StoreRuleStates(std::span<const RuleStream> streams,
+                     std::span<AttentionState* const> work, const float* s,
+                     uint64_t state_floats);
 
 struct ChunkwiseRunner::RuleWorkspace {
   AlignedBuffer qh;  // (jobs, C, d_k)  prepared q (L2 norm, scale)
@@ -37,15 +69,15 @@ struct ChunkwiseRunner::RuleWorkspace {
 
 // The rwkv7 rule's round (the formulas are in chunkwise_rwkv7.cc).
 struct ChunkwiseRunner::Rwkv7Workspace {
-  AlignedBuffer q, k;  // (jobs, C, d_k)  prepared q and k
-  AlignedBuffer a, b;  // (jobs, C, d_k)  the low-rank vectors
-  AlignedBuffer v;     // (jobs, C, d_v)
-  AlignedBuffer qt;    // (jobs, C, d_k)  q ⊙ e^{l_i}
-  AlignedBuffer wt;    // (jobs, C, d_k)  a ⊙ e^{l_{i−1}}
-  AlignedBuffer w;     // (jobs, C, d_k)  W = T·wt
-  AlignedBuffer kbar;  // (jobs, C, d_k)  k ⊙ e^{l_L − l_i}
-  AlignedBuffer bbar;  // (jobs, C, d_k)  b ⊙ e^{l_L − l_i}
-  AlignedBuffer end;   // (jobs, d_k)     e^{l_L}
+  AlignedBuffer q, k;           // (jobs, C, d_k)  prepared q and k
+  AlignedBuffer a, b;           // (jobs, C, d_k)  the low-rank vectors
+  AlignedBuffer v;              // (jobs, C, d_v)
+  AlignedBuffer qt;             // (jobs, C, d_k)  q ⊙ e^{l_i}
+  AlignedBuffer wt;             // (jobs, C, d_k)  a ⊙ e^{l_{i−1}}
+  AlignedBuffer w;              // (jobs, C, d_k)  W = T·wt
+  AlignedBuffer kbar;           // (jobs, C, d_k)  k ⊙ e^{l_L − l_i}
+  AlignedBuffer bbar;           // (jobs, C, d_k)  b ⊙ e^{l_L − l_i}
+  AlignedBuffer end;            // (jobs, d_k)     e^{l_L}
   AlignedBuffer aqk, aqb, aak;  // (jobs, C, C)  intra-chunk scores
   AlignedBuffer t;              // (jobs, C, C)  −A_ab, then T
   AlignedBuffer x;              // (jobs, C, d_v) A_ak·V
