@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/model_types_bench.py [--build build] [--quick]
                                                 [--types retnet,gla,...]
+                                                [--weights f32|bf16|int8]
 
 For each of retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7 and rwkv6, at the
 built-in model's size (hidden 256, 4 layers) and at hidden 1024 × 12 layers
@@ -21,7 +22,10 @@ runs
 and prints one Markdown table with the ratios the targets are stated in:
 batch-1 decode / PyTorch's (≥ 5), aggregate at 32 / batch 1 (≥ 8), PyTorch's
 4k prefill / linattn's time to first token (≥ 5), and decode time at 100k /
-at 1k (flat: within 10%). JSON goes to BUILD/model_types_bench.json.
+at 1k (flat: within 10%). linattn's packed weights are f32 unless --weights
+says otherwise (bf16 needs native bf16 products; the PyTorch side stays
+fp32). JSON goes to BUILD/model_types_bench.json (model_types_bench-<weights>
+.json for bf16 and int8).
 """
 
 import argparse
@@ -91,7 +95,7 @@ def machine_limits(build):
                if b.get("run_type", "iteration") == "iteration")
 
 
-def measure(build, quick=False, types=TYPES):
+def measure(build, quick=False, types=TYPES, weights="f32"):
     prompt = 1024 if quick else 4096
     contexts = "1000,8000" if quick else "1000,100000"
     rows = []
@@ -102,14 +106,16 @@ def measure(build, quick=False, types=TYPES):
             ours = run_json([os.path.join(build, "bin", "model_benchmark"), "--model", path,
                              "--prompts", str(prompt), "--batches", "1,32",
                              "--contexts", contexts,
-                             "--decode-tokens", "16" if quick else "32"])
+                             "--decode-tokens", "16" if quick else "32",
+                             "--weights", weights])
             ref = run_json([sys.executable, REF, "bench", "--model", path,
                             "--prompt-tokens", str(prompt),
                             "--decode-tokens", "4" if quick else "8",
                             "--recompute-tokens", "0"])
             rows.append({"type": model_type, "size": size, "label": SIZES[size][0],
                          "linattn": ours, "pytorch": ref})
-    return {"prompt_tokens": prompt, "gemm_gflops": gemm_gflops, "rows": rows}
+    return {"prompt_tokens": prompt, "gemm_gflops": gemm_gflops, "weights": weights,
+            "rows": rows}
 
 
 def ratios(row, gemm_gflops):
@@ -142,11 +148,12 @@ def markdown(res):
              f"| b32 tok/s (GFLOP/s, of peak) | b32/b1 (≥ 8) | TTFT {res['prompt_tokens']} (PyTorch) "
              f"| ×PyTorch (≥ 5) | decode ms at 1k / long | long/1k |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    weights = "" if res.get("weights", "f32") == "f32" else f", {res['weights']} weights"
     for row in res["rows"]:
         q = ratios(row, res["gemm_gflops"])
         o = row["linattn"]
         lines.append(
-            f"| {row['type']}, {row['label']} | {q['parameters'] / 1e6:.1f} M "
+            f"| {row['type']}, {row['label']}{weights} | {q['parameters'] / 1e6:.1f} M "
             f"| {q['state_bytes'] / 1024:,.0f} KiB "
             f"| {f(q['decode_b1'])} ({f(q['torch_decode_b1'])}) | {q['decode_over_torch']:.1f}× "
             f"| {f(q['decode_b32'])} ({q['b32_gflops']:.0f}, {q['b32_of_peak']:.2f}) "
@@ -169,9 +176,12 @@ def main():
     p.add_argument("--build", default="build")
     p.add_argument("--quick", action="store_true", help="shorter prompts and contexts")
     p.add_argument("--types", default=",".join(TYPES))
+    p.add_argument("--weights", default="f32", choices=["f32", "bf16", "int8"],
+                   help="linattn's packed projection weights")
     args = p.parse_args()
-    res = measure(args.build, args.quick, args.types.split(","))
-    with open(os.path.join(args.build, "model_types_bench.json"), "w") as out:
+    res = measure(args.build, args.quick, args.types.split(","), args.weights)
+    name = "model_types_bench" + ("" if args.weights == "f32" else f"-{args.weights}")
+    with open(os.path.join(args.build, name + ".json"), "w") as out:
         json.dump(res, out, indent=1)
     print(markdown(res))
 

@@ -1100,6 +1100,10 @@ def dplr_recurrence(q, k, v, alpha, beta, gk, s):
 
 
 class RWKV7Attention(nn.Module):
+    # The state update over a sequence; tools/train_tiny.py puts its
+    # chunkwise form (the same function) here to train on.
+    recurrence = staticmethod(dplr_recurrence)
+
     def __init__(self, c, layer_idx):
         super().__init__()
         self.c, self.layer_idx = c, layer_idx
@@ -1147,7 +1151,7 @@ class RWKV7Attention(nn.Module):
         k = k.addcmul(k * (a - 1), self.k_a)
         r, w, k, a = (z.view(b, t, nh, dk) for z in (r, w, k, a))
         v = v.view(b, t, nh, dv)
-        o, s = dplr_recurrence(r, k, v, -kk, kk * a, w, s)
+        o, s = self.recurrence(r, k, v, -kk, kk * a, w, s)
         o = self.g_norm(o.reshape(b * t, nh * dv)).view(b, t, nh * dv)
         o = (o + ((r * k * self.r_k).sum(-1, keepdim=True) * v).view(b, t, nh * dv)) * g
         return self.o_proj(o), shift, s, v_first

@@ -10,6 +10,12 @@ linattn_ref.py beside this file; training runs the same model through the
 chunkwise form below (gated_delta_chunked), which tests/python/
 train_tiny_test.py holds to linattn_ref's token-by-token recurrence.
 
+With --type rwkv7, the RWKV-7 model shipped beside it (models/tiny-rwkv7):
+fla's `rwkv7` at the same size (heads of 64, ReLU² channel mix of 1024),
+fla's initialisation (initialise_rwkv7), trained the same way on the same
+text with the same vocabulary; its state update runs in the chunkwise form
+dplr_chunked, held to linattn_ref's recurrence by the same test.
+
 The text: the King James Version of the Bible (1611, public domain), read
 with the `bible` program of Debian's bible-kjv / bible-kjv-text packages.
 Verses are printed without their references, one per line. The last 2% of
@@ -22,6 +28,7 @@ fp32 elsewhere, unless --matmul says which).
     /usr/bin/python3 tools/train_tiny.py --out models/tiny
     /usr/bin/python3 tools/train_tiny.py --evaluate models/tiny   (held-out loss of an export)
     /usr/bin/python3 tools/train_tiny.py --held-out-text FILE     (the held-out text, as evaluated)
+    /usr/bin/python3 tools/train_tiny.py --type rwkv7 --out models/tiny-rwkv7 --chunk 16
 """
 
 import argparse
@@ -39,6 +46,7 @@ import linattn_ref  # noqa: E402  (first: it sets up OpenBLAS before torch loads
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+import torch.nn.init as nn_init  # noqa: E402
 
 CONFIG = {
     "model_type": "gated_deltanet",
@@ -63,6 +71,36 @@ CONFIG = {
     "eos_token_id": None,
     "max_position_embeddings": 2048,
 }
+
+# The RWKV-7 model trained beside it (--type rwkv7): fla's `rwkv7` at the same
+# size (4 layers, hidden 256, heads of 64, channel mix of 1024), the low-rank
+# sizes fla's defaults give at hidden 256, untied embeddings.
+RWKV7_CONFIG = {
+    "model_type": "rwkv7",
+    "attn_mode": "chunk",
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "head_dim": 64,
+    "num_heads": 4,
+    "decay_low_rank_dim": 32,
+    "gate_low_rank_dim": 64,
+    "a_low_rank_dim": 32,
+    "v_low_rank_dim": 32,
+    "hidden_act": "sqrelu",
+    "hidden_ratio": 4,
+    "intermediate_size": 1024,
+    "norm_first": True,
+    "norm_bias": True,
+    "norm_eps": 1e-5,
+    "fuse_norm": True,
+    "value_dim": None,
+    "vocab_size": 256,
+    "tie_word_embeddings": False,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "max_position_embeddings": 2048,
+}
+CONFIGS = {"gated_deltanet": CONFIG, "rwkv7": RWKV7_CONFIG}
 
 
 def conv_whole(conv, x):
@@ -145,9 +183,75 @@ def gated_deltanet_whole(attn, x, chunk):
     return attn.finish(gated_delta_chunked(q, k, v, g, beta, chunk), x)
 
 
+def dplr_chunked(q, k, v, alpha, beta, gk, s, chunk):
+    """linattn_ref.dplr_recurrence (RWKV-7's state update) a chunk of C
+    tokens at a time: q, k, alpha, beta, gk (B, T, H, K), v (B, T, H, V), s
+    (B, H, K, V), T a multiple of C -> (o (B, T, H, V), the last state).
+
+    The recurrence is S_t = (D_t + beta_t alpha_t^T) S_{t-1} + k_t v_t^T,
+    D_t = diag(exp(gk_t)), o_t = S_t^T q_t. In a chunk from S0, with L_t the
+    sum of gk up to t and L_0 = 0, and u_t = alpha_t^T S_{t-1} (a row):
+        S_t = e^{L_t} S0 + sum_{j<=t} e^{L_t - L_j} (beta_j u_j + k_j v_j^T)
+        u_t = (alpha_t e^{L_{t-1}})^T S0
+              + sum_{j<t} (alpha_t e^{L_{t-1}-L_j}).(beta_j u_j + k_j v_j^T)
+    (exponentials of vectors scale the rows), so (I - A) U = W0 S0 + B V
+    with A[t, j] = (alpha_t e^{L_{t-1}-L_j}).beta_j and B[t, j] =
+    (alpha_t e^{L_{t-1}-L_j}).k_j below the diagonal: one unit lower
+    triangular solve per chunk, then U = W S0 + U0 chunk after chunk. gk
+    >= -0.607 per token (RWKV-7's decay), so over 16 tokens no factor
+    e^{-L} exceeds e^{9.8}. Runs in float32 whatever autocast gave it."""
+    with torch.autocast("cpu", enabled=False):
+        wide = [x.to(torch.promote_types(x.dtype, torch.float32))
+                for x in (q, k, v, alpha, beta, gk, s)]
+        return _dplr_chunked(*wide, chunk)
+
+
+def _dplr_chunked(q, k, v, alpha, beta, gk, s, chunk):
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    n = T // chunk
+
+    def split(x):  # (B, T, H, D) -> (B, H, n, C, D)
+        return x.transpose(1, 2).reshape(B, H, n, chunk, x.shape[-1])
+
+    q, k, v, alpha, beta, gk = map(split, (q, k, v, alpha, beta, gk))
+    lam = gk.cumsum(-2)
+    last = lam[..., -1:, :]
+    qd, ad = q * lam.exp(), alpha * (lam - gk).exp()
+    bd, kd = beta * (-lam).exp(), k * (-lam).exp()
+    strict = torch.ones(chunk, chunk, dtype=torch.bool).tril(-1)
+    lower = strict | torch.eye(chunk, dtype=torch.bool)
+    a_b = (ad @ bd.transpose(-1, -2)).masked_fill(~strict, 0)
+    a_k = (ad @ kd.transpose(-1, -2)).masked_fill(~strict, 0)
+    q_b = (qd @ bd.transpose(-1, -2)).masked_fill(~lower, 0)
+    q_k = (qd @ kd.transpose(-1, -2)).masked_fill(~lower, 0)
+    m = torch.eye(chunk, dtype=q.dtype) - a_b
+    w = torch.linalg.solve_triangular(m, ad, upper=False, unitriangular=True)
+    u0 = torch.linalg.solve_triangular(m, a_k @ v, upper=False, unitriangular=True)
+    to_end = (last - lam).exp()
+    bc, kc = (beta * to_end).transpose(-1, -2), (k * to_end).transpose(-1, -2)
+    decay = last.exp().transpose(-1, -2)  # (B, H, n, K, 1)
+    outs = []
+    for i in range(n):
+        u = w[:, :, i] @ s + u0[:, :, i]
+        vi = v[:, :, i]
+        outs.append(qd[:, :, i] @ s + q_b[:, :, i] @ u + q_k[:, :, i] @ vi)
+        s = decay[:, :, i] * s + bc[:, :, i] @ u + kc[:, :, i] @ vi
+    return torch.stack(outs, 2).reshape(B, H, T, V).transpose(1, 2), s
+
+
 def forward_whole(model, tokens, chunk=64):
-    """model(tokens) for a gated_deltanet linattn_ref model, T a multiple of
-    chunk: the same logits, fast enough to train on."""
+    """model(tokens) for a gated_deltanet or rwkv7 linattn_ref model, T a
+    multiple of chunk: the same logits, fast enough to train on."""
+    if model.c.model_type == "rwkv7":
+        layers = model.parts()[1]
+        for layer in layers:
+            layer.attn.recurrence = lambda *a: dplr_chunked(*a, chunk)
+        try:
+            return model(tokens)
+        finally:
+            for layer in layers:
+                del layer.attn.recurrence
     embeddings, layers, norm = model.parts()
     x = embeddings(tokens)
     for layer in layers:
@@ -176,6 +280,60 @@ def initialise(model, seed):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
                 if name.endswith(("o_proj.weight", "down_proj.weight")):
                     p.mul_(1 / math.sqrt(2 * layers))
+
+
+def initialise_rwkv7(model, seed):
+    """fla's initialisation of RWKV7ForCausalLM (RWKV7Attention,
+    RWKV7FeedForward and LoRA._initialize_weights, RWKV7PreTrainedModel.
+    _init_weights), itself BlinkDL's: token-shift mixes and decay biases by
+    channel and depth, orthogonal r/k/v and channel-mix keys, zero output
+    projections, tiny embeddings, an orthogonal head of gain
+    0.5 sqrt(vocab / hidden)."""
+    torch.manual_seed(seed)
+    c = model.c
+    h, layers, dk = c.hidden_size, c.num_hidden_layers, c.head_dim
+    n = torch.arange(h, dtype=torch.float32)
+    ddd = n / h
+    linear = n / (h - 1) - 0.5
+    zigzag = ((n % dk) - (dk - 1) / 2) / ((dk - 1) / 2)
+    zigzag = zigzag * zigzag.abs()
+
+    def lora(m, bias=None):
+        nn_init.zeros_(m.lora[0].weight)
+        rows, cols = m.lora[2].weight.shape
+        nn_init.orthogonal_(m.lora[2].weight, gain=(math.sqrt(cols / rows) if cols > rows else 1) * 0.1)
+        if m.lora[2].bias is not None:
+            m.lora[2].bias.copy_(bias if bias is not None else torch.zeros(rows))
+
+    embeddings, blocks, _ = model.parts()
+    with torch.no_grad():
+        nn_init.uniform_(embeddings.weight, -1e-4, 1e-4)
+        gain = 0.5 * math.sqrt(c.vocab_size / h) if c.vocab_size > h else 0.5
+        nn_init.orthogonal_(model.lm_head.weight, gain=gain)
+        for i, block in enumerate(blocks):
+            at, ffn = block.attn, block.ffn
+            r01, r10 = i / (layers - 1), 1.0 - i / layers
+            for name, e in (("x_r", 0.2), ("x_w", 0.9), ("x_k", 0.7), ("x_v", 0.7), ("x_a", 0.9),
+                            ("x_g", 0.2)):
+                getattr(at, name).copy_((1.0 - ddd ** (e * r10)).view(1, 1, h))
+            at.k_a.fill_(1.02)
+            at.r_k.fill_(-0.04)
+            at.k_k.copy_(0.71 - linear * 0.1)
+            www = -6 + 6 * (n / (h - 1)) ** (1 + r01 ** 0.3)
+            lora(at.w_lora, www + 0.5 + zigzag * 2.5)
+            lora(at.a_lora, -0.19 + zigzag * 0.3 + linear * 0.4)
+            lora(at.g_lora)
+            if i != 0:
+                lora(at.v_lora, 0.73 - linear * 0.4)
+            at.g_norm.weight.fill_(((i + 1) / layers) ** 0.7)
+            at.g_norm.bias.zero_()
+            nn_init.orthogonal_(at.r_proj.weight)
+            nn_init.orthogonal_(at.k_proj.weight, gain=0.1)
+            nn_init.orthogonal_(at.v_proj.weight)
+            at.o_proj.weight.zero_()
+            ffn.x_k.copy_(1.0 - ddd ** (r10 ** 4))
+            nn_init.orthogonal_(ffn.key.weight)
+            ffn.value.weight.zero_()
 
 
 def kjv_text():
@@ -266,6 +424,9 @@ def native_bf16():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--type", default="gated_deltanet", choices=sorted(CONFIGS),
+                   help="the model type to train (rwkv7: the RWKV-7 model shipped beside the "
+                        "built-in one, trained with --out models/tiny-rwkv7 --chunk 16)")
     p.add_argument("--out", default="models/tiny")
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--batch", type=int, default=16)
@@ -318,13 +479,21 @@ def main():
           f"({sizes[train].sum() / len(train):.2f} bytes each), {len(valid)} validation tokens; "
           f"tokenizer {time.time() - t0:.0f} s", flush=True)
 
-    config = dict(CONFIG, vocab_size=sp.get_piece_size())
+    config = dict(CONFIGS[args.type], vocab_size=sp.get_piece_size())
     model = linattn_ref.new_model(linattn_ref.Config(config))
-    initialise(model, args.seed)
+    if args.type == "rwkv7":
+        initialise_rwkv7(model, args.seed)
+        # BlinkDL's and fla's RWKV-7 training decays the matrices only: the
+        # token-shift mixes, biases and norms keep their initial shapes.
+        groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
+                  {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    else:
+        initialise(model, args.seed)
+        groups = [{"params": list(model.parameters()), "weight_decay": 0.1}]
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: {params} parameters; {args.matmul} products", flush=True)
+    print(f"model: {args.type}, {params} parameters; {args.matmul} products", flush=True)
 
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
     rng = np.random.default_rng(args.seed)
 
     def batch_of(data, n):
@@ -361,7 +530,7 @@ def main():
                 "bible-kjv-text, last 2% of verses held out",
         "tokenizer": f"SentencePiece unigram, {sp.get_piece_size()} pieces with byte fallback, "
                      "trained on the training verses",
-        "steps": args.steps, "batch": args.batch, "seq_tokens": args.seq, "chunk": args.chunk,
+        "model_type": args.type, "steps": args.steps, "batch": args.batch, "seq_tokens": args.seq, "chunk": args.chunk,
         "lr": args.lr, "warmup": args.warmup, "matmul": args.matmul, "seed": args.seed, "threads": args.threads,
         "parameters": params, "train_tokens": int(len(train)),
         "seconds": round(elapsed), "validation_loss_nats_per_byte": round(vl, 4),

@@ -30,6 +30,17 @@ TEST(ModelFixtures, Present) {
   EXPECT_GE(names.size(), 7u * 2 * 2 + 8)
       << "LINATTN_MODEL_FIXTURES=" << testing::FixtureRoot();
   EXPECT_NE(std::find(names.begin(), names.end(), "builtin"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "builtin_rwkv7"),
+            names.end());
+}
+
+// Packed products per layer, each rounding its input once with bf16 or
+// int8 weights: gated_deltanet's fused input projection, o, the fused
+// gate/up and down (the built-in model); rwkv7's r, k, v, the two halves of
+// its four LoRAs, o, and the channel mix's key and value (the RWKV-7 model
+// shipped beside it).
+double PackedProductsPerLayer(const ModelConfig& c) {
+  return c.model_type == "rwkv7" ? 14.0 : 4.0;
 }
 
 // The fixture directories exist only once the ctest fixture has run, so the
@@ -58,12 +69,12 @@ void CheckLogitsMatchPyTorch(const std::string& name,
 
   double tol = LogitTolerance(c, T, MaxAbs(fx.logits));
   if (weights == WeightType::kBf16) {
-    // Each packed product (4 per layer and the lm_head) rounds its input to
+    // Each packed product (per layer and the lm_head) rounds its input to
     // bf16 (unit roundoff 2^-8; the built-in model's weights are bf16 in its
     // file, so they are not rounded again): one more 2^-8 relative error per
     // product in the chain, on the same magnitudes.
-    tol += (4.0 * c.num_hidden_layers + 1) * std::ldexp(1.0, -8) *
-           std::max(1.0, MaxAbs(fx.logits));
+    tol += (PackedProductsPerLayer(c) * c.num_hidden_layers + 1) *
+           std::ldexp(1.0, -8) * std::max(1.0, MaxAbs(fx.logits));
   }
   if (weights == WeightType::kInt8) {
     // The same first-order argument with int8's steps: per product the
@@ -72,7 +83,7 @@ void CheckLogitsMatchPyTorch(const std::string& name,
     // scale; one such relative error per product in the chain, on the
     // logits' scale. A tolerance for a well-conditioned forward, not a
     // proven bound (linear_test.cc proves the per-product one).
-    tol += (4.0 * c.num_hidden_layers + 1) *
+    tol += (PackedProductsPerLayer(c) * c.num_hidden_layers + 1) *
            (2.0 / 254 + 1.0 / (4 * 127 * 127)) *
            std::max(1.0, MaxAbs(fx.logits));
   }
@@ -101,6 +112,7 @@ TEST(ForwardReferenceTest, LogitsAtEveryPositionMatchPyTorch) {
 TEST(ForwardReferenceTest, Bf16WeightsStayWithinTheirTolerance) {
   if (!Bf16Supported().ok()) GTEST_SKIP() << Bf16Supported().message();
   CheckLogitsMatchPyTorch("builtin", WeightType::kBf16);
+  CheckLogitsMatchPyTorch("builtin_rwkv7", WeightType::kBf16);
 }
 
 // int8 weights, under the same assumption, with int8's quantisation steps in
@@ -109,6 +121,7 @@ TEST(ForwardReferenceTest, Bf16WeightsStayWithinTheirTolerance) {
 TEST(ForwardReferenceTest, Int8WeightsStayWithinTheirTolerance) {
   if (!Int8Supported().ok()) GTEST_SKIP() << Int8Supported().message();
   CheckLogitsMatchPyTorch("builtin", WeightType::kInt8);
+  CheckLogitsMatchPyTorch("builtin_rwkv7", WeightType::kInt8);
 }
 
 // One call, several calls, and token by token (recurrent decode steps) give

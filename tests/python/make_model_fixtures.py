@@ -13,7 +13,9 @@ forward in float64:
 Cases cover every supported feature map, normalised and not, with and without
 num_kv_heads < num_heads, tied feature maps, norm_q/norm_k, no affine head
 norm, tied embeddings, F16/BF16 files and expand_k/expand_v ≠ 1. With
---builtin DIR the built-in model gets the same treatment (case "builtin").
+--builtin DIR the built-in model gets the same treatment (case "builtin"), and
+with --builtin-rwkv7 DIR the RWKV-7 model shipped beside it (case
+"builtin_rwkv7").
 A SentencePiece model trained on a small text goes to OUT/spm/ with the ids
 python3-sentencepiece gives for a few strings (spm/expected.json).
 """
@@ -174,6 +176,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out")
     p.add_argument("--builtin", help="the built-in model's directory")
+    p.add_argument("--builtin-rwkv7", help="the RWKV-7 model shipped beside it")
     args = p.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
@@ -243,12 +246,14 @@ def main():
     rwkv6_reference_test.numpy_logits(torch.load(pth, weights_only=True), tokens, 2, 128, 32,
                                       time_state).astype("<f8").tofile(
         os.path.join(case_dir, "logits_initial_state.f64"))
-    if args.builtin:
-        model = linattn_ref.load_model(args.builtin)
-        case_dir = os.path.join(args.out, "builtin")
+    for shipped, name in ((args.builtin, "builtin"), (args.builtin_rwkv7, "builtin_rwkv7")):
+        if not shipped:
+            continue
+        model = linattn_ref.load_model(shipped)
+        case_dir = os.path.join(args.out, name)
         os.makedirs(case_dir, exist_ok=True)
         for f in ("config.json", "model.safetensors", "tokenizer.model"):
-            src = os.path.abspath(os.path.join(args.builtin, f))
+            src = os.path.abspath(os.path.join(shipped, f))
             dst = os.path.join(case_dir, f)
             if not os.path.exists(dst):
                 os.symlink(src, dst)
