@@ -178,14 +178,15 @@ class Rwkv7AgainstBlinkDL(unittest.TestCase):
     def test_a_misread_term_is_caught(self):
         # The same comparison with the reference's removal term's sign flipped
         # must fail: the check sees the low-rank part of the transition.
+        attention = linattn_ref.RWKV7Attention
         original = linattn_ref.dplr_recurrence
         try:
-            linattn_ref.dplr_recurrence = (
+            attention.recurrence = staticmethod(
                 lambda q, k, v, alpha, beta, gk, s: original(q, k, v, -alpha, beta, gk, s))
             with self.assertRaises(AssertionError):
                 self.check(hidden=32, head_size=16, layers=2, tokens=[3, 50, 7, 7, 96], seed=1)
         finally:
-            linattn_ref.dplr_recurrence = original
+            attention.recurrence = staticmethod(original)
 
 
 if __name__ == "__main__":
