@@ -7,15 +7,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <map>
 
 #include "core/model/forward.h"
 #include "core/model/model.h"
 #include "core/model/safetensors.h"
+#include "core/model/types/rwkv_block.h"
 #include "core/scheduler/generation.h"
 #include "core/session/snapshot.h"
 #include "nlohmann/json.hpp"
@@ -639,6 +642,26 @@ TEST(ModelTypesTest, OneEngineServesEveryTypeAtOnce) {
     EXPECT_FALSE(s1.empty());
     EXPECT_EQ(s1, s2);
   }
+}
+
+// RWKV's channel-mix activation as torch.relu(x) ** 2 gives it: every
+// negative value (−inf and values whose square would overflow included)
+// to 0, NaN through, rows of an odd width (the vector loop's tail) alike.
+TEST(ModelTypesTest, ReluSquareIsTorchsOnEveryKindOfValue) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> in = {-inf, -1e20f, -1.0f, -0.0f,   0.0f, 1e-3f,
+                                 2.0f, 1e20f,  inf,   -1e-30f, 3.0f};
+  std::vector<float> h;
+  for (int r = 0; r < 3; ++r) h.insert(h.end(), in.begin(), in.end());
+  RwkvReluSquare(h.data(), 3, in.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    const float x = in[i % in.size()];
+    const float want = x > 0.0f ? x * x : 0.0f;
+    EXPECT_EQ(h[i], want) << "x = " << x;
+  }
+  std::vector<float> nan = {std::nanf(""), -std::nanf("")};
+  RwkvReluSquare(nan.data(), 1, nan.size());
+  EXPECT_TRUE(std::isnan(nan[0]) && std::isnan(nan[1]));
 }
 
 }  // namespace

@@ -370,13 +370,7 @@ absl::Status Rwkv6Def::RunMixer(ForwardRunner& runner,
   LINATTN_RETURN_IF_ERROR(w.ffn_key->Apply(b.lerp, rows, b.hidden));
   lerp(w.ffn_receptance_mu.data(), 0, b.lerp);
   LINATTN_RETURN_IF_ERROR(w.ffn_receptance->Apply(b.lerp, rows, b.receptance));
-  ParallelFor(rows, uint64_t{rows} * I >= kParallelFloats, [&](uint64_t r) {
-    float* h = b.hidden + r * I;
-    for (uint64_t i = 0; i < I; ++i) {
-      const float y = std::max(h[i], 0.0f);
-      h[i] = y * y;
-    }
-  });
+  RwkvReluSquare(b.hidden, rows, I);
   LINATTN_RETURN_IF_ERROR(w.ffn_value->Apply(b.hidden, rows, b.value));
   ParallelFor(rows, parallel, [&](uint64_t r) {
     float* xr = x + r * H;

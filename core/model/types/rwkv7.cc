@@ -453,13 +453,7 @@ absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
     for (uint32_t i = 0; i < H; ++i) y[i] = xr[i] + d[i] * w.ffn_mix[i];
   });
   LINATTN_RETURN_IF_ERROR(w.ffn_key->Apply(b.mix[0], rows, b.hidden));
-  ParallelFor(rows, uint64_t{rows} * I >= kParallelFloats, [&](uint64_t r) {
-    float* h = b.hidden + r * I;
-    for (uint64_t i = 0; i < I; ++i) {
-      const float y = std::max(h[i], 0.0f);
-      h[i] = y * y;
-    }
-  });
+  RwkvReluSquare(b.hidden, rows, I);
   return w.ffn_value->Apply(b.hidden, rows, x);
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/model/row_ops.h"
+#include "core/util/parallel_for.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -109,6 +110,21 @@ void RwkvChannelMixInput(const LayerPass& pass, const ModelConfig& c,
   LayerNorm(ws.x.data(), pass.rows, H, norms.ffn_norm_w.data(),
             BiasOf(norms.ffn_norm_b), c.norm_eps, ws.xn.data());
   RwkvTokenShift(pass, c, ws.xn.data(), H, delta);
+}
+
+void RwkvReluSquare(float* h, uint64_t rows, uint64_t width) {
+  ParallelFor(rows, rows * width >= kParallelFloats, [&](uint64_t r) {
+    float* __restrict row = h + r * width;
+    for (uint64_t i = 0; i < width; ++i) {
+      // torch.relu: negative values (−inf included) to 0, NaN and −0 kept;
+      // a mask rather than a select, which GCC leaves as a branch.
+      const float x = row[i];
+      const uint32_t keep = x < 0.0f ? 0u : ~0u;
+      const float y =
+          __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, x) & keep);
+      row[i] = y * y;
+    }
+  });
 }
 
 std::vector<float*> RwkvRowBlocks(ForwardWorkspace& ws,

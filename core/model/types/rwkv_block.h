@@ -57,6 +57,11 @@ void RwkvChannelMixInput(const LayerPass& pass, const ModelConfig& c,
                          const RwkvNorms& norms, ForwardWorkspace& ws,
                          float* delta);
 
+// The channel mix's activation on `rows` rows of `width`: h ← max(h, 0)²
+// (ReLU², NaN kept). Branch-free, so that it vectorises: a branch on the
+// sign of each hidden unit mispredicts about half the time.
+void RwkvReluSquare(float* h, uint64_t rows, uint64_t width);
+
 // ws.extra1 cut into blocks of `widths` floats per row (capacity rows each,
 // each block rounded up to 16 floats, 64 bytes): their starts, in order.
 std::vector<float*> RwkvRowBlocks(ForwardWorkspace& ws,
