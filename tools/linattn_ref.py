@@ -86,6 +86,21 @@ with u the layer's bonus; then GroupNorm per head (eps norm_eps) times
 silu(g), and o_proj. The channel mix: sigmoid(receptance(x + delta * mu_r)) *
 value(relu(key(x + delta * mu_k))^2).
 
+Hybrids (fla's `attn` config, fla/models/hybrid.py: one spec or a list of
+them, each {layers, num_heads, num_kv_heads, qkv_bias, window_size,
+rope_theta}) put fla's softmax Attention (fla/layers/attn.py) in place of the
+type's mixer in the layers a spec names, for the types built on Block
+(linear_attn, retnet, gla, delta_net, gated_deltanet): q, k, v projections
+(with bias for qkv_bias) of num_heads query and num_kv_heads key/value heads
+of hidden_size / num_heads, GPT-NeoX rotary over the whole head at the
+token's position (base rope_theta), causal softmax with scale head_dim^-1/2
+over the keys j with i - window_size < j <= i (flash_attn's window
+(window_size - 1, 0); every earlier key without a window), each key head
+shared by num_heads / num_kv_heads query heads, and o_proj without bias. A
+sequence run in pieces sees what the whole sequence sees (fla's own cache
+keeps only the last window_size keys, so its multi-token steps after the
+first see fewer; the whole sequence is what the model was trained on).
+
 Usage:
     linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
@@ -225,6 +240,83 @@ def write_safetensors(path, tensors, dtype="F32"):
 # ---------------------------------------------------------------- config
 
 
+# The model types whose fla block takes an attention layer in this reference,
+# and why the others do not.
+HYBRID_TYPES = ("linear_attn", "retnet", "gla", "delta_net", "gated_deltanet")
+HYBRID_REFUSED = {
+    "mamba2": "fla's Mamba2Config has no attn field (its blocks ignore one)",
+    "rwkv7": "fla's RWKV7Block unpacks four values from Attention, which returns three: "
+             "fla cannot run it",
+    "rwkv6": "not built by this reference yet",
+}
+
+
+def hybrid_attention_layers(attn, num_hidden_layers, hidden_size):
+    """fla's normalize_hybrid_attention_config (fla/models/hybrid.py): None,
+    one spec or a list of specs; layers a list of distinct indices in [0,
+    num_hidden_layers), each in one spec only; num_heads and num_kv_heads (=
+    num_heads when absent or null) positive integers; qkv_bias a Boolean
+    (False); window_size null or a positive integer; rope_theta positive and
+    finite (10000). Attention also needs hidden_size / num_heads whole (its
+    head reshape) and num_heads / num_kv_heads whole (flash_attn's groups).
+    Returns {layer: spec}."""
+    if attn is None:
+        return {}
+    if not isinstance(attn, (dict, list)):
+        raise ValueError(f"attn must be None, a dictionary, or a list of dictionaries; got {attn!r}")
+    single = isinstance(attn, dict)
+    out = {}
+
+    def positive(value, field, where):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{where} field {field!r} must be a positive integer; got {value!r}")
+        return value
+
+    for index, spec in enumerate([attn] if single else attn):
+        where = "attn specification" if single else f"attn specification at index {index}"
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where} must be a dictionary; got {spec!r}")
+        for field in ("layers", "num_heads"):
+            if field not in spec:
+                raise ValueError(f"{where} field {field!r} is required; got <missing>")
+        layers = spec["layers"]
+        if not isinstance(layers, (list, tuple)):
+            raise ValueError(f"{where} field 'layers' must be a list or tuple of integer layer "
+                             f"indices; got {layers!r}")
+        norm = dict(spec)
+        norm["num_heads"] = positive(spec["num_heads"], "num_heads", where)
+        kv = spec.get("num_kv_heads")
+        norm["num_kv_heads"] = positive(norm["num_heads"] if kv is None else kv, "num_kv_heads",
+                                        where)
+        norm["qkv_bias"] = spec.get("qkv_bias", False)
+        if not isinstance(norm["qkv_bias"], bool):
+            raise ValueError(f"{where} field 'qkv_bias' must be a Boolean; got {norm['qkv_bias']!r}")
+        window = spec.get("window_size")
+        norm["window_size"] = None if window is None else positive(window, "window_size", where)
+        theta = spec.get("rope_theta", 10000.0)
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or \
+                not math.isfinite(theta) or theta <= 0:
+            raise ValueError(f"{where} field 'rope_theta' must be positive and finite; got {theta!r}")
+        norm["rope_theta"] = float(theta)
+        if hidden_size % norm["num_heads"]:
+            raise ValueError(f"{where}: hidden_size {hidden_size} is not a multiple of num_heads "
+                             f"{norm['num_heads']}")
+        if norm["num_heads"] % norm["num_kv_heads"]:
+            raise ValueError(f"{where}: num_heads {norm['num_heads']} is not a multiple of "
+                             f"num_kv_heads {norm['num_kv_heads']}")
+        for layer in layers:
+            if isinstance(layer, bool) or not isinstance(layer, int):
+                raise ValueError(f"{where} field 'layers' must contain only integer layer "
+                                 f"indices; got {layer!r}")
+            if layer < 0 or layer >= num_hidden_layers:
+                raise ValueError(f"{where} field 'layers' contains out-of-range layer {layer!r}; "
+                                 f"expected a value in [0, {num_hidden_layers})")
+            if layer in out:
+                raise ValueError(f"{where} assigns layer {layer!r} twice or more")
+            out[layer] = norm
+    return out
+
+
 class Config:
     """The fields of fla's LinearAttentionConfig or GatedDeltaNetConfig (with
     their defaults) that change the math; refuses the parts this reference
@@ -263,9 +355,12 @@ class Config:
         if act not in accepted:
             raise ValueError(f"hidden_act {act!r} not supported")
         # Parts of fla's configs this reference does not build.
-        for field in ("attn", "attnres_block_size"):
-            if d.get(field) is not None:
-                raise ValueError(f"{field} is not supported by this reference")
+        if d.get("attnres_block_size") is not None:
+            raise ValueError("attnres_block_size is not supported by this reference")
+        self.attn_layers = hybrid_attention_layers(d.get("attn"), self.num_hidden_layers,
+                                                   self.hidden_size)
+        if self.attn_layers and self.model_type not in HYBRID_TYPES:
+            raise ValueError(f"attn: {HYBRID_REFUSED.get(self.model_type, 'not supported')}")
         kind.read_config(self, d)
 
     def _linear_attn(self, d):
@@ -1316,11 +1411,64 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class SoftmaxAttention(nn.Module):
+    """fla's Attention (fla/layers/attn.py) in a hybrid's layer; its state
+    is every key and value so far (rotary applied) and the position."""
+
+    def __init__(self, c, spec):
+        super().__init__()
+        h = c.hidden_size
+        self.num_heads, self.num_kv_heads = spec["num_heads"], spec["num_kv_heads"]
+        self.head_dim = h // self.num_heads
+        self.window = spec["window_size"]
+        self.theta = spec["rope_theta"]
+        kv = self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(h, h, bias=spec["qkv_bias"])
+        self.k_proj = nn.Linear(h, kv, bias=spec["qkv_bias"])
+        self.v_proj = nn.Linear(h, kv, bias=spec["qkv_bias"])
+        self.o_proj = nn.Linear(h, h, bias=False)
+
+    def new_state(self, batch, dtype):
+        empty = torch.zeros(batch, 0, self.num_kv_heads, self.head_dim, dtype=dtype)
+        return (empty, empty.clone(), 0)
+
+    def forward(self, x):
+        return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
+
+    def step(self, x, state):
+        out, state = self.run(x[:, None], state)
+        return out[:, 0], state
+
+    def run(self, x, state):
+        keys, values, position = state
+        b, t, _ = x.shape
+        d = self.head_dim
+        q = rotary(self.q_proj(x).view(b, t, self.num_heads, d), position, self.theta)
+        k = rotary(self.k_proj(x).view(b, t, self.num_kv_heads, d), position, self.theta)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, d)
+        keys, values = torch.cat([keys, k], 1), torch.cat([values, v], 1)
+        # Query i (position position + i) sees key j (position j) for
+        # i - window < j <= i.
+        qpos = torch.arange(position, position + t)[:, None]
+        kpos = torch.arange(keys.shape[1])[None, :]
+        allowed = kpos <= qpos
+        if self.window is not None:
+            allowed = allowed & (kpos > qpos - self.window)
+        group = self.num_heads // self.num_kv_heads
+        kh = keys.repeat_interleave(group, dim=2)  # query head h reads key head h // group
+        vh = values.repeat_interleave(group, dim=2)
+        scores = torch.einsum("bihd,bjhd->bhij", q, kh) * d ** -0.5
+        scores = scores.masked_fill(~allowed, -math.inf)
+        o = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), vh)
+        return self.o_proj(o.reshape(b, t, -1)), (keys, values, position + t)
+
+
 class Block(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer_idx=0):
         super().__init__()
         self.attn_norm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.attn = MODEL_TYPES[c.model_type].mixer(c)
+        spec = c.attn_layers.get(layer_idx)
+        self.attn = SoftmaxAttention(c, spec) if spec else MODEL_TYPES[c.model_type].mixer(c)
         self.mlp_norm = RMSNorm(c.hidden_size, c.norm_eps)
         self.mlp = MLP(c)
 
@@ -1341,7 +1489,7 @@ class Backbone(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList([Block(c) for _ in range(c.num_hidden_layers)])
+        self.layers = nn.ModuleList([Block(c, i) for i in range(c.num_hidden_layers)])
         self.norm = RMSNorm(c.hidden_size, c.norm_eps)
 
 

@@ -484,6 +484,9 @@ TEST(InstallTest, AnInstalledTreeServesItsBuiltInModel) {
         "share/linattn/models/tiny/config.json",
         "share/linattn/models/tiny/model.safetensors",
         "share/linattn/models/tiny/tokenizer.model",
+        "share/linattn/models/tiny-rwkv7/config.json",
+        "share/linattn/models/tiny-rwkv7/model.safetensors",
+        "share/linattn/models/tiny-rwkv7/tokenizer.model",
         "share/linattn/proto/linattn/v1/attention.proto",
         "share/linattn/proto/grpc_health/v1/health.proto",
         "share/doc/linattn/LICENSE"}) {
