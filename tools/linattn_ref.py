@@ -90,7 +90,8 @@ Hybrids (fla's `attn` config, fla/models/hybrid.py: one spec or a list of
 them, each {layers, num_heads, num_kv_heads, qkv_bias, window_size,
 rope_theta}) put fla's softmax Attention (fla/layers/attn.py) in place of the
 type's mixer in the layers a spec names, for the types built on Block
-(linear_attn, retnet, gla, delta_net, gated_deltanet): q, k, v projections
+(linear_attn, retnet, gla, delta_net, gated_deltanet) and for rwkv6 (in
+place of its time mix; the channel mix keeps its token shift): q, k, v projections
 (with bias for qkv_bias) of num_heads query and num_kv_heads key/value heads
 of hidden_size / num_heads, GPT-NeoX rotary over the whole head at the
 token's position (base rope_theta), causal softmax with scale head_dim^-1/2
@@ -242,12 +243,11 @@ def write_safetensors(path, tensors, dtype="F32"):
 
 # The model types whose fla block takes an attention layer in this reference,
 # and why the others do not.
-HYBRID_TYPES = ("linear_attn", "retnet", "gla", "delta_net", "gated_deltanet")
+HYBRID_TYPES = ("linear_attn", "retnet", "gla", "delta_net", "gated_deltanet", "rwkv6")
 HYBRID_REFUSED = {
     "mamba2": "fla's Mamba2Config has no attn field (its blocks ignore one)",
     "rwkv7": "fla's RWKV7Block unpacks four values from Attention, which returns three: "
              "fla cannot run it",
-    "rwkv6": "not built by this reference yet",
 }
 
 
@@ -1276,23 +1276,30 @@ class RWKVBlock(nn.Module):
         if c.norm_first and layer_idx == 0:
             self.pre_norm = LayerNorm(h, eps, bias)
         self.attn_norm = LayerNorm(h, eps, bias)
-        self.attn = attn(c, layer_idx)
+        spec = c.attn_layers.get(layer_idx)
+        self.attn = SoftmaxAttention(c, spec) if spec else attn(c, layer_idx)
         self.ffn_norm = LayerNorm(h, eps, bias)
         self.ffn = ffn(c)
 
     def forward(self, x, state, carry):
         attn_shift, ffn_shift, s = state
         residual = self.pre_norm(x) if hasattr(self, "pre_norm") else x
-        o, attn_shift, s, carry = self.attn(self.attn_norm(residual), attn_shift, s, carry)
+        if isinstance(self.attn, SoftmaxAttention):
+            # A hybrid's attention layer: no time-mix shift; s is its keys
+            # and values.
+            o, s = self.attn.run(self.attn_norm(residual), s)
+        else:
+            o, attn_shift, s, carry = self.attn(self.attn_norm(residual), attn_shift, s, carry)
         x = residual + o
         f, ffn_shift = self.ffn(self.ffn_norm(x), ffn_shift)
         return x + f, (attn_shift, ffn_shift, s), carry
 
     def new_state(self, batch, dtype):
         c = self.c
+        s = (self.attn.new_state(batch, dtype) if isinstance(self.attn, SoftmaxAttention) else
+             torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype))
         return (torch.zeros(batch, c.hidden_size, dtype=dtype),
-                torch.zeros(batch, c.hidden_size, dtype=dtype),
-                torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype))
+                torch.zeros(batch, c.hidden_size, dtype=dtype), s)
 
 
 class RWKVBackbone(nn.Module):

@@ -176,10 +176,39 @@ class HybridModelTest(unittest.TestCase):
 
     def test_every_type_in_every_order(self):
         for model_type in ref.HYBRID_TYPES:
+            if model_type == "rwkv6":
+                continue  # its own block: test_rwkv6_in_every_order
             with self.subTest(model_type=model_type):
                 attn = [{"layers": [1], "num_heads": 4, "num_kv_heads": 2, "window_size": 4},
                         {"layers": [2], "num_heads": 2, "qkv_bias": True}]
                 self.check_orders(config(model_type, attn), seed=11)
+
+    def test_rwkv6_in_every_order(self):
+        # RWKV-6's block with attention in place of the time mix in layers
+        # 0 and 2 (the channel mix keeps its token shift): whole, in pieces
+        # (RWKVLM.run from the state the earlier pieces left) and stepped.
+        cfg = config("rwkv6", [{"layers": [0], "num_heads": 4, "window_size": 3},
+                               {"layers": [2], "num_heads": 6, "num_kv_heads": 3}],
+                     proj_low_rank_dim=8, gate_low_rank_dim=16, expand_k=0.5)
+        model = ref.random_model(cfg, 13).double()
+        self.assertIsInstance(model.parts()[1][0].attn, ref.SoftmaxAttention)
+        self.assertNotIsInstance(model.parts()[1][1].attn, ref.SoftmaxAttention)
+        torch.manual_seed(13)
+        tokens = torch.randint(0, 61, (2, 19))
+        with torch.no_grad():
+            whole = model(tokens)
+            states, pieces = model.new_state(2, torch.float64), []
+            for a, b in ((0, 1), (1, 8), (8, 19)):
+                logits, states = model.run(tokens[:, a:b], states)
+                pieces.append(logits)
+            states, steps = model.new_state(2, torch.float64), []
+            for t in range(19):
+                logits, states = model.step(tokens[:, t], states)
+                steps.append(logits)
+        scale = whole.abs().max().item()
+        self.assertGreater(scale, 0.1)
+        self.assertLess((torch.cat(pieces, 1) - whole).abs().max().item(), BOUND * scale)
+        self.assertLess((torch.stack(steps, 1) - whole).abs().max().item(), BOUND * scale)
 
     def test_window_limits_what_a_token_sees(self):
         # One attention layer alone: the logits at i do not depend on the
