@@ -112,6 +112,7 @@ Usage:
     linattn_ref.py random --out DIR --model-type mamba2 [--n-groups 2] ...
     linattn_ref.py random --out DIR --model-type rwkv7 [--head-dim 16 --low-rank-dim 8] ...
     linattn_ref.py random --out DIR --model-type rwkv6 [--num-heads 4 --expand-k 0.5] ...
+    linattn_ref.py random --out DIR --model-type gla --attn '{"layers": [1], "num_heads": 4}' ...
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -1792,7 +1793,10 @@ def random_config(args):
 
 
 def cmd_random(args):
-    save_model(random_model(random_config(args), args.seed), args.out, args.dtype)
+    config = random_config(args)
+    if args.attn is not None:
+        config["attn"] = json.loads(args.attn)
+    save_model(random_model(config, args.seed), args.out, args.dtype)
 
 
 def cmd_generate(args):
@@ -1911,6 +1915,9 @@ def main():
     r.add_argument("--no-short-conv", action="store_true",
                    help="delta_net, gated_deltanet: use_short_conv = false")
     r.add_argument("--allow-neg-eigval", action="store_true", help="delta_net, gated_deltanet")
+    r.add_argument("--attn", default=None, metavar="JSON",
+                   help="fla's hybrid attention config (a spec or a list of them), e.g. "
+                   "'{\"layers\": [1], \"num_heads\": 4, \"window_size\": 64}'")
     r.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(fn=cmd_random)
