@@ -37,8 +37,8 @@ TEST(ModelFixtures, Present) {
 // Packed products per layer, each rounding its input once with bf16 or
 // int8 weights: gated_deltanet's fused input projection, o, the fused
 // gate/up and down (the built-in model); rwkv7's r, k, v, the two halves of
-// its four LoRAs, o, and the channel mix's key and value (the RWKV-7 model
-// shipped beside it).
+// its four LoRAs (layer 0 has no v LoRA: an upper count there), o, and the
+// channel mix's key and value (the RWKV-7 model shipped beside it).
 double PackedProductsPerLayer(const ModelConfig& c) {
   return c.model_type == "rwkv7" ? 14.0 : 4.0;
 }
