@@ -30,7 +30,9 @@ SharedLayout SharedLayoutOf(const InputPool& pool, uint64_t T) {
   l.v = l.k + T * pool.qk() * sizeof(float);
   l.g = l.v + T * pool.vv() * sizeof(float);
   l.beta = l.g + T * pool.gg() * sizeof(float);
-  l.output = l.beta + T * pool.bb() * sizeof(float);
+  l.a = l.beta + T * pool.bb() * sizeof(float);
+  l.b = l.a + T * pool.ab() * sizeof(float);
+  l.output = l.b + T * pool.ab() * sizeof(float);
   l.denominator = l.output + T * pool.vv() * sizeof(float);
   l.end = l.denominator + T * pool.heads() * sizeof(float);
   return l;
@@ -41,9 +43,9 @@ void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
                   v1::PrefillRequest* request) {
   request->set_session_id(id);
   request->set_tokens(o.prefill);
-  const bool b = o.tensors_as_bytes;
+  const bool bytes = o.tensors_as_bytes;
   const uint64_t T = o.prefill;
-  float *q, *k, *v, *g, *beta;
+  float *q, *k, *v, *g, *beta, *a, *b;
   if (region != nullptr) {
     const SharedLayout l = SharedLayoutOf(pool, T);
     v1::SharedMemoryTensors* shm = request->mutable_shared_memory();
@@ -53,6 +55,10 @@ void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
     shm->set_v_offset(l.v);
     if (pool.gg() != 0) shm->set_g_offset(l.g);
     if (pool.bb() != 0) shm->set_beta_offset(l.beta);
+    if (pool.ab() != 0) {
+      shm->set_a_offset(l.a);
+      shm->set_b_offset(l.b);
+    }
     shm->set_output_offset(l.output);
     shm->set_denominator_offset(l.denominator);
     q = region->floats(l.q);
@@ -60,21 +66,28 @@ void BuildPrefill(const LoadOptions& o, const InputPool& pool, uint32_t s,
     v = region->floats(l.v);
     g = region->floats(l.g);
     beta = region->floats(l.beta);
+    a = region->floats(l.a);
+    b = region->floats(l.b);
   } else {
-    q = TensorRoom(b, T * pool.qk(), request->mutable_q(),
+    q = TensorRoom(bytes, T * pool.qk(), request->mutable_q(),
                    request->mutable_q_bytes());
-    k = TensorRoom(b, T * pool.qk(), request->mutable_k(),
+    k = TensorRoom(bytes, T * pool.qk(), request->mutable_k(),
                    request->mutable_k_bytes());
-    v = TensorRoom(b, T * pool.vv(), request->mutable_v(),
+    v = TensorRoom(bytes, T * pool.vv(), request->mutable_v(),
                    request->mutable_v_bytes());
-    g = TensorRoom(b, T * pool.gg(), request->mutable_g(),
+    g = TensorRoom(bytes, T * pool.gg(), request->mutable_g(),
                    request->mutable_g_bytes());
-    beta = TensorRoom(b, T * pool.bb(), request->mutable_beta(),
+    beta = TensorRoom(bytes, T * pool.bb(), request->mutable_beta(),
                       request->mutable_beta_bytes());
+    a = TensorRoom(bytes, T * pool.ab(), request->mutable_a(),
+                   request->mutable_a_bytes());
+    b = TensorRoom(bytes, T * pool.ab(), request->mutable_b(),
+                   request->mutable_b_bytes());
   }
   for (uint64_t t = 0; t < T; ++t) {
     pool.Token(s, t, q + t * pool.qk(), k + t * pool.qk(), v + t * pool.vv(),
-               g + t * pool.gg(), beta + t * pool.bb());
+               g + t * pool.gg(), beta + t * pool.bb(), a + t * pool.ab(),
+               b + t * pool.ab());
   }
 }
 
@@ -97,7 +110,11 @@ void FillStep(const InputPool& pool, uint32_t s, const std::string& id,
              TensorRoom(bytes, pool.gg(), request->mutable_g(),
                         request->mutable_g_bytes()),
              TensorRoom(bytes, pool.bb(), request->mutable_beta(),
-                        request->mutable_beta_bytes()));
+                        request->mutable_beta_bytes()),
+             TensorRoom(bytes, pool.ab(), request->mutable_a(),
+                        request->mutable_a_bytes()),
+             TensorRoom(bytes, pool.ab(), request->mutable_b(),
+                        request->mutable_b_bytes()));
 }
 
 }  // namespace linattn

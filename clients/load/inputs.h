@@ -5,6 +5,7 @@
 #ifndef LINATTN_CLIENTS_LOAD_INPUTS_H_
 #define LINATTN_CLIENTS_LOAD_INPUTS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -27,41 +28,66 @@ class InputPool {
  public:
   static constexpr uint64_t kRows = 4096;
 
-  // Rows of q, k (qk floats each), v (vv), and for the gated and delta
-  // rules gg log-gates in [−0.1, 0] and bb β in [0, 1].
+  // Rows of q, k (qk floats each), v (vv), and for the gated, delta and
+  // RWKV rules gg log-gates in [−0.1, 0] (rwkv7: [−0.6065, 0]) and bb β in
+  // [0, 1]; for rwkv7, a
+  // and b (ab floats each) in RWKV-7's own form, a = −κ̂ and b = κ̂ ⊙ λ per
+  // head with κ̂ a unit vector and λ in [0, 1] per channel.
   InputPool(uint64_t seed, const AttentionSpec& spec)
       : heads_(spec.num_heads),
         qk_(uint64_t{spec.num_heads} * spec.key_dim),
         vv_(uint64_t{spec.num_heads} * spec.value_dim),
         gg_(uint64_t{spec.num_heads} * GatesPerHead(spec)),
         bb_(HasBeta(spec.rule) ? spec.num_heads : 0),
-        row_(2 * qk_ + vv_ + gg_ + bb_),
+        ab_(HasLowRank(spec.rule) ? qk_ : 0),
+        row_(2 * qk_ + vv_ + gg_ + bb_ + 2 * ab_),
         data_(kRows * row_) {
     uint64_t x = seed * 0x9e3779b97f4a7c15ull;
     for (float& f : data_) {
       f = static_cast<float>(
           static_cast<double>(SplitMix(x) >> 40) / double(1ull << 23) - 1.0);
     }
+    const uint64_t d = spec.key_dim;
+    // RWKV-7's log-decays span −0.6065·σ(·) (fla's RWKV7Attention), wider
+    // than the other rules' [−0.1, 0].
+    const float gate_span = ab_ != 0 ? 0.5f * 0.6065307f : 0.05f;
     for (uint64_t r = 0; r < kRows; ++r) {
       float* row = data_.data() + r * row_ + 2 * qk_ + vv_;
-      for (uint64_t i = 0; i < gg_; ++i) row[i] = -0.05f * (row[i] + 1.0f);
+      for (uint64_t i = 0; i < gg_; ++i) row[i] = -gate_span * (row[i] + 1.0f);
       for (uint64_t i = gg_; i < gg_ + bb_; ++i)
         row[i] = 0.5f * (row[i] + 1.0f);
+      float* a = row + gg_ + bb_;
+      float* b = a + ab_;
+      for (uint64_t h = 0; h < (ab_ == 0 ? 0 : heads_); ++h) {
+        double norm2 = 0;
+        for (uint64_t c = 0; c < d; ++c)
+          norm2 += double(a[h * d + c]) * a[h * d + c];
+        const float inv = static_cast<float>(1.0 / std::sqrt(norm2));
+        for (uint64_t c = 0; c < d; ++c) {
+          const float kappa = a[h * d + c] * inv;
+          a[h * d + c] = -kappa;
+          b[h * d + c] = kappa * 0.5f * (b[h * d + c] + 1.0f);
+        }
+      }
     }
   }
 
   // Token `token` of session `session`: q, k (qk floats each), v (vv), and
-  // its gates (gg) and β (bb) where the rule takes them.
+  // its gates (gg), β (bb), a and b (ab each) where the rule takes them.
   void Token(uint32_t session, uint64_t token, float* q, float* k, float* v,
-             float* g = nullptr, float* beta = nullptr) const {
+             float* g = nullptr, float* beta = nullptr, float* a = nullptr,
+             float* b = nullptr) const {
     uint64_t x = (uint64_t(session) << 40) ^ token;
     const float* row = data_.data() + (SplitMix(x) % kRows) * row_;
     std::memcpy(q, row, qk_ * sizeof(float));
     std::memcpy(k, row + qk_, qk_ * sizeof(float));
     std::memcpy(v, row + 2 * qk_, vv_ * sizeof(float));
-    if (g != nullptr) std::memcpy(g, row + 2 * qk_ + vv_, gg_ * sizeof(float));
-    if (beta != nullptr) {
-      std::memcpy(beta, row + 2 * qk_ + vv_ + gg_, bb_ * sizeof(float));
+    const float* rest = row + 2 * qk_ + vv_;
+    if (g != nullptr) std::memcpy(g, rest, gg_ * sizeof(float));
+    if (beta != nullptr) std::memcpy(beta, rest + gg_, bb_ * sizeof(float));
+    if (a != nullptr) std::memcpy(a, rest + gg_ + bb_, ab_ * sizeof(float));
+    if (b != nullptr) {
+      std::memcpy(b, rest + gg_ + bb_ + ab_, ab_ * sizeof(float));
     }
   }
   uint64_t heads() const { return heads_; }
@@ -69,6 +95,7 @@ class InputPool {
   uint64_t vv() const { return vv_; }
   uint64_t gg() const { return gg_; }
   uint64_t bb() const { return bb_; }
+  uint64_t ab() const { return ab_; }
 
  private:
   static uint64_t SplitMix(uint64_t& x) {
@@ -78,7 +105,7 @@ class InputPool {
     return z ^ (z >> 31);
   }
 
-  const uint64_t heads_, qk_, vv_, gg_, bb_, row_;
+  const uint64_t heads_, qk_, vv_, gg_, bb_, ab_, row_;
   std::vector<float> data_;
 };
 
@@ -96,9 +123,9 @@ std::span<const float> TensorOf(
     const std::string& packed);
 
 // Where a Prefill's tensors sit in a unit's shared-memory region: q, k, v,
-// g, beta, output, denominator one after another (bytes).
+// g, beta, a, b, output, denominator one after another (bytes).
 struct SharedLayout {
-  uint64_t q, k, v, g, beta, output, denominator, end;
+  uint64_t q, k, v, g, beta, a, b, output, denominator, end;
 };
 SharedLayout SharedLayoutOf(const InputPool& pool, uint64_t T);
 

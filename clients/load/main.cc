@@ -53,10 +53,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"elu1", "relu", "favor", "cosine", "identity"}))
       ->capture_default_str();
   app.add_option("--rule", o.rule,
-                 "update rule: linear | gated | delta | gated_delta (the "
-                 "gated and delta rules with per-token gates and β from the "
-                 "input pool; --feature-map is the linear rule's)")
-      ->check(CLI::IsMember({"linear", "gated", "delta", "gated_delta"}))
+                 "update rule: linear | gated | delta | gated_delta | rwkv7 | "
+                 "rwkv6 (the others with per-token gates, β and rwkv7's a "
+                 "and b from the input pool, rwkv6 with a seeded bonus; "
+                 "--feature-map is the linear rule's)")
+      ->check(CLI::IsMember(
+          {"linear", "gated", "delta", "gated_delta", "rwkv7", "rwkv6"}))
       ->capture_default_str();
   app.add_flag("--unnormalized", o.unnormalized,
                "sessions read out y = φ(q)ᵀS, no denominator");

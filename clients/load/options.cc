@@ -1,5 +1,7 @@
 #include "clients/load/options.h"
 
+#include <random>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/common/shared_region.h"
@@ -65,6 +67,17 @@ absl::StatusOr<AttentionSpec> LoadSpec(const LoadOptions& o) {
     spec.feature_map = FeatureMapKind::kIdentity;
     spec.unnormalized = true;
     spec.qk_l2norm = HasBeta(spec.rule);
+    if (spec.rule == UpdateRule::kRwkv7 || spec.rule == UpdateRule::kRwkv6) {
+      spec.gate = GateShape::kKey;
+    }
+    if (spec.rule == UpdateRule::kRwkv6) {
+      // The bonus u, from the seed (a stream of its own, apart from the
+      // input pool's).
+      std::mt19937_64 rng(o.seed ^ 0xb0b05eedull);
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      spec.bonus.resize(uint64_t{o.heads} * o.dim);
+      for (float& u : spec.bonus) u = unit(rng);
+    }
   } else {
     LINATTN_ASSIGN_OR_RETURN(spec.feature_map, ParseFeatureMap(o.feature_map));
     // identity has no normalised form (its weights can cancel in z).

@@ -23,9 +23,11 @@ struct LoadOptions {
   uint32_t heads = 8;
   uint32_t dim = 64;  // key_dim = value_dim
   std::string feature_map = "elu1";
-  // linear | gated | delta | gated_delta: the gated and delta rules with
-  // identity features, log-gates in [−0.1, 0] and β in [0, 1] from the
-  // input pool, the delta rules' q and k L2-normalised.
+  // linear | gated | delta | gated_delta | rwkv7 | rwkv6: the other rules
+  // with identity features, log-gates in [−0.1, 0] (rwkv7: [−0.6065, 0]),
+  // β in [0, 1] and rwkv7's a and b from the input pool (inputs.h), the
+  // delta rules' q and k L2-normalised; rwkv7 and rwkv6 with a gate per key
+  // channel, rwkv6 with a bonus u uniform in [−1, 1] from the seed.
   std::string rule = "linear";
   bool unnormalized = false;  // y = φ(q)ᵀS (identity always is)
   uint32_t horizon = 0;       // cosine: M (0 = prefill + steps)

@@ -12,6 +12,8 @@
 #include "clients/cli/remote.h"
 #include "core/attention/chunkwise.h"
 #include "core/attention/recurrent.h"
+#include "core/attention/reference.h"
+#include "core/attention/rule_bounds.h"
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 
@@ -24,24 +26,21 @@ absl::Status VerifySessions(const LoadOptions& o, const AttentionSpec& spec,
   const uint64_t qk = uint64_t(o.heads) * o.dim, vv = qk;
   // Recompute the sampled sessions locally. Decode-only sessions run the
   // same kernel as the server, so they must match bit for bit. After a
-  // prefill, both sides carry fp32 rounding of the chunkwise order, each
-  // within a bound of the truth (tests/attention/test_util.h and
-  // rule_bounds.h derive them), so the two are within twice that:
-  //  * linear rule: e·Σ_j|w_j||v_j|, e = (3n + 2d_φ + 16)·u. For normalised
-  //    read-outs Σ|w||v| / Σw ≤ max|v| = 1 here; unnormalised, the sum
-  //    itself is computed by a second local pass over |v| (and |q|, |k| for
+  // prefill the server's outputs carry fp32 rounding of the chunkwise
+  // order:
+  //  * linear rule: both sides are within e·Σ_j|w_j||v_j| of the truth,
+  //    e = (3n + 2d_φ + 16)·u (tests/attention/test_util.h derives it), so
+  //    the two are within twice that. For normalised read-outs
+  //    Σ|w||v| / Σw ≤ max|v| = 1 here; unnormalised, the sum itself is
+  //    computed by a second local pass over |v| (and |q|, |k| for
   //    identity, whose features are signed).
-  //  * gated rule: u·((4n + 2d_k + 2C + 32)·N + 4·N_g), N the same pass
-  //    over |q|, |k|, |v| with the session's gates, N_g ≤ that pass with
-  //    open gates (each term's L·e^{−L} ≤ 1).
-  //  * delta rules (L2-normalised keys, β ≤ 1, α ≤ 1: no step grows an
-  //    error): ‖q‖·Δ_t + (2d_k + 8)·u·‖q‖‖S_t‖ with Δ_t = Δ_{t−1} +
-  //    u·(4(d_k + C) + 16 + 4·B_t)·(2‖S_{t−1}‖ + β‖v‖), the norms taken from
-  //    a local token-by-token pass.
+  //  * the gated, delta and RWKV rules: the server's outputs are held to
+  //    the float64 recurrence (core/attention/reference.h) within the
+  //    bound core/attention/rule_bounds.h derives for chunks of C.
   LINATTN_ASSIGN_OR_RETURN(Attention attention, Attention::Create(spec));
   const bool exact = o.prefill == 0;
-  const uint64_t gg = pool.gg(), bb = pool.bb();
-  const uint64_t C = ChunkwiseOptions{}.chunk_size;
+  const uint64_t gg = pool.gg(), bb = pool.bb(), ab = pool.ab();
+  const uint32_t C = ChunkwiseOptions{}.chunk_size;
   constexpr double u = 0x1.0p-24;
   auto run_local = [&](const SequenceInput& in, uint64_t prefix, uint64_t steps,
                        float* y) -> absl::Status {
@@ -61,44 +60,6 @@ absl::Status VerifySessions(const LoadOptions& o, const AttentionSpec& spec,
                         {y + prefix * vv, den.data() + prefix * o.heads,
                          avail.data() + prefix * o.heads});
   };
-  // The delta rules' bound per output row (t, h), from a local pass.
-  auto delta_bounds = [&](const SequenceInput& in, uint64_t total,
-                          std::vector<double>* bound) -> absl::Status {
-    AttentionState state = attention.NewState();
-    std::vector<float> y(vv), den(o.heads);
-    std::vector<uint8_t> avail(o.heads);
-    std::vector<double> error(o.heads, 0.0), norm(o.heads, 0.0),
-        window(o.heads, 0.0);
-    bound->assign(total * o.heads, 0.0);
-    for (uint64_t t = 0; t < total; ++t) {
-      const SequenceInput token = TokenOf(spec, in, t);
-      LINATTN_RETURN_IF_ERROR(
-          Step(attention, state, token, {y.data(), den.data(), avail.data()}));
-      for (uint32_t h = 0; h < o.heads; ++h) {
-        if (token.g != nullptr) {
-          window[h] += std::abs(double(token.g[h]));
-          if (t >= C)
-            window[h] -= std::abs(double(in.g[(t - C) * o.heads + h]));
-        }
-        double v_norm = 0, s_norm = 0;
-        for (uint32_t c = 0; c < o.dim; ++c) {
-          v_norm += double(token.v[h * o.dim + c]) * token.v[h * o.dim + c];
-        }
-        const float* sh = state.s(h);
-        for (uint64_t e = 0; e < uint64_t{o.dim} * o.dim; ++e) {
-          s_norm += double(sh[e]) * sh[e];
-        }
-        const double kappa =
-            4.0 * (o.dim + C) + 16 + 4 * std::max(window[h], 0.0);
-        error[h] +=
-            u * kappa * (2 * norm[h] + token.beta[h] * std::sqrt(v_norm));
-        norm[h] = std::sqrt(s_norm);
-        // ‖q‖ ≤ 1: L2-normalised, scale 1.
-        (*bound)[t * o.heads + h] = error[h] + (2.0 * o.dim + 8) * u * norm[h];
-      }
-    }
-    return absl::OkStatus();
-  };
   for (uint32_t s = 0; s < verify; ++s) {
     const SessionRecord& rec = records[s];
     // A step applied without its answer has no output here.
@@ -108,73 +69,66 @@ absl::Status VerifySessions(const LoadOptions& o, const AttentionSpec& spec,
     // as the server ran them).
     const uint64_t total = prefix + rec.start + rec.steps_done;
     std::vector<float> q(total * qk), k(total * qk), v(total * vv),
-        g(total * gg), beta(total * bb);
+        g(total * gg), beta(total * bb), a(total * ab), b(total * ab);
     for (uint64_t t = 0; t < total; ++t) {
       pool.Token(rec.index, t, &q[t * qk], &k[t * qk], &v[t * vv],
-                 g.data() + t * gg, beta.data() + t * bb);
+                 g.data() + t * gg, beta.data() + t * bb, a.data() + t * ab,
+                 b.data() + t * ab);
     }
     SequenceInput in{q.data(), k.data(), v.data(), total};
     if (gg != 0) in.g = g.data();
     if (bb != 0) in.beta = beta.data();
-    std::vector<float> y(total * vv);
-    LINATTN_RETURN_IF_ERROR(
-        run_local(in, prefix, rec.start + rec.steps_done, y.data()));
-    // Σ|w||v| per output (linear, unnormalised; gated: N and the open-gate
-    // pass), or the delta rules' bound per row.
-    std::vector<float> magnitude, open_magnitude;
-    std::vector<double> row_bound;
-    auto abs_of = [](std::vector<float> x) {
-      for (float& f : x) f = std::abs(f);
-      return x;
-    };
-    if (!exact && HasBeta(spec.rule)) {
-      LINATTN_RETURN_IF_ERROR(delta_bounds(in, total, &row_bound));
-    } else if (!exact && spec.unnormalized) {
-      const bool signed_features =
-          spec.feature_map == FeatureMapKind::kIdentity;
-      const std::vector<float> aq = signed_features ? abs_of(q) : q;
-      const std::vector<float> ak = signed_features ? abs_of(k) : k;
-      const std::vector<float> av = abs_of(v);
-      SequenceInput abs_in = in;
-      abs_in.q = aq.data();
-      abs_in.k = ak.data();
-      abs_in.v = av.data();
-      magnitude.resize(total * vv);
-      LINATTN_RETURN_IF_ERROR(run_local(
-          abs_in, prefix, rec.start + rec.steps_done, magnitude.data()));
-      if (gg != 0) {
-        const std::vector<float> open(g.size(), 0.0f);
-        abs_in.g = open.data();
-        open_magnitude.resize(total * vv);
-        LINATTN_RETURN_IF_ERROR(run_local(
-            abs_in, prefix, rec.start + rec.steps_done, open_magnitude.data()));
-      }
+    if (ab != 0) {
+      in.a = a.data();
+      in.b = b.data();
     }
-    const float* expected = y.data() + (prefix + rec.start) * vv;
+    const uint64_t first = (prefix + rec.start) * vv;  // in y
     bool match = true;
     if (exact) {
-      match = std::memcmp(expected, rec.outputs.data(),
+      std::vector<float> y(total * vv);
+      LINATTN_RETURN_IF_ERROR(
+          run_local(in, prefix, rec.start + rec.steps_done, y.data()));
+      match = std::memcmp(y.data() + first, rec.outputs.data(),
                           rec.outputs.size() * sizeof(float)) == 0;
-    } else {
+    } else if (spec.rule != UpdateRule::kLinear) {
+      const RuleReferenceResult ref = ReferenceRule(spec, in);
+      const std::vector<double> bound = RuleOutputBounds(spec, in, ref, C);
       for (size_t i = 0; i < rec.outputs.size() && match; ++i) {
-        const uint64_t at = (prefix + rec.start) * vv + i;  // in y
-        const double n = double(at / vv + 1);               // tokens seen
-        double bound;
-        // The magnitude passes are fp32 themselves, within a relative
-        // error ≪ 1% of the true sums: 1% covers them.
-        if (!row_bound.empty()) {
-          bound = 1.01 * row_bound[at / o.dim] +
-                  2 * u * std::abs(double(expected[i]));
-        } else if (!open_magnitude.empty()) {
-          bound = 1.01 * u *
-                  ((4 * n + 2.0 * o.dim + 2.0 * C + 32) * magnitude[at] +
-                   4 * open_magnitude[at]);
-        } else {
-          const double e =
-              (3.0 * total + 2.0 * attention.feature_dim() + 16) * u;
-          bound = e * (magnitude.empty() ? 1.0 : 1.01 * magnitude[at]);
-        }
-        match = std::abs(double(expected[i]) - rec.outputs[i]) <= 2.0 * bound;
+        match = std::abs(ref.output[first + i] - double(rec.outputs[i])) <=
+                bound[first + i];
+      }
+    } else {
+      std::vector<float> y(total * vv);
+      LINATTN_RETURN_IF_ERROR(
+          run_local(in, prefix, rec.start + rec.steps_done, y.data()));
+      // Σ|w||v| per output (unnormalised), from a pass over magnitudes.
+      std::vector<float> magnitude;
+      auto abs_of = [](std::vector<float> x) {
+        for (float& f : x) f = std::abs(f);
+        return x;
+      };
+      if (spec.unnormalized) {
+        const bool signed_features =
+            spec.feature_map == FeatureMapKind::kIdentity;
+        const std::vector<float> aq = signed_features ? abs_of(q) : q;
+        const std::vector<float> ak = signed_features ? abs_of(k) : k;
+        const std::vector<float> av = abs_of(v);
+        SequenceInput abs_in = in;
+        abs_in.q = aq.data();
+        abs_in.k = ak.data();
+        abs_in.v = av.data();
+        magnitude.resize(total * vv);
+        LINATTN_RETURN_IF_ERROR(run_local(
+            abs_in, prefix, rec.start + rec.steps_done, magnitude.data()));
+      }
+      const double e = (3.0 * total + 2.0 * attention.feature_dim() + 16) * u;
+      for (size_t i = 0; i < rec.outputs.size() && match; ++i) {
+        const uint64_t at = first + i;
+        // The magnitude pass is fp32 itself, within a relative error ≪ 1%
+        // of the true sums: 1% covers it.
+        const double bound =
+            e * (magnitude.empty() ? 1.0 : 1.01 * magnitude[at]);
+        match = std::abs(double(y[at]) - rec.outputs[i]) <= 2.0 * bound;
       }
     }
     ++summary->verified_sessions;
@@ -277,7 +231,7 @@ absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& o) {
                              Attention::Create(parsed->spec));
     AttentionState state = attention.NewState();
     std::vector<float> q(qk), k(qk), v(vv), g(pool.gg()), beta(pool.bb()),
-        y(vv), den(o.heads);
+        a(pool.ab()), b(pool.ab()), y(vv), den(o.heads);
     std::vector<uint8_t> avail(o.heads);
     if (parsed->spec.num_heads != o.heads || parsed->spec.key_dim != o.dim ||
         parsed->spec.value_dim != o.dim) {
@@ -285,10 +239,15 @@ absl::StatusOr<LedgerCheck> CheckLedger(const LoadOptions& o) {
           "--check: session '", id, "' has another shape than --heads/--dim"));
     }
     for (uint64_t t = 0; t < position; ++t) {
-      pool.Token(index, t, q.data(), k.data(), v.data(), g.data(), beta.data());
+      pool.Token(index, t, q.data(), k.data(), v.data(), g.data(), beta.data(),
+                 a.data(), b.data());
       SequenceInput token{q.data(), k.data(), v.data(), 1};
       if (!g.empty()) token.g = g.data();
       if (!beta.empty()) token.beta = beta.data();
+      if (!a.empty()) {
+        token.a = a.data();
+        token.b = b.data();
+      }
       LINATTN_RETURN_IF_ERROR(
           Step(attention, state, token, {y.data(), den.data(), avail.data()}));
     }

@@ -1,8 +1,9 @@
 // The plain scalar reference: the obvious loops of docs/design.md §1 in double
 // precision, with no stabilisation, no chunking and no reuse. It is the
 // ground truth the fp32 evaluation orders are tested against, and it reports
-// the magnitudes the fp32 error bounds are built from. Used only by tests and
-// benchmarks (library linattn_reference); never on a serving path.
+// the magnitudes the fp32 error bounds are built from. Used only by tests,
+// benchmarks and linattn-load's verifier (library linattn_reference); never
+// on a serving path.
 #ifndef LINATTN_CORE_ATTENTION_REFERENCE_H_
 #define LINATTN_CORE_ATTENTION_REFERENCE_H_
 
@@ -43,7 +44,7 @@ ReferenceResult ReferenceAttention(const Attention& attention,
 //   o = hᵀ(q·scale); (rwkv6) o = (h_{before} + diag(u)·k·vᵀ)ᵀ(q·scale)
 // with fla's l2norm x/√(Σx² + 1e-6) on q and k when the spec asks, from an
 // empty state. Also carries what an fp32 evaluation's error bound is built
-// from (tests/attention/test_util.h derives the bound).
+// from (rule_bounds.h derives the bound).
 struct RuleReferenceResult {
   std::vector<double> output;  // (T, H, d_v)
   // Gated rule, (T, H, d_v): Σ_j Σ_c |q_c k_jc| a_c(j,t)·|v_j| and the same

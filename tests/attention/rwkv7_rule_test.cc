@@ -110,8 +110,7 @@ TEST(Rwkv7Rule, TheErrorBoundStaysTightWithRwkv7Decays) {
   const testing::RuleTokens data = testing::RandomRuleTokens(
       spec, T, 3, {.log_gate_min = -0.6065306597126334f});
   const RuleReferenceResult ref = ReferenceRule(spec, data.input());
-  const std::vector<double> bound =
-      testing::DeltaStateErrors(spec, data, ref, 1);
+  const std::vector<double> bound = RuleStateErrors(spec, data.input(), ref, 1);
   for (uint32_t h = 0; h < spec.num_heads; ++h) {
     const uint64_t last = (T - 1) * spec.num_heads + h;
     EXPECT_LT(bound[last], 1e-3 * ref.state_norm[last]) << "head " << h;
@@ -125,7 +124,7 @@ TEST(Rwkv7Rule, TheErrorBoundStaysTightWithRwkv7Decays) {
   // blocks' factors: still within 1e-2 of the state at C = 64.
   for (const uint32_t C : {16u, 64u}) {
     const std::vector<double> chunk_bound =
-        testing::DeltaStateErrors(spec, data, ref, C);
+        RuleStateErrors(spec, data.input(), ref, C);
     for (uint32_t h = 0; h < spec.num_heads; ++h) {
       const uint64_t last = (T - 1) * spec.num_heads + h;
       EXPECT_LT(chunk_bound[last], 1e-2 * ref.state_norm[last])

@@ -161,11 +161,13 @@ TEST_F(CliRemoteTest, HealthCommandExitCodes) {
                  .c_str()));
 }
 
-// Load runs of the gated and delta rules, decode-only (bit for bit) and
-// after a prefill (within the rule's bound), on Decode and DecodeBatch
-// streams: every sampled session recomputed locally.
-TEST_F(CliRemoteTest, LoadRunsOfTheGatedAndDeltaRulesVerify) {
-  for (const std::string rule : {"gated", "delta", "gated_delta"}) {
+// Load runs of the gated, delta and RWKV rules, decode-only (bit for bit
+// against the same steps locally) and after a prefill (within the rule's
+// bound of the float64 recurrence), on Decode and DecodeBatch streams,
+// through message fields and shared memory: every sampled session checked.
+TEST_F(CliRemoteTest, LoadRunsOfEveryRuleVerify) {
+  for (const std::string rule :
+       {"gated", "delta", "gated_delta", "rwkv7", "rwkv6"}) {
     for (uint32_t prefill : {0u, 150u}) {
       LoadOptions o;
       o.server = server_->address();
@@ -174,6 +176,8 @@ TEST_F(CliRemoteTest, LoadRunsOfTheGatedAndDeltaRulesVerify) {
       o.steps = 40;
       o.prefill = prefill;
       o.batch = prefill == 0 ? 0 : 4;
+      // Prefills' tensors as repeated fields, steps' as bytes.
+      o.tensors_as_bytes = prefill == 0;
       o.duration_s = 120;
       o.progress = false;
       auto summary = RunLoad(o);

@@ -549,23 +549,27 @@ TEST(SharedMemoryBound, BuffersInFlightStayWithinTheTransportBound) {
   EXPECT_EQ(resp.position(), 4 * kHalf);
 }
 
-// linattn-load --shared-memory: its prefills through regions, checked
-// session by session against the local recomputation.
+// linattn-load --shared-memory: its prefills through regions (rwkv7's a
+// and b among them), checked session by session.
 TEST_F(SharedMemoryTest, TheLoadToolsPrefillsThroughRegionsVerify) {
-  LoadOptions o;
-  o.server = server_->address();
-  o.sessions = 6;
-  o.steps = 10;
-  o.prefill = 300;
-  o.batch = 3;
-  o.duration_s = 120;
-  o.progress = false;
-  o.shared_memory = true;
-  auto summary = RunLoad(o);
-  ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_TRUE(summary->ok());
-  EXPECT_EQ(summary->prefill_tokens, 6u * 300u);
-  EXPECT_EQ(summary->verified_sessions, 6u);
+  for (const std::string rule : {"linear", "rwkv7"}) {
+    LoadOptions o;
+    o.server = server_->address();
+    o.rule = rule;
+    o.sessions = 6;
+    o.steps = 10;
+    o.prefill = 300;
+    o.batch = 3;
+    o.duration_s = 120;
+    o.progress = false;
+    o.shared_memory = true;
+    auto summary = RunLoad(o);
+    ASSERT_TRUE(summary.ok()) << rule << ": " << summary.status();
+    EXPECT_TRUE(summary->ok()) << rule;
+    EXPECT_EQ(summary->prefill_tokens, 6u * 300u) << rule;
+    EXPECT_EQ(summary->verified_sessions, 6u) << rule;
+    EXPECT_EQ(summary->mismatched_sessions, 0u) << rule;
+  }
 }
 
 }  // namespace
