@@ -22,6 +22,17 @@ std::string Sample(const Tokenizer& tokenizer) {
 
 }  // namespace
 
+absl::Status ServedModelSupported(const Model& model) {
+  if (model.config().is_hybrid()) {
+    return absl::FailedPreconditionError(
+        "a hybrid model (config.json attn: softmax-attention layers) loads "
+        "and runs in linattn's forward, but the server does not serve it "
+        "yet: its sessions' keys and values are not yet counted in "
+        "--max-state-memory, snapshotted or forked");
+  }
+  return absl::OkStatus();
+}
+
 int CheckModels(const ServerOptions& options, std::FILE* out) {
   if (options.models.empty()) {
     std::fprintf(out, "no model to check (--model names none)\n");
@@ -41,6 +52,12 @@ int CheckModels(const ServerOptions& options, std::FILE* out) {
     }
     const Model& m = **model;
     const ModelConfig& c = m.config();
+    if (absl::Status s = ServedModelSupported(m); !s.ok()) {
+      std::fprintf(out, "%s: cannot be served: %s\n", dir.c_str(),
+                   std::string(s.message()).c_str());
+      status = 1;
+      continue;
+    }
     std::fprintf(out, "model '%s' from %s\n", m.name().c_str(), dir.c_str());
     std::fprintf(out,
                  "  architecture   %s, %lld layers, hidden %lld, %lld heads, "

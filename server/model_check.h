@@ -7,12 +7,20 @@
 
 #include <cstdio>
 
+#include "absl/status/status.h"
+#include "core/model/model.h"
 #include "server/server.h"
 
 namespace linattn {
 
 // The report on `out`; the exit status.
 int CheckModels(const ServerOptions& options, std::FILE* out);
+
+// What a model that loads still needs before the server serves it:
+// FAILED_PRECONDITION for a hybrid (softmax-attention layers), whose keys
+// and values the sessions' memory budget, snapshots and forks do not hold
+// yet.
+absl::Status ServedModelSupported(const Model& model);
 
 }  // namespace linattn
 

@@ -11,6 +11,7 @@
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 #include "grpc_health/v1/health.pb.h"
+#include "server/model_check.h"
 #include "server/redis/redis_shared_store.h"
 #include "server/replica/shared_record_log.h"
 #include "spdlog/spdlog.h"
@@ -83,6 +84,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const Model>>> LoadModels(
     if (!model.ok()) {
       return absl::Status(model.status().code(),
                           absl::StrCat("model: ", model.status().message()));
+    }
+    if (absl::Status s = ServedModelSupported(**model); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("model: ", dir, ": ", s.message()));
     }
     const uint64_t snapshot = ModelSnapshotBytes(**model) + 64;
     if (snapshot > static_cast<uint64_t>(options.max_message_bytes)) {

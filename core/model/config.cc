@@ -158,12 +158,6 @@ absl::Status ParseCommon(const json& j, const ModelTypeDef::CommonDefaults& d,
     }
     c.byte_tokens = true;
   }
-  if (auto attn = j.find("attn"); attn != j.end() && !attn->is_null()) {
-    return ConfigFieldError(
-        "attn",
-        "hybrid models with softmax-attention layers are not "
-        "supported (linattn serves pure linear attention)");
-  }
   if (auto res = j.find("attnres_block_size");
       res != j.end() && !res->is_null()) {
     return ConfigFieldError(
@@ -182,6 +176,134 @@ absl::Status ParseCommon(const json& j, const ModelTypeDef::CommonDefaults& d,
                                          "' is not one of chunk, fused_chunk, "
                                          "fused_recurrent",
                                          d.parallel_mode ? ", parallel" : ""));
+  }
+  return absl::OkStatus();
+}
+
+// fla's normalize_hybrid_attention_config (fla/models/hybrid.py) and what
+// fla/layers/attn.py's Attention needs of it: `attn` is null, one spec or a
+// list of specs; each spec's `layers` a list of distinct layer indices in
+// [0, num_hidden_layers), each layer in one spec only; num_heads and
+// num_kv_heads (num_heads when absent or null) positive integers, qkv_bias
+// a Boolean (false), window_size null or a positive integer, rope_theta
+// positive and finite (10000); hidden_size / num_heads whole (the head
+// reshape) and even (rotary halves), num_heads / num_kv_heads whole.
+absl::Status ParseHybridAttention(const json& j, ModelConfig& c) {
+  auto it = j.find("attn");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  switch (c.type) {
+    case ModelType::kLinearAttn:
+    case ModelType::kRetNet:
+    case ModelType::kGla:
+    case ModelType::kDeltaNet:
+    case ModelType::kGatedDeltaNet:
+      break;
+    case ModelType::kMamba2:
+      return ConfigFieldError(
+          "attn",
+          "fla's mamba2 has no softmax-attention layers (its config "
+          "takes no attn)");
+    case ModelType::kRwkv7:
+      return ConfigFieldError(
+          "attn",
+          "fla's rwkv7 hybrids do not run in fla itself (RWKV7Block "
+          "unpacks four values from Attention, which returns three)");
+    case ModelType::kRwkv6:
+      return ConfigFieldError(
+          "attn",
+          "rwkv6 hybrids (RWKV6Block with Attention) are not "
+          "supported yet");
+  }
+  const json& attn = *it;
+  if (!attn.is_object() && !attn.is_array()) {
+    return ConfigFieldError(
+        "attn", "must be null, a dictionary, or a list of dictionaries");
+  }
+  const bool single = attn.is_object();
+  c.attn_of_layer.assign(c.num_hidden_layers, -1);
+  const size_t specs = single ? 1 : attn.size();
+  for (size_t i = 0; i < specs; ++i) {
+    const json& spec = single ? attn : attn[i];
+    const std::string where = single ? "attn" : absl::StrCat("attn[", i, "]");
+    auto error = [&](absl::string_view field, absl::string_view what) {
+      return ConfigFieldError(absl::StrCat(where, ".", field), what);
+    };
+    if (!spec.is_object()) {
+      return ConfigFieldError(where, "must be a dictionary");
+    }
+    auto positive = [&](const char* field, std::optional<uint32_t> fallback,
+                        uint32_t* out) -> absl::Status {
+      auto f = spec.find(field);
+      if (f == spec.end() || f->is_null()) {
+        if (!fallback) return error(field, "is required");
+        *out = *fallback;
+        return absl::OkStatus();
+      }
+      if (!f->is_number_integer() || f->get<int64_t>() <= 0 ||
+          f->get<int64_t>() > int64_t{kMaxModelDim}) {
+        return error(field, absl::StrCat("must be a positive integer (at most ",
+                                         kMaxModelDim, ")"));
+      }
+      *out = static_cast<uint32_t>(f->get<int64_t>());
+      return absl::OkStatus();
+    };
+    ModelConfig::SoftmaxAttention a;
+    auto layers = spec.find("layers");
+    if (layers == spec.end()) return error("layers", "is required");
+    if (!layers->is_array()) {
+      return error("layers", "must be a list of integer layer indices");
+    }
+    LINATTN_RETURN_IF_ERROR(positive("num_heads", std::nullopt, &a.num_heads));
+    LINATTN_RETURN_IF_ERROR(
+        positive("num_kv_heads", a.num_heads, &a.num_kv_heads));
+    if (auto b = spec.find("qkv_bias"); b != spec.end() && !b->is_null()) {
+      if (!b->is_boolean()) return error("qkv_bias", "must be a Boolean");
+      a.qkv_bias = b->get<bool>();
+    }
+    if (auto w = spec.find("window_size"); w != spec.end() && !w->is_null()) {
+      LINATTN_RETURN_IF_ERROR(positive("window_size", std::nullopt, &a.window));
+    }
+    if (auto t = spec.find("rope_theta"); t != spec.end() && !t->is_null()) {
+      auto theta = Number(*t, absl::StrCat(where, ".rope_theta"));
+      if (!theta.ok()) return theta.status();
+      if (t->is_boolean() || !(*theta > 0) || !std::isfinite(*theta)) {
+        return error("rope_theta", "must be positive and finite");
+      }
+      a.rope_theta = *theta;
+    }
+    if (c.hidden_size % a.num_heads != 0) {
+      return error("num_heads", absl::StrCat("hidden_size ", c.hidden_size,
+                                             " is not a multiple of num_heads ",
+                                             a.num_heads));
+    }
+    a.head_dim = c.hidden_size / a.num_heads;
+    if (a.head_dim % 2 != 0) {
+      return error("num_heads",
+                   absl::StrCat("gives an odd head size ", a.head_dim,
+                                " (rotary rotates halves)"));
+    }
+    if (a.num_heads % a.num_kv_heads != 0) {
+      return error(
+          "num_kv_heads",
+          absl::StrCat("num_heads ", a.num_heads,
+                       " is not a multiple of num_kv_heads ", a.num_kv_heads));
+    }
+    const int32_t index = static_cast<int32_t>(c.attn.size());
+    for (const json& l : *layers) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
+          l.get<int64_t>() >= int64_t{c.num_hidden_layers}) {
+        return error("layers",
+                     absl::StrCat("must hold layer indices in [0, ",
+                                  c.num_hidden_layers, "), got ", l.dump()));
+      }
+      int32_t& slot = c.attn_of_layer[l.get<int64_t>()];
+      if (slot != -1) {
+        return error("layers", absl::StrCat("layer ", l.get<int64_t>(),
+                                            " is named more than once"));
+      }
+      slot = index;
+    }
+    c.attn.push_back(a);
   }
   return absl::OkStatus();
 }
@@ -219,6 +341,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   LINATTN_RETURN_IF_ERROR(ParseCommon(j, def->defaults(), c));
   LINATTN_RETURN_IF_ERROR(def->ReadConfig(j, c));
   LINATTN_RETURN_IF_ERROR(def->CheckSizes(c));
+  LINATTN_RETURN_IF_ERROR(ParseHybridAttention(j, c));
   return c;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -124,6 +125,31 @@ struct ModelConfig {
   bool norm_first = true;  // layer 0's input through pre_norm (ln0)
   bool norm_bias = true;   // the LayerNorms have biases
   bool fuse_norm = true;  // kk ÷ √(Σx² + 1e-6), else ÷ max(‖x‖, 1e-12)
+
+  // fla's hybrids (fla/models/hybrid.py, `attn` in every fla config):
+  // softmax-attention layers (fla/layers/attn.py's Attention) in the layers
+  // a spec names, the type's mixer in the others. Each layer's spec, or -1.
+  struct SoftmaxAttention {
+    uint32_t num_heads = 0, num_kv_heads = 0;  // num_heads % num_kv_heads == 0
+    uint32_t head_dim = 0;                     // hidden_size / num_heads
+    uint32_t window =
+        0;  // window_size: query i sees keys i − w < j ≤ i; 0 = all
+    double rope_theta = 10000;
+    bool qkv_bias = false;
+  };
+  std::vector<SoftmaxAttention> attn;
+  std::vector<int32_t> attn_of_layer;  // num_hidden_layers entries
+  const SoftmaxAttention* attention_layer(size_t l) const {
+    return l < attn_of_layer.size() && attn_of_layer[l] >= 0
+               ? &attn[attn_of_layer[l]]
+               : nullptr;
+  }
+  bool is_hybrid() const {
+    for (int32_t a : attn_of_layer) {
+      if (a >= 0) return true;
+    }
+    return false;
+  }
 
   bool is_linear_attn() const { return type == ModelType::kLinearAttn; }
   // RWKV's block (rwkv7, rwkv6): LayerNorms, two token shifts, its own

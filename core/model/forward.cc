@@ -10,6 +10,7 @@
 #include "core/attention/recurrent.h"
 #include "core/model/model_types.h"
 #include "core/model/row_ops.h"
+#include "core/model/softmax_attention.h"
 #include "core/onednn/gemm.h"
 #include "core/util/parallel_for.h"
 #include "core/util/row_view.h"
@@ -66,6 +67,15 @@ void ForwardRunner::EnsureWorkspace(uint32_t needed) {
           AlignedBuffer((rows + c.conv_size - 1) * c.conv_channels());
     }
   }
+  if (c.is_hybrid()) {
+    uint64_t widest = 0;
+    for (const ModelConfig::SoftmaxAttention& a : c.attn) {
+      widest = std::max<uint64_t>(
+          widest, H + 2 * uint64_t{a.num_kv_heads} * a.head_dim);
+    }
+    ws_.attn_qkv = AlignedBuffer(rows * widest);
+    ws_.attn_o = AlignedBuffer(rows * H);
+  }
   ws_.capacity = static_cast<uint32_t>(rows);
 }
 
@@ -95,6 +105,14 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
       return absl::InvalidArgumentError(absl::StrCat(
           "items[", i,
           "].into: not a separate state of this model for a one-token item"));
+    }
+    if (item.into != nullptr && c.is_hybrid()) {
+      // The keys and values the token adds would have to go to `into` with
+      // every earlier one: a hybrid's state is advanced in place.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "items[", i,
+          "].into: not available for a hybrid model (softmax-attention "
+          "layers keep their keys in the state)"));
     }
     if (item.tokens.empty()) {
       return absl::InvalidArgumentError(
@@ -138,7 +156,10 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
   const ModelConfig& c = model_->config();
   const ModelTypeDef& type = ModelTypeOf(c.type);
   for (size_t l = 0; l < model_->layers().size(); ++l) {
-    LINATTN_RETURN_IF_ERROR(type.RunMixer(*this, {items, pieces, rows, l}));
+    const LayerPass pass{items, pieces, rows, l};
+    LINATTN_RETURN_IF_ERROR(c.attention_layer(l) != nullptr
+                                ? RunSoftmaxAttention(*this, pass)
+                                : type.RunMixer(*this, pass));
     if (c.has_mlp()) {
       LINATTN_RETURN_IF_ERROR(MlpBlock(model_->layers()[l], rows));
     }

@@ -13,7 +13,9 @@
 // map's small product runs on oneDNN's sgemm over rows × heads.
 //
 // Each layer's mixer is its model type's (core/model/model_types.h; the
-// linear_attn block above, core/model/types/linear_attn.cc). The gated and
+// linear_attn block above, core/model/types/linear_attn.cc), or in a
+// hybrid's softmax-attention layers fla's Attention over the session's
+// keys and values (core/model/softmax_attention.h). The gated and
 // delta-rule types (retnet, gla, delta_net, gated_deltanet, mamba2;
 // core/model/types/rule_mixer.h) run:
 //   rmsnorm → in_proj GEMM (every projection at once) → short convolution
@@ -108,6 +110,9 @@ struct ForwardWorkspace {
   AlignedBuffer conv_ext;  // (rows + W − 1) × channels
   // A type's own (GLA: its low-rank gate's two products), sized by it.
   AlignedBuffer extra1, extra2;
+  // A hybrid's softmax-attention layers (softmax_attention.h): rows × the
+  // widest q|k|v, and rows × hidden of their heads' outputs.
+  AlignedBuffer attn_qkv, attn_o;
 };
 
 struct ForwardOptions {

@@ -12,6 +12,7 @@
 #include "core/model/model_types.h"
 #include "core/model/rwkv_world_tokenizer.h"
 #include "core/model/safetensors.h"
+#include "core/model/softmax_attention.h"
 #include "core/model/tensor_reader.h"
 #include "core/model/tokenizer_json/tokenizer_json.h"
 #include "core/util/status_macros.h"
@@ -96,12 +97,21 @@ ModelState ModelState::Copy() const {
   out.layers_.reserve(layers_.size());
   for (const AttentionState& s : layers_) out.layers_.push_back(s.Copy());
   out.conv_ = conv_;
+  out.kv_.reserve(kv_.size());
+  for (const KvCache& kv : kv_) out.kv_.push_back(kv.Copy());
   return out;
+}
+
+uint64_t ModelState::kv_bytes() const {
+  uint64_t total = 0;
+  for (const KvCache& kv : kv_) total += kv.bytes();
+  return total;
 }
 
 void ModelState::CopyFrom(const ModelState& other) {
   if (layers_.size() != other.layers_.size() ||
-      conv_.size() != other.conv_.size()) {
+      conv_.size() != other.conv_.size() || !other.kv_.empty() ||
+      !kv_.empty()) {
     *this = other.Copy();
     return;
   }
@@ -117,7 +127,7 @@ uint64_t ModelState::bytes() const {
   uint64_t total = 0;
   for (const AttentionState& s : layers_) total += s.bytes();
   for (const std::vector<float>& w : conv_) total += w.size() * sizeof(float);
-  return total;
+  return total + kv_bytes();
 }
 
 MixerColumns MixerColumnsOf(const ModelConfig& c) {
@@ -140,7 +150,14 @@ ModelState Model::NewState() const {
   ModelState state;
   state.layers_.reserve(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    state.layers_.push_back(attention_->NewState());
+    const ModelConfig::SoftmaxAttention* a = config_.attention_layer(i);
+    state.layers_.push_back(a != nullptr ? position_only_->NewState()
+                                         : attention_->NewState());
+    if (config_.is_hybrid()) {
+      state.kv_.push_back(a != nullptr
+                              ? KvCache(a->num_kv_heads, a->head_dim, a->window)
+                              : KvCache());
+    }
   }
   if (const uint64_t w = conv_window_floats(); w > 0) {
     state.conv_.assign(layers_.size(), std::vector<float>(w, 0.0f));
@@ -156,7 +173,34 @@ uint64_t Model::conv_window_floats() const {
 }
 
 uint64_t Model::attention_state_bytes() const {
-  return layers_.size() * StateBytes(attention_->spec());
+  uint64_t total = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    total += StateBytes(config_.attention_layer(l) != nullptr
+                            ? position_only_->spec()
+                            : attention_->spec());
+  }
+  return total;
+}
+
+uint64_t Model::kv_bytes_per_token() const {
+  uint64_t total = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (const ModelConfig::SoftmaxAttention* a = config_.attention_layer(l)) {
+      total += 2 * uint64_t{a->num_kv_heads} * a->head_dim * sizeof(float);
+    }
+  }
+  return total;
+}
+
+uint64_t Model::kv_bytes_at(uint64_t position) const {
+  uint64_t total = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (const ModelConfig::SoftmaxAttention* a = config_.attention_layer(l)) {
+      const KvCache kv(a->num_kv_heads, a->head_dim, a->window);
+      total += kv.BlocksFor(position) * kv.block_bytes();
+    }
+  }
+  return total;
 }
 
 uint64_t Model::state_bytes() const {
@@ -166,8 +210,24 @@ uint64_t Model::state_bytes() const {
 
 bool Model::Matches(const ModelState& state) const {
   if (state.layers().size() != layers_.size()) return false;
-  for (const AttentionState& s : state.layers()) {
-    if (!s.Matches(attention_->spec())) return false;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const ModelConfig::SoftmaxAttention* a = config_.attention_layer(l);
+    if (!state.layers()[l].Matches(a != nullptr ? position_only_->spec()
+                                                : attention_->spec())) {
+      return false;
+    }
+  }
+  if (state.kv().size() != (config_.is_hybrid() ? layers_.size() : 0)) {
+    return false;
+  }
+  for (size_t l = 0; l < state.kv().size(); ++l) {
+    const ModelConfig::SoftmaxAttention* a = config_.attention_layer(l);
+    const uint64_t row =
+        a == nullptr ? 0 : uint64_t{a->num_kv_heads} * a->head_dim;
+    if (state.kv()[l].row_floats() != row ||
+        (a != nullptr && state.kv()[l].window() != a->window)) {
+      return false;
+    }
   }
   const uint64_t w = conv_window_floats();
   if (state.conv().size() != (w == 0 ? 0 : layers_.size())) return false;
@@ -233,6 +293,16 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
         attention.status().message()));
   }
   model->attention_ = std::make_unique<Attention>(std::move(*attention));
+  if (c.is_hybrid()) {
+    // One head of 1 × 1, unnormalised: a state that only keeps the position.
+    AttentionSpec position_only{.num_heads = 1,
+                                .key_dim = 1,
+                                .value_dim = 1,
+                                .feature_map = FeatureMapKind::kIdentity,
+                                .unnormalized = true};
+    model->position_only_ =
+        std::make_unique<Attention>(*Attention::Create(position_only));
+  }
 
   LINATTN_ASSIGN_OR_RETURN(auto file,
                            SafetensorsFile::Open(dir + "/model.safetensors"));
@@ -260,7 +330,11 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     const std::string p = absl::StrCat(names.base, "layers.", i, ".");
     Layer& L = model->layers_[i];
     LINATTN_ASSIGN_OR_RETURN(L.attn_norm, r.Vector(p + names.input_norm, H));
-    LINATTN_RETURN_IF_ERROR(type.LoadMixer(r, c, p, weights, L));
+    if (const ModelConfig::SoftmaxAttention* a = c.attention_layer(i)) {
+      LINATTN_RETURN_IF_ERROR(LoadSoftmaxAttention(r, c, *a, p, weights, L));
+    } else {
+      LINATTN_RETURN_IF_ERROR(type.LoadMixer(r, c, p, weights, L));
+    }
     if (!c.has_mlp()) continue;
     LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + "mlp_norm.weight", H));
     {

@@ -1,6 +1,7 @@
 // Model: a loaded language model of one of fla's linear-attention layouts
-// (config.h: linear_attn, retnet, gla, delta_net, gated_deltanet, mamba2),
-// immutable and shared by every session that uses it.
+// (config.h: linear_attn, retnet, gla, delta_net, gated_deltanet, mamba2,
+// rwkv7, rwkv6; fla's hybrids of the first five with softmax-attention
+// layers), immutable and shared by every session that uses it.
 //
 // A model directory holds config.json, model.safetensors (F32, F16 or BF16)
 // and optionally a SentencePiece tokenizer.model (without one the model is
@@ -12,7 +13,7 @@
 // The only per-session memory is ModelState: the state of every layer and
 // head (S, and z for linear_attn) and the short convolutions' last W − 1
 // inputs (rwkv7, rwkv6: the token shifts' last rows), nothing that grows with
-// the context.
+// the context but a hybrid's keys and values (kv_cache.h).
 //
 //   auto model = Model::Load("models/tiny").value();
 //   ModelState state = model->NewState();
@@ -30,6 +31,7 @@
 #include "core/attention/attention.h"
 #include "core/model/chat_template.h"
 #include "core/model/config.h"
+#include "core/model/kv_cache.h"
 #include "core/model/tokenizer.h"
 #include "core/onednn/linear.h"
 #include "core/util/aligned_buffer.h"
@@ -37,7 +39,9 @@
 namespace linattn {
 
 // The recurrent state of one model session: one AttentionState per layer
-// (all heads), at the same position, and for models with short
+// (all heads), at the same position (a hybrid's softmax-attention layers
+// hold a position-only state of one 1 × 1 head, and their keys and values
+// in kv()), and for models with short
 // convolutions each layer's window of the last W − 1 inputs (time-major:
 // W − 1 rows of conv_channels floats, oldest first; zeros at position 0).
 // rwkv7's and rwkv6's window is their token shifts': the time mix's last normed
@@ -60,11 +64,17 @@ class ModelState {
   // Layer l's convolution window (empty without short convolutions).
   std::vector<std::vector<float>>& conv() { return conv_; }
   const std::vector<std::vector<float>>& conv() const { return conv_; }
+  // Hybrids: layer l's keys and values (an empty cache for recurrent
+  // layers); empty for other models.
+  std::vector<KvCache>& kv() { return kv_; }
+  const std::vector<KvCache>& kv() const { return kv_; }
+  uint64_t kv_bytes() const;
 
  private:
   friend class Model;
   std::vector<AttentionState> layers_;
   std::vector<std::vector<float>> conv_;
+  std::vector<KvCache> kv_;
 };
 
 // Where each part of a gated or delta-rule layer's in_proj output starts,
@@ -130,6 +140,10 @@ class Model {
     std::vector<float> rotary_inv_freq;
     // The type's own (rwkv7, rwkv6: their time and channel mixes), or null.
     std::unique_ptr<const LayerExtras> extras;
+    // (A hybrid's softmax-attention layer, config().attention_layer(l),
+    // uses attn_norm, qkv for q|k|v_proj, in_bias for their biases under
+    // qkv_bias, o for o_proj and rotary_inv_freq, head_dim / 2 of them:
+    // core/model/softmax_attention.h.)
   };
 
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and
@@ -179,8 +193,16 @@ class Model {
   const std::string& initial_state_file() const { return initial_state_file_; }
   // Bytes of one session's state: layers × heads × (d_φ·d_v + d_φ) × 4
   // (the rule types: heads × d_k·d_v), plus the convolution windows (rwkv7,
-  // rwkv6: the token-shift rows).
+  // rwkv6: the token-shift rows). A hybrid's softmax-attention layers add
+  // their keys and values as the context grows (kv_bytes_per_token).
   uint64_t state_bytes() const;
+  // Hybrids: the keys and values one more position adds over every
+  // softmax-attention layer (a windowed layer's stop growing at its ring,
+  // kv_bytes_at); 0 for other models.
+  uint64_t kv_bytes_per_token() const;
+  // The bytes of every layer's keys and values at `position`, as KvCache
+  // allocates them (whole blocks).
+  uint64_t kv_bytes_at(uint64_t position) const;
   // The attention states' part of it, and one layer's window in floats.
   uint64_t attention_state_bytes() const;
   uint64_t conv_window_floats() const;
@@ -214,6 +236,8 @@ class Model {
   std::unique_ptr<ChatTemplate> chat_template_;
   std::string chat_template_note_;
   std::unique_ptr<Attention> attention_;
+  // A hybrid's softmax-attention layers' position-only state.
+  std::unique_ptr<Attention> position_only_;
   uint64_t fingerprint_ = 0;
   uint64_t parameter_count_ = 0;
   AlignedBuffer embeddings_;

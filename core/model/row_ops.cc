@@ -58,4 +58,16 @@ void RmsNormRows(const float* x, uint64_t n, uint32_t d, const float* w,
   for (uint64_t r = 0; r < n; ++r) RmsNormRow(x + r * d, d, w, eps, y + r * d);
 }
 
+void RotateHalves(const float* inv_freq, uint32_t half, uint64_t position,
+                  float* x) {
+  const float t = static_cast<float>(position);
+  for (uint32_t i = 0; i < half; ++i) {
+    const float theta = t * inv_freq[i];
+    const float cs = std::cos(theta), sn = std::sin(theta);
+    const float x1 = x[i], x2 = x[half + i];
+    x[i] = x1 * cs - x2 * sn;
+    x[half + i] = x1 * sn + x2 * cs;
+  }
+}
+
 }  // namespace linattn

@@ -29,6 +29,12 @@ void LayerNorm(const float* x, uint64_t n, uint32_t d, const float* w,
 // The same on the calling thread, for one vector.
 void LayerNormRow(const float* x, uint32_t d, const float* w, const float* b,
                   float eps, float* y);
+// GPT-NeoX rotary embedding of one head at `position`, as fla's
+// RotaryEmbedding (fla/modules/rotary.py) computes it: the halves
+// x[0, half) and x[half, 2·half) rotate by position·inv_freq[i], the
+// position, the angle and its cosine and sine in fp32.
+void RotateHalves(const float* inv_freq, uint32_t half, uint64_t position,
+                  float* x);
 
 }  // namespace linattn
 

@@ -325,5 +325,30 @@ TEST(ModelTypesInitialStateTest, SessionsStartFromTheStateFile) {
                                    "' names no served model"));
 }
 
+// A hybrid (softmax-attention layers) loads in the forward but is not
+// served until its keys and values count in the sessions' budget: the
+// server refuses to start with one, and --check says why.
+TEST(ModelTypesHybridTest, TheServerRefusesAHybridSayingWhy) {
+  testing::TempDir tmp;
+  const std::string dir = Dir("hybrid_gla_window_gqa_bias");
+  ASSERT_TRUE(Model::Load(dir).ok());
+  const std::string log = tmp.Path("refused.log");
+  int status = std::system(absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY,
+                                        " --model ", dir,
+                                        " --listen 127.0.0.1:0 > ", log, " 2>&1")
+                               .c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_THAT(testing::ReadFile(log),
+              ::testing::HasSubstr("cannot start: model: " + dir +
+                                   ": a hybrid model (config.json attn"));
+  status = std::system(absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY,
+                                    " --model ", dir, " --check > ", log,
+                                    " 2>&1")
+                           .c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_THAT(testing::ReadFile(log),
+              ::testing::HasSubstr("cannot be served: a hybrid model"));
+}
+
 }  // namespace
 }  // namespace linattn

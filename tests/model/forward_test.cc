@@ -173,9 +173,11 @@ TEST(PrefillOrderTest, OneCallSeveralCallsAndTokenByTokenAgree) {
 }
 
 // A batch of sessions (mixed decode rows and prompt pieces) gives each the
-// logits it gets alone.
-TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
-  const FixtureCase fx = LoadFixture("elu_norm_gqa");
+// logits it gets alone; a hybrid's too (its attention layers over sessions
+// of different lengths).
+void CheckBatchedEqualsOneByOne(const std::string& name) {
+  SCOPED_TRACE(name);
+  const FixtureCase fx = LoadFixture(name);
   auto model = Model::Load(fx.dir);
   ASSERT_TRUE(model.ok()) << model.status();
   const size_t V = (*model)->config().vocab_size;
@@ -210,6 +212,51 @@ TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
       EXPECT_NEAR(l_batched[i][v], l_alone[i][v], tol) << i << " " << v;
     }
   }
+}
+
+TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
+  CheckBatchedEqualsOneByOne("elu_norm_gqa");
+  CheckBatchedEqualsOneByOne("hybrid_gla_window_gqa_bias");
+  CheckBatchedEqualsOneByOne("hybrid_gated_deltanet_specs");
+}
+
+// A hybrid's state: the recurrent layers' fixed part, and keys and values
+// in whole blocks as the context grows (a windowed layer's up to its ring
+// only); `into` (which would copy every key) is refused, changing nothing.
+TEST(ModelStateTest, AHybridsKeysAndValuesGrowInBlocks) {
+  const FixtureCase fx = LoadFixture("hybrid_gated_deltanet_specs");
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  const ModelConfig& c = m.config();
+  ASSERT_TRUE(c.is_hybrid());
+  // Layer 0: 2 heads of 32, a window of 70 (a ring of 128 positions);
+  // layer 2: full attention, 1 key/value head of 16.
+  const uint64_t row0 = 2 * 32, row2 = 1 * 16;
+  EXPECT_EQ(m.kv_bytes_per_token(), 2 * (row0 + row2) * 4);
+  auto blocks = [&](uint64_t n0, uint64_t n2) {
+    return 2 * kKvBlockTokens * 4 * (n0 * row0 + n2 * row2);
+  };
+  EXPECT_EQ(m.kv_bytes_at(0), 0u);
+  EXPECT_EQ(m.kv_bytes_at(1), blocks(1, 1));
+  EXPECT_EQ(m.kv_bytes_at(65), blocks(2, 2));
+  EXPECT_EQ(m.kv_bytes_at(1000), blocks(2, 16));
+  ModelState state = m.NewState();
+  EXPECT_EQ(state.bytes(), m.state_bytes());
+  ForwardRunner runner(*model);
+  std::span<const int32_t> tokens(fx.tokens);
+  ASSERT_TRUE(runner.Run(state, tokens.first(65), nullptr).ok());
+  EXPECT_EQ(state.kv_bytes(), m.kv_bytes_at(65));
+  EXPECT_EQ(state.bytes(), m.state_bytes() + m.kv_bytes_at(65));
+
+  ModelState into = m.NewState();
+  ForwardItem item{
+      .state = &state, .tokens = tokens.subspan(65, 1), .into = &into};
+  const absl::Status s = runner.Run(std::span<const ForwardItem>(&item, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("items[0].into"), std::string::npos) << s;
+  EXPECT_EQ(state.position(), 65u);
+  EXPECT_EQ(into.position(), 0u);
 }
 
 // bf16 chunkwise products (ForwardOptions::chunkwise.precision, the

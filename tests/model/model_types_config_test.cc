@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "core/model/config.h"
 
 namespace linattn {
@@ -249,6 +250,85 @@ TEST(ModelTypesConfigTest, Rwkv6DefaultsAreFlasConfigAndLayers) {
       0u);
 }
 
+// fla's hybrids: `attn` as fla/models/hybrid.py normalises it, each layer's
+// spec found by its index.
+TEST(ModelTypesConfigTest, HybridAttentionLayersAreFlasSpecs) {
+  const ModelConfig one = Parse(
+      R"({"model_type": "gla", "hidden_size": 64, "num_hidden_layers": 3,
+          "attn": {"layers": [2, 0], "num_heads": 4}})");
+  ASSERT_TRUE(one.is_hybrid());
+  ASSERT_EQ(one.attn.size(), 1u);
+  EXPECT_EQ(one.attn[0].num_kv_heads, 4u);  // num_heads when absent
+  EXPECT_EQ(one.attn[0].head_dim, 16u);
+  EXPECT_EQ(one.attn[0].window, 0u);
+  EXPECT_EQ(one.attn[0].rope_theta, 10000.0);
+  EXPECT_FALSE(one.attn[0].qkv_bias);
+  EXPECT_NE(one.attention_layer(0), nullptr);
+  EXPECT_EQ(one.attention_layer(1), nullptr);
+  EXPECT_NE(one.attention_layer(2), nullptr);
+
+  const ModelConfig two = Parse(
+      R"({"model_type": "gated_deltanet", "hidden_size": 64,
+          "num_hidden_layers": 4, "head_dim": 16, "num_heads": 4,
+          "attn": [{"layers": [1], "num_heads": 2, "window_size": 8,
+                    "rope_theta": 500, "qkv_bias": true},
+                   {"layers": [3], "num_heads": 8, "num_kv_heads": 2,
+                    "window_size": null}]})");
+  ASSERT_EQ(two.attn.size(), 2u);
+  EXPECT_EQ(two.attention_layer(1)->window, 8u);
+  EXPECT_EQ(two.attention_layer(1)->rope_theta, 500.0);
+  EXPECT_TRUE(two.attention_layer(1)->qkv_bias);
+  EXPECT_EQ(two.attention_layer(3)->num_kv_heads, 2u);
+  EXPECT_EQ(two.attention_layer(3)->head_dim, 8u);
+  EXPECT_EQ(two.attention_layer(0), nullptr);
+
+  // A null attn, and a list whose specs name no layer, are no hybrid.
+  EXPECT_FALSE(Parse(R"({"model_type": "gla", "attn": null})").is_hybrid());
+  EXPECT_FALSE(
+      Parse(
+          R"({"model_type": "gla", "attn": [{"layers": [], "num_heads": 4}]})")
+          .is_hybrid());
+}
+
+TEST(ModelTypesConfigTest, BadHybridSpecsAreRefusedByField) {
+  const std::string head =
+      R"({"model_type": "gla", "hidden_size": 64, "num_hidden_layers": 2, )";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("attn": 3})", "attn"},
+      {R"("attn": [3]})", "attn[0]"},
+      {R"("attn": {"num_heads": 4}})", "attn.layers"},
+      {R"("attn": {"layers": 1, "num_heads": 4}})", "attn.layers"},
+      {R"("attn": {"layers": [2], "num_heads": 4}})", "attn.layers"},
+      {R"("attn": {"layers": [-1], "num_heads": 4}})", "attn.layers"},
+      {R"("attn": {"layers": [true], "num_heads": 4}})", "attn.layers"},
+      {R"("attn": [{"layers": [0], "num_heads": 4},
+                   {"layers": [0], "num_heads": 4}]})",
+       "attn[1].layers"},
+      {R"("attn": {"layers": [0]}})", "attn.num_heads"},
+      {R"("attn": {"layers": [0], "num_heads": 0}})", "attn.num_heads"},
+      {R"("attn": {"layers": [0], "num_heads": 5}})", "attn.num_heads"},
+      {R"("attn": {"layers": [0], "num_heads": 64}})", "attn.num_heads"},
+      {R"("attn": {"layers": [0], "num_heads": 4, "num_kv_heads": 3}})",
+       "attn.num_kv_heads"},
+      {R"("attn": {"layers": [0], "num_heads": 4, "window_size": 0}})",
+       "attn.window_size"},
+      {R"("attn": {"layers": [0], "num_heads": 4, "rope_theta": -1}})",
+       "attn.rope_theta"},
+      {R"("attn": {"layers": [0], "num_heads": 4, "rope_theta": Infinity}})",
+       "attn.rope_theta"},
+      {R"("attn": {"layers": [0], "num_heads": 4, "qkv_bias": "yes"}})",
+       "attn.qkv_bias"},
+  };
+  for (const auto& [tail, field] : cases) ExpectRefused(head + tail, field);
+  // The types whose fla blocks take no Attention.
+  for (const char* type : {"mamba2", "rwkv7", "rwkv6"}) {
+    ExpectRefused(
+        absl::StrCat(R"({"model_type": ")", type,
+                     R"(", "attn": {"layers": [0], "num_heads": 4}})"),
+        "attn");
+  }
+}
+
 TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
   struct Case {
     std::string json;
@@ -260,8 +340,8 @@ TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
       {R"({"model_type": "retnet", "feature_map": "logsigmoid"})",
        "feature_map"},
       {R"({"model_type": "retnet", "num_kv_heads": 3})", "num_kv_heads"},
-      {R"({"model_type": "retnet", "attn": {"layers": [1], "num_heads": 4}})",
-       "attn"},
+      {R"({"model_type": "retnet", "attn": {"layers": [1, 1], "num_heads": 4}})",
+       "attn.layers"},
       {R"({"model_type": "gla", "clamp_min": 0.5})", "clamp_min"},
       {R"({"model_type": "gla", "feature_map": "gelu"})", "feature_map"},
       {R"({"model_type": "gla", "hidden_act": "gelu"})", "hidden_act"},

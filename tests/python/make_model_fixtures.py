@@ -12,7 +12,8 @@ forward in float64:
 
 Cases cover every supported feature map, normalised and not, with and without
 num_kv_heads < num_heads, tied feature maps, norm_q/norm_k, no affine head
-norm, tied embeddings, F16/BF16 files and expand_k/expand_v ≠ 1. With
+norm, tied embeddings, F16/BF16 files and expand_k/expand_v ≠ 1; every rule
+type's options; fla's hybrids (softmax-attention layers). With
 --builtin DIR the built-in model gets the same treatment (case "builtin"), and
 with --builtin-rwkv7 DIR the RWKV-7 model shipped beside it (case
 "builtin_rwkv7").
@@ -146,6 +147,50 @@ def rule_cases():
     return out
 
 
+# fla's hybrids: softmax-attention layers (`attn`) beside each type's mixer,
+# full and windowed (a window of 5 wraps the cache's 64-position ring within
+# the 77 tokens), GQA, qkv biases, rope_theta, one spec and a list of specs,
+# every layer attention, an F16 file.
+LINEAR_ATTN = {"model_type": "linear_attn", "num_heads": 4, "feature_map": "elu",
+               "norm_feature_map": True, "hidden_act": "swish", "hidden_ratio": 4,
+               "norm_eps": 1e-6}
+
+
+def hybrid_cases():
+    return [
+        ("hybrid_linear_attn_full", LINEAR_ATTN, dict(attn={"layers": [1], "num_heads": 4})),
+        ("hybrid_gla_window_gqa_bias", RULE_TYPES["gla"] | {"model_type": "gla"},
+         dict(attn={"layers": [0], "num_heads": 4, "num_kv_heads": 2, "window_size": 5,
+                    "rope_theta": 500.0, "qkv_bias": True})),
+        ("hybrid_gated_deltanet_specs", RULE_TYPES["gated_deltanet"] | {"model_type": "gated_deltanet"},
+         dict(num_hidden_layers=3,
+              attn=[{"layers": [0], "num_heads": 2, "window_size": 70},
+                    {"layers": [2], "num_heads": 4, "num_kv_heads": 1}])),
+        ("hybrid_retnet_all_attention", RULE_TYPES["retnet"] | {"model_type": "retnet"},
+         dict(attn={"layers": [0, 1], "num_heads": 8, "num_kv_heads": 4, "qkv_bias": True})),
+        ("hybrid_delta_net_f16", RULE_TYPES["delta_net"] | {"model_type": "delta_net"},
+         dict(_dtype="F16", attn={"layers": [1], "num_heads": 2, "window_size": 1})),
+    ]
+
+
+def random_case(out, name, config, over, seed, rng, drop_nulls=False):
+    """A random model of `config` updated by `over` (its "_dtype" the file's
+    type) in OUT/<name>, with 77 tokens from `rng` and their logits."""
+    over = dict(over)
+    dtype = over.pop("_dtype", "F32")
+    config = {**config, **over}
+    if drop_nulls:
+        config = {key: value for key, value in config.items()
+                  if value is not None or key in KEEP_NULL}
+    model = linattn_ref.random_model(config, seed=seed)
+    case_dir = os.path.join(out, name)
+    linattn_ref.save_model(model, case_dir, dtype)
+    # Reload so that F16/BF16 cases use the rounded weights.
+    model = linattn_ref.load_model(case_dir)
+    tokens = [int(t) for t in rng.integers(0, 300, 77)]
+    write_case(case_dir, model, tokens)
+
+
 def write_case(out_dir, model, tokens):
     with torch.no_grad():
         logits = model.double()(torch.tensor([tokens]))[0].numpy()
@@ -192,27 +237,10 @@ def main():
             "tie_word_embeddings": False, "bos_token_id": 256, "eos_token_id": 257,
             "linattn_tokenizer": "bytes",
         }
-        dtype = over.pop("_dtype", "F32")
-        config.update(over)
-        model = linattn_ref.random_model(config, seed=100 + i)
-        case_dir = os.path.join(args.out, name)
-        linattn_ref.save_model(model, case_dir, dtype)
-        # Reload so that F16/BF16 cases use the rounded weights.
-        model = linattn_ref.load_model(case_dir)
-        tokens = [int(t) for t in rng.integers(0, 300, 77)]
-        write_case(case_dir, model, tokens)
+        random_case(args.out, name, config, over, 100 + i, rng)
     for i, (name, model_type, over) in enumerate(rule_cases()):
         config = {"model_type": model_type, **SHARED, **RULE_TYPES[model_type]}
-        dtype = over.pop("_dtype", "F32")
-        config.update(over)
-        config = {key: value for key, value in config.items()
-                  if value is not None or key in KEEP_NULL}
-        model = linattn_ref.random_model(config, seed=500 + i)
-        case_dir = os.path.join(args.out, name)
-        linattn_ref.save_model(model, case_dir, dtype)
-        model = linattn_ref.load_model(case_dir)
-        tokens = [int(t) for t in rng.integers(0, 300, 77)]
-        write_case(case_dir, model, tokens)
+        random_case(args.out, name, config, over, 500 + i, rng, drop_nulls=True)
     # An RWKV-7 checkpoint in BlinkDL's own names, through tools/convert_rwkv.py.
     import convert_rwkv
     import convert_rwkv_test
@@ -246,6 +274,8 @@ def main():
     rwkv6_reference_test.numpy_logits(torch.load(pth, weights_only=True), tokens, 2, 128, 32,
                                       time_state).astype("<f8").tofile(
         os.path.join(case_dir, "logits_initial_state.f64"))
+    for i, (name, base, over) in enumerate(hybrid_cases()):
+        random_case(args.out, name, {**SHARED, **base}, over, 900 + i, rng)
     for shipped, name in ((args.builtin, "builtin"), (args.builtin_rwkv7, "builtin_rwkv7")):
         if not shipped:
             continue

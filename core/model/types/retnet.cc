@@ -20,21 +20,6 @@
 namespace linattn {
 namespace {
 
-// GPT-NeoX rotary embedding of one head at `position`, fla's RetNet way:
-// the halves x[0, d/2) and x[d/2, d) rotate by position·inv_freq[i], the
-// angle and its cosine and sine in fp32.
-void Rotate(const std::vector<float>& inv_freq, uint64_t position, float* x) {
-  const size_t half = inv_freq.size();
-  const float t = static_cast<float>(position);
-  for (size_t i = 0; i < half; ++i) {
-    const float theta = t * inv_freq[i];
-    const float cs = std::cos(theta), sn = std::sin(theta);
-    const float x1 = x[i], x2 = x[half + i];
-    x[i] = x1 * cs - x2 * sn;
-    x[half + i] = x1 * sn + x2 * cs;
-  }
-}
-
 constexpr std::pair<const char*, QkActivation> kRetNetMaps[] = {
     {"gelu", QkActivation::kGelu}};
 
@@ -87,8 +72,9 @@ class RetNetDef final : public RuleMixer {
            (c.fused_gate_norm ? "g_norm_swish_gate.weight" : "g_norm.weight");
   }
   void HeadInputs(const Head& x) const override {
-    Rotate(x.L.rotary_inv_freq, x.position, x.q);
-    Rotate(x.L.rotary_inv_freq, x.position, x.k);
+    const uint32_t half = static_cast<uint32_t>(x.L.rotary_inv_freq.size());
+    RotateHalves(x.L.rotary_inv_freq.data(), half, x.position, x.q);
+    RotateHalves(x.L.rotary_inv_freq.data(), half, x.position, x.k);
     x.g[0] = x.L.log_decay[x.h];
   }
 };

@@ -1,0 +1,41 @@
+// A hybrid model's softmax-attention layer (config.h SoftmaxAttention):
+// fla/layers/attn.py's Attention as fla's blocks place it (attn_norm →
+// Attention → residual), over the session's KvCache (kv_cache.h):
+//   rmsnorm → (q|k|v) GEMM (+ qkv bias) → GPT-NeoX rotary on q and k at
+//   each row's position (base rope_theta) → per query head h (key/value
+//   head h / (num_heads / num_kv_heads)): softmax(q·kᵀ·d^−½) over the keys
+//   at positions i − w < j ≤ i (all j ≤ i without a window) → o_proj GEMM
+//   (+ residual).
+// A piece of many rows reads its earlier positions from the cache and its
+// own from the workspace (causal within the piece), then writes its keys
+// and values to the cache; a one-token piece is the same with one row.
+#ifndef LINATTN_CORE_MODEL_SOFTMAX_ATTENTION_H_
+#define LINATTN_CORE_MODEL_SOFTMAX_ATTENTION_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "core/model/config.h"
+#include "core/model/model.h"
+
+namespace linattn {
+
+class ForwardRunner;
+class TensorReader;
+struct LayerPass;
+
+// The layer's weights under `layer` ("model.layers.3."): attn.q_proj,
+// k_proj, v_proj (with biases when qkv_bias) and o_proj, into L.qkv,
+// L.in_bias and L.o; its rotary frequencies into L.rotary_inv_freq.
+absl::Status LoadSoftmaxAttention(TensorReader& r, const ModelConfig& c,
+                                  const ModelConfig::SoftmaxAttention& a,
+                                  const std::string& layer, WeightType weights,
+                                  Model::Layer& L);
+
+// x += Attention(rmsnorm(x)) for the rows of `pass`, advancing each
+// piece's cache and position.
+absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass);
+
+}  // namespace linattn
+
+#endif  // LINATTN_CORE_MODEL_SOFTMAX_ATTENTION_H_
