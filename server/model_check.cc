@@ -28,7 +28,7 @@ absl::Status ServedModelSupported(const Model& model) {
         "a hybrid model (config.json attn: softmax-attention layers) loads "
         "and runs in linattn's forward, but the server does not serve it "
         "yet: its sessions' keys and values are not yet counted in "
-        "--max-state-memory, snapshotted or forked");
+        "--max-state-memory as they grow");
   }
   return absl::OkStatus();
 }

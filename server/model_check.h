@@ -18,8 +18,7 @@ int CheckModels(const ServerOptions& options, std::FILE* out);
 
 // What a model that loads still needs before the server serves it:
 // FAILED_PRECONDITION for a hybrid (softmax-attention layers), whose keys
-// and values the sessions' memory budget, snapshots and forks do not hold
-// yet.
+// and values the sessions' memory budget does not count yet as they grow.
 absl::Status ServedModelSupported(const Model& model);
 
 }  // namespace linattn

@@ -106,14 +106,6 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
           "items[", i,
           "].into: not a separate state of this model for a one-token item"));
     }
-    if (item.into != nullptr && c.is_hybrid()) {
-      // The keys and values the token adds would have to go to `into` with
-      // every earlier one: a hybrid's state is advanced in place.
-      return absl::InvalidArgumentError(absl::StrCat(
-          "items[", i,
-          "].into: not available for a hybrid model (softmax-attention "
-          "layers keep their keys in the state)"));
-    }
     if (item.tokens.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("items[", i, "].tokens: empty"));

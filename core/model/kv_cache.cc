@@ -17,13 +17,22 @@ uint64_t KvCache::BlocksFor(uint64_t end) const {
   return (slots + kKvBlockTokens - 1) / kKvBlockTokens;
 }
 
+uint64_t KvCache::FirstHeld(uint64_t end) const {
+  return ring_ == 0 || end <= ring_ ? 0 : end - ring_;
+}
+
 void KvCache::Reserve(uint64_t end) {
   const uint64_t want = BlocksFor(end);
-  const uint64_t floats = row_ * kKvBlockTokens;
-  while (keys_.size() < want) {
-    keys_.push_back(std::make_unique<float[]>(floats));
-    values_.push_back(std::make_unique<float[]>(floats));
+  const uint64_t floats = 2 * row_ * kKvBlockTokens;
+  while (blocks_.size() < want) {
+    blocks_.push_back(std::make_shared<float[]>(floats));
   }
+}
+
+uint64_t KvCache::shared_blocks() const {
+  uint64_t n = 0;
+  for (const auto& b : blocks_) n += b.use_count() > 1 ? 1 : 0;
+  return n;
 }
 
 KvCache KvCache::Copy() const {
@@ -31,14 +40,23 @@ KvCache KvCache::Copy() const {
   out.row_ = row_;
   out.window_ = window_;
   out.ring_ = ring_;
-  const uint64_t floats = row_ * kKvBlockTokens;
-  for (size_t b = 0; b < keys_.size(); ++b) {
-    out.keys_.push_back(std::make_unique<float[]>(floats));
-    out.values_.push_back(std::make_unique<float[]>(floats));
-    std::memcpy(out.keys_[b].get(), keys_[b].get(), floats * sizeof(float));
-    std::memcpy(out.values_[b].get(), values_[b].get(), floats * sizeof(float));
-  }
+  out.blocks_ = blocks_;
   return out;
+}
+
+void KvCache::Write(uint64_t p, const float* key, const float* value) {
+  const uint64_t s = Slot(p);
+  std::shared_ptr<float[]>& block = blocks_[s / kKvBlockTokens];
+  if (block.use_count() > 1) {
+    // Shared with another cache: this one's own copy from now on.
+    const uint64_t floats = 2 * row_ * kKvBlockTokens;
+    std::shared_ptr<float[]> own(new float[floats]);
+    std::memcpy(own.get(), block.get(), floats * sizeof(float));
+    block = std::move(own);
+  }
+  float* at = block.get() + (s % kKvBlockTokens) * row_;
+  std::memcpy(at, key, row_ * sizeof(float));
+  std::memcpy(at + kValues * row_, value, row_ * sizeof(float));
 }
 
 }  // namespace linattn

@@ -150,20 +150,22 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
     }
   }
   // The pieces' keys and values into their caches (a window's ring keeps
-  // the last of them), and their positions.
+  // the last of them), and their positions; a one-token item with `into`
+  // leaves its state as it was and writes a copy-on-write copy of its
+  // cache into `into` instead.
   for (const ForwardPiece& p : pass.pieces) {
-    ModelState& state = *pass.items[p.item].state;
-    KvCache& cache = state.kv()[pass.layer];
+    const ForwardItem& item = pass.items[p.item];
+    ModelState& target = item.into != nullptr ? *item.into : *item.state;
+    KvCache& cache = target.kv()[pass.layer];
+    if (item.into != nullptr) cache = item.state->kv()[pass.layer].Copy();
     const uint64_t end = p.position + p.rows;
     cache.Reserve(end);
-    const uint64_t ring = a.window == 0 ? end : cache.blocks() * kKvBlockTokens;
-    for (uint64_t j = std::max(p.position, end > ring ? end - ring : 0);
-         j < end; ++j) {
+    for (uint64_t j = std::max(p.position, cache.FirstHeld(end)); j < end;
+         ++j) {
       const float* row = qkv.row(p.row0 + (j - p.position));
-      std::memcpy(cache.key(j), row + H, kv * sizeof(float));
-      std::memcpy(cache.value(j), row + H + kv, kv * sizeof(float));
+      cache.Write(j, row + H, row + H + kv);
     }
-    state.layers()[pass.layer].set_position(end);
+    target.layers()[pass.layer].set_position(end);
   }
   return L.o->Apply(ws.attn_o.data(), rows, ws.x.data());
 }

@@ -1,6 +1,6 @@
 // Model sessions' snapshots (core/session/snapshot.h): the model's name
 // and fingerprint, every layer's state, the pending token, the random
-// stream, and the short convolutions' windows.
+// stream, the short convolutions' windows, and a hybrid's keys and values.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,15 +31,44 @@ uint64_t ConvSectionBytes(const Model& model) {
                           (8 + w * sizeof(float));
 }
 
+// The keys and values a layer's cache holds at `position`: its first
+// position and how many.
+struct HeldRows {
+  uint64_t first = 0, count = 0;
+};
+HeldRows Held(const KvCache& cache, uint64_t position) {
+  const uint64_t first = cache.FirstHeld(position);
+  return {first, position - first};
+}
+
+// KVCA at `position` (hybrids; 0 for other models).
+uint64_t KvSectionBytes(const Model& model, uint64_t position) {
+  if (!model.config().is_hybrid()) return 0;
+  const ModelState empty = model.NewState();
+  uint64_t bytes = 0;
+  for (const KvCache& cache : empty.kv()) {
+    if (cache.row_floats() == 0) continue;
+    bytes +=
+        4 + 8 + 8 +
+        2 * Held(cache, position).count * cache.row_floats() * sizeof(float);
+  }
+  return bytes;
+}
+
 }  // namespace
 
-uint64_t ModelSnapshotBytes(const Model& model) {
+uint64_t ModelSnapshotBytesAt(const Model& model, uint64_t position) {
   const uint64_t conv = ConvSectionBytes(model);
-  return ContainerBytes(conv > 0 ? 4 : 3,
+  const uint64_t kv = KvSectionBytes(model, position);
+  return ContainerBytes(3 + (conv > 0 ? 1 : 0) + (kv > 0 ? 1 : 0),
                         ModelSectionBytes(model) +
                             StateSectionBytes(model.config().num_hidden_layers,
                                               model.attention_state_bytes()) +
-                            kSamplerSectionBytes + conv);
+                            kSamplerSectionBytes + conv + kv);
+}
+
+uint64_t ModelSnapshotBytes(const Model& model) {
+  return ModelSnapshotBytesAt(model, 0);
 }
 
 std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
@@ -55,6 +84,8 @@ std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
   if (const uint64_t conv = ConvSectionBytes(model); conv > 0) {
     sections.push_back({kConvTag, conv});
   }
+  const uint64_t kv = KvSectionBytes(model, state.position());
+  if (kv > 0) sections.push_back({kKvTag, kv});
   SnapshotWriter w(SnapshotKind::kModelSession, sections);
   w.Put<uint64_t>(model.fingerprint());
   w.Put<uint32_t>(static_cast<uint32_t>(model.name().size()));
@@ -70,6 +101,23 @@ std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
     for (const std::vector<float>& window : state.conv()) {
       w.Put<uint64_t>(window.size());
       w.PutBytes(window.data(), window.size() * sizeof(float));
+    }
+  }
+  if (kv > 0) {
+    for (size_t l = 0; l < state.kv().size(); ++l) {
+      const KvCache& cache = state.kv()[l];
+      if (cache.row_floats() == 0) continue;
+      const HeldRows held = Held(cache, state.position());
+      w.Put<uint32_t>(static_cast<uint32_t>(l));
+      w.Put<uint64_t>(held.first);
+      w.Put<uint64_t>(held.count);
+      const uint64_t row = cache.row_floats() * sizeof(float);
+      for (uint64_t p = held.first; p < state.position(); ++p) {
+        w.PutBytes(cache.key(p), row);
+      }
+      for (uint64_t p = held.first; p < state.position(); ++p) {
+        w.PutBytes(cache.value(p), row);
+      }
     }
   }
   return w.Finish();
@@ -125,6 +173,85 @@ absl::Status ReadConvWindows(std::optional<absl::string_view> conv,
   return r.Done();
 }
 
+// The KVCA section into `state`'s caches, the state at its position
+// already: present exactly when the model is a hybrid, every
+// softmax-attention layer with exactly the positions its cache holds there
+// (the section's size is checked against them before any block is
+// allocated), every key and value finite.
+absl::Status ReadKvCaches(std::optional<absl::string_view> section,
+                          const Model& model, ModelState& state) {
+  if (!model.config().is_hybrid()) {
+    if (section.has_value()) {
+      return Malformed(
+          "holds keys and values; the model has no "
+          "softmax-attention layers");
+    }
+    return absl::OkStatus();
+  }
+  if (!section.has_value()) {
+    return Malformed(
+        "has no keys and values; the model has softmax-attention layers");
+  }
+  const uint64_t position = state.position();
+  // Each layer's rows are at most the section's bytes: bounded before the
+  // size below is computed, so it cannot wrap around.
+  for (const KvCache& cache : state.kv()) {
+    if (cache.row_floats() != 0 &&
+        Held(cache, position).count >
+            section->size() / (2 * cache.row_floats() * sizeof(float))) {
+      return Malformed(absl::StrCat(
+          "holds ", section->size(),
+          " bytes of keys and values, fewer than a session at position ",
+          position, " has"));
+    }
+  }
+  if (section->size() != KvSectionBytes(model, position)) {
+    return Malformed(absl::StrCat("holds ", section->size(),
+                                  " bytes of keys and values; a session at "
+                                  "position ",
+                                  position, " has ",
+                                  KvSectionBytes(model, position)));
+  }
+  SectionReader r(*section, "KVCA");
+  for (size_t l = 0; l < state.kv().size(); ++l) {
+    KvCache& cache = state.kv()[l];
+    if (cache.row_floats() == 0) continue;
+    const HeldRows held = Held(cache, position);
+    uint32_t index = 0;
+    uint64_t first = 0, count = 0;
+    LINATTN_RETURN_IF_ERROR(r.Get(&index, "layer"));
+    LINATTN_RETURN_IF_ERROR(r.Get(&first, "first position"));
+    LINATTN_RETURN_IF_ERROR(r.Get(&count, "positions"));
+    if (index != l || first != held.first || count != held.count) {
+      return Malformed(absl::StrCat(
+          "holds keys and values of layer ", index, " at positions [", first,
+          ", ", first + count, "); layer ", l, " at position ", position,
+          " holds [", held.first, ", ", position, ")"));
+    }
+    const uint64_t bytes = cache.row_floats() * sizeof(float);
+    LINATTN_ASSIGN_OR_RETURN(absl::string_view keys,
+                             r.Bytes(count * bytes, "keys"));
+    LINATTN_ASSIGN_OR_RETURN(absl::string_view values,
+                             r.Bytes(count * bytes, "values"));
+    if (!AllFinite(reinterpret_cast<const float*>(keys.data()),
+                   count * cache.row_floats()) ||
+        !AllFinite(reinterpret_cast<const float*>(values.data()),
+                   count * cache.row_floats())) {
+      return Malformed(absl::StrCat("holds keys or values of layer ", l,
+                                    " that are not "
+                                    "finite"));
+    }
+    cache.Reserve(position);
+    std::vector<float> key(cache.row_floats()), value(cache.row_floats());
+    for (uint64_t i = 0; i < count; ++i) {
+      std::memcpy(key.data(), keys.data() + i * bytes, bytes);
+      std::memcpy(value.data(), values.data() + i * bytes, bytes);
+      cache.Write(first + i, key.data(), value.data());
+    }
+  }
+  return r.Done();
+}
+
 }  // namespace
 
 absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
@@ -137,10 +264,17 @@ absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
   const bool has_conv =
       std::any_of(sections.begin(), sections.end(),
                   [](const SnapshotSection& s) { return s.tag == kConvTag; });
+  // KVCA likewise for hybrids (ReadKvCaches).
+  const bool has_kv =
+      std::any_of(sections.begin(), sections.end(),
+                  [](const SnapshotSection& s) { return s.tag == kKvTag; });
   LINATTN_ASSIGN_OR_RETURN(
       std::vector<absl::string_view> found,
-      has_conv ? FindSections(sections, {kModelTag, kStateTag, kConvTag})
-               : FindSections(sections, {kModelTag, kStateTag}));
+      has_conv && has_kv
+          ? FindSections(sections, {kModelTag, kStateTag, kConvTag, kKvTag})
+      : has_conv ? FindSections(sections, {kModelTag, kStateTag, kConvTag})
+      : has_kv   ? FindSections(sections, {kModelTag, kStateTag, kKvTag})
+                 : FindSections(sections, {kModelTag, kStateTag}));
   SectionReader r(found[0], "MODL");
   uint64_t fingerprint = 0;
   uint32_t name_len = 0;
@@ -190,6 +324,9 @@ absl::StatusOr<ParsedModelSnapshot> ParseModelSnapshot(
   }
   LINATTN_RETURN_IF_ERROR(ReadConvWindows(
       has_conv ? std::optional<absl::string_view>(found[2]) : std::nullopt,
+      *model, parsed.state));
+  LINATTN_RETURN_IF_ERROR(ReadKvCaches(
+      has_kv ? std::optional<absl::string_view>(found.back()) : std::nullopt,
       *model, parsed.state));
   if (pending < -1 || (pending >= 0 && static_cast<uint32_t>(pending) >=
                                            model->config().vocab_size)) {

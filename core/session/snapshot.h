@@ -93,7 +93,10 @@ absl::StatusOr<AttentionSpec> ParseSpec(absl::string_view blob);
 std::string SerializeModelSnapshot(const Model& model, const ModelState& state,
                                    std::optional<int32_t> pending,
                                    const SamplerPosition& sampler = {});
+// Its bytes for a session at position 0 (a hybrid's keys and values add
+// more as the context grows: at `position`, ModelSnapshotBytesAt).
 uint64_t ModelSnapshotBytes(const Model& model);
+uint64_t ModelSnapshotBytesAt(const Model& model, uint64_t position);
 
 struct ParsedModelSnapshot {
   std::shared_ptr<const Model> model;

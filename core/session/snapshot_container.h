@@ -37,6 +37,11 @@ inline constexpr uint32_t kModelTag = SnapshotTag("MODL");
 inline constexpr uint32_t kStateTag = SnapshotTag("STAT");
 inline constexpr uint32_t kSamplerTag = SnapshotTag("SMPL");
 inline constexpr uint32_t kConvTag = SnapshotTag("CONV");
+// KVCA (hybrid models' sessions; required): per softmax-attention layer in
+// layer order, its index u32, the first position it holds u64 and the
+// positions held u64, then their keys and their values, row_floats f32
+// each (core/model/kv_cache.h).
+inline constexpr uint32_t kKvTag = SnapshotTag("KVCA");
 // RULE (attention sessions of the gated, delta, rwkv7 and rwkv6 rules;
 // required, so a reader that does not know it refuses the blob rather than
 // misread it): rule u8, gate u8, qk_l2norm u8, scale f32; rwkv6 then its

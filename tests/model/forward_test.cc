@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/model/model.h"
 #include "tests/model/fixtures.h"
@@ -220,45 +221,6 @@ TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
   CheckBatchedEqualsOneByOne("hybrid_gated_deltanet_specs");
 }
 
-// A hybrid's state: the recurrent layers' fixed part, and keys and values
-// in whole blocks as the context grows (a windowed layer's up to its ring
-// only); `into` (which would copy every key) is refused, changing nothing.
-TEST(ModelStateTest, AHybridsKeysAndValuesGrowInBlocks) {
-  const FixtureCase fx = LoadFixture("hybrid_gated_deltanet_specs");
-  auto model = Model::Load(fx.dir);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const Model& m = **model;
-  const ModelConfig& c = m.config();
-  ASSERT_TRUE(c.is_hybrid());
-  // Layer 0: 2 heads of 32, a window of 70 (a ring of 128 positions);
-  // layer 2: full attention, 1 key/value head of 16.
-  const uint64_t row0 = 2 * 32, row2 = 1 * 16;
-  EXPECT_EQ(m.kv_bytes_per_token(), 2 * (row0 + row2) * 4);
-  auto blocks = [&](uint64_t n0, uint64_t n2) {
-    return 2 * kKvBlockTokens * 4 * (n0 * row0 + n2 * row2);
-  };
-  EXPECT_EQ(m.kv_bytes_at(0), 0u);
-  EXPECT_EQ(m.kv_bytes_at(1), blocks(1, 1));
-  EXPECT_EQ(m.kv_bytes_at(65), blocks(2, 2));
-  EXPECT_EQ(m.kv_bytes_at(1000), blocks(2, 16));
-  ModelState state = m.NewState();
-  EXPECT_EQ(state.bytes(), m.state_bytes());
-  ForwardRunner runner(*model);
-  std::span<const int32_t> tokens(fx.tokens);
-  ASSERT_TRUE(runner.Run(state, tokens.first(65), nullptr).ok());
-  EXPECT_EQ(state.kv_bytes(), m.kv_bytes_at(65));
-  EXPECT_EQ(state.bytes(), m.state_bytes() + m.kv_bytes_at(65));
-
-  ModelState into = m.NewState();
-  ForwardItem item{
-      .state = &state, .tokens = tokens.subspan(65, 1), .into = &into};
-  const absl::Status s = runner.Run(std::span<const ForwardItem>(&item, 1));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("items[0].into"), std::string::npos) << s;
-  EXPECT_EQ(state.position(), 65u);
-  EXPECT_EQ(into.position(), 0u);
-}
-
 // bf16 chunkwise products (ForwardOptions::chunkwise.precision, the
 // server's --prefill-precision) reach the linear-rule layers: a prompt's
 // prefill gives other logits than the fp32 one, all finite, and its decode
@@ -321,6 +283,90 @@ TEST(ForwardBatchTest, BadTokenLeavesEveryStateAsItWas) {
                          {.state = &a, .tokens = good}};
   EXPECT_EQ(runner.Run(twice).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(a.position(), 9u);
+}
+
+// A hybrid's state: the recurrent layers' fixed part, and keys and values
+// in whole blocks as the context grows (a windowed layer's up to its ring
+// only).
+TEST(ModelStateTest, AHybridsKeysAndValuesGrowInBlocks) {
+  const FixtureCase fx = LoadFixture("hybrid_gated_deltanet_specs");
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  const ModelConfig& c = m.config();
+  ASSERT_TRUE(c.is_hybrid());
+  // Layer 0: 2 heads of 32, a window of 70 (a ring of 128 positions);
+  // layer 2: full attention, 1 key/value head of 16.
+  const uint64_t row0 = 2 * 32, row2 = 1 * 16;
+  EXPECT_EQ(m.kv_bytes_per_token(), 2 * (row0 + row2) * 4);
+  auto blocks = [&](uint64_t n0, uint64_t n2) {
+    return 2 * kKvBlockTokens * 4 * (n0 * row0 + n2 * row2);
+  };
+  EXPECT_EQ(m.kv_bytes_at(0), 0u);
+  EXPECT_EQ(m.kv_bytes_at(1), blocks(1, 1));
+  EXPECT_EQ(m.kv_bytes_at(65), blocks(2, 2));
+  EXPECT_EQ(m.kv_bytes_at(1000), blocks(2, 16));
+  ModelState state = m.NewState();
+  EXPECT_EQ(state.bytes(), m.state_bytes());
+  ForwardRunner runner(*model);
+  std::span<const int32_t> tokens(fx.tokens);
+  ASSERT_TRUE(runner.Run(state, tokens.first(65), nullptr).ok());
+  EXPECT_EQ(state.kv_bytes(), m.kv_bytes_at(65));
+  EXPECT_EQ(state.bytes(), m.state_bytes() + m.kv_bytes_at(65));
+}
+
+// Copies of a hybrid's state share its key/value blocks: a copy costs no
+// block, and a token written to one copies only the block it lands in.
+// A step `into` another state leaves the state as it was (bits and blocks)
+// and gives `into` what a step in place gives.
+TEST(ModelStateTest, AHybridsCopiesShareBlocksUntilOneIsWritten) {
+  const FixtureCase fx = LoadFixture("hybrid_gated_deltanet_specs");
+  auto model = Model::Load(fx.dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  const size_t V = m.config().vocab_size;
+  ForwardRunner runner(*model);
+  std::span<const int32_t> tokens(fx.tokens);
+  ModelState state = m.NewState();
+  ASSERT_TRUE(runner.Run(state, tokens.first(70), nullptr).ok());
+  const KvCache& full = state.kv()[2];  // full attention: 2 blocks
+  ASSERT_EQ(full.blocks(), 2u);
+  EXPECT_EQ(full.shared_blocks(), 0u);
+
+  ModelState fork = state.Copy();
+  EXPECT_EQ(state.kv()[0].shared_blocks(), state.kv()[0].blocks());
+  EXPECT_EQ(full.shared_blocks(), 2u);
+  std::vector<float> l_fork(V), l_into(V), l_place(V);
+  ASSERT_TRUE(runner.Run(fork, tokens.subspan(70, 1), l_fork.data()).ok());
+  // The fork wrote position 70, in each layer's second block: the first
+  // blocks are still shared.
+  EXPECT_EQ(full.shared_blocks(), 1u);
+  EXPECT_EQ(fork.kv()[2].shared_blocks(), 1u);
+  EXPECT_EQ(state.position(), 70u);
+
+  ModelState into = m.NewState();
+  const std::vector<float> before(full.key(69), full.key(69) + 16);
+  ForwardItem item{.state = &state,
+                   .tokens = tokens.subspan(70, 1),
+                   .logits = l_into.data(),
+                   .into = &into};
+  ASSERT_TRUE(runner.Run(std::span<const ForwardItem>(&item, 1)).ok());
+  EXPECT_EQ(state.position(), 70u);
+  EXPECT_EQ(into.position(), 71u);
+  EXPECT_EQ(std::vector<float>(full.key(69), full.key(69) + 16), before);
+  ASSERT_TRUE(runner.Run(state, tokens.subspan(70, 1), l_place.data()).ok());
+  EXPECT_EQ(l_into, l_place);
+  EXPECT_EQ(l_fork, l_place);
+  for (size_t l : {size_t{0}, size_t{2}}) {
+    for (uint64_t p = 0; p < 71; ++p) {
+      ASSERT_EQ(0, std::memcmp(into.kv()[l].key(p), state.kv()[l].key(p),
+                               state.kv()[l].row_floats() * sizeof(float)))
+          << l << " " << p;
+      ASSERT_EQ(0, std::memcmp(into.kv()[l].value(p), state.kv()[l].value(p),
+                               state.kv()[l].row_floats() * sizeof(float)))
+          << l << " " << p;
+    }
+  }
 }
 
 TEST(ModelStateTest, StateBytesAreLayersTimesHeadsTimesSAndZ) {

@@ -162,6 +162,60 @@ TEST(ModelTypesTest, SnapshotsAndForksContinueExactly) {
   }
 }
 
+// A hybrid's snapshot carries the keys and values its caches hold (a
+// window's ring: the last of them), of ModelSnapshotBytesAt's size; restored,
+// the session continues bit for bit, at a position where the ring has
+// wrapped and where it has not. Keys that are not finite are refused.
+TEST(ModelTypesTest, HybridSnapshotsCarryTheKeysAndValues) {
+  for (const char* name :
+       {"hybrid_gla_window_gqa_bias", "hybrid_gated_deltanet_specs"}) {
+    for (const size_t at : {size_t{9}, size_t{70}}) {
+      SCOPED_TRACE(std::string(name) + " at " + std::to_string(at));
+      const auto [fx, model] = Open(name);
+      ASSERT_NE(model, nullptr);
+      ForwardRunner runner(model);
+      std::span<const int32_t> tokens(fx.tokens);
+      ModelState state = model->NewState();
+      Feed(runner, state, tokens.subspan(0, at));
+      const std::string blob =
+          SerializeModelSnapshot(*model, state, tokens[at], SamplerPosition{});
+      EXPECT_EQ(blob.size(), ModelSnapshotBytesAt(*model, at));
+      EXPECT_GT(blob.size(), ModelSnapshotBytes(*model));
+      const std::shared_ptr<const Model> models[] = {model};
+      auto parsed = ParseModelSnapshot(blob, models);
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      EXPECT_TRUE(SameState(parsed->state, state));
+      EXPECT_EQ(parsed->state.kv_bytes(), state.kv_bytes());
+      const auto rest = tokens.subspan(at, 7);
+      const std::vector<float> original = Feed(runner, state, rest);
+      EXPECT_TRUE(SameBits(Feed(runner, parsed->state, rest), original));
+
+      // The last key's last float made infinite.
+      ModelState bad = model->NewState();
+      Feed(runner, bad, tokens.subspan(0, at));
+      std::string broken = SerializeModelSnapshot(*model, bad, tokens[at]);
+      auto refused = ParseModelSnapshot(broken, models);
+      ASSERT_TRUE(refused.ok());
+      for (size_t l = 0; l < bad.kv().size(); ++l) {
+        KvCache& cache = bad.kv()[l];
+        if (cache.row_floats() == 0) continue;
+        std::vector<float> key(cache.key(at - 1),
+                               cache.key(at - 1) + cache.row_floats());
+        std::vector<float> value(cache.value(at - 1),
+                                 cache.value(at - 1) + cache.row_floats());
+        key.back() = std::numeric_limits<float>::infinity();
+        cache.Write(at - 1, key.data(), value.data());
+        break;
+      }
+      refused = ParseModelSnapshot(
+          SerializeModelSnapshot(*model, bad, tokens[at]), models);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(refused.status().message(),
+                  ::testing::HasSubstr("not finite"));
+    }
+  }
+}
+
 // Sessions at different positions in one batch (decode rows and prompt
 // pieces together) get the logits each gets alone.
 TEST(ModelTypesTest, BatchedEqualsOneByOne) {
