@@ -197,6 +197,7 @@ absl::Status ParseHybridAttention(const json& j, ModelConfig& c) {
     case ModelType::kGla:
     case ModelType::kDeltaNet:
     case ModelType::kGatedDeltaNet:
+    case ModelType::kRwkv6:  // RWKV6Block: Attention in place of its time mix
       break;
     case ModelType::kMamba2:
       return ConfigFieldError(
@@ -208,11 +209,6 @@ absl::Status ParseHybridAttention(const json& j, ModelConfig& c) {
           "attn",
           "fla's rwkv7 hybrids do not run in fla itself (RWKV7Block "
           "unpacks four values from Attention, which returns three)");
-    case ModelType::kRwkv6:
-      return ConfigFieldError(
-          "attn",
-          "rwkv6 hybrids (RWKV6Block with Attention) are not "
-          "supported yet");
   }
   const json& attn = *it;
   if (!attn.is_object() && !attn.is_array()) {

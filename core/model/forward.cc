@@ -10,7 +10,6 @@
 #include "core/attention/recurrent.h"
 #include "core/model/model_types.h"
 #include "core/model/row_ops.h"
-#include "core/model/softmax_attention.h"
 #include "core/onednn/gemm.h"
 #include "core/util/parallel_for.h"
 #include "core/util/row_view.h"
@@ -150,7 +149,7 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
   for (size_t l = 0; l < model_->layers().size(); ++l) {
     const LayerPass pass{items, pieces, rows, l};
     LINATTN_RETURN_IF_ERROR(c.attention_layer(l) != nullptr
-                                ? RunSoftmaxAttention(*this, pass)
+                                ? type.RunAttentionBlock(*this, pass)
                                 : type.RunMixer(*this, pass));
     if (c.has_mlp()) {
       LINATTN_RETURN_IF_ERROR(MlpBlock(model_->layers()[l], rows));

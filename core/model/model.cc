@@ -332,6 +332,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     LINATTN_ASSIGN_OR_RETURN(L.attn_norm, r.Vector(p + names.input_norm, H));
     if (const ModelConfig::SoftmaxAttention* a = c.attention_layer(i)) {
       LINATTN_RETURN_IF_ERROR(LoadSoftmaxAttention(r, c, *a, p, weights, L));
+      LINATTN_RETURN_IF_ERROR(type.LoadAttentionBlock(r, c, p, weights, L));
     } else {
       LINATTN_RETURN_IF_ERROR(type.LoadMixer(r, c, p, weights, L));
     }

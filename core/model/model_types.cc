@@ -2,6 +2,10 @@
 
 #include <array>
 
+#include "core/model/forward.h"
+#include "core/model/row_ops.h"
+#include "core/model/softmax_attention.h"
+
 namespace linattn {
 
 std::span<const ModelTypeDef* const> ModelTypes() {
@@ -21,6 +25,16 @@ const ModelTypeDef* FindModelType(absl::string_view name) {
     if (def->name() == name) return def;
   }
   return nullptr;
+}
+
+absl::Status ModelTypeDef::RunAttentionBlock(ForwardRunner& runner,
+                                             const LayerPass& pass) const {
+  const ModelConfig& c = runner.model().config();
+  ForwardWorkspace& ws = runner.workspace();
+  RmsNorm(ws.x.data(), pass.rows, c.hidden_size,
+          runner.model().layers()[pass.layer].attn_norm.data(), c.norm_eps,
+          ws.xn.data());
+  return RunSoftmaxAttention(runner, pass);
 }
 
 absl::string_view ModelTypeName(ModelType type) {

@@ -96,6 +96,23 @@ class ModelTypeDef {
   virtual absl::Status RunMixer(ForwardRunner& runner,
                                 const LayerPass& pass) const = 0;
 
+  // --- A hybrid's softmax-attention layers (softmax_attention.h) ---
+  // The layer's weights around fla's Attention beyond attn_norm and the
+  // attention's own (rwkv6: its block's other norms and its channel mix);
+  // none for fla's common block.
+  virtual absl::Status LoadAttentionBlock(TensorReader& /*r*/,
+                                          const ModelConfig& /*c*/,
+                                          const std::string& /*layer*/,
+                                          WeightType /*weights*/,
+                                          Model::Layer& /*L*/) const {
+    return absl::OkStatus();
+  }
+  // The layer's block with Attention as its mixer: fla's common block by
+  // default, x += Attention(rmsnorm(x)) (the MLP follows as in every
+  // layer).
+  virtual absl::Status RunAttentionBlock(ForwardRunner& runner,
+                                         const LayerPass& pass) const;
+
  protected:
   ModelTypeDef(ModelType type, absl::string_view name,
                absl::string_view reference)

@@ -65,7 +65,6 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
   const uint64_t kv = uint64_t{nkv} * d, width = H + 2 * kv;
   const uint32_t half = d / 2;
 
-  RmsNorm(ws.x.data(), rows, H, L.attn_norm.data(), c.norm_eps, ws.xn.data());
   LINATTN_RETURN_IF_ERROR(L.qkv->Apply(ws.xn.data(), rows, ws.attn_qkv.data()));
   const RowView<float> qkv(ws.attn_qkv.data(), rows, width);
   // Biases, and rotary at each row's position.

@@ -1,7 +1,8 @@
 // A hybrid model's softmax-attention layer (config.h SoftmaxAttention):
 // fla/layers/attn.py's Attention as fla's blocks place it (attn_norm →
-// Attention → residual), over the session's KvCache (kv_cache.h):
-//   rmsnorm → (q|k|v) GEMM (+ qkv bias) → GPT-NeoX rotary on q and k at
+// Attention → residual; rwkv6's block: its LayerNorms and channel mix
+// around it), over the session's KvCache (kv_cache.h):
+//   normed rows → (q|k|v) GEMM (+ qkv bias) → GPT-NeoX rotary on q and k at
 //   each row's position (base rope_theta) → per query head h (key/value
 //   head h / (num_heads / num_kv_heads)): softmax(q·kᵀ·d^−½) over the keys
 //   at positions i − w < j ≤ i (all j ≤ i without a window) → o_proj GEMM
@@ -32,8 +33,9 @@ absl::Status LoadSoftmaxAttention(TensorReader& r, const ModelConfig& c,
                                   const std::string& layer, WeightType weights,
                                   Model::Layer& L);
 
-// x += Attention(rmsnorm(x)) for the rows of `pass`, advancing each
-// piece's cache and position.
+// x += Attention(xn) for the rows of `pass`, xn the workspace's normed
+// rows (the type's block normalises them: ModelTypeDef::RunAttentionBlock),
+// advancing each piece's cache and position.
 absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass);
 
 }  // namespace linattn

@@ -219,6 +219,7 @@ TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
   CheckBatchedEqualsOneByOne("elu_norm_gqa");
   CheckBatchedEqualsOneByOne("hybrid_gla_window_gqa_bias");
   CheckBatchedEqualsOneByOne("hybrid_gated_deltanet_specs");
+  CheckBatchedEqualsOneByOne("hybrid_rwkv6_first_window");
 }
 
 // bf16 chunkwise products (ForwardOptions::chunkwise.precision, the

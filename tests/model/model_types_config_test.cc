@@ -320,8 +320,9 @@ TEST(ModelTypesConfigTest, BadHybridSpecsAreRefusedByField) {
        "attn.qkv_bias"},
   };
   for (const auto& [tail, field] : cases) ExpectRefused(head + tail, field);
-  // The types whose fla blocks take no Attention.
-  for (const char* type : {"mamba2", "rwkv7", "rwkv6"}) {
+  // The types whose fla blocks take no Attention (mamba2) or cannot run it
+  // (rwkv7).
+  for (const char* type : {"mamba2", "rwkv7"}) {
     ExpectRefused(
         absl::StrCat(R"({"model_type": ")", type,
                      R"(", "attn": {"layers": [0], "num_heads": 4}})"),
@@ -367,8 +368,8 @@ TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
       {R"({"model_type": "rwkv6", "gate_low_rank_dim": -1})",
        "gate_low_rank_dim"},
       {R"({"model_type": "rwkv6", "hidden_ratio": 0})", "hidden_ratio"},
-      {R"({"model_type": "rwkv6", "attn": {"layers": [1], "num_heads": 4}})",
-       "attn"},
+      {R"({"model_type": "rwkv6", "attn": {"layers": [24], "num_heads": 4}})",
+       "attn.layers"},
       {R"({"model_type": "rwkv7", "hidden_act": "swish"})", "hidden_act"},
       {R"({"model_type": "rwkv7", "hidden_size": 96, "head_dim": 64})",
        "head_dim"},

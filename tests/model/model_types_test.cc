@@ -168,7 +168,8 @@ TEST(ModelTypesTest, SnapshotsAndForksContinueExactly) {
 // wrapped and where it has not. Keys that are not finite are refused.
 TEST(ModelTypesTest, HybridSnapshotsCarryTheKeysAndValues) {
   for (const char* name :
-       {"hybrid_gla_window_gqa_bias", "hybrid_gated_deltanet_specs"}) {
+       {"hybrid_gla_window_gqa_bias", "hybrid_gated_deltanet_specs",
+        "hybrid_rwkv6_first_window"}) {
     for (const size_t at : {size_t{9}, size_t{70}}) {
       SCOPED_TRACE(std::string(name) + " at " + std::to_string(at));
       const auto [fx, model] = Open(name);

@@ -147,9 +147,10 @@ def rule_cases():
     return out
 
 
-# fla's hybrids: softmax-attention layers (`attn`) beside each type's mixer,
-# full and windowed (a window of 5 wraps the cache's 64-position ring within
-# the 77 tokens), GQA, qkv biases, rope_theta, one spec and a list of specs,
+# fla's hybrids: softmax-attention layers (`attn`) beside each type's mixer
+# (rwkv6's in place of its time mix), full and windowed (a window of 5 wraps
+# the cache's 64-position ring within the 77 tokens), GQA, qkv biases,
+# rope_theta, one spec and a list of specs,
 # every layer attention, an F16 file.
 LINEAR_ATTN = {"model_type": "linear_attn", "num_heads": 4, "feature_map": "elu",
                "norm_feature_map": True, "hidden_act": "swish", "hidden_ratio": 4,
@@ -170,6 +171,13 @@ def hybrid_cases():
          dict(attn={"layers": [0, 1], "num_heads": 8, "num_kv_heads": 4, "qkv_bias": True})),
         ("hybrid_delta_net_f16", RULE_TYPES["delta_net"] | {"model_type": "delta_net"},
          dict(_dtype="F16", attn={"layers": [1], "num_heads": 2, "window_size": 1})),
+        # RWKV6Block with Attention in place of its time mix: on layer 0
+        # (after pre_norm), and without LayerNorm biases.
+        ("hybrid_rwkv6_first_window", RULE_TYPES["rwkv6"] | {"model_type": "rwkv6"},
+         dict(num_hidden_layers=3, attn={"layers": [0], "num_heads": 4, "window_size": 6,
+                                          "qkv_bias": True})),
+        ("hybrid_rwkv6_nobias_gqa", RULE_TYPES["rwkv6"] | {"model_type": "rwkv6"},
+         dict(norm_bias=False, attn={"layers": [1], "num_heads": 2, "num_kv_heads": 1})),
     ]
 
 

@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/row_ops.h"
+#include "core/model/softmax_attention.h"
 #include "core/model/types/rule_mixer.h"
 #include "core/model/types/rwkv_block.h"
 #include "core/util/parallel_for.h"
@@ -88,9 +89,25 @@ class Rwkv6Def final : public RwkvBlockDef {
                          Model::Layer& L) const override;
   absl::Status RunMixer(ForwardRunner& runner,
                         const LayerPass& pass) const override;
+  // A hybrid's attention layer: RWKV6Block with Attention in place of the
+  // time mix (its LayerNorms, no time-mix token shift), then the channel
+  // mix as in every layer.
+  absl::Status LoadAttentionBlock(TensorReader& r, const ModelConfig& c,
+                                  const std::string& layer, WeightType weights,
+                                  Model::Layer& L) const override;
+  absl::Status RunAttentionBlock(ForwardRunner& runner,
+                                 const LayerPass& pass) const override;
 
  private:
   static Blocks BlocksOf(const ModelConfig& c, ForwardWorkspace& ws);
+  // The channel mix's weights (ffn.*) into `w`.
+  static absl::Status LoadChannelMix(TensorReader& r, const ModelConfig& c,
+                                     const std::string& layer,
+                                     WeightType weights, Rwkv6Layer& w);
+  // x += the channel mix of ffn_norm(x) for the rows of `pass`.
+  static absl::Status RunChannelMix(ForwardRunner& runner,
+                                    const LayerPass& pass, const Rwkv6Layer& w,
+                                    const Blocks& b);
 };
 
 absl::Status Rwkv6Def::ReadConfig(const json& j, ModelConfig& c) const {
@@ -152,9 +169,9 @@ absl::Status Rwkv6Def::LoadMixer(TensorReader& r, const ModelConfig& c,
                                  const std::string& layer, WeightType weights,
                                  Model::Layer& L) const {
   const int64_t H = c.hidden_size, dk = c.key_dim(), dv = c.value_dim(),
-                I = c.intermediate_size, rank = c.mix_rank;
+                rank = c.mix_rank;
   auto w = std::make_unique<Rwkv6Layer>();
-  const std::string a = layer + "attn.", f = layer + "ffn.";
+  const std::string a = layer + "attn.";
   LINATTN_RETURN_IF_ERROR(LoadRwkvNorms(r, c, layer, &w->norms));
 
   auto pack = [&](const float* m, int64_t out, int64_t in, WeightType type,
@@ -225,17 +242,52 @@ absl::Status Rwkv6Def::LoadMixer(TensorReader& r, const ModelConfig& c,
   LINATTN_RETURN_IF_ERROR(
       linear(a + "o_proj.weight", H, dv, weights, &L.o, /*accumulate=*/true));
 
-  LINATTN_ASSIGN_OR_RETURN(w->ffn_key_mu, r.Vector(f + "key.mu", H));
-  LINATTN_ASSIGN_OR_RETURN(w->ffn_receptance_mu,
-                           r.Vector(f + "receptance.mu", H));
-  LINATTN_RETURN_IF_ERROR(
-      linear(f + "key.linear.weight", I, H, weights, &w->ffn_key));
-  LINATTN_RETURN_IF_ERROR(linear(f + "receptance.linear.weight", H, H, weights,
-                                 &w->ffn_receptance));
-  LINATTN_RETURN_IF_ERROR(
-      linear(f + "value.weight", H, I, weights, &w->ffn_value));
+  LINATTN_RETURN_IF_ERROR(LoadChannelMix(r, c, layer, weights, *w));
   L.extras = std::move(w);
   return absl::OkStatus();
+}
+
+absl::Status Rwkv6Def::LoadChannelMix(TensorReader& r, const ModelConfig& c,
+                                      const std::string& layer,
+                                      WeightType weights, Rwkv6Layer& w) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const std::string f = layer + "ffn.";
+  auto linear = [&](const std::string& name, int64_t out, int64_t in,
+                    std::unique_ptr<PackedLinear>* into) -> absl::Status {
+    LINATTN_ASSIGN_OR_RETURN(AlignedBuffer m, r.Matrix(name, out, in));
+    LINATTN_ASSIGN_OR_RETURN(
+        *into, PackedLinear::Create(m.data(), out, in, false, weights));
+    return absl::OkStatus();
+  };
+  LINATTN_ASSIGN_OR_RETURN(w.ffn_key_mu, r.Vector(f + "key.mu", H));
+  LINATTN_ASSIGN_OR_RETURN(w.ffn_receptance_mu,
+                           r.Vector(f + "receptance.mu", H));
+  LINATTN_RETURN_IF_ERROR(linear(f + "key.linear.weight", I, H, &w.ffn_key));
+  LINATTN_RETURN_IF_ERROR(
+      linear(f + "receptance.linear.weight", H, H, &w.ffn_receptance));
+  return linear(f + "value.weight", H, I, &w.ffn_value);
+}
+
+absl::Status Rwkv6Def::LoadAttentionBlock(TensorReader& r, const ModelConfig& c,
+                                          const std::string& layer,
+                                          WeightType weights,
+                                          Model::Layer& L) const {
+  auto w = std::make_unique<Rwkv6Layer>();
+  LINATTN_RETURN_IF_ERROR(LoadRwkvNorms(r, c, layer, &w->norms));
+  LINATTN_RETURN_IF_ERROR(LoadChannelMix(r, c, layer, weights, *w));
+  L.extras = std::move(w);
+  return absl::OkStatus();
+}
+
+absl::Status Rwkv6Def::RunAttentionBlock(ForwardRunner& runner,
+                                         const LayerPass& pass) const {
+  const Model& m = runner.model();
+  const ModelConfig& c = m.config();
+  const Model::Layer& L = m.layers()[pass.layer];
+  const Rwkv6Layer& w = static_cast<const Rwkv6Layer&>(*L.extras);
+  RwkvMixerInput(pass, c, L, w.norms, runner.workspace());
+  LINATTN_RETURN_IF_ERROR(RunSoftmaxAttention(runner, pass));
+  return RunChannelMix(runner, pass, w, BlocksOf(c, runner.workspace()));
 }
 
 Blocks Rwkv6Def::BlocksOf(const ModelConfig& c, ForwardWorkspace& ws) {
@@ -267,8 +319,7 @@ absl::Status Rwkv6Def::RunMixer(ForwardRunner& runner,
   ForwardWorkspace& ws = runner.workspace();
   const uint32_t rows = pass.rows, H = c.hidden_size, nh = c.num_heads,
                  dk = c.head_k, dvh = c.head_v, rank = c.mix_rank;
-  const uint64_t key_dim = c.key_dim(), dv = c.value_dim(),
-                 I = c.intermediate_size;
+  const uint64_t key_dim = c.key_dim(), dv = c.value_dim();
   const Blocks b = BlocksOf(c, ws);
   const bool parallel = uint64_t{rows} * H >= kParallelFloats;
   float* x = ws.x.data();
@@ -364,11 +415,31 @@ absl::Status Rwkv6Def::RunMixer(ForwardRunner& runner,
   });
   LINATTN_RETURN_IF_ERROR(L.o->Apply(o_out, rows, x));
 
-  // --- Channel mix ---
+  return RunChannelMix(runner, pass, w, b);
+}
+
+absl::Status Rwkv6Def::RunChannelMix(ForwardRunner& runner,
+                                     const LayerPass& pass, const Rwkv6Layer& w,
+                                     const Blocks& b) {
+  const ModelConfig& c = runner.model().config();
+  ForwardWorkspace& ws = runner.workspace();
+  const uint32_t rows = pass.rows, H = c.hidden_size;
+  const uint64_t I = c.intermediate_size;
+  const bool parallel = uint64_t{rows} * H >= kParallelFloats;
+  float* x = ws.x.data();
+  float* xn = ws.xn.data();
+  auto lerp = [&](const float* mix, float* y) {
+    ParallelFor(rows, parallel, [&](uint64_t r) {
+      const float* xr = xn + r * H;
+      const float* d = b.delta + r * H;
+      float* yr = y + r * H;
+      for (uint32_t i = 0; i < H; ++i) yr[i] = xr[i] + d[i] * mix[i];
+    });
+  };
   RwkvChannelMixInput(pass, c, w.norms, ws, b.delta);
-  lerp(w.ffn_key_mu.data(), 0, b.lerp);
+  lerp(w.ffn_key_mu.data(), b.lerp);
   LINATTN_RETURN_IF_ERROR(w.ffn_key->Apply(b.lerp, rows, b.hidden));
-  lerp(w.ffn_receptance_mu.data(), 0, b.lerp);
+  lerp(w.ffn_receptance_mu.data(), b.lerp);
   LINATTN_RETURN_IF_ERROR(w.ffn_receptance->Apply(b.lerp, rows, b.receptance));
   RwkvReluSquare(b.hidden, rows, I);
   LINATTN_RETURN_IF_ERROR(w.ffn_value->Apply(b.hidden, rows, b.value));

@@ -89,9 +89,9 @@ const float* BiasOf(const std::vector<float>& v) {
 
 }  // namespace
 
-void RwkvTimeMixInput(const LayerPass& pass, const ModelConfig& c,
-                      const Model::Layer& L, const RwkvNorms& norms,
-                      ForwardWorkspace& ws, float* delta) {
+void RwkvMixerInput(const LayerPass& pass, const ModelConfig& c,
+                    const Model::Layer& L, const RwkvNorms& norms,
+                    ForwardWorkspace& ws) {
   const uint32_t rows = pass.rows, H = c.hidden_size;
   float* x = ws.x.data();
   if (pass.layer == 0 && c.norm_first) {
@@ -100,6 +100,12 @@ void RwkvTimeMixInput(const LayerPass& pass, const ModelConfig& c,
   }
   LayerNorm(x, rows, H, L.attn_norm.data(), BiasOf(norms.attn_norm_b),
             c.norm_eps, ws.xn.data());
+}
+
+void RwkvTimeMixInput(const LayerPass& pass, const ModelConfig& c,
+                      const Model::Layer& L, const RwkvNorms& norms,
+                      ForwardWorkspace& ws, float* delta) {
+  RwkvMixerInput(pass, c, L, norms, ws);
   RwkvTokenShift(pass, c, ws.xn.data(), 0, delta);
 }
 

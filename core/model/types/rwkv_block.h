@@ -53,6 +53,11 @@ void RwkvTokenShift(const LayerPass& pass, const ModelConfig& c,
 void RwkvTimeMixInput(const LayerPass& pass, const ModelConfig& c,
                       const Model::Layer& L, const RwkvNorms& norms,
                       ForwardWorkspace& ws, float* delta);
+// The time mix's x and xn without its token shift: a hybrid's attention
+// layer in RWKV's block (rwkv6), which keeps no time-mix shift.
+void RwkvMixerInput(const LayerPass& pass, const ModelConfig& c,
+                    const Model::Layer& L, const RwkvNorms& norms,
+                    ForwardWorkspace& ws);
 void RwkvChannelMixInput(const LayerPass& pass, const ModelConfig& c,
                          const RwkvNorms& norms, ForwardWorkspace& ws,
                          float* delta);
