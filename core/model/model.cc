@@ -110,8 +110,7 @@ uint64_t ModelState::kv_bytes() const {
 
 void ModelState::CopyFrom(const ModelState& other) {
   if (layers_.size() != other.layers_.size() ||
-      conv_.size() != other.conv_.size() || !other.kv_.empty() ||
-      !kv_.empty()) {
+      conv_.size() != other.conv_.size() || kv_.size() != other.kv_.size()) {
     *this = other.Copy();
     return;
   }
@@ -121,6 +120,8 @@ void ModelState::CopyFrom(const ModelState& other) {
   for (size_t l = 0; l < conv_.size(); ++l) {
     conv_[l].assign(other.conv_[l].begin(), other.conv_[l].end());
   }
+  // Keys and values: shared copy-on-write (kv_cache.h).
+  for (size_t l = 0; l < kv_.size(); ++l) kv_[l] = other.kv_[l].Copy();
 }
 
 uint64_t ModelState::bytes() const {

@@ -43,14 +43,15 @@ HeldRows Held(const KvCache& cache, uint64_t position) {
 
 // KVCA at `position` (hybrids; 0 for other models).
 uint64_t KvSectionBytes(const Model& model, uint64_t position) {
-  if (!model.config().is_hybrid()) return 0;
-  const ModelState empty = model.NewState();
+  const ModelConfig& c = model.config();
   uint64_t bytes = 0;
-  for (const KvCache& cache : empty.kv()) {
-    if (cache.row_floats() == 0) continue;
+  for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const ModelConfig::SoftmaxAttention* a = c.attention_layer(l);
+    if (a == nullptr) continue;
+    const KvCache shape(a->num_kv_heads, a->head_dim, a->window);  // no block
     bytes +=
         4 + 8 + 8 +
-        2 * Held(cache, position).count * cache.row_floats() * sizeof(float);
+        2 * Held(shape, position).count * shape.row_floats() * sizeof(float);
   }
   return bytes;
 }

@@ -345,6 +345,13 @@ TEST(ModelStateTest, AHybridsCopiesShareBlocksUntilOneIsWritten) {
   EXPECT_EQ(fork.kv()[2].shared_blocks(), 1u);
   EXPECT_EQ(state.position(), 70u);
 
+  // CopyFrom into a state of the same shape: the same sharing.
+  ModelState copied = m.NewState();
+  copied.CopyFrom(state);
+  EXPECT_EQ(copied.position(), 70u);
+  EXPECT_EQ(copied.kv()[2].blocks(), 2u);
+  EXPECT_EQ(full.shared_blocks(), 2u);
+
   ModelState into = m.NewState();
   const std::vector<float> before(full.key(69), full.key(69) + 16);
   ForwardItem item{.state = &state,
@@ -358,6 +365,9 @@ TEST(ModelStateTest, AHybridsCopiesShareBlocksUntilOneIsWritten) {
   ASSERT_TRUE(runner.Run(state, tokens.subspan(70, 1), l_place.data()).ok());
   EXPECT_EQ(l_into, l_place);
   EXPECT_EQ(l_fork, l_place);
+  std::vector<float> l_copied(V);
+  ASSERT_TRUE(runner.Run(copied, tokens.subspan(70, 1), l_copied.data()).ok());
+  EXPECT_EQ(l_copied, l_place);
   for (size_t l : {size_t{0}, size_t{2}}) {
     for (uint64_t p = 0; p < 71; ++p) {
       ASSERT_EQ(0, std::memcmp(into.kv()[l].key(p), state.kv()[l].key(p),
