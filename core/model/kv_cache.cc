@@ -35,15 +35,6 @@ uint64_t KvCache::shared_blocks() const {
   return n;
 }
 
-KvCache KvCache::Copy() const {
-  KvCache out;
-  out.row_ = row_;
-  out.window_ = window_;
-  out.ring_ = ring_;
-  out.blocks_ = blocks_;
-  return out;
-}
-
 void KvCache::Write(uint64_t p, const float* key, const float* value) {
   const uint64_t s = Slot(p);
   std::shared_ptr<float[]>& block = blocks_[s / kKvBlockTokens];

@@ -34,7 +34,7 @@ class KvCache {
   KvCache& operator=(KvCache&&) noexcept = default;
 
   // A cache sharing every block with this one.
-  KvCache Copy() const;
+  KvCache Copy() const { return KvCache(*this); }
 
   uint32_t window() const { return window_; }
   // Floats of one position's key (and of its value).
@@ -61,6 +61,8 @@ class KvCache {
   void Write(uint64_t p, const float* key, const float* value);
 
  private:
+  // Copies share blocks: only through Copy(), so that no copy is implicit.
+  KvCache(const KvCache&) = default;
   // A block: kKvBlockTokens keys, then kKvBlockTokens values.
   static constexpr uint64_t kValues = kKvBlockTokens;
   uint64_t Slot(uint64_t p) const { return ring_ == 0 ? p : p % ring_; }

@@ -333,18 +333,18 @@ TEST(ModelTypesHybridTest, TheServerRefusesAHybridSayingWhy) {
   const std::string dir = Dir("hybrid_gla_window_gqa_bias");
   ASSERT_TRUE(Model::Load(dir).ok());
   const std::string log = tmp.Path("refused.log");
-  int status = std::system(absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY,
-                                        " --model ", dir,
-                                        " --listen 127.0.0.1:0 > ", log, " 2>&1")
-                               .c_str());
+  int status = std::system(
+      absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY, " --model ", dir,
+                   " --listen 127.0.0.1:0 > ", log, " 2>&1")
+          .c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
   EXPECT_THAT(testing::ReadFile(log),
               ::testing::HasSubstr("cannot start: model: " + dir +
                                    ": a hybrid model (config.json attn"));
-  status = std::system(absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY,
-                                    " --model ", dir, " --check > ", log,
-                                    " 2>&1")
-                           .c_str());
+  status =
+      std::system(absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY,
+                               " --model ", dir, " --check > ", log, " 2>&1")
+                      .c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
   EXPECT_THAT(testing::ReadFile(log),
               ::testing::HasSubstr("cannot be served: a hybrid model"));
