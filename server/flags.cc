@@ -59,9 +59,11 @@ void DefineServingFlags(CLI::App& app, ServerFlags& f) {
       ->envname("LINATTN_MAX_SESSIONS")
       ->capture_default_str();
   app.add_option("--max-state-memory", f.max_memory,
-                 "total recurrent state of all sessions: bytes, or with a "
-                 "unit (K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, "
-                 "KB/MB/GB/TB of 1000)")
+                 "total state of all sessions (recurrent state, and a "
+                 "hybrid model's keys and values as they grow) and of "
+                 "requests' working copies: bytes, or with a unit (K/M/G/T "
+                 "and KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of "
+                 "1000)")
       ->envname("LINATTN_MAX_STATE_MEMORY")
       ->check(ByteSize())
       ->capture_default_str();

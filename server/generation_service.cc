@@ -85,6 +85,13 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(
     info->set_tokenizer(m->tokenizer().kind());
     info->set_parameters(m->parameter_count());
     info->set_state_bytes(m->state_bytes());
+    info->set_kv_bytes_per_token(m->kv_bytes_per_token());
+    if (c.is_hybrid()) {
+      info->set_kv_bytes_max(m->kv_bytes_max().value_or(0));
+      for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
+        if (c.attention_layer(l) != nullptr) info->add_attention_layers(l);
+      }
+    }
     info->set_fingerprint(m->fingerprint_hex());
   }
   return FinishCall(ctx, absl::OkStatus());

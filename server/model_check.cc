@@ -22,17 +22,6 @@ std::string Sample(const Tokenizer& tokenizer) {
 
 }  // namespace
 
-absl::Status ServedModelSupported(const Model& model) {
-  if (model.config().is_hybrid()) {
-    return absl::FailedPreconditionError(
-        "a hybrid model (config.json attn: softmax-attention layers) loads "
-        "and runs in linattn's forward, but the server does not serve it "
-        "yet: its sessions' keys and values are not yet counted in "
-        "--max-state-memory as they grow");
-  }
-  return absl::OkStatus();
-}
-
 int CheckModels(const ServerOptions& options, std::FILE* out) {
   if (options.models.empty()) {
     std::fprintf(out, "no model to check (--model names none)\n");
@@ -52,12 +41,6 @@ int CheckModels(const ServerOptions& options, std::FILE* out) {
     }
     const Model& m = **model;
     const ModelConfig& c = m.config();
-    if (absl::Status s = ServedModelSupported(m); !s.ok()) {
-      std::fprintf(out, "%s: cannot be served: %s\n", dir.c_str(),
-                   std::string(s.message()).c_str());
-      status = 1;
-      continue;
-    }
     std::fprintf(out, "model '%s' from %s\n", m.name().c_str(), dir.c_str());
     std::fprintf(out,
                  "  architecture   %s, %lld layers, hidden %lld, %lld heads, "
@@ -76,6 +59,8 @@ int CheckModels(const ServerOptions& options, std::FILE* out) {
     std::fprintf(out, "  chat template  %s\n", m.chat_template_note().c_str());
     std::fprintf(out, "  state          %llu bytes per session\n",
                  static_cast<unsigned long long>(m.state_bytes()));
+    if (c.is_hybrid())
+      std::fprintf(out, "  attention      %s\n", HybridSummary(m).c_str());
     if (!m.initial_state_file().empty()) {
       std::fprintf(out, "  initial state  %s\n",
                    m.initial_state_file().c_str());

@@ -16,11 +16,6 @@ namespace linattn {
 // The report on `out`; the exit status.
 int CheckModels(const ServerOptions& options, std::FILE* out);
 
-// What a model that loads still needs before the server serves it:
-// FAILED_PRECONDITION for a hybrid (softmax-attention layers), whose keys
-// and values the sessions' memory budget does not count yet as they grow.
-absl::Status ServedModelSupported(const Model& model);
-
 }  // namespace linattn
 
 #endif  // LINATTN_SERVER_MODEL_CHECK_H_

@@ -11,7 +11,6 @@
 #include "core/session/snapshot.h"
 #include "core/util/status_macros.h"
 #include "grpc_health/v1/health.pb.h"
-#include "server/model_check.h"
 #include "server/redis/redis_shared_store.h"
 #include "server/replica/shared_record_log.h"
 #include "spdlog/spdlog.h"
@@ -85,10 +84,6 @@ absl::StatusOr<std::vector<std::shared_ptr<const Model>>> LoadModels(
       return absl::Status(model.status().code(),
                           absl::StrCat("model: ", model.status().message()));
     }
-    if (absl::Status s = ServedModelSupported(**model); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("model: ", dir, ": ", s.message()));
-    }
     const uint64_t snapshot = ModelSnapshotBytes(**model) + 64;
     if (snapshot > static_cast<uint64_t>(options.max_message_bytes)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -119,6 +114,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const Model>>> LoadModels(
         config.hidden_size, config.num_heads, (*model)->parameter_count(),
         WeightTypeName((*model)->weight_type()), (*model)->tokenizer().kind(),
         (*model)->state_bytes(), (*model)->fingerprint_hex());
+    if (config.is_hybrid()) {
+      spdlog::info("model '{}': {}", (*model)->name(), HybridSummary(**model));
+    }
     if (!(*model)->initial_state_file().empty()) {
       spdlog::info(
           "model '{}': new sessions start from the initial state in {} "

@@ -194,11 +194,33 @@ uint64_t Model::kv_bytes_per_token() const {
 }
 
 uint64_t Model::kv_bytes_at(uint64_t position) const {
+  if (!config_.is_hybrid()) return 0;
   uint64_t total = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (const ModelConfig::SoftmaxAttention* a = config_.attention_layer(l)) {
       const KvCache kv(a->num_kv_heads, a->head_dim, a->window);
       total += kv.BlocksFor(position) * kv.block_bytes();
+    }
+  }
+  return total;
+}
+
+std::optional<uint64_t> Model::kv_bytes_max() const {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const ModelConfig::SoftmaxAttention* a = config_.attention_layer(l);
+    if (a != nullptr && a->window == 0) return std::nullopt;
+  }
+  return kv_bytes_at(~uint64_t{0});
+}
+
+uint64_t Model::working_copy_bytes() const {
+  uint64_t total = state_bytes();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (const ModelConfig::SoftmaxAttention* a = config_.attention_layer(l)) {
+      const KvCache kv(a->num_kv_heads, a->head_dim, a->window);
+      // A ring's every block, or a growing cache's last one.
+      total +=
+          (a->window != 0 ? kv.BlocksFor(~uint64_t{0}) : 1) * kv.block_bytes();
     }
   }
   return total;
@@ -453,6 +475,26 @@ absl::Status Model::LoadInitialState(
   initial_state_ = std::make_unique<const ModelState>(std::move(state));
   initial_state_file_ = path;
   return absl::OkStatus();
+}
+
+std::string HybridSummary(const Model& model) {
+  const ModelConfig& c = model.config();
+  std::string out = "softmax attention in layers";
+  const char* sep = " ";
+  for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const ModelConfig::SoftmaxAttention* a = c.attention_layer(l);
+    if (a == nullptr) continue;
+    absl::StrAppend(&out, sep, l,
+                    a->window != 0 ? absl::StrCat(" (window ", a->window, ")")
+                                   : std::string(" (full)"));
+    sep = ", ";
+  }
+  const std::optional<uint64_t> max = model.kv_bytes_max();
+  absl::StrAppend(&out, "; keys and values ", model.kv_bytes_per_token(),
+                  " bytes per position, ",
+                  max ? absl::StrCat("at most ", *max, " (windows)")
+                      : std::string("without bound (full attention)"));
+  return out;
 }
 
 }  // namespace linattn

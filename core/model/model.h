@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,22 @@ class Model {
   // The bytes of every layer's keys and values at `position`, as KvCache
   // allocates them (whole blocks).
   uint64_t kv_bytes_at(uint64_t position) const;
+  // The most kv_bytes_at reaches: every layer's ring when each attention
+  // layer is windowed; nullopt when one attends to the whole context.
+  std::optional<uint64_t> kv_bytes_max() const;
+  // A session's state at `position`: state_bytes() + kv_bytes_at(position)
+  // (state_bytes() for models without softmax-attention layers). What a
+  // server charges a session against its memory budget.
+  uint64_t state_bytes_at(uint64_t position) const {
+    return state_bytes() + kv_bytes_at(position);
+  }
+  // The most a copy of a session's state (a request's backup, a rollback
+  // slot) comes to hold beyond what the session itself is charged: its
+  // fixed part, plus the key/value blocks the session may write while the
+  // copy shares them (KvCache is copy-on-write) — the one partly filled
+  // block of a full-attention layer (later blocks are new, the session's
+  // own), every block of a windowed layer's ring.
+  uint64_t working_copy_bytes() const;
   // The attention states' part of it, and one layer's window in floats.
   uint64_t attention_state_bytes() const;
   uint64_t conv_window_floats() const;
@@ -248,6 +265,11 @@ class Model {
   std::unique_ptr<const ModelState> initial_state_;
   std::unique_ptr<PackedLinear> lm_head_;
 };
+
+// A hybrid's softmax-attention layers in one line, as the server logs
+// them and --check prints them: "layers 0 (full), 3 (window 256); keys and
+// values 4096 bytes per position, without bound".
+std::string HybridSummary(const Model& model);
 
 }  // namespace linattn
 

@@ -206,6 +206,11 @@ void GenerationEngine::Enqueue(const std::string& id,
 }
 
 void GenerationEngine::Pop(Queue& q) {
+  // What Start charged for positions the request did not reach goes back
+  // (a shrink, which cannot fail; a session deleted meanwhile is left be).
+  ModelSession& s = *q.session;
+  (void)sessions_->Recharge(s, s.model().state_bytes_at(s.state().position()),
+                            Tenant::Server(), [] { return std::string(); });
   q.jobs.pop_front();
   q.session->pending().fetch_sub(1);
 }

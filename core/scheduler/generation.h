@@ -215,8 +215,9 @@ class GenerationEngine : private ComputeExecutor::Source {
 
   static ModelSessionInfo Describe(const ModelSession& s);
   void Enqueue(const std::string& id, std::unique_ptr<Job> job);
-  // Removes the head request of `q` (answered), releasing its session.
-  static void Pop(Queue& q);
+  // Removes the head request of `q` (answered), releasing its session and
+  // giving back what it charged the session for positions not reached.
+  void Pop(Queue& q);
   // One iteration, if any request can make progress (ComputeExecutor).
   bool RunOnce() override;
   // Under mu_: runs control requests at the heads of queues, starts compute

@@ -133,6 +133,26 @@ void GenerationEngine::AnswerFork(Job& job, const ModelSession& s,
 void GenerationEngine::AnswerSnapshot(Job& job, const ModelSession& s,
                                       const ModelContextRef& context,
                                       Callbacks& callbacks) {
+  // A hybrid's snapshot grows with its keys and values: one a client asked
+  // for is refused, by name, before it is built when it could not be sent
+  // (the store's own snapshots go to files and are never refused).
+  const uint64_t limit = sessions_->options().max_message_bytes;
+  if (job.covered_seq == nullptr && limit != 0) {
+    const uint64_t size =
+        ModelSnapshotBytesAt(s.model(), context.state.position()) + 64;
+    if (size > limit) {
+      callbacks.push_back([cb = job.on_snapshot, size, limit,
+                           position = context.state.position()] {
+        cb(absl::ResourceExhaustedError(absl::StrCat(
+            "session_id: a snapshot of the session at position ", position,
+            " is ", size,
+            " bytes with its framing, more than one message may carry (", limit,
+            " bytes, --max-message-bytes); Fork copies it within the "
+            "server")));
+      });
+      return;
+    }
+  }
   std::string blob = SerializeModelSnapshot(s.model(), context.state,
                                             context.pending, context.sampler);
   // A snapshot for the store is taken at the head of the queue: every
@@ -195,13 +215,30 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
   // allocated. A backup of the state; a paced Generate keeps two more
   // (GenerationJob::rollback).
   const bool paced = job.kind == Job::Kind::kGenerate && job.control->paced();
-  const uint64_t bytes = s.state_bytes() * (paced ? 3 : 1);
+  const uint64_t bytes = s.model().working_copy_bytes() * (paced ? 3 : 1);
   auto lease = sessions_->budget().Lease(
       bytes, absl::StrCat("memory: this request needs working copies of the "
                           "session's state (",
                           bytes, " bytes)"));
   absl::Status start = lease.status();
-  if (!lease.ok() && leased_jobs_.load() > 0) {
+  if (start.ok()) {
+    // A hybrid's keys and values grow with the context: the session's
+    // charge covers every position this request may reach before it feeds
+    // anything (Pop gives back what it did not reach).
+    const uint64_t reach =
+        s.context_position() + job.input.size() +
+        (job.kind == Job::Kind::kGenerate ? job.params.max_tokens : 0);
+    const uint64_t charge = s.model().state_bytes_at(reach);
+    start = sessions_->Recharge(s, charge, job.tenant, [&] {
+      return absl::StrCat(
+          "memory: this request may take the session to position ", reach,
+          ", where its keys and values take ", s.model().kv_bytes_at(reach),
+          " bytes (", charge - s.charged_bytes(), " more than it holds)");
+    });
+    if (!start.ok()) lease->Release();
+  }
+  if (!start.ok() && absl::IsResourceExhausted(start) &&
+      leased_jobs_.load() > 0) {
     // Memory comes back when a request under way ends.
     job.memory_wait = leases_returned_.load();
     return StartResult::kWaitForMemory;
@@ -289,7 +326,7 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
 void GenerationEngine::CommitAppend(Queue& q, Job& job, Callbacks& callbacks) {
   Record(
       q, job, job.input, std::nullopt,
-      [&q, &job](Callbacks& cbs) {
+      [this, &q, &job](Callbacks& cbs) {
         ModelSession& s = *q.session;
         s.Publish(/*stepped=*/true);
         cbs.push_back([cb = job.on_info, info = Describe(s)] { cb(info); });

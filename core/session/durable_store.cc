@@ -35,6 +35,14 @@ absl::StatusOr<std::unique_ptr<DurableStore>> DurableStore::Open(
 
 // --- The table's changes ----------------------------------------------------
 
+void DurableStore::OnStepped(const Session& session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(session.id());
+  if (it != entries_.end() && it->second.incarnation == session.incarnation()) {
+    it->second.state_bytes = session.state_bytes();
+  }
+}
+
 void DurableStore::OnCreated(const std::shared_ptr<Session>& session) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry e;

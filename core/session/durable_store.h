@@ -153,7 +153,9 @@ class DurableStore final : public SessionObserver {
 
   // SessionObserver.
   void OnCreated(const std::shared_ptr<Session>& session) override;
-  void OnStepped(const Session&) override {}
+  // Keeps the session's state size (a hybrid's grows with its context),
+  // against which its journal tail is weighed for a snapshot.
+  void OnStepped(const Session& session) override;
   void OnRemoved(const Session& session, Removal why) override;
 
   // --- Sessions rebuilt from the log (recovery, a replica's takeover) ---

@@ -79,12 +79,18 @@ ModelSession::ModelSession(std::string id, std::string owner,
                            std::optional<int32_t> pending,
                            SamplerPosition sampler)
     : Session(std::move(id), SessionKind::kModel, std::move(owner),
-              state.bytes(), state.bytes()),
+              model->state_bytes_at(state.position()),
+              model->state_bytes_at(state.position())),
       model_(std::move(model)),
       state_(std::move(state)),
       pending_token_(pending),
       sampler_(sampler) {
   Publish();
+}
+
+void ModelSession::Publish(bool stepped) {
+  set_state_bytes(model_->state_bytes_at(state_.position()));
+  Session::Publish(context_position(), stepped);
 }
 
 SessionInfo DescribeSession(const AttentionSession& session) {

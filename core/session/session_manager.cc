@@ -184,15 +184,21 @@ absl::StatusOr<SessionReservation> SessionManager::Reserve(
 
 absl::StatusOr<SessionReservation> SessionManager::Reserve(
     std::shared_ptr<const Model> model, absl::string_view requested_id,
-    absl::string_view id_field, const Tenant& tenant) {
-  const uint64_t charge = model->state_bytes();
+    absl::string_view id_field, const Tenant& tenant, uint64_t position) {
+  const uint64_t charge = model->state_bytes_at(position);
   {
     std::lock_guard<std::mutex> lock(mu_);
     LINATTN_RETURN_IF_ERROR(Admit(
         charge, 0, requested_id, id_field,
         [&] {
-          return absl::StrCat("memory: a session of '", model->name(),
-                              "' needs ", charge, " bytes of state");
+          return absl::StrCat(
+              "memory: a session of '", model->name(), "' needs ", charge,
+              " bytes of state",
+              model->kv_bytes_at(position) != 0
+                  ? absl::StrCat(" (", model->kv_bytes_at(position),
+                                 " of them keys and values of ", position,
+                                 " positions)")
+                  : "");
         },
         tenant));
   }
@@ -210,12 +216,13 @@ absl::Status SessionManager::Add(SessionReservation& reservation,
   session->observer_ = options_.observer;
   reservation.manager_ = nullptr;  // its bytes stay taken, as the session's
   --reserved_sessions_;
+  session->charged_bytes_.store(reservation.bytes_, std::memory_order_release);
   TenantUsage& usage = usage_[session->owner()];
   --usage.reserved_sessions;
   usage.reserved_bytes -= reservation.bytes_;
   ++usage.sessions;
-  usage.bytes += session->charged_bytes();
-  bytes_in_use_ += session->charged_bytes();
+  usage.bytes += reservation.bytes_;
+  bytes_in_use_ += reservation.bytes_;
   sessions_.emplace(session->id(), session);
   // Under the lock: nothing can find the session before the observer hears
   // of it.
@@ -375,9 +382,10 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::AdoptModelSession(
     std::optional<int32_t> pending, SamplerPosition sampler,
     absl::string_view requested_id, absl::string_view id_field,
     const Tenant& tenant) {
+  const uint64_t position = state.position();
   LINATTN_ASSIGN_OR_RETURN(
       SessionReservation reservation,
-      Reserve(std::move(model), requested_id, id_field, tenant));
+      Reserve(std::move(model), requested_id, id_field, tenant, position));
   return Commit(std::move(reservation), std::move(state), pending, sampler,
                 requested_id, id_field);
 }
@@ -395,9 +403,9 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
     const ModelSession& parent, const ModelContextRef& context,
     absl::string_view requested_id, absl::string_view id_field,
     const Tenant& tenant) {
-  LINATTN_ASSIGN_OR_RETURN(
-      SessionReservation reservation,
-      Reserve(parent.shared_model(), requested_id, id_field, tenant));
+  LINATTN_ASSIGN_OR_RETURN(SessionReservation reservation,
+                           Reserve(parent.shared_model(), requested_id,
+                                   id_field, tenant, context.state.position()));
   ModelState copy;
   try {
     copy = context.state.Copy();
@@ -408,6 +416,44 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
   }
   return Commit(std::move(reservation), std::move(copy), context.pending,
                 context.sampler, requested_id, id_field);
+}
+
+absl::Status SessionManager::Recharge(
+    Session& session, uint64_t bytes, const Tenant& tenant,
+    const std::function<std::string()>& what) {
+  if (bytes == session.charged_bytes()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t charged = session.charged_bytes();
+  auto it = sessions_.find(session.id());
+  if (it == sessions_.end() || it->second.get() != &session) {
+    if (bytes <= charged) return absl::OkStatus();
+    return absl::NotFoundError(absl::StrCat(
+        "session_id: session '", session.id(), "' is no longer held"));
+  }
+  TenantUsage& usage = usage_[session.owner()];
+  if (bytes < charged) {
+    const uint64_t freed = charged - bytes;
+    usage.bytes -= freed;
+    bytes_in_use_ -= freed;
+    session.charged_bytes_.store(bytes, std::memory_order_release);
+    budget_->Give(freed);
+    return absl::OkStatus();
+  }
+  const uint64_t more = bytes - charged;
+  // As Admit: the owner's quota, then the server's memory.
+  const TenantQuota& quota = tenant.quota();
+  if (tenant.name() == session.owner() && quota.max_state_bytes != 0 &&
+      usage.bytes + usage.reserved_bytes + more > quota.max_state_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what(), "; tenant '", tenant.name(), "' holds ",
+        usage.bytes + usage.reserved_bytes, " bytes of state of its quota of ",
+        quota.max_state_bytes));
+  }
+  LINATTN_RETURN_IF_ERROR(budget_->Take(more, what()));
+  usage.bytes += more;
+  bytes_in_use_ += more;
+  session.charged_bytes_.store(bytes, std::memory_order_release);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(

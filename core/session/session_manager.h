@@ -57,12 +57,22 @@ class Session {
   // The tenant the session belongs to (core/session/tenant.h): the one
   // whose request created it; "" on a server without API keys.
   const std::string& owner() const { return owner_; }
-  uint64_t state_bytes() const { return state_bytes_; }
+  // The bytes of its state: fixed for attention sessions; for a model
+  // session, Model::state_bytes_at its position (a hybrid's keys and values
+  // grow with the context), as of its last Publish.
+  uint64_t state_bytes() const {
+    return state_bytes_.load(std::memory_order_acquire);
+  }
   // What the session is charged against the memory budget: its state plus,
   // for attention sessions, its feature map's parameters (FAVOR+'s
   // projection), counted per session even where sessions of one spec share
-  // them.
-  uint64_t charged_bytes() const { return charged_bytes_; }
+  // them. A hybrid model session's charge follows its position: raised
+  // before a request appends (SessionManager::Recharge) to cover every
+  // position it may reach, lowered to the position reached when it ends.
+  // Key/value blocks that forks share copy-on-write are charged to each.
+  uint64_t charged_bytes() const {
+    return charged_bytes_.load(std::memory_order_acquire);
+  }
 
   // Tokens in the session's context, readable from any thread.
   uint64_t position() const {
@@ -100,14 +110,18 @@ class Session {
   // session used; with `stepped`, tells the table's observer that a
   // committed request changed the session's context.
   void Publish(uint64_t position, bool stepped);
+  void set_state_bytes(uint64_t bytes) {
+    state_bytes_.store(bytes, std::memory_order_release);
+  }
 
  private:
   friend class SessionManager;
   const std::string id_;
   const SessionKind kind_;
   const std::string owner_;
-  const uint64_t state_bytes_;
-  const uint64_t charged_bytes_;
+  std::atomic<uint64_t> state_bytes_;
+  // Written under the table's lock (SessionManager).
+  std::atomic<uint64_t> charged_bytes_;
   // Set by the table when the session is added. Notifications of one
   // session are ordered by notify_mu_: none follows OnRemoved.
   SessionObserver* observer_ = nullptr;
@@ -166,9 +180,7 @@ class ModelSession final : public Session {
   uint64_t context_position() const {
     return state_.position() + (pending_token_.has_value() ? 1 : 0);
   }
-  void Publish(bool stepped = false) {
-    Session::Publish(context_position(), stepped);
-  }
+  void Publish(bool stepped = false);
 
  private:
   const std::shared_ptr<const Model> model_;
@@ -362,9 +374,12 @@ class SessionManager {
   absl::StatusOr<SessionReservation> Reserve(
       const AttentionSpec& spec, absl::string_view requested_id,
       absl::string_view id_field = "session_id", const Tenant& tenant = {});
+  // A model session is charged Model::state_bytes_at(`position`), the
+  // position of the state it will hold.
   absl::StatusOr<SessionReservation> Reserve(
       std::shared_ptr<const Model> model, absl::string_view requested_id,
-      absl::string_view id_field = "session_id", const Tenant& tenant = {});
+      absl::string_view id_field = "session_id", const Tenant& tenant = {},
+      uint64_t position = 0);
   absl::StatusOr<std::shared_ptr<AttentionSession>> Commit(
       SessionReservation reservation, AttentionState state,
       absl::string_view requested_id,
@@ -374,6 +389,15 @@ class SessionManager {
       std::optional<int32_t> pending, SamplerPosition sampler,
       absl::string_view requested_id,
       absl::string_view id_field = "session_id");
+
+  // Sets what `session` (a model session in this table) is charged to
+  // `bytes`: more is taken from the budget — and from `tenant`'s quota when
+  // it owns the session (an admin's request is held to the budget alone) —
+  // or RESOURCE_EXHAUSTED (what() says what needs it) with nothing changed;
+  // less is given back. A session no longer in the table is NOT_FOUND when
+  // it would grow (it is gone) and left alone when it would shrink.
+  absl::Status Recharge(Session& session, uint64_t bytes, const Tenant& tenant,
+                        const std::function<std::string()>& what);
 
   // --- Both kinds ---
   // The session `id` of `kind`; reading it does not count as using it. A

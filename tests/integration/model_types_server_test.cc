@@ -16,6 +16,7 @@
 #include "core/model/model.h"
 #include "linattn/v1/generation.grpc.pb.h"
 #include "tests/integration/http_call.h"
+#include "tests/integration/model_server_calls.h"
 #include "tests/integration/server_process.h"
 #include "tests/model/fixtures.h"
 #include "tests/util/files.h"
@@ -30,97 +31,17 @@ const char* const kModels[] = {"retnet_gqa_nogate",      "gla_conv_gqa",
                                "rwkv6_expand_no_prenorm"};
 constexpr int kTypes = sizeof(kModels) / sizeof(kModels[0]);
 
-std::string Dir(const std::string& name) {
-  return testing::FixtureRoot() + "/" + name;
-}
+using testing::GenerateGreedy;
+using testing::LocalGreedy;
+using testing::Streamed;
 
-// A model's own greedy continuation of `context`, in this process.
-std::vector<int32_t> LocalGreedy(const std::shared_ptr<const Model>& model,
-                                 const std::string& context, int n) {
-  ForwardRunner runner(model);
-  ModelState state = model->NewState();
-  std::vector<float> logits(model->config().vocab_size);
-  const std::vector<int32_t> ids(context.begin(), context.end());
-  EXPECT_TRUE(runner.Run(state, ids, logits.data()).ok());
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    const int32_t t = static_cast<int32_t>(
-        std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(t);
-    if (model->config().eos_token_id == t) break;
-    EXPECT_TRUE(
-        runner.Run(state, std::span<const int32_t>(&t, 1), logits.data()).ok());
-  }
-  return out;
-}
+std::string Dir(const std::string& name) { return testing::FixtureDir(name); }
 
-std::vector<int32_t> LocalGreedy(const std::string& name,
-                                 const std::string& context, int n) {
-  return LocalGreedy(Model::Load(Dir(name)).value(), context, n);
-}
-
-struct Streamed {
-  std::vector<int32_t> ids;
-  std::string text;
-  grpc::Status status;
+struct ModelTypesServerTestModels {
+  static constexpr auto& kNames = kModels;
 };
-
-// A greedy Generate of `n` tokens after `prompt`, read to its end.
-Streamed GenerateGreedy(v1::GenerationService::Stub& stub,
-                        const std::string& id, const std::string& prompt,
-                        int n) {
-  grpc::ClientContext ctx;
-  v1::GenerateRequest req;
-  req.set_session_id(id);
-  req.set_prompt(prompt);
-  req.mutable_sampling()->set_max_tokens(n);
-  auto reader = stub.Generate(&ctx, req);
-  Streamed out;
-  for (v1::GenerateResponse r; reader->Read(&r);) {
-    if (r.token_id() >= 0) out.ids.push_back(r.token_id());
-    out.text += r.text();
-  }
-  out.status = reader->Finish();
-  return out;
-}
-
-class ModelTypesServerTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    std::vector<std::string> args;
-    for (const char* name : kModels) {
-      args.push_back("--model");
-      args.push_back(Dir(name));
-    }
-    server_ = testing::ServerProcess::Start(args).release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    stub_ = v1::GenerationService::NewStub(server_->Channel());
-  }
-
-  std::string Create(const std::string& model) {
-    grpc::ClientContext ctx;
-    v1::CreateModelSessionRequest req;
-    req.set_model(model);
-    v1::ModelSession s;
-    EXPECT_TRUE(stub_->CreateSession(&ctx, req, &s).ok());
-    return s.session_id();
-  }
-
-  Streamed Generate(const std::string& id, const std::string& prompt, int n) {
-    return GenerateGreedy(*stub_, id, prompt, n);
-  }
-
-  static testing::ServerProcess* server_;
-  std::unique_ptr<v1::GenerationService::Stub> stub_;
-};
-
-testing::ServerProcess* ModelTypesServerTest::server_ = nullptr;
+class ModelTypesServerTest
+    : public testing::FixtureServerTest<ModelTypesServerTestModels> {};
 
 TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
   grpc::ClientContext ctx;
@@ -147,7 +68,7 @@ TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
 TEST_F(ModelTypesServerTest, GreedyStreamsAreTheModelsOwn) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    const Streamed g = Generate(Create(name), "Hello, w", 12);
+    const Streamed g = GenerateGreedy(*stub_, Create(name), "Hello, w", 12);
     ASSERT_TRUE(g.status.ok()) << g.status.error_message();
     EXPECT_EQ(g.ids, LocalGreedy(name, "Hello, w", 12));
   }
@@ -193,16 +114,17 @@ TEST_F(ModelTypesServerTest, ForksAndRestoredSnapshotsContinueAlike) {
       EXPECT_EQ(restored.position(), context.size());
     }
     const auto expected = LocalGreedy(name, context, 8);
-    EXPECT_EQ(Generate(id, "", 8).ids, expected);
-    EXPECT_EQ(Generate(fork.session_id(), "", 8).ids, expected);
-    EXPECT_EQ(Generate(restored.session_id(), "", 8).ids, expected);
+    EXPECT_EQ(GenerateGreedy(*stub_, id, "", 8).ids, expected);
+    EXPECT_EQ(GenerateGreedy(*stub_, fork.session_id(), "", 8).ids, expected);
+    EXPECT_EQ(GenerateGreedy(*stub_, restored.session_id(), "", 8).ids,
+              expected);
   }
 }
 
 TEST_F(ModelTypesServerTest, OpenAiCompletionsServeEveryType) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    const Streamed g = Generate(Create(name), "Hello, w", 12);
+    const Streamed g = GenerateGreedy(*stub_, Create(name), "Hello, w", 12);
     nlohmann::json body = {{"model", name},
                            {"prompt", "Hello, w"},
                            {"max_tokens", 12},
@@ -323,31 +245,6 @@ TEST(ModelTypesInitialStateTest, SessionsStartFromTheStateFile) {
   EXPECT_THAT(testing::ReadFile(log),
               ::testing::HasSubstr("--initial-state: '" + file +
                                    "' names no served model"));
-}
-
-// A hybrid (softmax-attention layers) loads in the forward but is not
-// served until its keys and values count in the sessions' budget: the
-// server refuses to start with one, and --check says why.
-TEST(ModelTypesHybridTest, TheServerRefusesAHybridSayingWhy) {
-  testing::TempDir tmp;
-  const std::string dir = Dir("hybrid_gla_window_gqa_bias");
-  ASSERT_TRUE(Model::Load(dir).ok());
-  const std::string log = tmp.Path("refused.log");
-  int status = std::system(
-      absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY, " --model ", dir,
-                   " --listen 127.0.0.1:0 > ", log, " 2>&1")
-          .c_str());
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
-  EXPECT_THAT(testing::ReadFile(log),
-              ::testing::HasSubstr("cannot start: model: " + dir +
-                                   ": a hybrid model (config.json attn"));
-  status =
-      std::system(absl::StrCat("timeout 20 ", LINATTN_SERVER_BINARY,
-                               " --model ", dir, " --check > ", log, " 2>&1")
-                      .c_str());
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
-  EXPECT_THAT(testing::ReadFile(log),
-              ::testing::HasSubstr("cannot be served: a hybrid model"));
 }
 
 }  // namespace

@@ -85,6 +85,61 @@ TEST(SessionManager, TenantsSeeTheirOwnAndAreHeldToTheirQuotas) {
   EXPECT_EQ(manager->UsageOf("beta").bytes, 0u);
 }
 
+// A session whose state grows (a hybrid model's keys and values) is
+// recharged: growth is taken from its owner's quota and the budget or
+// refused with nothing changed; shrinking gives back; a deleted session
+// gives back what it holds then, and cannot grow.
+TEST(SessionManager, RechargeGrowsAndShrinksASessionsCharge) {
+  const AttentionSpec spec{.num_heads = 1, .key_dim = 4, .value_dim = 4};
+  const uint64_t bytes = SessionChargeBytes(spec);
+  auto manager = *SessionManager::Create(
+      {.max_sessions = 10, .max_state_bytes = 10 * bytes});
+  const Tenant alpha =
+      Tenant::Named("alpha", false, {.max_state_bytes = 4 * bytes});
+  auto s = *manager->CreateSession(spec, std::nullopt, "s", alpha);
+  auto other = *manager->CreateSession(spec, std::nullopt, "o");
+  const auto what = [] { return std::string("memory: growing s"); };
+
+  ASSERT_TRUE(manager->Recharge(*s, 3 * bytes, alpha, what).ok());
+  EXPECT_EQ(s->charged_bytes(), 3 * bytes);
+  EXPECT_EQ(manager->state_bytes_in_use(), 4 * bytes);
+  EXPECT_EQ(manager->budget().in_use(), 4 * bytes);
+  EXPECT_EQ(manager->UsageOf("alpha").bytes, 3 * bytes);
+
+  // Past the owner's quota: refused, naming it; nothing moved.
+  absl::Status over = manager->Recharge(*s, 5 * bytes, alpha, what);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("memory: growing s"));
+  EXPECT_THAT(over.message(), HasSubstr("'alpha'"));
+  // An admin acting on it is held to the budget alone: past the server's
+  // limit is refused too.
+  over = manager->Recharge(*s, 10 * bytes, Tenant::Server(), what);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("memory: growing s"));
+  EXPECT_EQ(s->charged_bytes(), 3 * bytes);
+  EXPECT_EQ(manager->state_bytes_in_use(), 4 * bytes);
+  EXPECT_EQ(manager->budget().in_use(), 4 * bytes);
+  EXPECT_EQ(manager->UsageOf("alpha").bytes, 3 * bytes);
+  ASSERT_TRUE(manager->Recharge(*s, 9 * bytes, Tenant::Server(), what).ok());
+  EXPECT_EQ(manager->budget().in_use(), 10 * bytes);
+
+  // Shrinking gives back, and a new session fits again.
+  ASSERT_TRUE(manager->Recharge(*s, 2 * bytes, alpha, what).ok());
+  EXPECT_EQ(manager->state_bytes_in_use(), 3 * bytes);
+  EXPECT_EQ(manager->budget().in_use(), 3 * bytes);
+  EXPECT_EQ(manager->UsageOf("alpha").bytes, 2 * bytes);
+  EXPECT_TRUE(manager->CreateSession(spec, std::nullopt, "n").ok());
+
+  ASSERT_TRUE(manager->Delete("s", SessionKind::kAttention, alpha).ok());
+  EXPECT_EQ(manager->budget().in_use(), 2 * bytes);
+  EXPECT_EQ(manager->UsageOf("alpha").bytes, 0u);
+  EXPECT_EQ(manager->Recharge(*s, 3 * bytes, alpha, what).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(manager->Recharge(*s, bytes, alpha, what).ok());
+  EXPECT_EQ(manager->budget().in_use(), 2 * bytes);
+  (void)other;
+}
+
 TEST(SessionManager, IdsAndDefaults) {
   auto manager = *SessionManager::Create({});
   auto a = manager->CreateSession({}, std::nullopt, "");

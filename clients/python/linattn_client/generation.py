@@ -7,7 +7,7 @@ list_model_sessions); generate() streams TokenEvents, complete() returns the
 text.
 """
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 import grpc
 
@@ -21,9 +21,13 @@ __all__ = ["ModelInfo", "ModelSessionInfo", "Usage", "TokenEvent", "TokenStream"
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
     """A model the server serves (proto ModelInfo). state_bytes is the size
-    of one session's state at any context length; model_type is fla's
-    (linear_attn, retnet, gla, delta_net, gated_deltanet, mamba2) and
-    update_rule the state's rule (linear, gated, delta, gated_delta)."""
+    of one session's state at an empty context (at any context length but
+    for hybrids, whose softmax-attention layers in attention_layers add
+    kv_bytes_per_token per position, up to kv_bytes_max when every such
+    layer is windowed, else 0 = without bound); model_type is fla's
+    (linear_attn, retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7,
+    rwkv6) and update_rule the state's rule (linear, gated, delta,
+    gated_delta, rwkv7, rwkv6)."""
     name: str
     model_type: str
     feature_map: str
@@ -39,16 +43,22 @@ class ModelInfo:
     fingerprint: str
     update_rule: str
     conv_window_floats: int
+    kv_bytes_per_token: int = 0
+    kv_bytes_max: int = 0
+    attention_layers: Tuple[int, ...] = ()
 
     @classmethod
     def from_proto(cls, m):
-        return cls(**{f.name: getattr(m, f.name) for f in dataclasses.fields(cls)})
+        return cls(**{f.name: (tuple(getattr(m, f.name)) if f.name == "attention_layers"
+                               else getattr(m, f.name))
+                      for f in dataclasses.fields(cls)})
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelSessionInfo:
     """A model session as the server describes it: position is the number of
-    tokens in its context."""
+    tokens in its context, state_bytes its state there (a hybrid's keys and
+    values included)."""
     id: str
     model: str
     position: int
