@@ -340,7 +340,8 @@ absl::Status LinattnServer::StartListeners(const ServerOptions& options) {
     http.max_body_bytes = static_cast<size_t>(options.max_message_bytes);
     http.threads = options.http_threads;
     http.tls = tls_.get();
-    // Stored responses are sessions: at most a quarter of the table.
+    // Stored responses are sessions: each tenant's at most a quarter of the
+    // table.
     http.max_stored_responses = static_cast<size_t>(std::clamp<uint64_t>(
         options.sessions.max_sessions / 4, 1, http.max_stored_responses));
     LINATTN_ASSIGN_OR_RETURN(

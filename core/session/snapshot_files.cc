@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/session/session_manager.h"
 #include "core/session/snapshot.h"
 #include "core/util/crc.h"
@@ -29,6 +30,8 @@ constexpr char kSuffix[] = ".snap";
 constexpr char kTemporarySuffix[] = ".snap.tmp";
 
 constexpr absl::string_view kWho = "snapshot files";
+constexpr char kManifest[] = "MANIFEST";
+constexpr absl::string_view kManifestHead = "linattn snapshot files 1";
 
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path,
                          int err) {
@@ -46,6 +49,83 @@ std::string SnapshotFiles::PathOf(absl::string_view id) const {
   // files inside the directory.
   return (std::filesystem::path(dir_) / absl::StrCat(kPrefix, id, kSuffix))
       .string();
+}
+
+std::string SnapshotFiles::ManifestPath() const {
+  return (std::filesystem::path(dir_) / kManifest).string();
+}
+
+// The manifest: its head line, one session id per line, and "end N" with
+// the number of ids (a file cut short, or altered, is refused).
+absl::Status SnapshotFiles::LoadManifest() const {
+  if (manifest_loaded_) return absl::OkStatus();
+  const std::string path = ManifestPath();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    manifest_loaded_ = true;
+    return absl::OkStatus();
+  }
+  auto damaged = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(
+        "snapshot files: ", path, ": ", why,
+        "; refusing to start from it (remove it to start from the files "
+        "present)"));
+  };
+  auto read = ReadWholeFile(kWho, path);
+  if (!read.ok()) return damaged("cannot be read");
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(*read, '\n', absl::SkipEmpty());
+  if (lines.size() < 2 || lines.front() != kManifestHead ||
+      lines.back() != absl::StrCat("end ", lines.size() - 2)) {
+    return damaged("not a complete manifest");
+  }
+  std::set<std::string, std::less<>> listed;
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    if (!IsValidSessionId(lines[i])) return damaged("lists a bad session id");
+    listed.emplace(lines[i]);
+  }
+  listed_ = std::move(listed);
+  manifest_loaded_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status SnapshotFiles::WriteManifest() const {
+  std::string text = absl::StrCat(kManifestHead, "\n");
+  for (const std::string& id : listed_) absl::StrAppend(&text, id, "\n");
+  absl::StrAppend(&text, "end ", listed_.size(), "\n");
+  const std::string path = ManifestPath();
+  const std::string temporary = path + ".tmp";
+  const int fd =
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("creating", temporary, errno);
+  absl::Status status = WriteAll(kWho, fd, text, temporary);
+  if (status.ok() && sync_ && ::fdatasync(fd) != 0) {
+    status = ErrnoStatus("syncing", temporary, errno);
+  }
+  ::close(fd);
+  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
+    status = ErrnoStatus("renaming", temporary, errno);
+  }
+  if (!status.ok()) {
+    ::unlink(temporary.c_str());
+    return status;
+  }
+  if (sync_) return SyncDirectory(kWho, dir_);
+  return absl::OkStatus();
+}
+
+absl::Status SnapshotFiles::List(const std::vector<std::string>& ids) const {
+  std::lock_guard<std::mutex> lock(manifest_mu_);
+  LINATTN_RETURN_IF_ERROR(LoadManifest());
+  bool added = false;
+  for (const std::string& id : ids) added |= listed_.insert(id).second;
+  if (!added) return absl::OkStatus();
+  if (absl::Status s = WriteManifest(); !s.ok()) {
+    // Not listed after all: listed again with the next write.
+    for (const std::string& id : ids) listed_.erase(id);
+    return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SnapshotFiles::Open() const {
@@ -115,8 +195,8 @@ absl::Status SnapshotFiles::Write(absl::string_view id, uint64_t seq,
     ::unlink(temporary.c_str());
     return s;
   }
-  if (sync_) return SyncDirectory(kWho, dir_);
-  return absl::OkStatus();
+  if (sync_) LINATTN_RETURN_IF_ERROR(SyncDirectory(kWho, dir_));
+  return List({std::string(id)});
 }
 
 absl::Status SnapshotFiles::WriteMany(
@@ -158,11 +238,29 @@ absl::Status SnapshotFiles::WriteMany(
     const absl::Status synced = SyncDirectory(kWho, dir_);
     if (status.ok()) status = synced;
   }
-  return status;
+  if (!status.ok()) return status;
+  std::vector<std::string> ids;
+  for (const Replacement& f : files) ids.push_back(f.id);
+  return List(ids);
 }
 
 absl::Status SnapshotFiles::Remove(absl::string_view id) const {
   if (!IsValidSessionId(id)) return absl::OkStatus();
+  {
+    // Its line goes first: a crash in between leaves a file not listed (a
+    // deleted session's, which the journal's delete record removes), never
+    // a listed one missing.
+    std::lock_guard<std::mutex> lock(manifest_mu_);
+    LINATTN_RETURN_IF_ERROR(LoadManifest());
+    if (auto it = listed_.find(id); it != listed_.end()) {
+      const std::string kept = *it;
+      listed_.erase(it);
+      if (absl::Status s = WriteManifest(); !s.ok()) {
+        listed_.insert(kept);
+        return s;
+      }
+    }
+  }
   const std::string path = PathOf(id);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoStatus("removing", path, errno);
@@ -192,6 +290,34 @@ absl::Status SnapshotFiles::ForEach(
         absl::StrCat("snapshot files: listing ", dir_, ": ", ec.message()));
   }
   std::sort(names.begin(), names.end());
+  {
+    // Every session the manifest lists has its file; files it does not
+    // list (a crash between a first file and its line, a directory from
+    // before manifests) join it.
+    std::lock_guard<std::mutex> lock(manifest_mu_);
+    LINATTN_RETURN_IF_ERROR(LoadManifest());
+    std::set<std::string, std::less<>> present;
+    for (const std::string& name : names) {
+      present.insert(name.substr(
+          sizeof(kPrefix) - 1,
+          name.size() - (sizeof(kPrefix) - 1) - (sizeof(kSuffix) - 1)));
+    }
+    for (const std::string& id : listed_) {
+      if (!present.contains(id)) {
+        return absl::DataLossError(absl::StrCat(
+            "snapshot files: session '", id, "': its file ", PathOf(id),
+            " is missing, though ", ManifestPath(),
+            " lists it (the server wrote it and never deleted it); refusing "
+            "to start without the session (remove its line from the "
+            "manifest, and lower the count on its last line, to start "
+            "without it)"));
+      }
+    }
+    if (present != listed_) {
+      listed_ = std::move(present);
+      LINATTN_RETURN_IF_ERROR(WriteManifest());
+    }
+  }
   for (const std::string& name : names) {
     Entry entry;
     entry.path = (std::filesystem::path(dir_) / name).string();

@@ -19,16 +19,27 @@
 // its file name, is refused as DATA_LOSS naming it: recovery never starts
 // from a wrong state.
 //
+// MANIFEST beside the files lists every session that has one (replaced
+// atomically too): a session's first file is written before its line, and
+// its line removed before its file, so a file the manifest lists is one the
+// server wrote and did not delete. One that is missing when the directory
+// is read (deleted by hand, lost with a disk) is DATA_LOSS naming the
+// session and its file, rather than a session silently gone. A directory
+// without a manifest (from before it) gets one from the files it holds.
+//
 // Thread-safe for distinct sessions; one writer per session at a time.
 #ifndef LINATTN_CORE_SESSION_SNAPSHOT_FILES_H_
 #define LINATTN_CORE_SESSION_SNAPSHOT_FILES_H_
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -73,6 +84,7 @@ class SnapshotFiles {
   };
   // Every session's file, one at a time in id order (one file in memory at
   // a time), to `visit`; stops at the first error, its own or `visit`'s.
+  // DATA_LOSS before any visit when a file the manifest lists is missing.
   absl::Status ForEach(const std::function<absl::Status(Entry&)>& visit) const;
   // Every session's file, by id (all in memory: for tests and small dirs).
   absl::StatusOr<std::vector<Entry>> ReadAll() const;
@@ -86,9 +98,21 @@ class SnapshotFiles {
   // The new file of `id` beside its name (removed again on failure).
   absl::Status WriteTemporary(absl::string_view id, uint64_t seq,
                               absl::string_view blob, bool sync) const;
+  std::string ManifestPath() const;
+  // Under manifest_mu_: the manifest read once (none = empty), and
+  // rewritten atomically with `listed_`.
+  absl::Status LoadManifest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(manifest_mu_);
+  absl::Status WriteManifest() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(manifest_mu_);
+  // Lists `ids` (files just written) if they are not yet.
+  absl::Status List(const std::vector<std::string>& ids) const;
 
   const std::string dir_;
   const bool sync_;
+  mutable std::mutex manifest_mu_;
+  mutable bool manifest_loaded_ ABSL_GUARDED_BY(manifest_mu_) = false;
+  mutable std::set<std::string, std::less<>> listed_
+      ABSL_GUARDED_BY(manifest_mu_);
 };
 
 }  // namespace linattn

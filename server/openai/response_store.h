@@ -3,10 +3,14 @@
 // the session named by its id in the generation engine; a follow-up's
 // previous_response_id continues a fork of that session.
 //
-// Bounded by count and by the bytes of the bodies: past either, entries
-// whose session is gone (idle TTL, deleted) go first, then the oldest with
-// its session. A body larger than a sixteenth of the byte bound is not
-// kept. Thread-safe.
+// Bounded per tenant, by count and by the bytes of the bodies: a tenant's
+// stored responses are at most max_count (and at most a quarter of its
+// session quota, when its key sets one: each holds one of its sessions) and
+// max_bytes. Past either, entries whose session is gone (idle TTL, deleted)
+// go first, then that tenant's own oldest with its session: one tenant's
+// responses never push out another's. A body larger than a sixteenth of the
+// byte bound is not kept. The whole store is bounded by the tenants a
+// server knows (its keys; one without keys). Thread-safe.
 #ifndef LINATTN_SERVER_OPENAI_RESPONSE_STORE_H_
 #define LINATTN_SERVER_OPENAI_RESPONSE_STORE_H_
 
@@ -46,7 +50,7 @@ class ResponseStore {
   // `id`); false when it is too large, and then the caller deletes the
   // session and the answer says "store": false.
   bool Keep(const std::string& id, const json& body, bool ended_at_marker,
-            const std::string& owner, std::vector<ChatMessage> conversation);
+            const Tenant& owner, std::vector<ChatMessage> conversation);
   // Only `tenant`'s (another tenant's is as absent); an entry whose
   // session expired goes.
   std::optional<Entry> Find(const std::string& id, const Tenant& tenant);
@@ -62,7 +66,11 @@ class ResponseStore {
   std::mutex mu_;
   Map entries_;
   uint64_t next_order_ = 0;
-  size_t bytes_ = 0;
+  struct Held {
+    size_t count = 0;
+    size_t bytes = 0;
+  };
+  std::map<std::string, Held, std::less<>> held_;  // per owner
 };
 
 }  // namespace linattn

@@ -394,7 +394,7 @@ void OpenAiApi::KeepResponse(CompletionRun& r, json& body) {
   const bool at_marker = r.choices[0].finish_reason == "stop";
   std::vector<ChatMessage> conversation = r.conversation;
   conversation.push_back({"assistant", r.choices[0].text});
-  if (!responses_.Keep(r.id, body, at_marker, r.tenant.name(),
+  if (!responses_.Keep(r.id, body, at_marker, r.tenant,
                        std::move(conversation))) {
     r.store = false;  // its state goes when the run finishes
     body["store"] = false;

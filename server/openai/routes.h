@@ -61,9 +61,10 @@ struct OpenAiApiOptions {
   // Retry-After. Below the listener's threads, so /health and the sessions
   // endpoints always have some.
   int max_generations = 56;
-  // Stored responses kept with their bodies, by count and by the bytes of
-  // their JSON (each also holds a session: the session table's limits,
-  // idle TTL and budget, apply to those); past either, the oldest goes.
+  // Stored responses kept with their bodies per tenant, by count and by the
+  // bytes of their JSON (each also holds a session: the session table's
+  // limits, idle TTL and budget, apply to those); past either, the tenant's
+  // own oldest goes (response_store.h).
   size_t max_stored_responses = 1024;
   size_t max_stored_bytes = 64 << 20;
 };

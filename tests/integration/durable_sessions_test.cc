@@ -375,21 +375,25 @@ TEST(DurableSessions, AGenerateEndedByAFullDiskLeavesItsSessionServed) {
   server->Kill();
 }
 
+// A state dir of `sessions` attention sessions (crash-0, crash-1, …) after
+// a clean shutdown: the drain writes every session's snapshot file.
+void StateDirAfterCleanShutdown(testing::TempDir& tmp, const std::string& state,
+                                uint32_t sessions, uint32_t steps) {
+  auto server = testing::ServerProcess::Start(
+      {"--state-dir", state, "--model", "none"}, tmp.Path("server.log"));
+  ASSERT_NE(server, nullptr);
+  LoadOptions o = CrashLoad(*server, tmp.Path("ledger.json"));
+  o.sessions = sessions;
+  o.steps = steps;
+  auto summary = RunLoad(o);
+  ASSERT_TRUE(summary.ok() && summary->ok());
+  EXPECT_EQ(server->Stop(std::chrono::seconds(20)), 0);
+}
+
 TEST(DurableSessions, ADamagedSnapshotFileStopsTheStartNamingIt) {
   testing::TempDir tmp;
   const std::string state = tmp.Path("state");
-  {
-    auto server = testing::ServerProcess::Start(
-        {"--state-dir", state, "--model", "none"}, tmp.Path("server.log"));
-    ASSERT_NE(server, nullptr);
-    LoadOptions o = CrashLoad(*server, tmp.Path("ledger.json"));
-    o.sessions = 2;
-    o.steps = 20;
-    auto summary = RunLoad(o);
-    ASSERT_TRUE(summary.ok() && summary->ok());
-    // SIGTERM: the drain writes every session's snapshot file.
-    EXPECT_EQ(server->Stop(std::chrono::seconds(20)), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(StateDirAfterCleanShutdown(tmp, state, 2, 20));
   const std::string file = state + "/sessions/session-crash-1.snap";
   ASSERT_TRUE(std::filesystem::exists(file));
   std::string bytes = testing::ReadFile(file);
@@ -401,6 +405,23 @@ TEST(DurableSessions, ADamagedSnapshotFileStopsTheStartNamingIt) {
   const std::string log = ReadLog(tmp.Path("refused.log"));
   EXPECT_THAT(log, HasSubstr(file));
   EXPECT_THAT(log, HasSubstr("checksum"));
+}
+
+// After a clean shutdown every session lives in its snapshot file alone
+// (the journal is compacted): one deleted by hand is named at the start,
+// from the manifest, instead of the session silently missing.
+TEST(DurableSessions, AMissingSnapshotFileStopsTheStartNamingIt) {
+  testing::TempDir tmp;
+  const std::string state = tmp.Path("state");
+  ASSERT_NO_FATAL_FAILURE(StateDirAfterCleanShutdown(tmp, state, 3, 10));
+  const std::string file = state + "/sessions/session-crash-1.snap";
+  ASSERT_TRUE(std::filesystem::remove(file));
+  auto server = testing::ServerProcess::Start(
+      {"--state-dir", state, "--model", "none"}, tmp.Path("refused.log"));
+  EXPECT_EQ(server, nullptr) << "a state dir missing a session was served";
+  const std::string log = ReadLog(tmp.Path("refused.log"));
+  EXPECT_THAT(log, HasSubstr("session 'crash-1'"));
+  EXPECT_THAT(log, HasSubstr(file + " is missing"));
 }
 
 }  // namespace

@@ -429,6 +429,55 @@ TEST(Tenants, OverHttpTooSessionsAndStoredResponsesAreTheTenants) {
             200);
 }
 
+// Stored responses are bounded per tenant: one tenant storing many pushes
+// out only its own oldest (at most a quarter of --max-sessions, and of its
+// key's max_sessions), never another tenant's response, its session or a
+// follow-up of it.
+TEST(Tenants, StoredResponsesOfOneTenantNeverEvictAnothers) {
+  using testing::HttpCall;
+  KeyFile keys;
+  keys.Write({Key("key-a", "alpha"), Key("key-e", "eager", false, 12),
+              Key("key-b", "bulk")});
+  auto server = ServerProcess::Start(
+      {"--api-keys", keys.path.string(), "--max-sessions", "40"});
+  ASSERT_NE(server, nullptr);
+  const int port = server->http_port();
+  const auto respond = [&](const std::string& key, const std::string& extra) {
+    return HttpCall(port, "POST", "/v1/responses",
+                    R"({"input":"hi","max_output_tokens":1)" + extra + "}",
+                    key);
+  };
+  auto kept = respond("key-a", "");
+  ASSERT_EQ(kept.status, 200) << kept.raw;
+  const std::string a_id = kept.body["id"];
+  // eager's cap is a quarter of its quota of 12: 3.
+  std::vector<std::string> eager;
+  for (int i = 0; i < 10; ++i) {
+    auto r = respond("key-e", "");
+    ASSERT_EQ(r.status, 200) << r.raw;
+    eager.push_back(r.body["id"]);
+  }
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(
+        HttpCall(port, "GET", "/v1/responses/" + eager[i], "", "key-e").status,
+        i < 7 ? 404 : 200)
+        << i;
+  }
+  // bulk's is a quarter of --max-sessions: 10.
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_EQ(respond("key-b", "").status, 200);
+  }
+  auto bulk = HttpCall(port, "GET", "/v1/sessions", "", "key-b");
+  EXPECT_EQ(bulk.body["data"].size(), 10u) << bulk.raw;
+  // alpha's response, its session and a follow-up of it are all there.
+  EXPECT_EQ(HttpCall(port, "GET", "/v1/responses/" + a_id, "", "key-a").status,
+            200);
+  EXPECT_EQ(HttpCall(port, "GET", "/v1/sessions/" + a_id, "", "key-a").status,
+            200);
+  auto follow = respond("key-a", R"(,"previous_response_id":")" + a_id + "\"");
+  EXPECT_EQ(follow.status, 200) << follow.raw;
+}
+
 // Two tenants on one server with rounds of eight requests. A tenant
 // flooding past its token rate is refused (RESOURCE_EXHAUSTED with
 // retry-after-ms) and takes no more than its rate; a tenant with no rate

@@ -49,6 +49,45 @@ TEST(SnapshotFiles, WriteReplaceReadAndRemove) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The manifest lists every session with a file: one missing is DATA_LOSS
+// naming it; files it does not list (a directory from before manifests)
+// join it; a removed session's line goes with its file.
+TEST(SnapshotFiles, AListedFileThatIsMissingIsNamed) {
+  testing::TempDir tmp;
+  {
+    const SnapshotFiles files(tmp.Path("snapshots"), /*sync=*/true);
+    ASSERT_TRUE(files.Open().ok());
+    ASSERT_TRUE(files.Write("a", 1, "blob a").ok());
+    const SnapshotFiles::Replacement two[] = {{"b", 2, "blob b"},
+                                              {"c", 3, "blob c"}};
+    ASSERT_TRUE(files.WriteMany(two).ok());
+    ASSERT_TRUE(files.Remove("c").ok());
+  }
+  EXPECT_EQ(ReadFile(tmp.Path("snapshots/MANIFEST")),
+            "linattn snapshot files 1\na\nb\nend 2\n");
+  std::filesystem::remove(tmp.Path("snapshots/session-b.snap"));
+  {
+    const SnapshotFiles files(tmp.Path("snapshots"), /*sync=*/true);
+    auto all = files.ReadAll();
+    EXPECT_EQ(all.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(all.status().message(), HasSubstr("session 'b'"));
+    EXPECT_THAT(all.status().message(),
+                HasSubstr(files.PathOf("b") + " is missing"));
+  }
+  // Without its manifest the directory is read as it is, and gets one.
+  std::filesystem::remove(tmp.Path("snapshots/MANIFEST"));
+  const SnapshotFiles files(tmp.Path("snapshots"), /*sync=*/true);
+  ASSERT_EQ(files.ReadAll().value().size(), 1u);
+  EXPECT_EQ(ReadFile(tmp.Path("snapshots/MANIFEST")),
+            "linattn snapshot files 1\na\nend 1\n");
+  // A manifest cut short is refused by name.
+  WriteFile(tmp.Path("snapshots/MANIFEST"), "linattn snapshot files 1\na\n");
+  const SnapshotFiles reread(tmp.Path("snapshots"), /*sync=*/true);
+  auto cut = reread.ReadAll();
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(cut.status().message(), HasSubstr("MANIFEST"));
+}
+
 TEST(SnapshotFiles, ManyFilesAtOnceAllOrNoneReplaced) {
   testing::TempDir tmp;
   const SnapshotFiles files(tmp.Path("snapshots"), /*sync=*/true);
@@ -76,7 +115,7 @@ TEST(SnapshotFiles, ManyFilesAtOnceAllOrNoneReplaced) {
        std::filesystem::directory_iterator(tmp.Path("snapshots"))) {
     ++entries;
   }
-  EXPECT_EQ(entries, 3u);
+  EXPECT_EQ(entries, 4u);  // the three files and MANIFEST
 }
 
 TEST(SnapshotFiles, AnUnfinishedReplacementLeavesTheOldFile) {
@@ -110,7 +149,7 @@ TEST(SnapshotFiles, ADamagedOrMisnamedFileIsRefusedByName) {
   EXPECT_EQ(files.ReadAll().status().code(), absl::StatusCode::kDataLoss);
   // Intact, but under another session's name.
   WriteFile(path, good);
-  std::filesystem::rename(path, files.PathOf("b"));
+  WriteFile(files.PathOf("b"), good);
   const absl::Status misnamed = files.ReadAll().status();
   EXPECT_EQ(misnamed.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(misnamed.message()), HasSubstr("another session"));
