@@ -270,6 +270,14 @@ void DefineListenerFlags(CLI::App& app, ServerFlags& f) {
       ->envname("LINATTN_HTTP_THREADS")
       ->check(CLI::Range(9, 4096))
       ->capture_default_str();
+  app.add_option("--http-request-timeout-ms", f.options.http_request_timeout_ms,
+                 "the time a plain-HTTP request's headers and body have to "
+                 "arrive, from its first byte, however steadily they trickle "
+                 "in (408 after it); until their headers are complete, "
+                 "connections wait without holding a request thread")
+      ->envname("LINATTN_HTTP_REQUEST_TIMEOUT_MS")
+      ->check(CLI::Range(100, 3'600'000))
+      ->capture_default_str();
   app.add_option("--api-keys", f.options.api_keys_file,
                  "JSON file of API keys stored as SHA-256 hashes, each naming "
                  "a tenant, its quotas and whether it is admin "

@@ -13,6 +13,7 @@
 #include "core/util/status_macros.h"
 #include "core/util/utf8.h"
 #include "server/http_json.h"
+#include "server/intake_http_server.h"
 
 namespace linattn {
 namespace {
@@ -75,15 +76,24 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
       return absl::InternalError("--http-listen: setting up TLS failed");
     }
   } else {
-    f->server_ = std::make_unique<httplib::Server>();
+    auto intake = std::make_unique<IntakeHttpServer>(
+        HttpIntakeOptions{.request_timeout = options.request_timeout},
+        options.threads, /*probe_threads=*/2);
+    f->intake_server_ = intake.get();
+    f->server_ = std::move(intake);
   }
   httplib::Server& s = *f->server_;
-  const int threads = options.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  if (f->intake_server_ == nullptr) {
+    const int threads = options.threads;
+    s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  }
   s.set_payload_max_length(options.max_body_bytes);
   f->Route();
   LINATTN_ASSIGN_OR_RETURN(
       f->port_, BindHttpListener(s, options.listen, "--http-listen"));
+  if (f->intake_server_ != nullptr) {
+    LINATTN_RETURN_IF_ERROR(f->intake_server_->Start());
+  }
   f->thread_ = std::thread([p = f.get()] {
     p->server_->listen_after_bind();
     p->listening_done_ = true;
@@ -102,6 +112,7 @@ HttpFrontend::~HttpFrontend() {
     server_->stop();
   }
   if (thread_.joinable()) thread_.join();
+  if (intake_server_ != nullptr) intake_server_->Shutdown();
 }
 
 extern const unsigned char kExplorerHtml[];

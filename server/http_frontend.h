@@ -32,6 +32,7 @@
 #define LINATTN_SERVER_HTTP_FRONTEND_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,12 +51,19 @@ class Server;
 
 namespace linattn {
 
+class IntakeHttpServer;
+
 struct HttpFrontendOptions {
   ListenAddress listen;
   size_t max_body_bytes = 64 << 20;
   // Requests served at once (a streaming completion holds one for its
-  // length); more wait in the listener's queue.
+  // length); more wait in the listener's queue. Plain HTTP: connections
+  // wait for their next request in an intake (server/http_intake.h),
+  // holding no thread until its headers are in; two more threads serve
+  // only GET /health.
   int threads = 64;
+  // The time a request's headers and body have to arrive (plain HTTP).
+  std::chrono::milliseconds request_timeout{30'000};
   // The generation endpoints' limits (server/openai/routes.h); generations at
   // once are threads − 8.
   size_t max_stored_responses = 1024;
@@ -88,6 +96,7 @@ class HttpFrontend {
   void Route();
 
   std::unique_ptr<httplib::Server> server_;
+  IntakeHttpServer* intake_server_ = nullptr;  // server_, without TLS
   GenerationEngine* engine_ = nullptr;
   const std::vector<std::shared_ptr<const Model>>* models_ = nullptr;
   CallGate* gate_ = nullptr;

@@ -339,6 +339,8 @@ absl::Status LinattnServer::StartListeners(const ServerOptions& options) {
         http.listen, ParseListenAddress(options.http_listen, "--http-listen"));
     http.max_body_bytes = static_cast<size_t>(options.max_message_bytes);
     http.threads = options.http_threads;
+    http.request_timeout =
+        std::chrono::milliseconds(options.http_request_timeout_ms);
     http.tls = tls_.get();
     // Stored responses are sessions: each tenant's at most a quarter of the
     // table.

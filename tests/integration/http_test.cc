@@ -2,12 +2,18 @@
 // client (cpp-httplib's): health, the model list, tokenize and detokenize
 // against the model's own tokenizer, and OpenAI's error body (message, type,
 // param, code) with the right status for every kind of bad request.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <thread>
 
 #include "core/model/model.h"
@@ -190,6 +196,114 @@ TEST(HttpTest, AnHttpPortAnotherProcessListensOnIsRefused) {
                          std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("--http-listen"));
   EXPECT_THAT(text, HasSubstr("already in use"));
+}
+
+// A raw loopback connection to `port` (or -1).
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// What `fd` sends until it closes, `limit` passes or `until` arrives.
+std::string ReadAll(int fd, std::chrono::milliseconds limit,
+                    const std::string& until = "") {
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  pollfd p{fd, POLLIN, 0};
+  char buffer[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+    if (!until.empty() && out.find(until) != std::string::npos) break;
+  }
+  return out;
+}
+
+// 64 connections that each send a byte every 0.2 s — 32 of their headers,
+// 32 of a small body after complete headers — more than the listener's
+// threads, hold no request thread: /health, /v1/models and a completion
+// are each answered within a second meanwhile, and the slow ones are
+// answered 408 and closed once their whole-request deadline passes, however
+// steadily their bytes came.
+TEST(HttpTest, SlowClientsStallNoOtherRequest) {
+  auto server = ServerProcess::Start(
+      {"--http-threads", "16", "--http-request-timeout-ms", "3000"});
+  ASSERT_NE(server, nullptr);
+  const int port = server->http_port();
+  const std::string slow_head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Padding: "
+      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+  const std::string body = R"({"prompt":"In the beginning","max_tokens":2})";
+  const std::string full_head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
+  std::vector<int> slow;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = Connect(port);
+    ASSERT_GE(fd, 0);
+    if (i >= 32) {
+      ASSERT_EQ(::send(fd, full_head.data(), full_head.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(full_head.size()));
+    }
+    slow.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (size_t at = 0; at < body.size() && !stop; ++at) {
+      for (size_t i = 0; i < slow.size(); ++i) {
+        const char byte = i < 32 ? slow_head[at] : body[at];
+        (void)!::send(slow[i], &byte, 1, MSG_NOSIGNAL);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  const auto timed = [&](const std::string& method, const std::string& path,
+                         const std::string& request) {
+    const auto start = std::chrono::steady_clock::now();
+    const Reply r = HttpCall(port, method, path, request);
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_EQ(r.status, 200) << path << ": " << r.raw;
+    EXPECT_LT(took, std::chrono::seconds(1)) << path;
+  };
+  timed("GET", "/health", "");
+  timed("GET", "/v1/models", "");
+  timed("POST", "/v1/completions",
+        R"({"prompt":"In the beginning","max_tokens":2})");
+  // From their first byte (about a second ago) they have three seconds.
+  for (int fd : slow) {
+    // Read as soon as it comes (the connection then closes, and a client
+    // that went on sending could lose what it had not read).
+    const std::string answer =
+        ReadAll(fd, std::chrono::milliseconds(4000), "}}");
+    EXPECT_THAT(answer, HasSubstr("HTTP/1.1 408")) << fd;
+    ::close(fd);
+  }
+  stop = true;
+  trickle.join();
+  // Keep-alive and pipelining still work: two requests in one write on one
+  // connection, two answers.
+  const int fd = Connect(port);
+  const std::string two =
+      "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, two.data(), two.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(two.size()));
+  const std::string answers = ReadAll(fd, std::chrono::milliseconds(3000));
+  ::close(fd);
+  EXPECT_THAT(answers, HasSubstr("{\"status\":\"ok\"}"));
+  EXPECT_THAT(answers, HasSubstr("\"object\":\"list\""));
 }
 
 }  // namespace

@@ -1,0 +1,54 @@
+// IntakeHttpServer: cpp-httplib's Server with connections parked in an
+// HttpIntake (server/http_intake.h) between requests, instead of each one
+// holding a worker thread from accept to close. Workers answer requests
+// whose heads have arrived: `threads` of them for every endpoint and
+// `probe_threads` more that only GET /health uses, so a load balancer's
+// probe is answered even while every other worker streams a completion.
+// A worker reads the body within the request's deadline and writes the
+// response, then gives the connection back.
+//
+// Plain HTTP only (with TLS, httplib's SSLServer reads each connection on
+// a worker of its own).
+#ifndef LINATTN_SERVER_INTAKE_HTTP_SERVER_H_
+#define LINATTN_SERVER_INTAKE_HTTP_SERVER_H_
+
+#include <httplib.h>
+
+#include <atomic>
+#include <memory>
+
+#include "server/http_intake.h"
+
+namespace linattn {
+
+class IntakeHttpServer : public httplib::Server {
+ public:
+  IntakeHttpServer(const HttpIntakeOptions& intake, int threads,
+                   int probe_threads);
+  ~IntakeHttpServer() override;
+
+  // After binding, before listen_after_bind: the intake's thread and the
+  // workers, and the listening socket's backlog raised to SOMAXCONN.
+  absl::Status Start();
+  // After stop() and the listener's return: closes waiting connections and
+  // joins the workers (each finishes the request it answers).
+  void Shutdown();
+
+ private:
+  // A connection httplib accepted (on its accept pool): into the intake.
+  bool process_and_close_socket(socket_t sock) override;
+  // On a worker: one request of a connection whose head is in `ready`.
+  void Answer(HttpIntake::Ready ready);
+
+  const HttpIntakeOptions intake_options_;
+  const int threads_;
+  const int probe_threads_;
+  std::unique_ptr<HttpIntake> intake_;
+  std::unique_ptr<httplib::ThreadPool> workers_;
+  std::unique_ptr<httplib::ThreadPool> probe_workers_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace linattn
+
+#endif  // LINATTN_SERVER_INTAKE_HTTP_SERVER_H_
