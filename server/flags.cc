@@ -271,7 +271,7 @@ void DefineListenerFlags(CLI::App& app, ServerFlags& f) {
       ->check(CLI::Range(9, 4096))
       ->capture_default_str();
   app.add_option("--http-request-timeout-ms", f.options.http_request_timeout_ms,
-                 "the time a plain-HTTP request's headers and body have to "
+                 "the time an HTTP request's headers and body have to "
                  "arrive, from its first byte, however steadily they trickle "
                  "in (408 after it); until their headers are complete, "
                  "connections wait without holding a request thread")

@@ -68,32 +68,32 @@ absl::StatusOr<std::unique_ptr<HttpFrontend>> HttpFrontend::Start(
   f->created_ = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
+  const HttpIntakeOptions intake{.request_timeout = options.request_timeout};
+  constexpr int kProbeThreads = 2;
   if (options.tls != nullptr) {
     TlsIdentity* tls = options.tls;
-    f->server_ = std::make_unique<httplib::SSLServer>(
-        [tls](SSL_CTX& ctx) { return tls->SetUpHttpContext(ctx); });
-    if (!f->server_->is_valid()) {
+    std::function<bool(SSL_CTX&)> setup = [tls](SSL_CTX& ctx) {
+      return tls->SetUpHttpContext(ctx);
+    };
+    auto server = std::make_unique<IntakeHttpsServer>(
+        intake, options.threads, kProbeThreads, std::move(setup));
+    if (!server->is_valid()) {
       return absl::InternalError("--http-listen: setting up TLS failed");
     }
+    f->intake_ = server.get();
+    f->server_ = std::move(server);
   } else {
-    auto intake = std::make_unique<IntakeHttpServer>(
-        HttpIntakeOptions{.request_timeout = options.request_timeout},
-        options.threads, /*probe_threads=*/2);
-    f->intake_server_ = intake.get();
-    f->server_ = std::move(intake);
+    auto server = std::make_unique<IntakeHttpServer>(intake, options.threads,
+                                                     kProbeThreads);
+    f->intake_ = server.get();
+    f->server_ = std::move(server);
   }
   httplib::Server& s = *f->server_;
-  if (f->intake_server_ == nullptr) {
-    const int threads = options.threads;
-    s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  }
   s.set_payload_max_length(options.max_body_bytes);
   f->Route();
   LINATTN_ASSIGN_OR_RETURN(
       f->port_, BindHttpListener(s, options.listen, "--http-listen"));
-  if (f->intake_server_ != nullptr) {
-    LINATTN_RETURN_IF_ERROR(f->intake_server_->Start());
-  }
+  LINATTN_RETURN_IF_ERROR(f->intake_->Start());
   f->thread_ = std::thread([p = f.get()] {
     p->server_->listen_after_bind();
     p->listening_done_ = true;
@@ -112,7 +112,7 @@ HttpFrontend::~HttpFrontend() {
     server_->stop();
   }
   if (thread_.joinable()) thread_.join();
-  if (intake_server_ != nullptr) intake_server_->Shutdown();
+  if (intake_ != nullptr) intake_->Shutdown();
 }
 
 extern const unsigned char kExplorerHtml[];

@@ -51,18 +51,17 @@ class Server;
 
 namespace linattn {
 
-class IntakeHttpServer;
+class IntakeControl;
 
 struct HttpFrontendOptions {
   ListenAddress listen;
   size_t max_body_bytes = 64 << 20;
   // Requests served at once (a streaming completion holds one for its
-  // length); more wait in the listener's queue. Plain HTTP: connections
-  // wait for their next request in an intake (server/http_intake.h),
-  // holding no thread until its headers are in; two more threads serve
-  // only GET /health.
+  // length); more wait in the listener's queue. Connections wait for their
+  // next request in an intake (server/http_intake.h), holding no thread
+  // until its headers are in; two more threads serve only GET /health.
   int threads = 64;
-  // The time a request's headers and body have to arrive (plain HTTP).
+  // The time a request's headers and body have to arrive.
   std::chrono::milliseconds request_timeout{30'000};
   // The generation endpoints' limits (server/openai/routes.h); generations at
   // once are threads − 8.
@@ -96,7 +95,7 @@ class HttpFrontend {
   void Route();
 
   std::unique_ptr<httplib::Server> server_;
-  IntakeHttpServer* intake_server_ = nullptr;  // server_, without TLS
+  IntakeControl* intake_ = nullptr;  // server_'s connection intake
   GenerationEngine* engine_ = nullptr;
   const std::vector<std::shared_ptr<const Model>>* models_ = nullptr;
   CallGate* gate_ = nullptr;

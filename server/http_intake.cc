@@ -1,6 +1,7 @@
 #include "server/http_intake.h"
 
 #include <fcntl.h>
+#include <openssl/err.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -68,6 +69,12 @@ std::optional<size_t> ContentLength(absl::string_view head) {
   return value;
 }
 
+// Whether the head carries "Expect: 100-continue".
+bool ExpectsContinue(absl::string_view head) {
+  return absl::StrContains(absl::AsciiStrToLower(head),
+                           "\r\nexpect: 100-continue");
+}
+
 // GET (or HEAD) /health, with or without a query.
 bool IsProbe(const std::string& head) {
   for (absl::string_view method : {"GET /health", "HEAD /health"}) {
@@ -115,58 +122,98 @@ HttpIntake::~HttpIntake() {
     (void)!::write(wake_, &one, sizeof(one));
   }
   if (thread_.joinable()) thread_.join();
-  for (auto& [fd, c] : waiting_) ::close(fd);
-  for (auto& [fd, bytes] : incoming_) ::close(fd);
+  for (auto& [fd, c] : waiting_) {
+    if (c.ssl != nullptr) SSL_free(c.ssl);
+    ::close(fd);
+  }
+  for (Incoming& in : incoming_) {
+    if (in.ssl != nullptr) SSL_free(in.ssl);
+    ::close(in.fd);
+  }
   if (epoll_ >= 0) ::close(epoll_);
   if (wake_ >= 0) ::close(wake_);
 }
 
-void HttpIntake::Add(int fd, std::string pending) {
+void HttpIntake::Add(int fd, std::string pending, SSL* ssl) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
-      incoming_.emplace_back(fd, std::move(pending));
+      incoming_.push_back(Incoming{fd, std::move(pending), ssl});
       const uint64_t one = 1;
       (void)!::write(wake_, &one, sizeof(one));
       return;
     }
   }
+  if (ssl != nullptr) SSL_free(ssl);
   ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
 }
 
 void HttpIntake::Close(int fd, const std::string* response) {
   auto it = waiting_.find(fd);
+  SSL* const ssl = it != waiting_.end() ? it->second.ssl : nullptr;
   if (response != nullptr && it != waiting_.end()) {
     // Best effort: the socket is non-blocking, and the response is small.
-    (void)!::send(fd, response->data(), response->size(), MSG_NOSIGNAL);
+    if (ssl != nullptr) {
+      (void)SSL_write(ssl, response->data(),
+                      static_cast<int>(response->size()));
+      (void)SSL_shutdown(ssl);
+      ERR_clear_error();
+    } else {
+      (void)!::send(fd, response->data(), response->size(), MSG_NOSIGNAL);
+    }
     ::shutdown(fd, SHUT_WR);
+    WantWrite(fd, it->second, false);  // only what it sends is of interest
     it->second.bytes.clear();
     it->second.lingering_until = Clock::now() + kLinger;
     return;
   }
   ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+  if (ssl != nullptr) SSL_free(ssl);
   ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
   waiting_.erase(fd);
 }
 
+void HttpIntake::WantWrite(int fd, Connection& c, bool want) {
+  if (c.want_write == want) return;
+  c.want_write = want;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
+  ev.data.fd = fd;
+  ::epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev);
+}
+
 void HttpIntake::Admit() {
-  std::vector<std::pair<int, std::string>> incoming;
+  std::vector<Incoming> incoming;
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming.swap(incoming_);
   }
   const Clock::time_point now = Clock::now();
-  for (auto& [fd, pending] : incoming) {
-    if (waiting_.size() >= options_.max_connections) {
+  for (Incoming& in : incoming) {
+    const int fd = in.fd;
+    if (options_.tls != nullptr && in.ssl == nullptr) {
+      in.ssl = SSL_new(options_.tls);
+      if (in.ssl != nullptr && SSL_set_fd(in.ssl, fd) == 1) {
+        SSL_set_accept_state(in.ssl);
+      } else if (in.ssl != nullptr) {
+        SSL_free(in.ssl);
+        in.ssl = nullptr;
+      }
+    }
+    if (waiting_.size() >= options_.max_connections ||
+        (options_.tls != nullptr && in.ssl == nullptr)) {
+      if (in.ssl != nullptr) SSL_free(in.ssl);
+      ERR_clear_error();
       ::shutdown(fd, SHUT_RDWR);
       ::close(fd);
       continue;
     }
     SetNonBlocking(fd, true);
     Connection& c = waiting_[fd];
-    c.bytes = std::move(pending);
+    c.ssl = in.ssl;
+    c.bytes = std::move(in.pending);
     c.idle_until = now + options_.idle_timeout;
     if (!c.bytes.empty()) c.deadline = now + options_.request_timeout;
     epoll_event ev{};
@@ -176,8 +223,13 @@ void HttpIntake::Admit() {
       Close(fd);
       continue;
     }
-    // A request that came right behind the previous one (pipelined).
-    if (!c.bytes.empty()) MaybeReady(fd, c, 0);
+    // A request that came right behind the previous one (pipelined; with
+    // TLS it may wait decrypted inside the SSL, where epoll cannot see it).
+    if (c.ssl != nullptr) {
+      Read(fd);
+    } else if (!c.bytes.empty()) {
+      MaybeReady(fd, c, 0);
+    }
   }
 }
 
@@ -196,9 +248,15 @@ bool HttpIntake::MaybeReady(int fd, Connection& c, size_t searched_from) {
       return true;
     }
     c.need = end + 4;
-    const std::optional<size_t> length =
-        ContentLength(absl::string_view(c.bytes).substr(0, end + 2));
-    if (length && *length <= options_.max_buffered_body) c.need += *length;
+    const absl::string_view head =
+        absl::string_view(c.bytes).substr(0, end + 2);
+    const std::optional<size_t> length = ContentLength(head);
+    // A client that waits for "100 Continue" before its body gets it from
+    // the worker: its head goes at once.
+    if (length && *length <= options_.max_buffered_body &&
+        !ExpectsContinue(head)) {
+      c.need += *length;
+    }
   }
   if (c.bytes.size() < c.need) return false;
   ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
@@ -208,6 +266,7 @@ bool HttpIntake::MaybeReady(int fd, Connection& c, size_t searched_from) {
   ready.bytes = std::move(c.bytes);
   ready.deadline = *c.deadline;
   ready.probe = IsProbe(ready.bytes);
+  ready.ssl = c.ssl;
   waiting_.erase(fd);
   dispatch_(std::move(ready));
   return true;
@@ -218,15 +277,23 @@ void HttpIntake::Read(int fd) {
   if (it == waiting_.end()) return;
   Connection& c = it->second;
   if (c.lingering_until) {
+    // At most 64 KiB a turn: a client sending flat out cannot hold the
+    // intake's thread (epoll reports it again).
     char drop[4096];
-    for (;;) {
+    for (int i = 0; i < 16; ++i) {
       const ssize_t n = ::recv(fd, drop, sizeof(drop), 0);
       if (n > 0 || (n < 0 && errno == EINTR)) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       return Close(fd);  // the client closed too
     }
+    return;
   }
   const size_t before = c.bytes.size();
+  if (c.ssl != nullptr) {
+    if (!ReadTls(fd, c)) return;
+    MaybeReady(fd, c, before >= 3 ? before - 3 : 0);
+    return;
+  }
   char buffer[16 << 10];
   for (;;) {
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
@@ -241,10 +308,43 @@ void HttpIntake::Read(int fd) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n < 0 && errno == EINTR) continue;
-    Close(fd);  // closed by the client, or failed
+    // Closed by the client (a request sent whole and then its side shut
+    // is still answered), or failed.
+    if (n != 0 || !MaybeReady(fd, c, before >= 3 ? before - 3 : 0)) Close(fd);
     return;
   }
   MaybeReady(fd, c, before >= 3 ? before - 3 : 0);
+}
+
+bool HttpIntake::ReadTls(int fd, Connection& c) {
+  char buffer[16 << 10];
+  for (;;) {
+    const int n = SSL_read(c.ssl, buffer, sizeof(buffer));
+    if (n > 0) {
+      if (!c.deadline) c.deadline = Clock::now() + options_.request_timeout;
+      c.bytes.append(buffer, static_cast<size_t>(n));
+      if (c.bytes.size() >=
+          (c.need != 0 ? c.need : options_.max_head_bytes + 1)) {
+        return true;
+      }
+      continue;
+    }
+    const int error = SSL_get_error(c.ssl, n);
+    if (error == SSL_ERROR_WANT_READ) {
+      WantWrite(fd, c, false);
+      return true;
+    }
+    if (error == SSL_ERROR_WANT_WRITE) {
+      WantWrite(fd, c, true);
+      return true;
+    }
+    // Closed (a request sent whole and then the client's side shut is
+    // still answered), a failed handshake (a plaintext client, an unknown
+    // certificate), or an error.
+    ERR_clear_error();
+    if (c.bytes.empty() || !MaybeReady(fd, c, 0)) Close(fd);
+    return false;
+  }
 }
 
 void HttpIntake::Run() {

@@ -18,9 +18,16 @@
 // `max_connections` wait at once (each holding at most max_head_bytes +
 // max_buffered_body + 16 KiB); more are closed when they arrive.
 //
+// TLS (`tls` set: the HTTPS listener's context): the intake runs each
+// connection's handshake and decrypts its head without blocking too, so a
+// slow handshake is bounded by the idle time and a slow head by the
+// request's deadline; the worker goes on with the same SSL object.
+//
 // Thread-safe: Add from any thread.
 #ifndef LINATTN_SERVER_HTTP_INTAKE_H_
 #define LINATTN_SERVER_HTTP_INTAKE_H_
+
+#include <openssl/ssl.h>
 
 #include <chrono>
 #include <cstddef>
@@ -43,6 +50,8 @@ struct HttpIntakeOptions {
   size_t max_head_bytes = 16 << 10;
   size_t max_buffered_body = 48 << 10;
   size_t max_connections = 1024;
+  // The HTTPS listener's context, or null for plain HTTP.
+  SSL_CTX* tls = nullptr;
 };
 
 class HttpIntake {
@@ -51,12 +60,14 @@ class HttpIntake {
   // A connection whose request head is complete: its socket (blocking
   // again, now the worker's to answer and give back or close), the bytes
   // read so far (the head and whatever followed it), the request's
-  // deadline, and whether it is a health probe (GET /health).
+  // deadline, whether it is a health probe (GET /health), and with TLS the
+  // connection's SSL (the worker's now, as the socket).
   struct Ready {
     int fd = -1;
     std::string bytes;
     Clock::time_point deadline;
     bool probe = false;
+    SSL* ssl = nullptr;
   };
   using Dispatch = std::function<void(Ready)>;
 
@@ -68,8 +79,9 @@ class HttpIntake {
   HttpIntake& operator=(const HttpIntake&) = delete;
 
   // Takes connection `fd` (accepted, or given back after a response) with
-  // `pending` bytes already read from it. Once stopping, `fd` is closed.
-  void Add(int fd, std::string pending = "");
+  // `pending` bytes already read from it and, with TLS, its SSL once it has
+  // one. Once stopping, `fd` is closed.
+  void Add(int fd, std::string pending = "", SSL* ssl = nullptr);
 
   const HttpIntakeOptions& options() const { return options_; }
 
@@ -81,6 +93,8 @@ class HttpIntake {
     // Bytes to hold before handing it over (its head and a small body);
     // 0 until the head is complete.
     size_t need = 0;
+    SSL* ssl = nullptr;       // TLS
+    bool want_write = false;  // its handshake waits to write
     // Answered with an error and shut for writing: what the client still
     // sends is read and dropped until then (closing with unread bytes
     // would reset the connection, and the client could lose the answer).
@@ -96,6 +110,10 @@ class HttpIntake {
   void Admit();
   // Reads what `fd` has; hands it over, closes it, or leaves it waiting.
   void Read(int fd);
+  // Reads what a TLS connection has decrypted; false if it was closed.
+  bool ReadTls(int fd, Connection& c);
+  // Watches `fd` for writability too while its handshake needs it.
+  void WantWrite(int fd, Connection& c, bool want);
   // Hands `fd` over if its head is complete; true if it left the intake.
   bool MaybeReady(int fd, Connection& c, size_t searched_from);
   // Closes `fd`; with `response`, sends it and lingers first.
@@ -107,8 +125,13 @@ class HttpIntake {
   int wake_ = -1;  // an eventfd: Add and the destructor wake the thread
   std::thread thread_;
   std::mutex mu_;
-  bool stopping_ = false;                              // guarded by mu_
-  std::vector<std::pair<int, std::string>> incoming_;  // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  struct Incoming {
+    int fd;
+    std::string pending;
+    SSL* ssl;
+  };
+  std::vector<Incoming> incoming_;     // guarded by mu_
   std::map<int, Connection> waiting_;  // the intake thread's alone
 };
 

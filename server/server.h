@@ -73,8 +73,8 @@ struct ServerOptions {
   // Its requests served at once; generations (completions, chats,
   // responses, streams included) take at most this − 8 of them.
   int http_threads = 64;
-  // The time a request's headers and body have to arrive (plain HTTP,
-  // server/http_intake.h).
+  // The time an HTTP request's headers and body have to arrive
+  // (server/http_intake.h).
   int http_request_timeout_ms = 30'000;
   // API keys (server/api_keys.h): with a file, every call of both services
   // and the HTTP listener needs a key, and sessions belong to tenants.

@@ -221,6 +221,9 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
                           "session's state (",
                           bytes, " bytes)"));
   absl::Status start = lease.status();
+  // Whether waiting for requests under way could help: memory of the
+  // server's that they give back, enough for this one at all.
+  bool may_wait = !lease.ok() && sessions_->budget().CouldFit(bytes);
   if (start.ok()) {
     // A hybrid's keys and values grow with the context: the session's
     // charge covers every position this request may reach before it feeds
@@ -229,16 +232,22 @@ GenerationEngine::StartResult GenerationEngine::Start(Queue& q, Job& job,
         s.context_position() + job.input.size() +
         (job.kind == Job::Kind::kGenerate ? job.params.max_tokens : 0);
     const uint64_t charge = s.model().state_bytes_at(reach);
-    start = sessions_->Recharge(s, charge, job.tenant, [&] {
-      return absl::StrCat(
-          "memory: this request may take the session to position ", reach,
-          ", where its keys and values take ", s.model().kv_bytes_at(reach),
-          " bytes (", charge - s.charged_bytes(), " more than it holds)");
-    });
+    bool budget_short = false;
+    start = sessions_->Recharge(
+        s, charge, job.tenant,
+        [&] {
+          return absl::StrCat(
+              "memory: this request may take the session to position ", reach,
+              ", where its keys and values take ", s.model().kv_bytes_at(reach),
+              " bytes (", charge - s.charged_bytes(), " more than it holds)");
+        },
+        &budget_short);
+    // A tenant's quota is not given back by other tenants' requests, nor
+    // is more than the whole budget.
+    may_wait = budget_short && sessions_->budget().CouldFit(charge + bytes);
     if (!start.ok()) lease->Release();
   }
-  if (!start.ok() && absl::IsResourceExhausted(start) &&
-      leased_jobs_.load() > 0) {
+  if (!start.ok() && may_wait && leased_jobs_.load() > 0) {
     // Memory comes back when a request under way ends.
     job.memory_wait = leases_returned_.load();
     return StartResult::kWaitForMemory;

@@ -418,9 +418,11 @@ absl::StatusOr<std::shared_ptr<ModelSession>> SessionManager::ForkModelSession(
                 context.sampler, requested_id, id_field);
 }
 
-absl::Status SessionManager::Recharge(
-    Session& session, uint64_t bytes, const Tenant& tenant,
-    const std::function<std::string()>& what) {
+absl::Status SessionManager::Recharge(Session& session, uint64_t bytes,
+                                      const Tenant& tenant,
+                                      const std::function<std::string()>& what,
+                                      bool* budget_short) {
+  if (budget_short != nullptr) *budget_short = false;
   if (bytes == session.charged_bytes()) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t charged = session.charged_bytes();
@@ -449,7 +451,10 @@ absl::Status SessionManager::Recharge(
         usage.bytes + usage.reserved_bytes, " bytes of state of its quota of ",
         quota.max_state_bytes));
   }
-  LINATTN_RETURN_IF_ERROR(budget_->Take(more, what()));
+  if (absl::Status taken = budget_->Take(more, what()); !taken.ok()) {
+    if (budget_short != nullptr) *budget_short = true;
+    return taken;
+  }
   usage.bytes += more;
   bytes_in_use_ += more;
   session.charged_bytes_.store(bytes, std::memory_order_release);

@@ -396,8 +396,11 @@ class SessionManager {
   // or RESOURCE_EXHAUSTED (what() says what needs it) with nothing changed;
   // less is given back. A session no longer in the table is NOT_FOUND when
   // it would grow (it is gone) and left alone when it would shrink.
+  // `budget_short` (optional) says whether it was the server's memory, not
+  // the tenant's quota, that refused (memory others may give back).
   absl::Status Recharge(Session& session, uint64_t bytes, const Tenant& tenant,
-                        const std::function<std::string()>& what);
+                        const std::function<std::string()>& what,
+                        bool* budget_short = nullptr);
 
   // --- Both kinds ---
   // The session `id` of `kind`; reading it does not count as using it. A

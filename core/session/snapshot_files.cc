@@ -55,8 +55,8 @@ std::string SnapshotFiles::ManifestPath() const {
   return (std::filesystem::path(dir_) / kManifest).string();
 }
 
-// The manifest: its head line, one session id per line, and "end N" with
-// the number of ids (a file cut short, or altered, is refused).
+// The manifest: its head line, one session id per line, and "end" (a file
+// cut short is refused).
 absl::Status SnapshotFiles::LoadManifest() const {
   if (manifest_loaded_) return absl::OkStatus();
   const std::string path = ManifestPath();
@@ -76,7 +76,7 @@ absl::Status SnapshotFiles::LoadManifest() const {
   std::vector<absl::string_view> lines =
       absl::StrSplit(*read, '\n', absl::SkipEmpty());
   if (lines.size() < 2 || lines.front() != kManifestHead ||
-      lines.back() != absl::StrCat("end ", lines.size() - 2)) {
+      lines.back() != "end") {
     return damaged("not a complete manifest");
   }
   std::set<std::string, std::less<>> listed;
@@ -92,7 +92,7 @@ absl::Status SnapshotFiles::LoadManifest() const {
 absl::Status SnapshotFiles::WriteManifest() const {
   std::string text = absl::StrCat(kManifestHead, "\n");
   for (const std::string& id : listed_) absl::StrAppend(&text, id, "\n");
-  absl::StrAppend(&text, "end ", listed_.size(), "\n");
+  absl::StrAppend(&text, "end\n");
   const std::string path = ManifestPath();
   const std::string temporary = path + ".tmp";
   const int fd =
@@ -116,15 +116,14 @@ absl::Status SnapshotFiles::WriteManifest() const {
 
 absl::Status SnapshotFiles::List(const std::vector<std::string>& ids) const {
   std::lock_guard<std::mutex> lock(manifest_mu_);
-  LINATTN_RETURN_IF_ERROR(LoadManifest());
+  // The files are written: that stands whatever happens to the manifest
+  // (a manifest that could not be read or written is tried again with the
+  // next change; meanwhile a file it misses is only not watched for).
+  if (!LoadManifest().ok()) return absl::OkStatus();
   bool added = false;
   for (const std::string& id : ids) added |= listed_.insert(id).second;
-  if (!added) return absl::OkStatus();
-  if (absl::Status s = WriteManifest(); !s.ok()) {
-    // Not listed after all: listed again with the next write.
-    for (const std::string& id : ids) listed_.erase(id);
-    return s;
-  }
+  if (!added && !manifest_stale_) return absl::OkStatus();
+  manifest_stale_ = !WriteManifest().ok();
   return absl::OkStatus();
 }
 
@@ -256,9 +255,11 @@ absl::Status SnapshotFiles::Remove(absl::string_view id) const {
       const std::string kept = *it;
       listed_.erase(it);
       if (absl::Status s = WriteManifest(); !s.ok()) {
+        // The file stays until its line is gone (tried again later).
         listed_.insert(kept);
         return s;
       }
+      manifest_stale_ = false;
     }
   }
   const std::string path = PathOf(id);
@@ -290,18 +291,23 @@ absl::Status SnapshotFiles::ForEach(
         absl::StrCat("snapshot files: listing ", dir_, ": ", ec.message()));
   }
   std::sort(names.begin(), names.end());
+  std::set<std::string, std::less<>> present;
+  for (const std::string& name : names) {
+    std::string id =
+        name.substr(sizeof(kPrefix) - 1, name.size() - (sizeof(kPrefix) - 1) -
+                                             (sizeof(kSuffix) - 1));
+    if (!IsValidSessionId(id)) {
+      return absl::DataLossError(absl::StrCat(
+          "snapshot files: ", (std::filesystem::path(dir_) / name).string(),
+          ": its name holds no session id; refusing to start from it (move "
+          "it away to start without it)"));
+    }
+    present.insert(std::move(id));
+  }
   {
-    // Every session the manifest lists has its file; files it does not
-    // list (a crash between a first file and its line, a directory from
-    // before manifests) join it.
+    // Every session the manifest lists has its file.
     std::lock_guard<std::mutex> lock(manifest_mu_);
     LINATTN_RETURN_IF_ERROR(LoadManifest());
-    std::set<std::string, std::less<>> present;
-    for (const std::string& name : names) {
-      present.insert(name.substr(
-          sizeof(kPrefix) - 1,
-          name.size() - (sizeof(kPrefix) - 1) - (sizeof(kSuffix) - 1)));
-    }
     for (const std::string& id : listed_) {
       if (!present.contains(id)) {
         return absl::DataLossError(absl::StrCat(
@@ -309,13 +315,8 @@ absl::Status SnapshotFiles::ForEach(
             " is missing, though ", ManifestPath(),
             " lists it (the server wrote it and never deleted it); refusing "
             "to start without the session (remove its line from the "
-            "manifest, and lower the count on its last line, to start "
-            "without it)"));
+            "manifest to start without it)"));
       }
-    }
-    if (present != listed_) {
-      listed_ = std::move(present);
-      LINATTN_RETURN_IF_ERROR(WriteManifest());
     }
   }
   for (const std::string& name : names) {
@@ -327,8 +328,9 @@ absl::Status SnapshotFiles::ForEach(
     auto damaged = [&](absl::string_view why) {
       return absl::DataLossError(absl::StrCat(
           "snapshot files: ", entry.path, ": ", why,
-          "; refusing to start from it (move it away to start without the "
-          "session)"));
+          "; refusing to start from it (move it away and remove its line "
+          "from ",
+          ManifestPath(), " to start without the session)"));
     };
     auto read = ReadWholeFile(kWho, entry.path);
     if (!read.ok()) return damaged("cannot be read");
@@ -356,6 +358,14 @@ absl::Status SnapshotFiles::ForEach(
     entry.blob_offset = 22 + id_length;
     entry.blob_size = data.size() - 22 - id_length - 4;
     LINATTN_RETURN_IF_ERROR(visit(entry));
+  }
+  // Every file is whole: files the manifest does not list (a crash between
+  // a first file and its line, a directory from before manifests) join it.
+  std::lock_guard<std::mutex> lock(manifest_mu_);
+  if (present != listed_ || manifest_stale_) {
+    listed_ = std::move(present);
+    LINATTN_RETURN_IF_ERROR(WriteManifest());
+    manifest_stale_ = false;
   }
   return absl::OkStatus();
 }

@@ -104,7 +104,8 @@ class SnapshotFiles {
   absl::Status LoadManifest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(manifest_mu_);
   absl::Status WriteManifest() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(manifest_mu_);
-  // Lists `ids` (files just written) if they are not yet.
+  // Lists `ids` (files just written) if they are not yet. Never fails: a
+  // manifest that cannot be written now is written with the next change.
   absl::Status List(const std::vector<std::string>& ids) const;
 
   const std::string dir_;
@@ -113,6 +114,8 @@ class SnapshotFiles {
   mutable bool manifest_loaded_ ABSL_GUARDED_BY(manifest_mu_) = false;
   mutable std::set<std::string, std::less<>> listed_
       ABSL_GUARDED_BY(manifest_mu_);
+  // The manifest on disk is behind listed_ (a write of it failed).
+  mutable bool manifest_stale_ ABSL_GUARDED_BY(manifest_mu_) = false;
 };
 
 }  // namespace linattn

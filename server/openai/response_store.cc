@@ -26,9 +26,14 @@ bool ResponseStore::Keep(const std::string& id, const json& body,
   }
   const std::string& name = owner.name();
   std::lock_guard<std::mutex> lock(mu_);
+  auto owner_full = [&] {
+    const auto it = held_.find(name);
+    return it != held_.end() && (it->second.count >= max_count ||
+                                 it->second.bytes + bytes > max_bytes_);
+  };
   auto full = [&] {
-    const Held& h = held_[name];
-    return h.count >= max_count || h.bytes + bytes > max_bytes_;
+    return owner_full() || entries_.size() >= max_count_ ||
+           bytes_ + bytes > max_bytes_;
   };
   if (full()) {
     // Those whose sessions went (idle TTL, deleted) go first.
@@ -37,17 +42,28 @@ bool ResponseStore::Keep(const std::string& id, const json& body,
                                                    : EraseLocked(it);
     }
   }
-  while (full()) {
-    // Still full: the owner's own oldest goes, with its state.
+  while (!entries_.empty() && full()) {
+    // Still full: the oldest of the owner's own when it is at its bound,
+    // else (the whole store is) of the tenant holding the most.
+    std::string from = name;
+    if (!owner_full()) {
+      size_t most = 0;
+      for (const auto& [tenant, h] : held_) {
+        if (h.count > most) {
+          most = h.count;
+          from = tenant;
+        }
+      }
+    }
     auto oldest = entries_.end();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->second.owner == name &&
+      if (it->second.owner == from &&
           (oldest == entries_.end() ||
            it->second.order < oldest->second.order)) {
         oldest = it;
       }
     }
-    if (oldest == entries_.end()) break;  // holds none: cannot happen
+    if (oldest == entries_.end()) break;  // cannot happen: `from` holds one
     engine_->Delete(
         oldest->first, [](absl::Status) {}, CallLiveness(), Tenant::Server());
     EraseLocked(oldest);
@@ -55,6 +71,7 @@ bool ResponseStore::Keep(const std::string& id, const json& body,
   Held& h = held_[name];
   ++h.count;
   h.bytes += bytes;
+  bytes_ += bytes;
   entries_[id] = Entry{body, next_order_++,          bytes, ended_at_marker,
                        name, std::move(conversation)};
   return true;
@@ -81,6 +98,7 @@ void ResponseStore::Forget(const std::string& id) {
 }
 
 ResponseStore::Map::iterator ResponseStore::EraseLocked(Map::iterator it) {
+  bytes_ -= it->second.bytes;
   auto h = held_.find(it->second.owner);
   if (h != held_.end()) {
     --h->second.count;

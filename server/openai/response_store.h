@@ -3,14 +3,15 @@
 // the session named by its id in the generation engine; a follow-up's
 // previous_response_id continues a fork of that session.
 //
-// Bounded per tenant, by count and by the bytes of the bodies: a tenant's
-// stored responses are at most max_count (and at most a quarter of its
-// session quota, when its key sets one: each holds one of its sessions) and
-// max_bytes. Past either, entries whose session is gone (idle TTL, deleted)
-// go first, then that tenant's own oldest with its session: one tenant's
-// responses never push out another's. A body larger than a sixteenth of the
-// byte bound is not kept. The whole store is bounded by the tenants a
-// server knows (its keys; one without keys). Thread-safe.
+// Bounded by count and by the bytes of the bodies, per tenant and in all:
+// a tenant's stored responses are at most max_count (and at most a quarter
+// of its session quota, when its key sets one: each holds one of its
+// sessions) and max_bytes, and so are all tenants' together. Past a bound,
+// entries whose session is gone (idle TTL, deleted) go first; then, when
+// the tenant storing is at its own bound, its own oldest with its session,
+// else the oldest of the tenant holding the most: a tenant that holds
+// fewer than another never loses one to make room for someone else's. A
+// body larger than a sixteenth of the byte bound is not kept. Thread-safe.
 #ifndef LINATTN_SERVER_OPENAI_RESPONSE_STORE_H_
 #define LINATTN_SERVER_OPENAI_RESPONSE_STORE_H_
 
@@ -71,6 +72,7 @@ class ResponseStore {
     size_t bytes = 0;
   };
   std::map<std::string, Held, std::less<>> held_;  // per owner
+  size_t bytes_ = 0;                               // of every entry
 };
 
 }  // namespace linattn

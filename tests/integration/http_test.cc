@@ -288,10 +288,10 @@ TEST(HttpTest, SlowClientsStallNoOtherRequest) {
     const std::string answer =
         ReadAll(fd, std::chrono::milliseconds(4000), "}}");
     EXPECT_THAT(answer, HasSubstr("HTTP/1.1 408")) << fd;
-    ::close(fd);
   }
   stop = true;
   trickle.join();
+  for (int fd : slow) ::close(fd);
   // Keep-alive and pipelining still work: two requests in one write on one
   // connection, two answers.
   const int fd = Connect(port);
@@ -304,6 +304,31 @@ TEST(HttpTest, SlowClientsStallNoOtherRequest) {
   ::close(fd);
   EXPECT_THAT(answers, HasSubstr("{\"status\":\"ok\"}"));
   EXPECT_THAT(answers, HasSubstr("\"object\":\"list\""));
+  // A request sent whole before the client shuts its side is answered.
+  const int half = Connect(port);
+  const std::string probe = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(half, probe.data(), probe.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(probe.size()));
+  ::shutdown(half, SHUT_WR);
+  EXPECT_THAT(ReadAll(half, std::chrono::milliseconds(3000)),
+              HasSubstr("{\"status\":\"ok\"}"));
+  ::close(half);
+  // A client that waits for 100 Continue before its body gets it.
+  const int expect = Connect(port);
+  const std::string expecting =
+      "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nExpect: 100-continue\r\nContent-Length: 19\r\n"
+      "Connection: close\r\n\r\n";
+  ASSERT_EQ(::send(expect, expecting.data(), expecting.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(expecting.size()));
+  EXPECT_THAT(ReadAll(expect, std::chrono::milliseconds(1000), "\r\n\r\n"),
+              HasSubstr("100 Continue"));
+  const std::string tokenize = R"({"content":"Hello"})";
+  ASSERT_EQ(tokenize.size(), 19u);
+  ASSERT_EQ(::send(expect, tokenize.data(), tokenize.size(), MSG_NOSIGNAL), 19);
+  EXPECT_THAT(ReadAll(expect, std::chrono::milliseconds(3000)),
+              HasSubstr("\"count\""));
+  ::close(expect);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 #include "core/model/model.h"
 #include "core/session/snapshot.h"
 #include "linattn/v1/generation.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "server/api_keys.h"
 #include "tests/integration/http_call.h"
 #include "tests/integration/model_server_calls.h"
 #include "tests/integration/server_process.h"
@@ -393,6 +395,67 @@ TEST(HybridMemoryTest, KeysAndValuesAreChargedAsTheyGrow) {
     ASSERT_TRUE(stub->DeleteSession(&ctx, req, &resp).ok());
   }
   EXPECT_TRUE(StateBytesBecome(http, 0));
+}
+
+// A request that a tenant's own quota refuses is answered at once, even
+// while another tenant's request holds memory (the quota is not what that
+// request gives back).
+TEST(HybridMemoryTest, ATenantsQuotaRefusesAtOnceWhileOthersRun) {
+  testing::TempDir tmp;
+  const std::string name = "hybrid_linear_attn_full";
+  auto local = Model::Load(Dir(name)).value();
+  const std::string keys = tmp.Path("keys.json");
+  testing::WriteFile(
+      keys,
+      nlohmann::json{{"keys",
+                      {{{"sha256", Sha256Hex("key-small")},
+                        {"tenant", "small"},
+                        {"max_state_bytes", 64 << 10}},
+                       {{"sha256", Sha256Hex("key-big")}, {"tenant", "big"}}}}}
+          .dump());
+  auto server = testing::ServerProcess::Start(
+      {"--model", Dir(name), "--api-keys", keys}, tmp.Path("server.log"));
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::GenerationService::NewStub(server->Channel());
+  const auto create = [&](const std::string& key, const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + key);
+    v1::CreateModelSessionRequest req;
+    req.set_session_id(id);
+    v1::ModelSession s;
+    return stub->CreateSession(&ctx, req, &s);
+  };
+  ASSERT_TRUE(create("key-big", "big").ok());
+  ASSERT_TRUE(create("key-small", "small").ok());
+  // big's stream is not read: paced, its request holds its working copies.
+  grpc::ClientContext big_ctx;
+  big_ctx.AddMetadata("authorization", "Bearer key-big");
+  v1::GenerateRequest big_req;
+  big_req.set_session_id("big");
+  big_req.set_prompt("In the beginning");
+  big_req.mutable_sampling()->set_max_tokens(2000);
+  auto big = stub->Generate(&big_ctx, big_req);
+  v1::GenerateResponse first;
+  ASSERT_TRUE(big->Read(&first));
+  // 500 tokens would take small past its 64 KiB quota.
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer key-small");
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GenerateRequest req;
+  req.set_session_id("small");
+  req.set_prompt("Hello");
+  req.mutable_sampling()->set_max_tokens(500);
+  auto reader = stub->Generate(&ctx, req);
+  for (v1::GenerateResponse r; reader->Read(&r);) {
+  }
+  const grpc::Status refused = reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message();
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("'small'"));
+  big_ctx.TryCancel();
+  for (v1::GenerateResponse r; big->Read(&r);) {
+  }
+  (void)big->Finish();
 }
 
 // Sessions of hybrids in a server with a state dir survive kill -9: the

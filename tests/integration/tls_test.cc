@@ -6,12 +6,22 @@
 // session go on; broken files are refused at start (naming the flag) and at
 // a reload (keeping the certificate in use). Clients connect through the
 // project's own connection code (clients/common), as `linattn` does.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "clients/common/connection.h"
 #include "linattn/v1/attention.grpc.pb.h"
@@ -89,6 +99,97 @@ class TlsTest : public ::testing::Test {
 
   testing::TempDir dir_;
 };
+
+// A TLS client on a raw loopback connection, trusting `ca_file`.
+struct RawTlsClient {
+  int fd = -1;
+  SSL* ssl = nullptr;
+  ~RawTlsClient() {
+    if (ssl != nullptr) SSL_free(ssl);
+    if (fd >= 0) ::close(fd);
+  }
+  bool Connect(SSL_CTX* ctx, int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      return false;
+    }
+    ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    return SSL_connect(ssl) == 1;
+  }
+  // What arrives until `until`, the end of the connection or `limit`.
+  std::string Read(std::chrono::milliseconds limit, const std::string& until) {
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    char buffer[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (SSL_pending(ssl) == 0 && ::poll(&p, 1, 50) <= 0) continue;
+      const int n = SSL_read(ssl, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      out.append(buffer, static_cast<size_t>(n));
+      if (out.find(until) != std::string::npos) break;
+    }
+    return out;
+  }
+};
+
+// Over HTTPS too, slow clients hold no request thread: 16 that trickle
+// their headers after the handshake and 16 that connect and never start
+// one, against the fewest threads the server takes; /health answers within
+// a second meanwhile, and the slow ones get 408 at their deadline.
+TEST_F(TlsTest, SlowHttpsClientsStallNoOtherRequest) {
+  std::vector<std::string> args = TlsArgs(false);
+  args.insert(args.end(),
+              {"--http-threads", "9", "--http-request-timeout-ms", "3000"});
+  auto server = ServerProcess::Start(args);
+  ASSERT_NE(server, nullptr);
+  const int port = server->http_port();
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_EQ(SSL_CTX_load_verify_locations(ctx, Cert("ca.pem").c_str(), nullptr),
+            1);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  std::vector<std::unique_ptr<RawTlsClient>> slow;
+  for (int i = 0; i < 16; ++i) {
+    slow.push_back(std::make_unique<RawTlsClient>());
+    ASSERT_TRUE(slow.back()->Connect(ctx, port)) << i;
+  }
+  std::vector<int> silent;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    silent.push_back(fd);
+  }
+  const std::string head =
+      "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Padding: aaaaaaaaaaaaaaaa\r\n";
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (size_t at = 0; at < head.size() && !stop; ++at) {
+      for (auto& c : slow) (void)SSL_write(c->ssl, &head[at], 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Https(port, "ca"), 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  for (auto& c : slow) {
+    EXPECT_THAT(c->Read(std::chrono::milliseconds(4000), "}}"),
+                ::testing::HasSubstr("HTTP/1.1 408"));
+  }
+  stop = true;
+  trickle.join();
+  for (int fd : silent) ::close(fd);
+  SSL_CTX_free(ctx);
+}
 
 TEST_F(TlsTest, BothListenersServeTlsAndRefusePlaintext) {
   auto server = ServerProcess::Start(TlsArgs(false));
