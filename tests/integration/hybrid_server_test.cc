@@ -42,7 +42,12 @@ const char* const kModels[] = {
     "hybrid_gated_deltanet_specs", "hybrid_retnet_all_attention",
     "hybrid_delta_net_f16",        "hybrid_rwkv6_first_window"};
 
+using testing::Append;
+using testing::CreateSession;
+using testing::ExpectForkAndRestoreContinueAlike;
+using testing::Fork;
 using testing::GenerateGreedy;
+using testing::Get;
 using testing::LocalGreedy;
 using testing::Streamed;
 
@@ -56,42 +61,6 @@ std::string LongContext() {
     absl::StrAppend(&text, "line ", i, " of the hybrid's context; ");
   }
   return text.substr(0, 150);
-}
-
-grpc::Status CreateSession(v1::GenerationService::Stub& stub,
-                           const std::string& model, v1::ModelSession* out,
-                           const std::string& id = "") {
-  grpc::ClientContext ctx;
-  v1::CreateModelSessionRequest req;
-  req.set_model(model);
-  req.set_session_id(id);
-  return stub.CreateSession(&ctx, req, out);
-}
-
-grpc::Status Append(v1::GenerationService::Stub& stub, const std::string& id,
-                    const std::string& text, v1::ModelSession* out) {
-  grpc::ClientContext ctx;
-  v1::AppendRequest req;
-  req.set_session_id(id);
-  req.set_text(text);
-  return stub.Append(&ctx, req, out);
-}
-
-grpc::Status Fork(v1::GenerationService::Stub& stub, const std::string& id,
-                  v1::ModelSession* out) {
-  grpc::ClientContext ctx;
-  v1::ForkModelSessionRequest req;
-  req.set_session_id(id);
-  return stub.Fork(&ctx, req, out);
-}
-
-v1::ModelSession Get(v1::GenerationService::Stub& stub, const std::string& id) {
-  grpc::ClientContext ctx;
-  v1::GetModelSessionRequest req;
-  req.set_session_id(id);
-  v1::ModelSession s;
-  EXPECT_TRUE(stub.GetSession(&ctx, req, &s).ok());
-  return s;
 }
 
 // linattn_state_bytes from the server's /metrics (-1 if absent).
@@ -178,35 +147,7 @@ TEST_F(HybridServerTest, ForksAndRestoredSnapshotsContinueAlike) {
   const std::string context = LongContext();
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    const std::string id = Create(name);
-    v1::ModelSession appended;
-    ASSERT_TRUE(Append(*stub_, id, context, &appended).ok());
-    v1::ModelSession fork;
-    ASSERT_TRUE(Fork(*stub_, id, &fork).ok());
-    EXPECT_EQ(fork.state_bytes(), appended.state_bytes());
-    std::string blob;
-    {
-      grpc::ClientContext ctx;
-      v1::SnapshotModelSessionRequest req;
-      req.set_session_id(id);
-      v1::SnapshotModelSessionResponse resp;
-      ASSERT_TRUE(stub_->Snapshot(&ctx, req, &resp).ok());
-      blob = resp.state();
-    }
-    v1::ModelSession restored;
-    {
-      grpc::ClientContext ctx;
-      v1::RestoreModelSessionRequest req;
-      req.set_state(blob);
-      ASSERT_TRUE(stub_->Restore(&ctx, req, &restored).ok());
-      EXPECT_EQ(restored.position(), context.size());
-      EXPECT_EQ(restored.state_bytes(), appended.state_bytes());
-    }
-    const auto expected = LocalGreedy(name, context, 8);
-    EXPECT_EQ(GenerateGreedy(*stub_, id, "", 8).ids, expected);
-    EXPECT_EQ(GenerateGreedy(*stub_, fork.session_id(), "", 8).ids, expected);
-    EXPECT_EQ(GenerateGreedy(*stub_, restored.session_id(), "", 8).ids,
-              expected);
+    ExpectForkAndRestoreContinueAlike(*stub_, name, Create(name), context);
   }
 }
 

@@ -81,6 +81,82 @@ inline Streamed GenerateGreedy(v1::GenerationService::Stub& stub,
   return out;
 }
 
+// Calls of GenerationService with their request built here.
+inline grpc::Status CreateSession(v1::GenerationService::Stub& stub,
+                                  const std::string& model,
+                                  v1::ModelSession* out,
+                                  const std::string& id = "") {
+  grpc::ClientContext ctx;
+  v1::CreateModelSessionRequest req;
+  req.set_model(model);
+  req.set_session_id(id);
+  return stub.CreateSession(&ctx, req, out);
+}
+
+inline grpc::Status Append(v1::GenerationService::Stub& stub,
+                           const std::string& id, const std::string& text,
+                           v1::ModelSession* out) {
+  grpc::ClientContext ctx;
+  v1::AppendRequest req;
+  req.set_session_id(id);
+  req.set_text(text);
+  return stub.Append(&ctx, req, out);
+}
+
+inline grpc::Status Fork(v1::GenerationService::Stub& stub,
+                         const std::string& id, v1::ModelSession* out) {
+  grpc::ClientContext ctx;
+  v1::ForkModelSessionRequest req;
+  req.set_session_id(id);
+  return stub.Fork(&ctx, req, out);
+}
+
+inline v1::ModelSession Get(v1::GenerationService::Stub& stub,
+                            const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::GetModelSessionRequest req;
+  req.set_session_id(id);
+  v1::ModelSession s;
+  EXPECT_TRUE(stub.GetSession(&ctx, req, &s).ok());
+  return s;
+}
+
+// After `context` is appended to session `id` (of fixture `model`), the
+// session, a fork of it and a restored snapshot of it hold the same state
+// and continue with the model's own greedy tokens.
+inline void ExpectForkAndRestoreContinueAlike(v1::GenerationService::Stub& stub,
+                                              const std::string& model,
+                                              const std::string& id,
+                                              const std::string& context) {
+  v1::ModelSession appended;
+  ASSERT_TRUE(Append(stub, id, context, &appended).ok());
+  v1::ModelSession fork;
+  ASSERT_TRUE(Fork(stub, id, &fork).ok());
+  EXPECT_EQ(fork.state_bytes(), appended.state_bytes());
+  std::string blob;
+  {
+    grpc::ClientContext ctx;
+    v1::SnapshotModelSessionRequest req;
+    req.set_session_id(id);
+    v1::SnapshotModelSessionResponse resp;
+    ASSERT_TRUE(stub.Snapshot(&ctx, req, &resp).ok());
+    blob = resp.state();
+  }
+  v1::ModelSession restored;
+  {
+    grpc::ClientContext ctx;
+    v1::RestoreModelSessionRequest req;
+    req.set_state(blob);
+    ASSERT_TRUE(stub.Restore(&ctx, req, &restored).ok());
+  }
+  EXPECT_EQ(restored.position(), context.size());
+  EXPECT_EQ(restored.state_bytes(), appended.state_bytes());
+  const auto expected = LocalGreedy(model, context, 8);
+  EXPECT_EQ(GenerateGreedy(stub, id, "", 8).ids, expected);
+  EXPECT_EQ(GenerateGreedy(stub, fork.session_id(), "", 8).ids, expected);
+  EXPECT_EQ(GenerateGreedy(stub, restored.session_id(), "", 8).ids, expected);
+}
+
 // A suite whose tests share one server of the fixtures Models::kNames
 // (each a --model), with a GenerationService stub per test.
 template <class Models>

@@ -80,44 +80,8 @@ TEST_F(ModelTypesServerTest, ForksAndRestoredSnapshotsContinueAlike) {
   const std::string context = "In the beginning";
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    const std::string id = Create(name);
-    {
-      grpc::ClientContext ctx;
-      v1::AppendRequest req;
-      req.set_session_id(id);
-      req.set_text(context);
-      v1::ModelSession resp;
-      ASSERT_TRUE(stub_->Append(&ctx, req, &resp).ok());
-    }
-    v1::ModelSession fork;
-    {
-      grpc::ClientContext ctx;
-      v1::ForkModelSessionRequest req;
-      req.set_session_id(id);
-      ASSERT_TRUE(stub_->Fork(&ctx, req, &fork).ok());
-    }
-    std::string blob;
-    {
-      grpc::ClientContext ctx;
-      v1::SnapshotModelSessionRequest req;
-      req.set_session_id(id);
-      v1::SnapshotModelSessionResponse resp;
-      ASSERT_TRUE(stub_->Snapshot(&ctx, req, &resp).ok());
-      blob = resp.state();
-    }
-    v1::ModelSession restored;
-    {
-      grpc::ClientContext ctx;
-      v1::RestoreModelSessionRequest req;
-      req.set_state(blob);
-      ASSERT_TRUE(stub_->Restore(&ctx, req, &restored).ok());
-      EXPECT_EQ(restored.position(), context.size());
-    }
-    const auto expected = LocalGreedy(name, context, 8);
-    EXPECT_EQ(GenerateGreedy(*stub_, id, "", 8).ids, expected);
-    EXPECT_EQ(GenerateGreedy(*stub_, fork.session_id(), "", 8).ids, expected);
-    EXPECT_EQ(GenerateGreedy(*stub_, restored.session_id(), "", 8).ids,
-              expected);
+    testing::ExpectForkAndRestoreContinueAlike(*stub_, name, Create(name),
+                                               context);
   }
 }
 
