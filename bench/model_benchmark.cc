@@ -2,19 +2,22 @@
 //
 //   model_benchmark --model DIR [--prompts 1024,8192,32768]
 //                   [--batches 1,8,32,128] [--decode-tokens 64]
-//                   [--contexts 1000,100000] [--weights f32|bf16|int8] [--out
-//                   FILE]
+//                   [--contexts 1000,100000] [--weights f32|bf16|int8]
+//                   [--session-groups N] [--out FILE]
 //
 //   time to first token   prefill of a random prompt of each length and the
 //                         logits of its next token (ForwardRunner, one call,
 //                         after one warm-up prefill of 512 tokens)
 //   decode                tokens/s per session and in aggregate with B
 //                         sessions stepped together (one batched forward
-//                         per token: GEMMs over the batch, one StepBatch)
+//                         per token: GEMMs over the batch, one StepBatch;
+//                         a small model's step of 16 or more sessions in
+//                         groups of sessions, one per thread, as
+//                         --session-groups and core/model/forward.h say)
 //   products alone        per batch size, the same step's projections only
-//                         (every layer's packed products and the lm_head
-//                         on b rows, nothing between them): no step of b
-//                         sessions can be faster
+//                         (every layer's packed products, its type's own
+//                         too, and the lm_head on b rows, nothing between
+//                         them): no step of b sessions can be faster
 //   rule alone            per batch size, the same step's state updates
 //                         only (one StepBatch per layer over the b
 //                         sessions' states, random inputs): the step's
@@ -111,18 +114,11 @@ double DecodeStep(ForwardRunner& runner, std::vector<ModelState>& states,
 }
 
 // Seconds per step of the model's projections alone at b rows (median of
-// `steps` after two warm-up steps): each layer's packed products in the
-// order a step runs them, then the lm_head, on random activations.
+// `steps` after two warm-up steps): each layer's packed products (its
+// type's own too: rwkv7's and rwkv6's projections and LoRAs), then the
+// lm_head, on random activations.
 double ProductsStep(const Model& model, uint32_t b, uint32_t steps) {
-  std::vector<const linattn::PackedLinear*> chain;
-  for (const Model::Layer& layer : model.layers()) {
-    for (const auto* p :
-         {layer.qkv.get(), layer.in_proj.get(), layer.gk_up.get(),
-          layer.o.get(), layer.gate_up.get(), layer.down.get()}) {
-      if (p != nullptr) chain.push_back(p);
-    }
-  }
-  chain.push_back(&model.lm_head());
+  const std::vector<const linattn::PackedLinear*> chain = model.Projections();
   int64_t widest = 0;
   for (const auto* p : chain) widest = std::max({widest, p->in(), p->out()});
   const uint64_t floats =
@@ -314,6 +310,11 @@ int main(int argc, char** argv) {
   app.add_option("--weights", weights,
                  "f32 | bf16 | int8 (packed projection weights)")
       ->capture_default_str();
+  uint32_t session_groups = 0;
+  app.add_option("--session-groups", session_groups,
+                 "groups a decode step of many sessions may run as (0: one "
+                 "per thread, 1: never split)")
+      ->capture_default_str();
   std::string loss_text;
   uint32_t loss_window = 256;
   app.add_option("--loss-text", loss_text,
@@ -329,11 +330,12 @@ int main(int argc, char** argv) {
   auto model = Model::Load(dir, "", *weight_type);
   Check(model.status());
   const uint32_t V = (*model)->config().vocab_size;
-  ForwardRunner runner(*model);
+  ForwardRunner runner(*model, {.session_groups = session_groups});
   nlohmann::json result;
   result["model"] = (*model)->name();
   result["weights"] = weights;
   result["parameters"] = (*model)->parameter_count();
+  result["projection_bytes"] = (*model)->projection_bytes();
   result["layers"] = (*model)->config().num_hidden_layers;
   result["hidden_size"] = (*model)->config().hidden_size;
   result["state_bytes_per_session"] = (*model)->state_bytes();

@@ -1,5 +1,7 @@
 #include "core/model/forward.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -118,6 +120,48 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
       }
     }
   }
+  if (const uint32_t groups = SessionGroups(items); groups > 1) {
+    return RunGroups(items, groups);
+  }
+  return RunPasses(items);
+}
+
+uint32_t ForwardRunner::SessionGroups(
+    std::span<const ForwardItem> items) const {
+  if (options_.session_groups == 1 || omp_in_parallel()) return 1;
+  for (const ForwardItem& item : items) {
+    if (item.tokens.size() != 1) return 1;
+  }
+  uint64_t wanted = options_.session_groups;
+  if (wanted == 0) {
+    if (model_->projection_bytes() > kMaxGroupWeightBytes) return 1;
+    wanted = static_cast<uint64_t>(omp_get_max_threads());
+  }
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(wanted, items.size() / kMinGroupSessions));
+}
+
+absl::Status ForwardRunner::RunGroups(std::span<const ForwardItem> items,
+                                      uint32_t groups) {
+  ForwardOptions one = options_;
+  one.session_groups = 1;
+  while (groups_.size() < groups) {
+    groups_.push_back(std::make_unique<ForwardRunner>(model_, one));
+  }
+  // Contiguous ranges of sessions, one per thread; inside the region the
+  // products, rules and elementwise passes run on their group's thread.
+  std::vector<absl::Status> status(groups);
+  const uint64_t n = items.size();
+#pragma omp parallel for num_threads(groups) schedule(static, 1)
+  for (uint32_t g = 0; g < groups; ++g) {
+    const uint64_t begin = n * g / groups, end = n * (g + 1) / groups;
+    status[g] = groups_[g]->RunPasses(items.subspan(begin, end - begin));
+  }
+  for (const absl::Status& s : status) LINATTN_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+absl::Status ForwardRunner::RunPasses(std::span<const ForwardItem> items) {
   std::vector<uint64_t> done(items.size(), 0);
   std::vector<ForwardPiece> pieces;
   for (;;) {

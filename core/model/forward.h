@@ -27,6 +27,22 @@
 // Long prompts go through in passes of at most `max_rows` rows, so the
 // workspaces are bounded whatever the prompt length.
 //
+// A decode step of many sessions (one token each) of a small model is
+// instead split into contiguous groups of sessions, one per OpenMP thread,
+// each run through every layer by a runner of its own on its own core:
+// every group reads every weight, but the rules, the elementwise passes and
+// the products of a group all run where its activations are, with no
+// fork/join per pass. A small model's products are too small to share well
+// between cores. Measured on 2 cores: rwkv7 at the built-in size (13 MiB of
+// f32 projections, a dozen small products and row-by-row token shifts per
+// layer) stepped 1.4–1.6× faster split at 16 to 64 sessions;
+// gated_deltanet at the built-in size (17 MiB) and rwkv7 at hidden 512 × 2
+// (26 MiB) within ±10% of one team at 16 and 32 sessions and 5–10% faster
+// at 64; even at 101 MiB; 1.1–1.2× slower at hidden 1024 × 12 (~600 MiB),
+// hence kMaxGroupWeightBytes. In groups of 2 sessions gated_deltanet's step
+// was up to 1.4× slower, hence kMinGroupSessions (docs/benchmarks.md,
+// "Measured figures behind constants in the code").
+//
 // All input is validated before any state changes. A Run that fails later
 // (a oneDNN primitive that cannot be created, activations that are not
 // finite) leaves the states unspecified: atomicity is the caller's, who
@@ -115,9 +131,22 @@ struct ForwardWorkspace {
   AlignedBuffer attn_qkv, attn_o;
 };
 
+// A decode step of many sessions (every item one token, at least
+// 2 · kMinGroupSessions of them) of a model whose products read at most
+// kMaxGroupWeightBytes of weights runs as groups of sessions, one group per
+// thread (see the file comment). Each group reads every weight, so above
+// that size the step's products are better shared between the cores.
+inline constexpr uint32_t kMinGroupSessions = 8;
+inline constexpr uint64_t kMaxGroupWeightBytes = uint64_t{64} << 20;
+
 struct ForwardOptions {
   uint32_t max_rows = 512;  // rows (tokens) per pass
   ChunkwiseOptions chunkwise;
+  // Groups a decode step of many sessions runs as: 0 as many as OpenMP's
+  // threads within the limits above, 1 never split (one team over the
+  // whole batch), more: that many whenever there are kMinGroupSessions per
+  // group, whatever the threads and weights (tests, benchmarks).
+  uint32_t session_groups = 0;
 };
 
 class ForwardRunner {
@@ -160,11 +189,15 @@ class ForwardRunner {
   absl::Status Logits(std::span<const ForwardItem> items,
                       std::span<const ForwardPiece> pieces);
   void EnsureWorkspace(uint32_t rows);
+  uint32_t SessionGroups(std::span<const ForwardItem> items) const;
+  absl::Status RunGroups(std::span<const ForwardItem> items, uint32_t groups);
+  absl::Status RunPasses(std::span<const ForwardItem> items);
 
   std::shared_ptr<const Model> model_;
   ForwardOptions options_;
   ChunkwiseRunner chunkwise_;
   ForwardWorkspace ws_;
+  std::vector<std::unique_ptr<ForwardRunner>> groups_;
 };
 
 }  // namespace linattn

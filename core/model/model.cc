@@ -166,6 +166,24 @@ ModelState Model::NewState() const {
   return state;
 }
 
+std::vector<const PackedLinear*> Model::Projections() const {
+  std::vector<const PackedLinear*> out;
+  for (const Layer& layer : layers_) {
+    for (const PackedLinear* p :
+         {layer.qkv.get(), layer.in_proj.get(), layer.gk_up.get(),
+          layer.o.get(), layer.gate_up.get(), layer.down.get()}) {
+      if (p != nullptr) out.push_back(p);
+    }
+    if (layer.extras != nullptr) {
+      for (const PackedLinear* p : layer.extras->Projections()) {
+        out.push_back(p);
+      }
+    }
+  }
+  out.push_back(lm_head_.get());
+  return out;
+}
+
 uint64_t Model::conv_window_floats() const {
   // rwkv7, rwkv6: the time mix's and the channel mix's token-shift rows.
   if (config_.is_rwkv()) return 2 * uint64_t{config_.hidden_size};
@@ -398,6 +416,9 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     return absl::InvalidArgumentError(absl::StrCat(dir, "/", s.message()));
   }
   model->parameter_count_ = r.count();
+  for (const PackedLinear* p : model->Projections()) {
+    model->projection_bytes_ += p->weight_bytes();
+  }
 
   Hasher hasher;
   hasher.Add(config_text);

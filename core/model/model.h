@@ -100,6 +100,8 @@ inline constexpr uint32_t kGlaGateRank = 16;
 // defined by the type (core/model/types/).
 struct LayerExtras {
   virtual ~LayerExtras() = default;
+  // Every projection kept here (the benchmarks count their products).
+  virtual std::vector<const PackedLinear*> Projections() const = 0;
 };
 
 class Model {
@@ -233,6 +235,11 @@ class Model {
   const std::vector<float>& final_norm_bias() const { return final_norm_bias_; }
   // hidden → vocab (the embeddings' matrix when tie_word_embeddings).
   const PackedLinear& lm_head() const { return *lm_head_; }
+  // Every packed product of a forward step: each layer's (its type's own
+  // too), then the lm_head.
+  std::vector<const PackedLinear*> Projections() const;
+  // Their weight_bytes(): what a decode step reads of the weights.
+  uint64_t projection_bytes() const { return projection_bytes_; }
 
  private:
   Model() = default;
@@ -257,6 +264,7 @@ class Model {
   std::unique_ptr<Attention> position_only_;
   uint64_t fingerprint_ = 0;
   uint64_t parameter_count_ = 0;
+  uint64_t projection_bytes_ = 0;
   AlignedBuffer embeddings_;
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;

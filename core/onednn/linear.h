@@ -93,6 +93,14 @@ class PackedLinear {
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   WeightType type() const { return type_; }
+  // Bytes of the weights a product reads (in × out of the packed type;
+  // int8's per-channel scales aside).
+  uint64_t weight_bytes() const {
+    const uint64_t each = type_ == WeightType::kF32    ? 4
+                          : type_ == WeightType::kBf16 ? 2
+                                                       : 1;
+    return static_cast<uint64_t>(in_) * static_cast<uint64_t>(out_) * each;
+  }
 
   struct Shape;
 

@@ -222,6 +222,79 @@ TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
   CheckBatchedEqualsOneByOne("hybrid_rwkv6_first_window");
 }
 
+// A decode step of many sessions runs as groups of sessions, one runner per
+// thread (ForwardOptions::session_groups; forced here, so that the groups
+// run whatever the machine's threads): each session, at its own context
+// length, gets the logits and state it gets in a step alone, over two
+// steps, with `into` items among them; a hybrid's attention layers too.
+// Each session's products round alike in both (a row's bf16 or int8
+// rounding is its own), so the fp32 forward's bound holds between them.
+void CheckSessionGroupsEqualOneByOne(const std::string& name,
+                                     WeightType weights = WeightType::kF32) {
+  SCOPED_TRACE(name + " " + WeightTypeName(weights));
+  const FixtureCase fx = LoadFixture(name);
+  auto model = Model::Load(fx.dir, "", weights);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const size_t V = (*model)->config().vocab_size, n = 2 * kMinGroupSessions + 5;
+  std::span<const int32_t> tokens(fx.tokens);
+  ASSERT_GT(tokens.size(), n + 2);
+  ForwardRunner alone_runner(*model, ForwardOptions{.session_groups = 1});
+  ForwardRunner grouped_runner(*model, ForwardOptions{.session_groups = 3});
+  std::vector<ModelState> alone, grouped, into;
+  for (size_t i = 0; i < n; ++i) {
+    alone.push_back((*model)->NewState());
+    if (i > 0) {
+      ASSERT_TRUE(
+          alone_runner.Run(alone[i], tokens.subspan(0, i), nullptr).ok());
+    }
+    grouped.push_back(alone[i].Copy());
+    into.push_back((*model)->NewState());
+  }
+  std::vector<std::vector<float>> l_alone(n, std::vector<float>(V)),
+      l_grouped(n, std::vector<float>(V));
+  for (size_t step = 0; step < 2; ++step) {
+    std::vector<ForwardItem> items;
+    for (size_t i = 0; i < n; ++i) {
+      auto feed = tokens.subspan(i + step, 1);
+      ASSERT_TRUE(alone_runner.Run(alone[i], feed, l_alone[i].data()).ok());
+      // Every third session's first step goes into another state.
+      const bool to_into = step == 0 && i % 3 == 0;
+      items.push_back(ForwardItem{.state = &grouped[i],
+                                  .tokens = feed,
+                                  .logits = l_grouped[i].data(),
+                                  .into = to_into ? &into[i] : nullptr});
+    }
+    ASSERT_TRUE(grouped_runner.Run(items).ok());
+    for (size_t i = 0; step == 0 && i < n; i += 3) {
+      EXPECT_EQ(grouped[i].position(), i);
+      std::swap(grouped[i], into[i]);
+    }
+    const double tol = LogitTolerance((*model)->config(), n + 2, 30);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(grouped[i].position(), alone[i].position()) << i;
+      for (size_t v = 0; v < V; ++v) {
+        ASSERT_NEAR(l_grouped[i][v], l_alone[i][v], tol)
+            << "step " << step << " session " << i << " logit " << v;
+      }
+    }
+  }
+}
+
+TEST(ForwardBatchTest, SessionGroupsEqualOneByOne) {
+  for (const char* name :
+       {"builtin", "builtin_rwkv7", "elu_norm_gqa", "mamba2_groups",
+        "rwkv6_plain", "hybrid_gla_window_gqa_bias",
+        "hybrid_gated_deltanet_specs"}) {
+    CheckSessionGroupsEqualOneByOne(name);
+  }
+  // bf16 and int8 products (oneDNN's, one stream per thread) in groups too.
+  for (WeightType weights : {WeightType::kBf16, WeightType::kInt8}) {
+    if (WeightTypeSupported(weights).ok()) {
+      CheckSessionGroupsEqualOneByOne("builtin_rwkv7", weights);
+    }
+  }
+}
+
 // bf16 chunkwise products (ForwardOptions::chunkwise.precision, the
 // server's --prefill-precision) reach the linear-rule layers: a prompt's
 // prefill gives other logits than the fp32 one, all finite, and its decode

@@ -280,33 +280,40 @@ TEST(ModelTypesTest, DecodeStepsGiveTheSameBitsAloneAndBatchedOnPanels) {
     const size_t V = model->config().vocab_size;
     ForwardRunner runner(model);
     std::span<const int32_t> tokens(fx.tokens);
-    // Nine sessions: more rows than one register tile holds on any ISA
-    // but AVX-512, and a shorter last tile.
-    const size_t contexts[] = {1, 2, 3, 5, 8, 13, 21, 30, 40};
+    // Seventeen sessions: more rows than one register tile holds on any ISA
+    // but AVX-512, and a shorter last tile; stepped by one team over the
+    // batch and in two groups of sessions (ForwardOptions::session_groups).
+    const size_t contexts[] = {1,  2,  3,  4,  5,  6,  7,  8, 9,
+                               10, 11, 12, 13, 14, 21, 30, 40};
     constexpr size_t kSessions = std::size(contexts);
-    std::vector<ModelState> alone, batched;
-    for (size_t i = 0; i < kSessions; ++i) {
-      alone.push_back(model->NewState());
-      Feed(runner, alone[i], tokens.subspan(0, contexts[i]));
-      batched.push_back(alone[i].Copy());
-    }
-    for (size_t step = 0; step < 3; ++step) {
-      std::vector<std::vector<float>> l_alone(kSessions),
-          l_batched(kSessions, std::vector<float>(V));
-      std::vector<ForwardItem> items;
+    static_assert(kSessions >= 2 * kMinGroupSessions);
+    for (uint32_t groups : {1u, 2u}) {
+      SCOPED_TRACE(groups);
+      ForwardRunner batch_runner(model, {.session_groups = groups});
+      std::vector<ModelState> alone, batched;
       for (size_t i = 0; i < kSessions; ++i) {
-        auto token = tokens.subspan(contexts[i] + step, 1);
-        l_alone[i] = Feed(runner, alone[i], token);
-        items.push_back(ForwardItem{.state = &batched[i],
-                                    .tokens = token,
-                                    .logits = l_batched[i].data()});
+        alone.push_back(model->NewState());
+        Feed(runner, alone[i], tokens.subspan(0, contexts[i]));
+        batched.push_back(alone[i].Copy());
       }
-      ASSERT_TRUE(runner.Run(items).ok());
-      for (size_t i = 0; i < kSessions; ++i) {
-        EXPECT_TRUE(SameBits(l_alone[i], l_batched[i]))
-            << "session " << i << " step " << step;
-        EXPECT_TRUE(SameState(alone[i], batched[i]))
-            << "session " << i << " step " << step;
+      for (size_t step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> l_alone(kSessions),
+            l_batched(kSessions, std::vector<float>(V));
+        std::vector<ForwardItem> items;
+        for (size_t i = 0; i < kSessions; ++i) {
+          auto token = tokens.subspan(contexts[i] + step, 1);
+          l_alone[i] = Feed(runner, alone[i], token);
+          items.push_back(ForwardItem{.state = &batched[i],
+                                      .tokens = token,
+                                      .logits = l_batched[i].data()});
+        }
+        ASSERT_TRUE(batch_runner.Run(items).ok());
+        for (size_t i = 0; i < kSessions; ++i) {
+          EXPECT_TRUE(SameBits(l_alone[i], l_batched[i]))
+              << "session " << i << " step " << step;
+          EXPECT_TRUE(SameState(alone[i], batched[i]))
+              << "session " << i << " step " << step;
+        }
       }
     }
   }

@@ -55,6 +55,16 @@ struct Rwkv6Layer final : LayerExtras {
   std::vector<float> ffn_key_mu, ffn_receptance_mu;  // hidden each
   std::unique_ptr<PackedLinear> ffn_key, ffn_receptance;
   std::unique_ptr<PackedLinear> ffn_value;  // into its own rows
+
+  std::vector<const PackedLinear*> Projections() const override {
+    std::vector<const PackedLinear*> out;
+    for (const auto* p :
+         {&x_down, &x_up[0], &x_up[1], &x_up[2], &x_up[3], &x_up[4], &r, &k, &v,
+          &g, &w_down, &w_up, &ffn_key, &ffn_receptance, &ffn_value}) {
+      if (*p != nullptr) out.push_back(p->get());
+    }
+    return out;
+  }
 };
 
 // The workspace blocks of one pass (ws.extra1, capacity rows each).

@@ -48,6 +48,15 @@ struct Rwkv7Layer final : LayerExtras {
   std::vector<float> g_norm_w, g_norm_b;             // value_dim
   std::vector<float> ffn_mix;                        // hidden
   std::unique_ptr<PackedLinear> ffn_key, ffn_value;  // value adds into x
+
+  std::vector<const PackedLinear*> Projections() const override {
+    std::vector<const PackedLinear*> out;
+    for (const auto* p : {&r, &k, &v, &w_down, &a_down, &v_down, &g_down, &w_up,
+                          &a_up, &v_up, &g_up, &ffn_key, &ffn_value}) {
+      if (*p != nullptr) out.push_back(p->get());
+    }
+    return out;
+  }
 };
 
 // torch.lerp(start, end, weight) as ATen computes it in fp32.
