@@ -11,13 +11,14 @@
 //   decode                tokens/s per session and in aggregate with B
 //                         sessions stepped together (one batched forward
 //                         per token: GEMMs over the batch, one StepBatch;
-//                         a small model's step of 16 or more sessions in
-//                         groups of sessions, one per thread, as
+//                         a small model's step of 8 or more sessions per
+//                         thread in groups of sessions, one per thread, as
 //                         --session-groups and core/model/forward.h say)
 //   products alone        per batch size, the same step's projections only
 //                         (every layer's packed products, its type's own
 //                         too, and the lm_head on b rows, nothing between
-//                         them): no step of b sessions can be faster
+//                         them, one team over the rows): no step of b
+//                         sessions in one team can be faster
 //   rule alone            per batch size, the same step's state updates
 //                         only (one StepBatch per layer over the b
 //                         sessions' states, random inputs): the step's

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -120,9 +121,8 @@ absl::Status ForwardRunner::Run(std::span<const ForwardItem> items) {
       }
     }
   }
-  if (const uint32_t groups = SessionGroups(items); groups > 1) {
-    return RunGroups(items, groups);
-  }
+  last_session_groups_ = std::max<uint32_t>(1, SessionGroups(items));
+  if (last_session_groups_ > 1) return RunGroups(items, last_session_groups_);
   return RunPasses(items);
 }
 
@@ -132,13 +132,18 @@ uint32_t ForwardRunner::SessionGroups(
   for (const ForwardItem& item : items) {
     if (item.tokens.size() != 1) return 1;
   }
-  uint64_t wanted = options_.session_groups;
-  if (wanted == 0) {
-    if (model_->projection_bytes() > kMaxGroupWeightBytes) return 1;
-    wanted = static_cast<uint64_t>(omp_get_max_threads());
+  const uint64_t most = items.size() / kMinGroupSessions;
+  if (options_.session_groups > 1) {
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(options_.session_groups, most));
   }
-  return static_cast<uint32_t>(
-      std::min<uint64_t>(wanted, items.size() / kMinGroupSessions));
+  // Automatic: a group per thread, each a whole group, or one team.
+  const uint64_t threads = static_cast<uint64_t>(omp_get_max_threads());
+  if (model_->projection_bytes() > kMaxGroupWeightBytes || threads < 2 ||
+      most < threads) {
+    return 1;
+  }
+  return static_cast<uint32_t>(threads);
 }
 
 absl::Status ForwardRunner::RunGroups(std::span<const ForwardItem> items,
@@ -150,12 +155,26 @@ absl::Status ForwardRunner::RunGroups(std::span<const ForwardItem> items,
   }
   // Contiguous ranges of sessions, one per thread; inside the region the
   // products, rules and elementwise passes run on their group's thread.
+  // Nothing may leave the region by an exception (std::terminate).
   std::vector<absl::Status> status(groups);
   const uint64_t n = items.size();
 #pragma omp parallel for num_threads(groups) schedule(static, 1)
   for (uint32_t g = 0; g < groups; ++g) {
     const uint64_t begin = n * g / groups, end = n * (g + 1) / groups;
-    status[g] = groups_[g]->RunPasses(items.subspan(begin, end - begin));
+    try {
+      status[g] = groups_[g]->RunPasses(items.subspan(begin, end - begin));
+    } catch (const std::bad_alloc&) {
+      status[g] = absl::ResourceExhaustedError(
+          "memory: the model forward's buffers could not be allocated");
+    }
+    if (!status[g].ok() && begin > 0) {
+      // The group numbers its items from 0.
+      status[g] = absl::Status(
+          status[g].code(),
+          absl::StrCat(status[g].message(), " (items numbered from ", begin,
+                       ": the step's group of items [", begin, ", ", end,
+                       "))"));
+    }
   }
   for (const absl::Status& s : status) LINATTN_RETURN_IF_ERROR(s);
   return absl::OkStatus();

@@ -33,15 +33,17 @@
 // every group reads every weight, but the rules, the elementwise passes and
 // the products of a group all run where its activations are, with no
 // fork/join per pass. A small model's products are too small to share well
-// between cores. Measured on 2 cores: rwkv7 at the built-in size (13 MiB of
-// f32 projections, a dozen small products and row-by-row token shifts per
-// layer) stepped 1.4–1.6× faster split at 16 to 64 sessions;
-// gated_deltanet at the built-in size (17 MiB) and rwkv7 at hidden 512 × 2
-// (26 MiB) within ±10% of one team at 16 and 32 sessions and 5–10% faster
-// at 64; even at 101 MiB; 1.1–1.2× slower at hidden 1024 × 12 (~600 MiB),
-// hence kMaxGroupWeightBytes. In groups of 2 sessions gated_deltanet's step
-// was up to 1.4× slower, hence kMinGroupSessions (docs/benchmarks.md,
-// "Measured figures behind constants in the code").
+// between cores. Measured on 2 cores (medians of three runs): rwkv7 at the
+// built-in size (13 MiB of f32 projections, a dozen small products and
+// row-by-row token shifts per layer) stepped 1.6×, 1.4× and 1.2× faster
+// split at 16, 32 and 64 sessions; gated_deltanet at the built-in size
+// (17 MiB) and rwkv7 at hidden 512 × 2 (26 MiB) 0.94–1.09× one team's
+// speed; rwkv7 at hidden 512 × 8 (101 MiB) the same speed either way; and
+// at hidden 1024 × 12 (~600 MiB) the split was 1.1–1.2× slower, hence
+// kMaxGroupWeightBytes. In groups of 2 sessions gated_deltanet's step was
+// 1.3–1.5× slower, hence kMinGroupSessions (docs/benchmarks.md, "Measured
+// figures behind constants in the code"). Both constants were measured on
+// 2 cores only.
 //
 // All input is validated before any state changes. A Run that fails later
 // (a oneDNN primitive that cannot be created, activations that are not
@@ -67,7 +69,8 @@ namespace linattn {
 struct ForwardItem {
   ModelState* state = nullptr;
   std::span<const int32_t> tokens;  // at least one id, each < vocab_size
-  // vocab_size floats: the next-token logits after the last token.
+  // vocab_size floats: the next-token logits after the last token. Each
+  // item's buffers are its own (the items of a step may be run at once).
   float* logits = nullptr;
   // tokens × vocab_size floats: the logits after every token (tests).
   float* all_logits = nullptr;
@@ -132,20 +135,22 @@ struct ForwardWorkspace {
 };
 
 // A decode step of many sessions (every item one token, at least
-// 2 · kMinGroupSessions of them) of a model whose products read at most
-// kMaxGroupWeightBytes of weights runs as groups of sessions, one group per
-// thread (see the file comment). Each group reads every weight, so above
-// that size the step's products are better shared between the cores.
+// kMinGroupSessions of them per thread) of a model whose products read at
+// most kMaxGroupWeightBytes of weights runs as groups of sessions, one
+// group per thread (see the file comment). Each group reads every weight,
+// so above that size the step's products are better shared between the
+// cores.
 inline constexpr uint32_t kMinGroupSessions = 8;
 inline constexpr uint64_t kMaxGroupWeightBytes = uint64_t{64} << 20;
 
 struct ForwardOptions {
   uint32_t max_rows = 512;  // rows (tokens) per pass
   ChunkwiseOptions chunkwise;
-  // Groups a decode step of many sessions runs as: 0 as many as OpenMP's
-  // threads within the limits above, 1 never split (one team over the
-  // whole batch), more: that many whenever there are kMinGroupSessions per
-  // group, whatever the threads and weights (tests, benchmarks).
+  // Groups a decode step of many sessions runs as: 0 one per OpenMP thread
+  // when every thread gets kMinGroupSessions and the weights are within
+  // kMaxGroupWeightBytes (else one team), 1 never split (one team over the
+  // whole batch), more: that many, or as many as have kMinGroupSessions
+  // each, whatever the threads and weights (tests, benchmarks).
   uint32_t session_groups = 0;
 };
 
@@ -163,6 +168,9 @@ class ForwardRunner {
                    float* logits);
 
   const Model& model() const { return *model_; }
+  // The groups of sessions the last Run's step ran as (1: one team over
+  // the batch; see ForwardOptions::session_groups).
+  uint32_t last_session_groups() const { return last_session_groups_; }
 
   // --- For the mixers (core/model/model_types.h) ---
   ForwardWorkspace& workspace() { return ws_; }
@@ -198,6 +206,7 @@ class ForwardRunner {
   ChunkwiseRunner chunkwise_;
   ForwardWorkspace ws_;
   std::vector<std::unique_ptr<ForwardRunner>> groups_;
+  uint32_t last_session_groups_ = 1;
 };
 
 }  // namespace linattn

@@ -1,6 +1,7 @@
 #include "core/model/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace linattn {
@@ -38,7 +39,13 @@ uint64_t KvCache::shared_blocks() const {
 void KvCache::Write(uint64_t p, const float* key, const float* value) {
   const uint64_t s = Slot(p);
   std::shared_ptr<float[]>& block = blocks_[s / kKvBlockTokens];
-  if (block.use_count() > 1) {
+  const bool shared = block.use_count() > 1;
+  // use_count() is a relaxed load: a count of 1 left by another cache that
+  // has just copied the block away must also order that copy's reads
+  // before the writes below (caches sharing blocks may be written from
+  // different threads at once, each by its own).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (shared) {
     // Shared with another cache: this one's own copy from now on.
     const uint64_t floats = 2 * row_ * kKvBlockTokens;
     std::shared_ptr<float[]> own(new float[floats]);

@@ -13,6 +13,7 @@
 // request, a step into another state) shares every block, and the first
 // write to a shared block gives the writer its own copy of that block
 // alone, so a copy costs O(blocks), not O(context). Copies may be read from
+// different threads at once, and caches sharing blocks written from
 // different threads at once; one cache is written by one thread at a time.
 #ifndef LINATTN_CORE_MODEL_KV_CACHE_H_
 #define LINATTN_CORE_MODEL_KV_CACHE_H_

@@ -44,6 +44,31 @@ double PackedProductsPerLayer(const ModelConfig& c) {
   return c.model_type == "rwkv7" ? 14.0 : 4.0;
 }
 
+// What rounding each packed product's input to bf16 or int8 adds to the
+// fp32 forward's bound on logits of magnitude `logits`.
+double RoundingTolerance(const ModelConfig& c, WeightType weights,
+                         double logits) {
+  const double products = PackedProductsPerLayer(c) * c.num_hidden_layers + 1;
+  if (weights == WeightType::kBf16) {
+    // Each packed product (per layer and the lm_head) rounds its input to
+    // bf16 (unit roundoff 2^-8; the built-in model's weights are bf16 in its
+    // file, so they are not rounded again): one more 2^-8 relative error per
+    // product in the chain, on the same magnitudes.
+    return products * std::ldexp(1.0, -8) * std::max(1.0, logits);
+  }
+  if (weights == WeightType::kInt8) {
+    // The same first-order argument with int8's steps: per product the
+    // error is at most (t/2)Σ|w| + (s/2)Σ|x| + in·t·s/4 (linear.h), which
+    // is at most 2/254 + 1/(4·127²) of in·max|x|·max|w|, the product's own
+    // scale; one such relative error per product in the chain, on the
+    // logits' scale. A tolerance for a well-conditioned forward, not a
+    // proven bound (linear_test.cc proves the per-product one).
+    return products * (2.0 / 254 + 1.0 / (4 * 127 * 127)) *
+           std::max(1.0, logits);
+  }
+  return 0;
+}
+
 // The fixture directories exist only once the ctest fixture has run, so the
 // cases are looped over inside one test rather than listed at discovery.
 void CheckLogitsMatchPyTorch(const std::string& name,
@@ -68,26 +93,8 @@ void CheckLogitsMatchPyTorch(const std::string& name,
   ASSERT_TRUE(runner.Run(std::span<const ForwardItem>(&item, 1)).ok());
   EXPECT_EQ(state.position(), T);
 
-  double tol = LogitTolerance(c, T, MaxAbs(fx.logits));
-  if (weights == WeightType::kBf16) {
-    // Each packed product (per layer and the lm_head) rounds its input to
-    // bf16 (unit roundoff 2^-8; the built-in model's weights are bf16 in its
-    // file, so they are not rounded again): one more 2^-8 relative error per
-    // product in the chain, on the same magnitudes.
-    tol += (PackedProductsPerLayer(c) * c.num_hidden_layers + 1) *
-           std::ldexp(1.0, -8) * std::max(1.0, MaxAbs(fx.logits));
-  }
-  if (weights == WeightType::kInt8) {
-    // The same first-order argument with int8's steps: per product the
-    // error is at most (t/2)Σ|w| + (s/2)Σ|x| + in·t·s/4 (linear.h), which
-    // is at most 2/254 + 1/(4·127²) of in·max|x|·max|w|, the product's own
-    // scale; one such relative error per product in the chain, on the
-    // logits' scale. A tolerance for a well-conditioned forward, not a
-    // proven bound (linear_test.cc proves the per-product one).
-    tol += (PackedProductsPerLayer(c) * c.num_hidden_layers + 1) *
-           (2.0 / 254 + 1.0 / (4 * 127 * 127)) *
-           std::max(1.0, MaxAbs(fx.logits));
-  }
+  const double tol = LogitTolerance(c, T, MaxAbs(fx.logits)) +
+                     RoundingTolerance(c, weights, MaxAbs(fx.logits));
   double worst = 0;
   for (size_t i = 0; i < T * V; ++i) {
     worst = std::max(worst, std::fabs(all[i] - fx.logits[i]));
@@ -226,16 +233,19 @@ TEST(ForwardBatchTest, BatchedEqualsOneByOne) {
 // thread (ForwardOptions::session_groups; forced here, so that the groups
 // run whatever the machine's threads): each session, at its own context
 // length, gets the logits and state it gets in a step alone, over two
-// steps, with `into` items among them; a hybrid's attention layers too.
-// Each session's products round alike in both (a row's bf16 or int8
-// rounding is its own), so the fp32 forward's bound holds between them.
+// steps, with `into` items among them (their states left as they were); a
+// hybrid's attention layers too. With bf16 or int8 weights a product of
+// another row count may order a row's sums otherwise, and the next
+// product's input may then round to a neighbouring step: the rounding term
+// of every product in the chain (RoundingTolerance) is added.
 void CheckSessionGroupsEqualOneByOne(const std::string& name,
                                      WeightType weights = WeightType::kF32) {
   SCOPED_TRACE(name + " " + WeightTypeName(weights));
   const FixtureCase fx = LoadFixture(name);
   auto model = Model::Load(fx.dir, "", weights);
   ASSERT_TRUE(model.ok()) << model.status();
-  const size_t V = (*model)->config().vocab_size, n = 2 * kMinGroupSessions + 5;
+  const ModelConfig& c = (*model)->config();
+  const size_t V = c.vocab_size, n = 3 * kMinGroupSessions + 2;
   std::span<const int32_t> tokens(fx.tokens);
   ASSERT_GT(tokens.size(), n + 2);
   ForwardRunner alone_runner(*model, ForwardOptions{.session_groups = 1});
@@ -252,24 +262,35 @@ void CheckSessionGroupsEqualOneByOne(const std::string& name,
   }
   std::vector<std::vector<float>> l_alone(n, std::vector<float>(V)),
       l_grouped(n, std::vector<float>(V));
+  const double tol =
+      LogitTolerance(c, n + 2, 30) + RoundingTolerance(c, weights, 30);
   for (size_t step = 0; step < 2; ++step) {
     std::vector<ForwardItem> items;
+    std::vector<ModelState> before;
     for (size_t i = 0; i < n; ++i) {
       auto feed = tokens.subspan(i + step, 1);
       ASSERT_TRUE(alone_runner.Run(alone[i], feed, l_alone[i].data()).ok());
       // Every third session's first step goes into another state.
       const bool to_into = step == 0 && i % 3 == 0;
+      if (to_into) before.push_back(grouped[i].Copy());
       items.push_back(ForwardItem{.state = &grouped[i],
                                   .tokens = feed,
                                   .logits = l_grouped[i].data(),
                                   .into = to_into ? &into[i] : nullptr});
     }
     ASSERT_TRUE(grouped_runner.Run(items).ok());
+    EXPECT_EQ(grouped_runner.last_session_groups(), 3u);
     for (size_t i = 0; step == 0 && i < n; i += 3) {
-      EXPECT_EQ(grouped[i].position(), i);
+      const ModelState& was = before[i / 3];
+      EXPECT_EQ(grouped[i].position(), was.position());
+      for (size_t l = 0; l < was.layers().size(); ++l) {
+        EXPECT_EQ(0,
+                  std::memcmp(grouped[i].layers()[l].data(),
+                              was.layers()[l].data(), was.layers()[l].bytes()))
+            << "session " << i << " layer " << l;
+      }
       std::swap(grouped[i], into[i]);
     }
-    const double tol = LogitTolerance((*model)->config(), n + 2, 30);
     for (size_t i = 0; i < n; ++i) {
       EXPECT_EQ(grouped[i].position(), alone[i].position()) << i;
       for (size_t v = 0; v < V; ++v) {
@@ -278,6 +299,21 @@ void CheckSessionGroupsEqualOneByOne(const std::string& name,
       }
     }
   }
+  // No split: a prompt piece among the items, or fewer than
+  // kMinGroupSessions per group.
+  std::vector<ForwardItem> mixed;
+  for (size_t i = 0; i < n; ++i) {
+    mixed.push_back(ForwardItem{.state = &grouped[i],
+                                .tokens = tokens.subspan(i + 2, i == 0 ? 2 : 1),
+                                .logits = l_grouped[i].data()});
+  }
+  ASSERT_TRUE(grouped_runner.Run(mixed).ok());
+  EXPECT_EQ(grouped_runner.last_session_groups(), 1u);
+  ASSERT_TRUE(grouped_runner
+                  .Run(std::span<const ForwardItem>(mixed).subspan(
+                      1, 2 * kMinGroupSessions - 1))
+                  .ok());
+  EXPECT_EQ(grouped_runner.last_session_groups(), 1u);
 }
 
 TEST(ForwardBatchTest, SessionGroupsEqualOneByOne) {

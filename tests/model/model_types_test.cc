@@ -308,6 +308,7 @@ TEST(ModelTypesTest, DecodeStepsGiveTheSameBitsAloneAndBatchedOnPanels) {
                                       .logits = l_batched[i].data()});
         }
         ASSERT_TRUE(batch_runner.Run(items).ok());
+        ASSERT_EQ(batch_runner.last_session_groups(), groups);
         for (size_t i = 0; i < kSessions; ++i) {
           EXPECT_TRUE(SameBits(l_alone[i], l_batched[i]))
               << "session " << i << " step " << step;
