@@ -259,7 +259,9 @@ done
 if ((serving == 0)); then
   podman logs linattn-0-linattn 2>&1 | tail -20; exit 1
 fi
-podman logs linattn-0-linattn 2>&1 | grep -q "state store redis://redis:6379" || {
+# (grep reads the whole log: `grep -q` would stop at its match, and under
+# pipefail the writer's SIGPIPE would fail the check.)
+podman logs linattn-0-linattn 2>&1 | grep "state store redis://redis:6379: replica" >/dev/null || {
   podman logs linattn-0-linattn 2>&1 | tail -20; exit 1; }
 # Sessions through the replica's pod land in the Redis pod.
 podman exec -e LINATTN_API_KEY linattn-0-linattn linattn-load --server 127.0.0.1:50051 --sessions 4 \
