@@ -57,6 +57,11 @@ struct VectorKernels {
   void (*silu)(uint32_t n, const float* x, float* out);
   // out = σ(x) = 1 / (1 + exp(−x)); same exp. out may be x.
   void (*sigmoid)(uint32_t n, const float* x, float* out);
+  // out = torch.lerp(start, end, weight) as ATen computes it in fp32:
+  // start + w·(end − start) where |w| < 0.5, else end − (end − start)·(1 − w).
+  // out may be start or end.
+  void (*lerp)(uint32_t n, const float* start, const float* end,
+               const float* weight, float* out);
   // True when no element of x is NaN or ±inf.
   bool (*all_finite)(uint64_t n, const float* x);
   // out = x, and all_finite(n, x), in one pass.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/attention/kernels.h"
 #include "core/util/parallel_for.h"
 
 namespace linattn {
@@ -9,8 +10,7 @@ namespace {
 
 void RmsNormRow(const float* xr, uint32_t d, const float* w, float eps,
                 float* yr) {
-  float ss = 0;
-  for (uint32_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+  const float ss = ActiveKernels().dot(d, xr, xr);
   const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
   if (w != nullptr) {
     for (uint32_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
@@ -23,18 +23,31 @@ void RmsNormRow(const float* xr, uint32_t d, const float* w, float eps,
 
 void LayerNormRow(const float* xr, uint32_t d, const float* w, const float* b,
                   float eps, float* yr) {
-  // Mean and variance in double: one rounding each, whatever d.
-  double sum = 0;
-  for (uint32_t i = 0; i < d; ++i) sum += xr[i];
-  const double mean = sum / d;
-  double ss = 0;
-  for (uint32_t i = 0; i < d; ++i) {
-    const double dx = xr[i] - mean;
-    ss += dx * dx;
+  // Mean and variance in double (their error far below a float's rounding,
+  // whatever d), each summed in four independent parts so that the adds
+  // do not wait on one another.
+  double sum[4] = {0, 0, 0, 0};
+  uint32_t i = 0;
+  for (; i + 4 <= d; i += 4) {
+    for (int p = 0; p < 4; ++p) sum[p] += xr[i + p];
   }
+  for (; i < d; ++i) sum[0] += xr[i];
+  const double mean = ((sum[0] + sum[1]) + (sum[2] + sum[3])) / d;
+  double sq[4] = {0, 0, 0, 0};
+  for (i = 0; i + 4 <= d; i += 4) {
+    for (int p = 0; p < 4; ++p) {
+      const double dx = xr[i + p] - mean;
+      sq[p] += dx * dx;
+    }
+  }
+  for (; i < d; ++i) {
+    const double dx = xr[i] - mean;
+    sq[0] += dx * dx;
+  }
+  const double ss = (sq[0] + sq[1]) + (sq[2] + sq[3]);
   const float m = static_cast<float>(mean);
   const float inv = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
-  for (uint32_t i = 0; i < d; ++i) {
+  for (i = 0; i < d; ++i) {
     const float y = (xr[i] - m) * inv * w[i];
     yr[i] = b != nullptr ? y + b[i] : y;
   }

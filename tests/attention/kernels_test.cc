@@ -202,6 +202,44 @@ TEST(Kernels, SiluAndSigmoidMatchDoublePrecision) {
   }
 }
 
+// torch.lerp's two-sided form: within a few roundings of the exact value,
+// and exactly start at weight 0 and exactly end at weight 1 (the reason
+// ATen evaluates the side nearer its weight); out may be start.
+TEST(Kernels, LerpMatchesDoublePrecisionAndKeepsItsEnds) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-50.0f, 50.0f);
+  std::uniform_real_distribution<float> weight(-0.5f, 1.5f);
+  const uint32_t n = 1003;  // vector body and tail
+  std::vector<float> start(n), end(n), w(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    start[i] = value(rng);
+    end[i] = value(rng);
+    const float ends[] = {0.0f, 1.0f, 0.5f, -0.5f, 0.49999997f};
+    w[i] = i % 7 < 5 ? ends[i % 7] : weight(rng);
+  }
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    std::vector<float> out(n), in_place = start;
+    kernels->lerp(n, start.data(), end.data(), w.data(), out.data());
+    kernels->lerp(n, in_place.data(), end.data(), w.data(), in_place.data());
+    for (uint32_t i = 0; i < n; ++i) {
+      const double s = start[i], e = end[i], wi = w[i];
+      if (w[i] == 0.0f) {
+        ASSERT_EQ(out[i], start[i]) << kernels->name;
+      }
+      if (w[i] == 1.0f) {
+        ASSERT_EQ(out[i], end[i]) << kernels->name;
+      }
+      const double exact = s + wi * (e - s);
+      const double tol = 4 * kU *
+                         (std::abs(s) + std::abs(e) +
+                          2 * std::abs(e - s) * std::max(1.0, std::abs(wi)));
+      ASSERT_LE(std::abs(out[i] - exact), tol)
+          << kernels->name << " lerp(" << s << ", " << e << ", " << wi << ")";
+      ASSERT_EQ(in_place[i], out[i]) << kernels->name << " in place";
+    }
+  }
+}
+
 // Every non-finite value is found at every position (vector body and tail);
 // the largest finite values and subnormals are not flagged.
 // all_finite, and the same answer from copy_finite (which copies) and elu1

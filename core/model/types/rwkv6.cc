@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
 #include "core/model/row_ops.h"
 #include "core/model/softmax_attention.h"
 #include "core/model/types/rule_mixer.h"
@@ -394,11 +395,15 @@ absl::Status Rwkv6Def::RunMixer(ForwardRunner& runner,
   }
   // w = −exp(w_proj(·)): the rule's log-decay, ≤ 0 (−inf past exp's
   // range, which the rule refuses by name).
+  // The exp is the vector kernels' (within 2 ulp of std::exp's, +inf past
+  // 89 like it).
+  const VectorKernels& kernels = ActiveKernels();
   ParallelFor(rows, parallel, [&](uint64_t r) {
     float* wd = log_decay + r * key_dim;
-    for (uint64_t i = 0; i < key_dim; ++i) {
-      wd[i] = -std::exp(w_lora ? wd[i] + w.w_bias[i] : wd[i]);
+    if (w_lora) {
+      for (uint64_t i = 0; i < key_dim; ++i) wd[i] += w.w_bias[i];
     }
+    kernels.exp_shifted(static_cast<uint32_t>(key_dim), 0.0f, -1.0f, wd);
   });
   LINATTN_RETURN_IF_ERROR(runner.RunAttention(pass, log_decay, nullptr));
   // The bonus (Σ r⊙u⊙k)·v per head, GroupNorm per head, × SiLU(g).
@@ -408,7 +413,8 @@ absl::Status Rwkv6Def::RunMixer(ForwardRunner& runner,
     const float* rr = r_out + r * key_dim;
     const float* k = k_out + r * key_dim;
     const float* v = v_out + r * dv;
-    const float* g = b.g + r * dv;
+    float* g = b.g + r * dv;
+    kernels.silu(static_cast<uint32_t>(dv), g, g);
     for (uint32_t h = 0; h < nh; ++h) {
       float* oh = o + uint64_t{h} * dvh;
       const uint64_t vo = uint64_t{h} * dvh;
@@ -420,7 +426,7 @@ absl::Status Rwkv6Def::RunMixer(ForwardRunner& runner,
       for (uint32_t i = 0; i < dvh; ++i) oh[i] += own * v[vo + i];
       LayerNormRow(oh, dvh, w.g_norm_w.data() + vo, w.g_norm_b.data() + vo,
                    c.group_norm_eps, oh);
-      for (uint32_t i = 0; i < dvh; ++i) oh[i] *= Silu(g[vo + i]);
+      for (uint32_t i = 0; i < dvh; ++i) oh[i] *= g[vo + i];
     }
   });
   LINATTN_RETURN_IF_ERROR(L.o->Apply(o_out, rows, x));
@@ -453,11 +459,13 @@ absl::Status Rwkv6Def::RunChannelMix(ForwardRunner& runner,
   LINATTN_RETURN_IF_ERROR(w.ffn_receptance->Apply(b.lerp, rows, b.receptance));
   RwkvReluSquare(b.hidden, rows, I);
   LINATTN_RETURN_IF_ERROR(w.ffn_value->Apply(b.hidden, rows, b.value));
+  const VectorKernels& kernels = ActiveKernels();
   ParallelFor(rows, parallel, [&](uint64_t r) {
     float* xr = x + r * H;
-    const float* rc = b.receptance + r * H;
+    float* rc = b.receptance + r * H;
     const float* v = b.value + r * H;
-    for (uint32_t i = 0; i < H; ++i) xr[i] += Sigmoid(rc[i]) * v[i];
+    kernels.sigmoid(H, rc, rc);
+    for (uint32_t i = 0; i < H; ++i) xr[i] += rc[i] * v[i];
   });
   return absl::OkStatus();
 }

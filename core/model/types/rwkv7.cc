@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
 #include "core/model/row_ops.h"
 #include "core/model/types/rule_mixer.h"
 #include "core/model/types/rwkv_block.h"
@@ -58,12 +59,6 @@ struct Rwkv7Layer final : LayerExtras {
     return out;
   }
 };
-
-// torch.lerp(start, end, weight) as ATen computes it in fp32.
-inline float Lerp(float start, float end, float weight) {
-  return std::fabs(weight) < 0.5f ? start + weight * (end - start)
-                                  : end - (end - start) * (1.0f - weight);
-}
 
 // The workspace blocks of one pass (ws.extra1, capacity rows each).
 struct Blocks {
@@ -342,6 +337,7 @@ absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
   const bool parallel = uint64_t{rows} * H >= kParallelFloats;
   float* x = ws.x.data();
   float* xn = ws.xn.data();
+  const VectorKernels& kernels = ActiveKernels();
 
   // --- Time mix ---
   RwkvTimeMixInput(pass, c, L, w.norms, ws, b.delta);
@@ -371,7 +367,7 @@ absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
     float* wl = b.w_low + r * c.decay_rank;
     for (uint32_t i = 0; i < c.decay_rank; ++i) wl[i] = std::tanh(wl[i]);
     float* gl = b.g_low + r * c.gate_rank;
-    for (uint32_t i = 0; i < c.gate_rank; ++i) gl[i] = Sigmoid(gl[i]);
+    kernels.sigmoid(c.gate_rank, gl, gl);
   });
   LINATTN_RETURN_IF_ERROR(w.w_up->Apply(b.w_low, rows, b.w_up));
   LINATTN_RETURN_IF_ERROR(w.a_up->Apply(b.a_low, rows, b.a));
@@ -385,19 +381,21 @@ absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
     float* wd = log_decay + r * H;
     const float* wu = b.w_up + r * H;
     float* av = b.a + r * H;
-    for (uint32_t i = 0; i < H; ++i) {
-      wd[i] = -kDecayScale * Sigmoid(wu[i] + w.w_bias[i]);
-      av[i] = Sigmoid(av[i] + w.a_bias[i]);
-    }
+    // σ through the vector kernels' exp (within 2 ulp of std::exp's).
+    for (uint32_t i = 0; i < H; ++i) wd[i] = wu[i] + w.w_bias[i];
+    kernels.sigmoid(H, wd, wd);
+    for (uint32_t i = 0; i < H; ++i) wd[i] *= -kDecayScale;
+    for (uint32_t i = 0; i < H; ++i) av[i] += w.a_bias[i];
+    kernels.sigmoid(H, av, av);
     float* v = v_out + r * dv;
     float* vf = v_first + r * dv;
     if (first) {
       std::memcpy(vf, v, dv * sizeof(float));
     } else {
-      const float* vg = b.v_gate + r * dv;
-      for (uint64_t i = 0; i < dv; ++i) {
-        v[i] = Lerp(v[i], vf[i], Sigmoid(vg[i] + w.v_bias[i]));
-      }
+      float* vg = b.v_gate + r * dv;
+      for (uint64_t i = 0; i < dv; ++i) vg[i] += w.v_bias[i];
+      kernels.sigmoid(static_cast<uint32_t>(dv), vg, vg);
+      kernels.lerp(static_cast<uint32_t>(dv), v, vf, vg, v);
     }
     // κ̂ = k ⊙ k_k normalised per head; then k's update; the rule's a and b.
     float* k = k_out + r * H;
@@ -405,12 +403,8 @@ absl::Status Rwkv7Def::RunMixer(ForwardRunner& runner,
     float* rb = b.rule_b + r * H;
     for (uint32_t h = 0; h < nh; ++h) {
       const uint32_t o = h * dk;
-      float ss = 0;
-      for (uint32_t i = 0; i < dk; ++i) {
-        const float kk = k[o + i] * w.k_k[o + i];
-        ra[o + i] = kk;
-        ss += kk * kk;
-      }
+      for (uint32_t i = 0; i < dk; ++i) ra[o + i] = k[o + i] * w.k_k[o + i];
+      const float ss = kernels.dot(dk, ra + o, ra + o);
       if (c.fuse_norm) {
         const float inv = 1.0f / std::sqrt(ss + 1e-6f);
         for (uint32_t i = 0; i < dk; ++i) ra[o + i] *= inv;
