@@ -30,7 +30,10 @@ AttentionState::AttentionState(const AttentionSpec& spec)
       head_stride_(StateFloatsPerHead(spec)),
       shift_offset_(uint64_t{spec.num_heads} * StateFloatsPerHead(spec)),
       block_(StateFloats(spec)) {
-  Reset();
+  // block_ is zero already: Reset's other fields only.
+  if (has_key_shift_) {
+    for (uint32_t h = 0; h < num_heads_; ++h) key_shift(h) = -INFINITY;
+  }
 }
 
 void AttentionState::Reset() {

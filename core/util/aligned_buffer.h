@@ -22,21 +22,23 @@ class AlignedBuffer {
   // Allocates `size` floats, all zero. Throws std::bad_alloc on failure.
   explicit AlignedBuffer(std::size_t size) : size_(size) {
     if (size == 0) return;
-    std::size_t bytes = RoundUp(size * sizeof(float));
-    void* p = std::aligned_alloc(kBufferAlignment, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
-    data_.reset(static_cast<float*>(p));
+    Allocate();
+    std::memset(data_.get(), 0, RoundUp(size * sizeof(float)));
   }
   AlignedBuffer(AlignedBuffer&&) noexcept = default;
   AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 
-  // A deep copy; O(size).
+  // A deep copy; O(size). Its bytes are written once: the copy's padding
+  // (zero, as every buffer's) is copied with the floats.
   AlignedBuffer Copy() const {
-    AlignedBuffer out(size_);
-    if (size_ != 0) std::memcpy(out.data(), data(), size_ * sizeof(float));
+    AlignedBuffer out;
+    out.size_ = size_;
+    if (size_ != 0) {
+      out.Allocate();
+      std::memcpy(out.data(), data(), RoundUp(size_ * sizeof(float)));
+    }
     return out;
   }
 
@@ -53,6 +55,13 @@ class AlignedBuffer {
   struct Free {
     void operator()(float* p) const { std::free(p); }
   };
+  // size_ floats (rounded up to the alignment), not yet written.
+  void Allocate() {
+    void* p =
+        std::aligned_alloc(kBufferAlignment, RoundUp(size_ * sizeof(float)));
+    if (p == nullptr) throw std::bad_alloc();
+    data_.reset(static_cast<float*>(p));
+  }
   static std::size_t RoundUp(std::size_t bytes) {
     return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
   }
