@@ -3,11 +3,14 @@
 //   model_benchmark --model DIR [--prompts 1024,8192,32768]
 //                   [--batches 1,8,32,128] [--decode-tokens 64]
 //                   [--contexts 1000,100000] [--weights f32|bf16|int8]
-//                   [--session-groups N] [--out FILE]
+//                   [--prefill-precision f32|bf16] [--session-groups N]
+//                   [--out FILE]
 //
 //   time to first token   prefill of a random prompt of each length and the
 //                         logits of its next token (ForwardRunner, one call,
-//                         after one warm-up prefill of 512 tokens)
+//                         after one warm-up prefill of 512 tokens); the
+//                         rule's chunkwise products in --prefill-precision
+//                         (the server's flag of that name)
 //   decode                tokens/s per session and in aggregate with B
 //                         sessions stepped together (one batched forward
 //                         per token: GEMMs over the batch, one StepBatch;
@@ -311,6 +314,11 @@ int main(int argc, char** argv) {
   app.add_option("--weights", weights,
                  "f32 | bf16 | int8 (packed projection weights)")
       ->capture_default_str();
+  std::string prefill_precision = "f32";
+  app.add_option("--prefill-precision", prefill_precision,
+                 "f32 | bf16 (the rule's chunkwise products, as the server's "
+                 "flag; bf16 needs AVX512_BF16 or AMX)")
+      ->capture_default_str();
   uint32_t session_groups = 0;
   app.add_option("--session-groups", session_groups,
                  "groups a decode step of many sessions may run as (0: one "
@@ -328,13 +336,20 @@ int main(int argc, char** argv) {
 
   auto weight_type = linattn::ParseWeightType(weights);
   Check(weight_type.status());
+  auto precision = linattn::ParsePrefillPrecision(prefill_precision);
+  Check(precision.status());
+  Check(linattn::PrefillPrecisionSupported(*precision));
   auto model = Model::Load(dir, "", *weight_type);
   Check(model.status());
   const uint32_t V = (*model)->config().vocab_size;
-  ForwardRunner runner(*model, {.session_groups = session_groups});
+  linattn::ForwardOptions forward_options;
+  forward_options.chunkwise.precision = *precision;
+  forward_options.session_groups = session_groups;
+  ForwardRunner runner(*model, forward_options);
   nlohmann::json result;
   result["model"] = (*model)->name();
   result["weights"] = weights;
+  result["prefill_precision"] = prefill_precision;
   result["parameters"] = (*model)->parameter_count();
   result["projection_bytes"] = (*model)->projection_bytes();
   result["layers"] = (*model)->config().num_hidden_layers;
