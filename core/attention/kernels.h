@@ -51,11 +51,14 @@ struct VectorKernels {
   // gates' factors); same exp.
   void (*exp_shifted)(uint32_t n, float shift, float scale, float* a);
   // out = SiLU(gate)·up = gate / (1 + exp(−gate)) · up (the SwiGLU MLP of
-  // the model layers, output gates); same exp. out may be up.
+  // the model layers, output gates); same exp; SiLU(x) = −0 below x = −88
+  // (−inf included). out may be up.
   void (*silu_mul)(uint32_t n, const float* gate, const float* up, float* out);
-  // out = SiLU(x) = x / (1 + exp(−x)); same exp. out may be x.
+  // out = SiLU(x) = x / (1 + exp(−x)), as silu_mul's. out may be x.
   void (*silu)(uint32_t n, const float* x, float* out);
-  // out = σ(x) = 1 / (1 + exp(−x)); same exp. out may be x.
+  // out = σ(x) = 1 / (1 + exp(−x)); same exp. out may be x. A NaN element
+  // gives NaN, so that a check downstream still sees it (and so for silu
+  // and silu_mul).
   void (*sigmoid)(uint32_t n, const float* x, float* out);
   // out = torch.lerp(start, end, weight) as ATen computes it in fp32:
   // start + w·(end − start) where |w| < 0.5, else end − (end − start)·(1 − w).

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace linattn {
@@ -198,6 +199,49 @@ TEST(Kernels, SiluAndSigmoidMatchDoublePrecision) {
       ASSERT_LE(std::abs(sigmoid[i] - s), std::max(7 * kU * s, 7e-39))
           << kernels->name << " sigmoid(" << x[i] << ")";
       ASSERT_EQ(in_place[i], silu[i]) << kernels->name << " in place";
+    }
+  }
+}
+
+// Non-finite and huge inputs: NaN stays NaN through σ, SiLU and SiLU·up
+// (so that a check downstream still sees it), SiLU tends to −0 below −88
+// (−inf and −FLT_MAX included, where the plain quotient would be NaN or
+// far from 0), and ±inf give σ's and SiLU's limits. At every position of a
+// row (vector body and tail).
+TEST(Kernels, SiluAndSigmoidKeepNaNAndTheirLimits) {
+  const float big = std::numeric_limits<float>::max();
+  const float cases[] = {NAN, -INFINITY, INFINITY, -big, big, -1e30f, -89.0f};
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    for (float c : cases) {
+      for (uint32_t at = 0; at < 35; at += 17) {
+        std::vector<float> x(35, 0.5f), silu(35), sigmoid(35), up(35, 2.0f);
+        std::vector<float> silu_mul(35);
+        x[at] = c;
+        kernels->silu(35, x.data(), silu.data());
+        kernels->sigmoid(35, x.data(), sigmoid.data());
+        kernels->silu_mul(35, x.data(), up.data(), silu_mul.data());
+        const std::string where =
+            std::string(kernels->name) + " x=" + std::to_string(c);
+        if (std::isnan(c)) {
+          EXPECT_TRUE(std::isnan(silu[at])) << where;
+          EXPECT_TRUE(std::isnan(sigmoid[at])) << where;
+          EXPECT_TRUE(std::isnan(silu_mul[at])) << where;
+        } else if (c < -88.0f) {
+          EXPECT_EQ(silu[at], 0.0f) << where;
+          EXPECT_TRUE(std::signbit(silu[at])) << where;
+          EXPECT_EQ(silu_mul[at], 0.0f) << where;
+          EXPECT_LE(sigmoid[at], 7e-39f) << where;
+          EXPECT_GE(sigmoid[at], 0.0f) << where;
+        } else {  // +inf, FLT_MAX
+          EXPECT_EQ(silu[at], c) << where;
+          EXPECT_EQ(sigmoid[at], 1.0f) << where;
+        }
+        for (uint32_t j = 0; j < 35; ++j) {
+          if (j != at) {
+            ASSERT_EQ(silu[j], silu[at == 0 ? 1 : 0]) << where;
+          }
+        }
+      }
     }
   }
 }
