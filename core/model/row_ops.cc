@@ -21,20 +21,25 @@ void RmsNormRow(const float* xr, uint32_t d, const float* w, float eps,
 
 }  // namespace
 
+double SumInDouble(const float* x, uint64_t n) {
+  double parts[4] = {0, 0, 0, 0};
+  uint64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int p = 0; p < 4; ++p) parts[p] += x[i + p];
+  }
+  for (; i < n; ++i) parts[0] += x[i];
+  return (parts[0] + parts[1]) + (parts[2] + parts[3]);
+}
+
 void LayerNormRow(const float* xr, uint32_t d, const float* w, const float* b,
                   float eps, float* yr) {
   // Mean and variance in double (their error far below a float's rounding,
   // whatever d), each summed in four independent parts so that the adds
   // do not wait on one another.
-  double sum[4] = {0, 0, 0, 0};
+  const double mean = SumInDouble(xr, d) / d;
+  double sq[4] = {0, 0, 0, 0};
   uint32_t i = 0;
   for (; i + 4 <= d; i += 4) {
-    for (int p = 0; p < 4; ++p) sum[p] += xr[i + p];
-  }
-  for (; i < d; ++i) sum[0] += xr[i];
-  const double mean = ((sum[0] + sum[1]) + (sum[2] + sum[3])) / d;
-  double sq[4] = {0, 0, 0, 0};
-  for (i = 0; i + 4 <= d; i += 4) {
     for (int p = 0; p < 4; ++p) {
       const double dx = xr[i + p] - mean;
       sq[p] += dx * dx;

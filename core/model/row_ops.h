@@ -29,6 +29,10 @@ void LayerNorm(const float* x, uint64_t n, uint32_t d, const float* w,
 // The same on the calling thread, for one vector.
 void LayerNormRow(const float* x, uint32_t d, const float* w, const float* b,
                   float eps, float* y);
+// Σ x[i] in double, in four independent partial sums (so that the adds do
+// not wait on one another) added at the end; the error stays far below a
+// float's rounding for any n a model or a vocabulary has.
+double SumInDouble(const float* x, uint64_t n);
 // GPT-NeoX rotary embedding of one head at `position`, as fla's
 // RotaryEmbedding (fla/modules/rotary.py) computes it: the halves
 // x[0, half) and x[half, 2·half) rotate by position·inv_freq[i], the

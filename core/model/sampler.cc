@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/attention/kernels.h"
+#include "core/model/row_ops.h"
 
 namespace linattn {
 
@@ -157,16 +158,9 @@ absl::StatusOr<SampledToken> Sampler::SampleFrom(std::span<const float> logits,
   }
   ActiveKernels().exp_shifted(static_cast<uint32_t>(exps_.size()), raw_max,
                               1.0f, exps_.data());
-  // In four independent partial sums, so that the adds do not wait on
-  // one another (a vocabulary's worth of dependent double adds was most
-  // of this function's time).
-  double parts[4] = {0, 0, 0, 0};
-  size_t e = 0;
-  for (; e + 4 <= exps_.size(); e += 4) {
-    for (int p = 0; p < 4; ++p) parts[p] += exps_[e + p];
-  }
-  for (; e < exps_.size(); ++e) parts[0] += exps_[e];
-  const double sum = (parts[0] + parts[1]) + (parts[2] + parts[3]);
+  // In independent partial sums (a vocabulary's worth of dependent double
+  // adds was most of this function's time).
+  const double sum = SumInDouble(exps_.data(), exps_.size());
   const double log_z = raw_max + std::log(sum);
   auto logprob = [&](int32_t id) {
     return static_cast<float>(raw[id] - log_z);

@@ -303,15 +303,20 @@ TEST(HybridMemoryTest, KeysAndValuesAreChargedAsTheyGrow) {
   EXPECT_TRUE(StateBytesBecome(http, 2 * local->state_bytes_at(324)));
 
   // A cancelled request gives back what it reserved beyond what it kept.
-  // It asks for as many tokens as the budget's two spare blocks allow: a
-  // paced stream waits for the transport to take each message, not for
-  // the client to read it, so a server on a loaded machine may run a
-  // short request to its end before it sees the cancel.
-  const Streamed cancelled = GenerateGreedy(*stub, fork.session_id(), "", 180,
-                                            /*cancel_after=*/2);
+  // It asks for nearly as many tokens as the budget's two spare blocks
+  // allow (the fork's 6 blocks grow to 8): a paced stream waits for the
+  // transport to take each message, not for the client to read it, so a
+  // server on a loaded machine may run a short request to its end before
+  // it sees the cancel.
+  constexpr int kAsked = 180;
+  const uint64_t reach = 325 + kAsked;  // the pending token, then kAsked
+  ASSERT_LE(local->kv_bytes_at(reach), 8 * block);
+  const Streamed cancelled =
+      GenerateGreedy(*stub, fork.session_id(), /*prompt=*/"", kAsked,
+                     /*cancel_after=*/2);
   EXPECT_EQ(cancelled.status.error_code(), grpc::StatusCode::CANCELLED);
-  // It reserved up to position 505 (8 blocks); the server sees the cancel
-  // soon after the client, and then holds the blocks of what it kept.
+  // It reserved up to position `reach`; the server sees the cancel soon
+  // after the client, and then holds the blocks of what it kept.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(10);
   uint64_t kept = 0;
@@ -326,10 +331,10 @@ TEST(HybridMemoryTest, KeysAndValuesAreChargedAsTheyGrow) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_GE(kept, 327u);
-  EXPECT_LT(kept, 505u);
+  EXPECT_LT(kept, reach);
   EXPECT_EQ(charged, static_cast<double>(local->state_bytes_at(324) +
                                          local->state_bytes_at(kept - 1)));
-  EXPECT_LT(local->state_bytes_at(kept - 1), local->state_bytes_at(505));
+  EXPECT_LT(local->state_bytes_at(kept - 1), local->state_bytes_at(reach));
 
   // Deleted sessions give everything back.
   for (const std::string& id : {std::string("grows"), fork.session_id()}) {
