@@ -55,6 +55,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
@@ -120,11 +121,34 @@ double DecodeStep(ForwardRunner& runner, std::vector<ModelState>& states,
 // Seconds per step of the model's projections alone at b rows (median of
 // `steps` after two warm-up steps): each layer's packed products (its
 // type's own too: rwkv7's and rwkv6's projections and LoRAs), then the
-// lm_head, on random activations.
+// lm_head, on random activations. A mixture of experts runs its router at b
+// rows and its experts as evenly routed: min(E, b·k) experts at
+// ⌈b·k / that⌉ rows each (a real step's routing is never more even).
 double ProductsStep(const Model& model, uint32_t b, uint32_t steps) {
-  const std::vector<const linattn::PackedLinear*> chain = model.Projections();
+  std::vector<std::pair<const linattn::PackedLinear*, uint32_t>> chain;
+  std::set<const linattn::PackedLinear*> expert_products;
+  for (const Model::Layer& layer : model.layers()) {
+    if (layer.experts == nullptr) continue;
+    const uint64_t routed = uint64_t{b} * model.config().experts_per_token;
+    const uint64_t used =
+        std::min<uint64_t>(layer.experts->gate_up.size(), routed);
+    const uint32_t rows = static_cast<uint32_t>((routed + used - 1) / used);
+    for (uint64_t e = 0; e < layer.experts->gate_up.size(); ++e) {
+      expert_products.insert(layer.experts->gate_up[e].get());
+      expert_products.insert(layer.experts->down[e].get());
+      if (e < used) {
+        chain.emplace_back(layer.experts->gate_up[e].get(), rows);
+        chain.emplace_back(layer.experts->down[e].get(), rows);
+      }
+    }
+  }
+  for (const auto* p : model.Projections()) {
+    if (!expert_products.count(p)) chain.emplace_back(p, b);
+  }
   int64_t widest = 0;
-  for (const auto* p : chain) widest = std::max({widest, p->in(), p->out()});
+  for (const auto& [p, rows] : chain) {
+    widest = std::max({widest, p->in(), p->out()});
+  }
   const uint64_t floats =
       static_cast<uint64_t>(linattn::PackedLinear::Bucket(b) * widest);
   std::vector<float> x(floats), y(floats);
@@ -134,7 +158,9 @@ double ProductsStep(const Model& model, uint32_t b, uint32_t steps) {
   std::vector<double> times;
   for (uint32_t s = 0; s < steps + 2; ++s) {
     const auto t0 = Clock::now();
-    for (const auto* p : chain) Check(p->Apply(x.data(), b, y.data()));
+    for (const auto& [p, rows] : chain) {
+      Check(p->Apply(x.data(), rows, y.data()));
+    }
     if (s >= 2) times.push_back(Seconds(t0, Clock::now()));
   }
   std::sort(times.begin(), times.end());
@@ -142,7 +168,7 @@ double ProductsStep(const Model& model, uint32_t b, uint32_t steps) {
 }
 
 // Seconds per step of the state updates alone for `states` (median of
-// `steps` after two warm-up steps): each layer's StepBatch over every
+// `steps` after two warm-up steps): each recurrent layer's StepBatch over every
 // session, on random unit-norm-ish q, k, v with the rule's gates and β (and
 // rwkv7's a, b).
 double RuleStep(const Model& model, std::vector<ModelState>& states,
@@ -185,6 +211,8 @@ double RuleStep(const Model& model, std::vector<ModelState>& states,
   for (uint32_t s = 0; s < steps + 2; ++s) {
     const auto t0 = Clock::now();
     for (size_t l = 0; l < model.layers().size(); ++l) {
+      // A hybrid's softmax-attention layers run no rule.
+      if (model.config().attention_layer(l) != nullptr) continue;
       for (uint64_t i = 0; i < b; ++i) {
         items[i] = linattn::StepItem{
             &attention, &states[i].layers()[l],

@@ -5,7 +5,8 @@
                                                 [--types retnet,gla,...]
                                                 [--weights f32|bf16|int8]
 
-For each of retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7 and rwkv6, at the
+For each of retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7, rwkv6 and
+granitemoehybrid (a Granite 4.0-H-shaped hybrid with experts), at the
 built-in model's size (hidden 256, 4 layers) and at hidden 1024 × 12 layers
 (random BF16 models written once into BUILD/bench_models/<type>-<size> by
 tools/linattn_ref.py, each with fla's default head shapes for its type), it
@@ -40,7 +41,8 @@ import model_bench  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REF = os.path.join(ROOT, "tools", "linattn_ref.py")
-TYPES = ("retnet", "gla", "delta_net", "gated_deltanet", "mamba2", "rwkv7", "rwkv6")
+TYPES = ("retnet", "gla", "delta_net", "gated_deltanet", "mamba2", "rwkv7", "rwkv6",
+         "granitemoehybrid")
 
 # tools/linattn_ref.py random options per type and size: fla's default head
 # shapes for the type (RetNet expand_v 2, GLA expand_k 0.5, Gated DeltaNet
@@ -63,7 +65,27 @@ SHAPES = {
     ("rwkv7", "large"): ["--head-dim", "64", "--low-rank-dim", "64"],
     ("rwkv6", "small"): ["--num-heads", "4", "--expand-k", "1", "--low-rank-dim", "32"],
     ("rwkv6", "large"): ["--num-heads", "16", "--expand-k", "1", "--low-rank-dim", "32"],
+    # Granite 4.0-H's shapes scaled down: 64-wide Mamba heads of state 128,
+    # one attention layer in four (full attention, no rotary, 64-wide heads,
+    # a third of them key/value heads), experts a third of the hidden size
+    # with 6 of 32 chosen (H-Tiny: 6 of 64 at 512 of 1536) beside a shared
+    # MLP as wide as the hidden size.
+    ("granitemoehybrid", "small"): [
+        "--layer-types", "mamba,mamba,mamba,attention", "--num-heads", "4",
+        "--num-kv-heads", "2", "--nope", "--head-dim", "64", "--state-size", "128",
+        "--num-experts", "16", "--experts-per-token", "4", "--intermediate-size", "96",
+        "--shared-intermediate-size", "256"],
+    ("granitemoehybrid", "large"): [
+        "--layer-types", ",".join(["mamba", "mamba", "attention"] * 4), "--num-heads", "16",
+        "--num-kv-heads", "4", "--nope", "--head-dim", "64", "--state-size", "128",
+        "--num-experts", "32", "--experts-per-token", "6", "--intermediate-size", "352",
+        "--shared-intermediate-size", "1024"],
 }
+# Decode time at a long context against 1k: flat for the recurrent types;
+# granitemoehybrid's attention layers read every key and value so far (full
+# attention), so its step grows with the context, measured at 10k (a 100k
+# context's prefill is quadratic in its attention layers).
+LONG_CONTEXT = {"granitemoehybrid": "10000"}
 SIZES = {"small": ("built-in size (hidden 256 × 4)", ["--hidden-size", "256", "--layers", "4"]),
          "large": ("hidden 1024 × 12", ["--hidden-size", "1024", "--layers", "12"])}
 
@@ -103,9 +125,12 @@ def measure(build, quick=False, types=TYPES, weights="f32"):
     for size in ("small", "large"):
         for model_type in types:
             path = ensure_model(build, model_type, size)
+            long_context = LONG_CONTEXT.get(model_type)
             ours = run_json([os.path.join(build, "bin", "model_benchmark"), "--model", path,
                              "--prompts", str(prompt), "--batches", "1,32",
-                             "--contexts", contexts,
+                             "--contexts",
+                             contexts if long_context is None or quick
+                             else "1000," + long_context,
                              "--decode-tokens", "16" if quick else "32",
                              "--weights", weights])
             ref = run_json([sys.executable, REF, "bench", "--model", path,

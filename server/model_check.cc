@@ -61,6 +61,11 @@ int CheckModels(const ServerOptions& options, std::FILE* out) {
                  static_cast<unsigned long long>(m.state_bytes()));
     if (c.is_hybrid())
       std::fprintf(out, "  attention      %s\n", HybridSummary(m).c_str());
+    if (c.num_experts > 0) {
+      std::fprintf(out,
+                   "  experts        %u per layer of %u, %u chosen per token\n",
+                   c.num_experts, c.expert_size, c.experts_per_token);
+    }
     if (!m.initial_state_file().empty()) {
       std::fprintf(out, "  initial state  %s\n",
                    m.initial_state_file().c_str());

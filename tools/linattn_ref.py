@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference of flash-linear-attention language models: `linear_attn`,
-`retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`, `rwkv7` and `rwkv6`.
+`retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`, `rwkv7` and `rwkv6`;
+and of transformers' `granitemoehybrid` (IBM Granite 4.0-H).
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -102,6 +103,32 @@ sequence run in pieces sees what the whole sequence sees (fla's own cache
 keeps only the last window_size keys, so its multi-token steps after the
 first see fewer; the whole sequence is what the model was trained on).
 
+granitemoehybrid (transformers' GraniteMoeHybridForCausalLM,
+models/granitemoehybrid/modeling_granitemoehybrid.py, in transformers' own
+names and config fields): x = embed_tokens[tokens] * embedding_multiplier;
+per layer, of the kind layer_types (alias layers_block_type; all "mamba"
+when absent) names,
+    x = x + residual_multiplier * mixer(RMSNorm(x))
+    x = x + residual_multiplier * (moe(RMSNorm(x)) + shared_mlp(RMSNorm(x)))
+(without experts, num_local_experts 0, the shared MLP alone; with
+shared_intermediate_size 0 no shared MLP); logits = lm_head(RMSNorm(x)) /
+logits_scaling. The MoE: router logits = Linear(x), its top num_experts_per_tok,
+softmax over those only; each chosen expert e gives output_linear[e](silu(a) *
+b), [a | b] = input_linear[e] x (weights (E, out, in)); the shared MLP the same
+with nn.Linears. The attention: q, k, v, o projections (bias on all four with
+attention_bias), GQA (query head h reads key head h // (heads / kv_heads)),
+rotary only when position_embedding_type is "rope" (GPT-NeoX halves over the
+whole head, theta rope_theta, tables in float32; Granite 4.0 is "nope"),
+causal softmax with scale attention_multiplier. The Mamba-2 layer, as its
+cached decode step computes: in_proj [gate | x B C | dt]; x B C through the
+depthwise causal conv1d (bias with mamba_conv_bias) and SiLU; head h reads
+group h // (heads / n_groups); dt = clamp(softplus(dt + dt_bias),
+time_step_limit), A = -exp(A_log):
+    S = exp(dt A) S + dt x_h B^T;  y_h = S C + D_h x_h
+then RMSNorm(y * silu(gate)) over all mamba_expand * hidden_size channels (one
+group whatever n_groups) times its weight, and out_proj (in_proj and out_proj
+with bias for mamba_proj_bias).
+
 Usage:
     linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
@@ -113,6 +140,8 @@ Usage:
     linattn_ref.py random --out DIR --model-type rwkv7 [--head-dim 16 --low-rank-dim 8] ...
     linattn_ref.py random --out DIR --model-type rwkv6 [--num-heads 4 --expand-k 0.5] ...
     linattn_ref.py random --out DIR --model-type gla --attn '{"layers": [1], "num_heads": 4}' ...
+    linattn_ref.py random --out DIR --model-type granitemoehybrid --layer-types mamba,attention \
+        [--num-experts 0 --nope --n-groups 2 --mamba-proj-bias ...]
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -249,6 +278,8 @@ HYBRID_REFUSED = {
     "mamba2": "fla's Mamba2Config has no attn field (its blocks ignore one)",
     "rwkv7": "fla's RWKV7Block unpacks four values from Attention, which returns three: "
              "fla cannot run it",
+    "granitemoehybrid": "transformers' GraniteMoeHybridConfig has no attn field (its "
+                        "layer_types place the attention layers)",
 }
 
 
@@ -349,10 +380,13 @@ class Config:
         # fla's GatedMLP (and the output gates, which take it as gate_fn) is
         # built for swish; mamba2's convolution takes silu or swish (the same).
         # rwkv7's and rwkv6's channel mixes are ReLU² (fla's ACT2FN "sqrelu").
-        act = d.get("hidden_act", {"mamba2": "silu", "rwkv7": "sqrelu",
-                                   "rwkv6": "sqrelu"}.get(self.model_type, "swish"))
+        # granitemoehybrid's hidden_act (transformers' ACT2FN) drives its
+        # experts, its shared MLP and its Mamba convolution.
+        act = d.get("hidden_act", {"mamba2": "silu", "rwkv7": "sqrelu", "rwkv6": "sqrelu",
+                                   "granitemoehybrid": "silu"}.get(self.model_type, "swish"))
         accepted = {"mamba2": ("swish", "silu"), "rwkv7": ("sqrelu",),
-                    "rwkv6": ("sqrelu",)}.get(self.model_type, ("swish",))
+                    "rwkv6": ("sqrelu",),
+                    "granitemoehybrid": ("silu", "swish")}.get(self.model_type, ("swish",))
         if act not in accepted:
             raise ValueError(f"hidden_act {act!r} not supported")
         # Parts of fla's configs this reference does not build.
@@ -572,6 +606,92 @@ class Config:
         # fla's g_norm takes norm_eps; tools/convert_rwkv.py writes BlinkDL's
         # own 64e-5 as linattn_group_norm_eps (which fla ignores).
         self.group_norm_eps = d.get("linattn_group_norm_eps", self.norm_eps)
+
+    def _granitemoehybrid(self, d):
+        # transformers' GraniteMoeHybridConfig (configuration_granitemoehybrid.py):
+        # its own field names and defaults, not fla's. A null where the
+        # config's default is a number would crash transformers' model: refused.
+        def get(field, default):
+            value = d.get(field, default)
+            if value is None:
+                raise ValueError(f"{field}: null is not supported")
+            return value
+
+        h = self.hidden_size = get("hidden_size", 4096)
+        self.num_hidden_layers = get("num_hidden_layers", 32)
+        self.vocab_size = get("vocab_size", 32000)
+        self.norm_eps = get("rms_norm_eps", 1e-6)
+        # Attention: num_key_value_heads null is num_attention_heads; head_dim
+        # is no field of the config, but the attention and the rotary read
+        # one if config.json has it (else hidden_size // num_attention_heads).
+        self.num_heads = get("num_attention_heads", 32)
+        kv = d.get("num_key_value_heads")
+        self.num_kv_heads = self.num_heads if kv is None else kv
+        if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        self.head_dim = d.get("head_dim") or h // self.num_heads
+        self.attention_bias = bool(get("attention_bias", False))
+        self.embedding_multiplier = float(get("embedding_multiplier", 1.0))
+        self.logits_scaling = float(get("logits_scaling", 1.0))
+        self.residual_multiplier = float(get("residual_multiplier", 1.0))
+        self.attention_multiplier = float(get("attention_multiplier", 1.0))
+        # Rotary only for position_embedding_type exactly "rope" (None, the
+        # default, and Granite 4.0's "nope": no positions at all). Its theta:
+        # rope_scaling or rope_parameters' rope_theta, else the top-level
+        # rope_theta (10000), as standardize_rope_params reads them; the
+        # default rope type only (its inverse frequencies over the whole head:
+        # no partial rotary).
+        self.position_embedding_type = d.get("position_embedding_type")
+        self.rope = self.position_embedding_type == "rope"
+        params = d.get("rope_scaling") or d.get("rope_parameters") or {}
+        self.rope_theta = params.get("rope_theta") or d.get("rope_theta", 10000.0)
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if self.rope and rope_type != "default":
+            raise ValueError(f"rope_type {rope_type!r} not supported")
+        if self.rope and self.rope_theta is None:
+            raise ValueError("rope_theta: null is not supported")
+        # Feed-forward: MoE when num_local_experts > 0 (experts of
+        # intermediate_size), plus the shared MLP of shared_intermediate_size
+        # (0: none); dense models (num_local_experts 0) have the shared MLP only.
+        self.intermediate_size = get("intermediate_size", 11008)
+        self.num_local_experts = get("num_local_experts", 8)
+        self.num_experts_per_tok = get("num_experts_per_tok", 2)
+        self.shared_intermediate_size = get("shared_intermediate_size", 1024)
+        if self.num_local_experts > 0 and not 0 < self.num_experts_per_tok <= self.num_local_experts:
+            raise ValueError("num_experts_per_tok must be in [1, num_local_experts]")
+        # layer_types, or its alias layers_block_type (attribute_map; set
+        # after layer_types, so it wins); absent or null: every layer Mamba.
+        types = d.get("layers_block_type")
+        if types is None:
+            types = d.get("layer_types")
+        if types is None:
+            types = ["mamba"] * self.num_hidden_layers
+        if len(types) != self.num_hidden_layers or any(t not in ("mamba", "attention")
+                                                       for t in types):
+            raise ValueError("layer_types: one of 'mamba', 'attention' for every layer")
+        self.layer_types = list(types)
+        # Mamba-2: intermediate = int(mamba_expand * hidden_size) in
+        # mamba_n_heads heads of mamba_d_head ("auto": the quotient).
+        self.mamba_n_heads = get("mamba_n_heads", 128)
+        self.mamba_n_groups = get("mamba_n_groups", 1)
+        self.mamba_d_state = get("mamba_d_state", 256)
+        self.mamba_d_conv = get("mamba_d_conv", 4)
+        self.mamba_expand = get("mamba_expand", 2)
+        self.mamba_intermediate = int(self.mamba_expand * h)
+        if self.mamba_intermediate % self.mamba_n_heads:
+            raise ValueError("mamba_n_heads must divide mamba_expand * hidden_size")
+        d_head = get("mamba_d_head", "auto")
+        self.mamba_d_head = self.mamba_intermediate // self.mamba_n_heads if d_head == "auto" \
+            else d_head
+        if self.mamba_d_head * self.mamba_n_heads != self.mamba_intermediate:
+            raise ValueError("mamba_d_head * mamba_n_heads != mamba_expand * hidden_size")
+        if self.mamba_n_heads % self.mamba_n_groups:
+            raise ValueError("mamba_n_heads must be a multiple of mamba_n_groups")
+        self.mamba_conv_bias = bool(get("mamba_conv_bias", True))
+        self.mamba_proj_bias = bool(get("mamba_proj_bias", False))
+        limit = get("time_step_limit", (0.0, float("inf")))
+        self.time_step_limit = (float(limit[0]), float(limit[1]))
+        self.mamba_conv_dim = self.mamba_intermediate + 2 * self.mamba_n_groups * self.mamba_d_state
 
 
 def load_config(model_dir):
@@ -1508,7 +1628,8 @@ class CausalLM(nn.Module):
     def __init__(self, c, backbone, norm_name):
         super().__init__()
         self.c = c
-        self.backbone_name = ("model" if isinstance(backbone, (Backbone, RWKVBackbone))
+        self.backbone_name = ("model" if isinstance(backbone, (Backbone, RWKVBackbone,
+                                                               GraniteMoeHybridModel))
                               else "backbone")
         setattr(self, self.backbone_name, backbone)
         self.norm_name = norm_name
@@ -1524,13 +1645,20 @@ class CausalLM(nn.Module):
         backbone = getattr(self, self.backbone_name)
         return backbone.embeddings, backbone.layers, getattr(backbone, self.norm_name)
 
+    def embed(self, tokens):
+        return self.parts()[0](tokens)
+
+    def head(self, x):
+        """The last hidden states (after the final norm) -> logits."""
+        return self.lm_head(x)
+
     def forward(self, tokens):
         """tokens (B, T) -> logits (B, T, vocab)."""
         embeddings, layers, norm = self.parts()
-        x = embeddings(tokens)
+        x = self.embed(tokens)
         for layer in layers:
             x = layer(x)
-        return self.lm_head(norm(x))
+        return self.head(norm(x))
 
     def new_state(self, batch, dtype=torch.float32):
         return [layer.new_state(batch, dtype) for layer in self.parts()[1]]
@@ -1538,12 +1666,12 @@ class CausalLM(nn.Module):
     def step(self, tokens, states):
         """One token per sequence, tokens (B,) -> logits (B, vocab), new states."""
         embeddings, layers, norm = self.parts()
-        x = embeddings(tokens)
+        x = self.embed(tokens)
         out = []
         for layer, st in zip(layers, states):
             x, st = layer.step(x, st)
             out.append(st)
-        return self.lm_head(norm(x)), out
+        return self.head(norm(x)), out
 
     def state_dict_for_export(self):
         sd = {k: v.detach().float().numpy() for k, v in self.state_dict().items()}
@@ -1607,6 +1735,283 @@ class RWKV6LM(RWKVLM):
     def __init__(self, c):
         super().__init__(c, RWKV6Attention, RWKV6FeedForward)
 
+# granitemoehybrid, written from transformers' GraniteMoeHybridForCausalLM
+# (src/transformers/models/granitemoehybrid/modeling_granitemoehybrid.py, the
+# version whose Mamba layer reads config.time_step_limit and whose rotary reads
+# config.rope_parameters) and configuration_granitemoehybrid.py. Checkpoint
+# names are transformers' own: model.embed_tokens, model.layers.N.{
+# input_layernorm, mamba | self_attn, post_attention_layernorm,
+# block_sparse_moe, shared_mlp}, model.norm, lm_head.
+
+
+class GraniteMoeHybridMambaLayer(RecurrentMixer):
+    """GraniteMoeHybridMambaLayer as its torch_forward computes a cached
+    decode step (use_precomputed_states), one token at a time; its chunked
+    scan over a sequence (segment_sum) is the same recurrence,
+    tests/python/granitemoehybrid_reference_test.py checks the two agree.
+    in_proj(x) -> [gate (I) | xBC (I + 2 G N) | dt (H)]; xBC through the
+    depthwise causal conv1d (its bias with mamba_conv_bias) and hidden_act;
+    -> [x (H heads of P) | B (G x N) | C (G x N)], head h reading group
+    h // (H / G);  dt = clamp(softplus(dt + dt_bias), time_step_limit),
+    A = -exp(A_log):
+        S = exp(dt A) S + dt x_h B^T;   y_h = S C + D_h x_h
+    then GraniteMoeHybridRMSNormGated over all I channels (one group, whatever
+    mamba_n_groups): rmsnorm(y * silu(gate)) * weight; out_proj. in_proj and
+    out_proj have biases with mamba_proj_bias. State: S (B, H, P, N) and the
+    convolution's last W-1 inputs."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        I, H = c.mamba_intermediate, c.mamba_n_heads
+        self.in_proj = nn.Linear(c.hidden_size, I + c.mamba_conv_dim + H, bias=c.mamba_proj_bias)
+        self.conv1d = nn.Conv1d(c.mamba_conv_dim, c.mamba_conv_dim, c.mamba_d_conv,
+                                groups=c.mamba_conv_dim, padding=c.mamba_d_conv - 1,
+                                bias=c.mamba_conv_bias)
+        self.dt_bias = nn.Parameter(torch.ones(H))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, H + 1, dtype=torch.float32)))
+        self.norm = RMSNorm(I, c.norm_eps)  # its weight; the gated norm is gated_norm
+        self.D = nn.Parameter(torch.ones(H))
+        self.out_proj = nn.Linear(I, c.hidden_size, bias=c.mamba_proj_bias)
+
+    def new_state(self, batch, dtype):
+        c = self.c
+        return (torch.zeros(batch, c.mamba_n_heads, c.mamba_d_head, c.mamba_d_state, dtype=dtype),
+                torch.zeros(batch, c.mamba_d_conv - 1, c.mamba_conv_dim, dtype=dtype))
+
+    def gated_norm(self, y, gate):
+        """GraniteMoeHybridRMSNormGated(y, gate): the gate (silu) before the
+        norm, mean over the whole last dimension."""
+        y = y * F.silu(gate)
+        return self.norm.weight * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) +
+                                                   self.c.norm_eps))
+
+    def run(self, x, state):
+        c = self.c
+        I, H, P, N, G = (c.mamba_intermediate, c.mamba_n_heads, c.mamba_d_head,
+                         c.mamba_d_state, c.mamba_n_groups)
+        b, T = x.shape[0], x.shape[1]
+        s, window = state
+        gate, xbc, dt = self.in_proj(x).split([I, c.mamba_conv_dim, H], dim=-1)
+        w = self.conv1d.weight[:, 0, :].t()  # (W, C): tap j reads input t - (W-1) + j
+        A = -torch.exp(self.A_log)
+        ys = []
+        for t in range(T):
+            # The cache's roll: the new input last, then sum over the taps.
+            full = torch.cat([window, xbc[:, t:t + 1]], dim=1)  # (B, W, C)
+            window = full[:, 1:]
+            conv = (full * w).sum(1)
+            if c.mamba_conv_bias:
+                conv = conv + self.conv1d.bias
+            xs, Bm, Cm = F.silu(conv).split([I, G * N, G * N], dim=-1)
+            xs = xs.view(b, H, P)
+            Bm = Bm.view(b, G, N).repeat_interleave(H // G, dim=1)  # (B, H, N)
+            Cm = Cm.view(b, G, N).repeat_interleave(H // G, dim=1)
+            dt_t = F.softplus(dt[:, t] + self.dt_bias)
+            dt_t = torch.clamp(dt_t, c.time_step_limit[0], c.time_step_limit[1])  # (B, H)
+            dA = torch.exp(dt_t * A)
+            s = (s * dA[:, :, None, None] +
+                 (dt_t[:, :, None] * Bm)[:, :, None, :] * xs[..., None])
+            y = (s * Cm[:, :, None, :]).sum(-1) + xs * self.D[:, None]
+            ys.append(y.reshape(b, I))
+        y = torch.stack(ys, dim=1)
+        return self.out_proj(self.gated_norm(y, gate)), (s, window)
+
+
+class GraniteMoeHybridAttention(nn.Module):
+    """GraniteMoeHybridAttention (eager): q, k, v, o projections (all four
+    with bias for attention_bias), num_attention_heads query heads and
+    num_key_value_heads key/value heads of head_dim (query head h reads key
+    head h // (heads / kv_heads), repeat_kv), rotary (GPT-NeoX halves over
+    the whole head, tables in float32, `rotary`) only for
+    position_embedding_type "rope", causal softmax of q.k *
+    attention_multiplier (in place of head_dim^-1/2). State: every key
+    (rotary applied) and value so far, and the position."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        h, d = c.hidden_size, c.head_dim
+        self.q_proj = nn.Linear(h, c.num_heads * d, bias=c.attention_bias)
+        self.k_proj = nn.Linear(h, c.num_kv_heads * d, bias=c.attention_bias)
+        self.v_proj = nn.Linear(h, c.num_kv_heads * d, bias=c.attention_bias)
+        self.o_proj = nn.Linear(c.num_heads * d, h, bias=c.attention_bias)
+
+    def new_state(self, batch, dtype):
+        empty = torch.zeros(batch, 0, self.c.num_kv_heads, self.c.head_dim, dtype=dtype)
+        return (empty, empty.clone(), 0)
+
+    def run(self, x, state):
+        c = self.c
+        keys, values, position = state
+        b, t, _ = x.shape
+        d = c.head_dim
+        q = self.q_proj(x).view(b, t, c.num_heads, d)
+        k = self.k_proj(x).view(b, t, c.num_kv_heads, d)
+        v = self.v_proj(x).view(b, t, c.num_kv_heads, d)
+        if c.rope:
+            # position_ids = cache_position: the tokens' absolute positions.
+            q, k = rotary(q, position, c.rope_theta), rotary(k, position, c.rope_theta)
+        keys, values = torch.cat([keys, k], 1), torch.cat([values, v], 1)
+        group = c.num_heads // c.num_kv_heads
+        kh = keys.repeat_interleave(group, dim=2)
+        vh = values.repeat_interleave(group, dim=2)
+        scores = torch.einsum("bihd,bjhd->bhij", q, kh) * c.attention_multiplier
+        qpos = torch.arange(position, position + t)[:, None]
+        kpos = torch.arange(keys.shape[1])[None, :]
+        scores = scores.masked_fill(~(kpos <= qpos), -math.inf)
+        o = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), vh)
+        return self.o_proj(o.reshape(b, t, -1)), (keys, values, position + t)
+
+
+class GraniteMoeHybridParallelExperts(nn.Module):
+    """GraniteMoeHybridParallelExperts: weight (num_experts, out, in)."""
+
+    def __init__(self, num_experts, n_in, n_out):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(num_experts, n_out, n_in))
+
+
+class GraniteMoeHybridTopKGating(nn.Module):
+    """GraniteMoeHybridTopKGating: logits = layer(x) (Linear without bias),
+    the top k of them, softmax over those k only."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.top_k = c.num_experts_per_tok
+        self.layer = nn.Linear(c.hidden_size, c.num_local_experts, bias=False)
+
+    def forward(self, x):
+        """x (N, hidden) -> expert indices (N, k), gates (N, k)."""
+        top, index = self.layer(x).topk(self.top_k, dim=-1)
+        return index, top.softmax(-1)
+
+
+class GraniteMoeHybridMoE(nn.Module):
+    """GraniteMoeHybridMoE: per token, the sum over its top-k experts e of
+    gate_e * output_linear[e] (act(a) * b), [a | b] = input_linear[e] x
+    (the first intermediate_size rows act, the second half multiplies)."""
+
+    def __init__(self, c):
+        super().__init__()
+        E, D, I = c.num_local_experts, c.hidden_size, c.intermediate_size
+        self.input_linear = GraniteMoeHybridParallelExperts(E, D, 2 * I)
+        self.output_linear = GraniteMoeHybridParallelExperts(E, I, D)
+        self.router = GraniteMoeHybridTopKGating(c)
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        index, gates = self.router(x)
+        out = torch.zeros_like(x)
+        for e in range(self.input_linear.weight.shape[0]):
+            rows, slot = (index == e).nonzero(as_tuple=True)
+            if rows.numel() == 0:
+                continue
+            a, b = F.linear(x[rows], self.input_linear.weight[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(a) * b, self.output_linear.weight[e])
+            out.index_add_(0, rows, y * gates[rows, slot, None])
+        return out.view(shape)
+
+
+class GraniteMoeHybridMLP(nn.Module):
+    """GraniteMoeHybridMLP (the shared MLP): output_linear(act(a) * b),
+    [a | b] = input_linear(x), Linears without bias."""
+
+    def __init__(self, c):
+        super().__init__()
+        S = c.shared_intermediate_size
+        self.input_linear = nn.Linear(c.hidden_size, 2 * S, bias=False)
+        self.output_linear = nn.Linear(S, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        a, b = self.input_linear(x).chunk(2, dim=-1)
+        return self.output_linear(F.silu(a) * b)
+
+
+class GraniteMoeHybridDecoderLayer(nn.Module):
+    """GraniteMoeHybridDecoderLayer:
+        x = x + residual_multiplier * mixer(input_layernorm(x))
+        x = x + residual_multiplier * ffn(post_attention_layernorm(x))
+    mixer the Mamba layer or the attention (layer_types); ffn = moe(h) +
+    shared_mlp(h) with experts, shared_mlp(h) without (num_local_experts 0).
+    transformers builds shared_mlp always; of shared_intermediate_size 0 it
+    adds zero, and here it is left out (no tensors)."""
+
+    def __init__(self, c, layer_idx):
+        super().__init__()
+        self.c = c
+        self.input_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
+        if c.layer_types[layer_idx] == "mamba":
+            self.mamba = GraniteMoeHybridMambaLayer(c)
+        else:
+            self.self_attn = GraniteMoeHybridAttention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
+        if c.num_local_experts > 0:
+            self.block_sparse_moe = GraniteMoeHybridMoE(c)
+        if c.shared_intermediate_size > 0:
+            self.shared_mlp = GraniteMoeHybridMLP(c)
+
+    @property
+    def mixer(self):
+        return self.mamba if hasattr(self, "mamba") else self.self_attn
+
+    def ffn(self, h):
+        out = torch.zeros_like(h)
+        if hasattr(self, "block_sparse_moe"):
+            out = self.block_sparse_moe(h)
+        if hasattr(self, "shared_mlp"):
+            out = out + self.shared_mlp(h)
+        return out
+
+    def run(self, x, state):
+        m = self.c.residual_multiplier
+        o, state = self.mixer.run(self.input_layernorm(x), state)
+        x = x + o * m
+        return x + self.ffn(self.post_attention_layernorm(x)) * m, state
+
+    def forward(self, x):
+        return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
+
+    def step(self, x, state):
+        out, state = self.run(x[:, None], state)
+        return out[:, 0], state
+
+    def new_state(self, batch, dtype):
+        return self.mixer.new_state(batch, dtype)
+
+
+class GraniteMoeHybridModel(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList([GraniteMoeHybridDecoderLayer(c, i)
+                                     for i in range(c.num_hidden_layers)])
+        self.norm = RMSNorm(c.hidden_size, c.norm_eps)
+
+    @property
+    def embeddings(self):
+        return self.embed_tokens
+
+
+class GraniteMoeHybridLM(CausalLM):
+    """GraniteMoeHybridForCausalLM: embed_tokens(tokens) * embedding_multiplier,
+    the layers, model.norm, lm_head(x) / logits_scaling (lm_head tied to
+    embed_tokens with tie_word_embeddings)."""
+
+    def __init__(self, c):
+        super().__init__(c, GraniteMoeHybridModel(c), "norm")
+
+    @property
+    def embeddings_name(self):
+        return "model.embed_tokens.weight"
+
+    def embed(self, tokens):
+        return self.model.embed_tokens(tokens) * self.c.embedding_multiplier
+
+    def head(self, x):
+        return self.lm_head(x) / self.c.logits_scaling
+
 
 class ModelType:
     """One model type of the reference: how its config's own fields are
@@ -1629,6 +2034,7 @@ MODEL_TYPES = {
     "mamba2": ModelType(Config._mamba2, Mamba2Mixer, Mamba2LM, None),
     "rwkv7": ModelType(Config._rwkv7, RWKV7Attention, RWKV7LM, None),
     "rwkv6": ModelType(Config._rwkv6, RWKV6Attention, RWKV6LM, 4),
+    "granitemoehybrid": ModelType(Config._granitemoehybrid, GraniteMoeHybridMambaLayer, GraniteMoeHybridLM, 32),
 }
 
 
@@ -1686,7 +2092,7 @@ def random_model(config, seed):
                 p.copy_(dt + torch.log(-torch.expm1(-dt)))
             elif name.endswith("conv1d.weight"):
                 p.normal_(0, 1 / math.sqrt(p.shape[-1]))
-            elif name.endswith("mixer.D"):
+            elif name.endswith("mixer.D") or name.endswith("mamba.D"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
             elif re.search(r"\.(attn|ffn)\.x_[rwkvag]$", name) or name.endswith(".mu"):
                 # rwkv7's and rwkv6's token-shift mixes: fractions of the
@@ -1697,7 +2103,12 @@ def random_model(config, seed):
             elif name.endswith(".attn.k_k"):
                 p.copy_(0.7 + 0.1 * torch.randn_like(p))  # fla's: 0.71 - linear / 10
             elif p.dim() == 2:
+                # granitemoehybrid's router too: logits of order 1, so that
+                # the top-k experts change from token to token.
                 p.normal_(0, 1 / math.sqrt(p.shape[1]))
+            elif p.dim() == 3:
+                # granitemoehybrid's experts, (num_experts, out, in).
+                p.normal_(0, 1 / math.sqrt(p.shape[2]))
             else:
                 p.normal_(0, 0.1)
     return model
@@ -1750,6 +2161,8 @@ def random_config(args):
             "proj_low_rank_dim": args.low_rank_dim, "gate_low_rank_dim": 2 * args.low_rank_dim,
             "norm_first": True, "norm_bias": True, "fuse_norm": True, "attn_mode": "chunk"})
         return config
+    if args.model_type == "granitemoehybrid":
+        return granitemoehybrid_config(args, config)
     if args.model_type == "mamba2":
         config.update({
             "head_dim": args.head_dim, "expand": 2, "state_size": args.state_size,
@@ -1789,6 +2202,45 @@ def random_config(args):
     else:  # gated_deltanet
         config.update({"num_v_heads": args.num_v_heads, "head_dim": args.head_dim,
                        "expand_v": args.expand_v, "use_gate": not args.no_gate})
+    return config
+
+
+def granitemoehybrid_config(args, config):
+    """transformers' GraniteMoeHybridConfig fields for `random`: multipliers
+    of the size Granite's configs use (embedding 12, residual 0.22, logits
+    divided by a few, attention 1/head_dim, muP's in place of head_dim^-1/2)."""
+    h, layers = args.hidden_size, args.layers
+    types = (args.layer_types.split(",") if args.layer_types
+             else ["mamba"] * (layers - 1) + ["attention"])
+    if len(types) != layers:
+        raise SystemExit(f"--layer-types names {len(types)} layers, --layers is {layers}")
+    heads = args.num_heads
+    kv = args.num_kv_heads or heads
+    head_dim = h // heads
+    intermediate = int(args.mamba_expand * h)
+    mamba_heads = args.mamba_heads or intermediate // args.head_dim
+    attention_multiplier = args.attention_multiplier
+    if attention_multiplier is None:
+        attention_multiplier = 1.0 / head_dim
+    config.update({
+        "num_attention_heads": heads, "num_key_value_heads": kv, "hidden_act": "silu",
+        "rms_norm_eps": 1e-5, "max_position_embeddings": 4096,
+        "intermediate_size": args.intermediate_size or 32,
+        "num_local_experts": args.num_experts, "num_experts_per_tok": args.experts_per_token,
+        "shared_intermediate_size": args.shared_intermediate_size,
+        "position_embedding_type": "nope" if args.nope else "rope",
+        "rope_theta": args.rope_theta, "rope_scaling": None,
+        "attention_bias": args.attention_bias, "attention_dropout": 0.0,
+        "embedding_multiplier": args.embedding_multiplier,
+        "residual_multiplier": args.residual_multiplier,
+        "attention_multiplier": attention_multiplier,
+        "logits_scaling": args.logits_scaling,
+        "layer_types": types,
+        "mamba_n_heads": mamba_heads, "mamba_d_head": intermediate // mamba_heads,
+        "mamba_n_groups": args.n_groups, "mamba_d_state": args.state_size,
+        "mamba_d_conv": args.conv_size, "mamba_expand": args.mamba_expand,
+        "mamba_chunk_size": 256, "mamba_conv_bias": not args.no_mamba_conv_bias,
+        "mamba_proj_bias": args.mamba_proj_bias})
     return config
 
 
@@ -1871,24 +2323,29 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--model-type", default="linear_attn",
                    choices=["linear_attn", "retnet", "gla", "delta_net", "gated_deltanet",
-                            "mamba2", "rwkv7", "rwkv6"])
+                            "mamba2", "rwkv7", "rwkv6", "granitemoehybrid"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
     r.add_argument("--layers", type=int, default=2)
-    r.add_argument("--num-heads", type=int, default=4)
-    r.add_argument("--num-kv-heads", type=int, default=None)
+    r.add_argument("--num-heads", type=int, default=4,
+                   help="granitemoehybrid: num_attention_heads")
+    r.add_argument("--num-kv-heads", type=int, default=None,
+                   help="granitemoehybrid: num_key_value_heads")
     r.add_argument("--expand-k", type=float, default=1)
     r.add_argument("--expand-v", type=float, default=1)
-    r.add_argument("--intermediate-size", type=int, default=None)
+    r.add_argument("--intermediate-size", type=int, default=None,
+                   help="granitemoehybrid: each expert's (32 when not given)")
     r.add_argument("--vocab-size", type=int, default=300)
     r.add_argument("--tie-feature-map-qk", action="store_true")
     r.add_argument("--tie-word-embeddings", action="store_true")
     r.add_argument("--norm-q", action="store_true")
     r.add_argument("--norm-k", action="store_true")
     r.add_argument("--no-affine", action="store_true", help="elementwise_affine = false")
-    r.add_argument("--state-size", type=int, default=16, help="mamba2")
-    r.add_argument("--n-groups", type=int, default=1, help="mamba2")
+    r.add_argument("--state-size", type=int, default=16,
+                   help="mamba2; granitemoehybrid: mamba_d_state")
+    r.add_argument("--n-groups", type=int, default=1,
+                   help="mamba2; granitemoehybrid: mamba_n_groups")
     r.add_argument("--no-rmsnorm", action="store_true", help="mamba2: rmsnorm = false")
     r.add_argument("--norm-before-gate", action="store_true", help="mamba2")
     r.add_argument("--d-has-hdim", action="store_true", help="mamba2: D_has_hdim = true")
@@ -1903,13 +2360,16 @@ def main():
     r.add_argument("--qk-activation", default="silu", choices=["silu", "relu", "elu", "identity"],
                    help="delta_net")
     r.add_argument("--qk-norm", default="l2", choices=["l2", "sum"], help="delta_net")
-    r.add_argument("--head-dim", type=int, default=16, help="gated_deltanet, mamba2, rwkv7")
+    r.add_argument("--head-dim", type=int, default=16,
+                   help="gated_deltanet, mamba2, rwkv7; granitemoehybrid: mamba_d_head (unless "
+                   "--mamba-heads)")
     r.add_argument("--low-rank-dim", type=int, default=16,
                    help="rwkv7: the decay, a and v LoRAs' rank (the gate's twice it); "
                    "rwkv6: proj_low_rank_dim (gate_low_rank_dim twice it)")
     r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
     r.add_argument("--conv-size", type=int, default=4,
-                   help="gla, delta_net, gated_deltanet, mamba2 (conv_kernel)")
+                   help="gla, delta_net, gated_deltanet, mamba2 (conv_kernel), "
+                   "granitemoehybrid (mamba_d_conv)")
     r.add_argument("--no-gate", action="store_true",
                    help="gated_deltanet: use_gate = false; retnet, gla: use_output_gate = false")
     r.add_argument("--no-short-conv", action="store_true",
@@ -1918,6 +2378,29 @@ def main():
     r.add_argument("--attn", default=None, metavar="JSON",
                    help="fla's hybrid attention config (a spec or a list of them), e.g. "
                    "'{\"layers\": [1], \"num_heads\": 4, \"window_size\": 64}'")
+    gr = r.add_argument_group("granitemoehybrid")
+    gr.add_argument("--layer-types", default=None,
+                    help="comma-separated mamba/attention, one per layer (default: Mamba "
+                    "layers, the last attention)")
+    gr.add_argument("--num-experts", type=int, default=4,
+                    help="num_local_experts (0: dense, the shared MLP only)")
+    gr.add_argument("--experts-per-token", type=int, default=2, help="num_experts_per_tok")
+    gr.add_argument("--shared-intermediate-size", type=int, default=48,
+                    help="the shared MLP's (0: none)")
+    gr.add_argument("--nope", action="store_true",
+                    help="position_embedding_type nope (no rotary; default rope)")
+    gr.add_argument("--rope-theta", type=float, default=10000.0)
+    gr.add_argument("--embedding-multiplier", type=float, default=12.0)
+    gr.add_argument("--residual-multiplier", type=float, default=0.22)
+    gr.add_argument("--attention-multiplier", type=float, default=None,
+                    help="the attention's scale (default 1/head_dim)")
+    gr.add_argument("--logits-scaling", type=float, default=6.0, help="logits divided by it")
+    gr.add_argument("--mamba-heads", type=int, default=None,
+                    help="mamba_n_heads (default mamba_expand * hidden_size / --head-dim)")
+    gr.add_argument("--mamba-expand", type=int, default=2)
+    gr.add_argument("--attention-bias", action="store_true")
+    gr.add_argument("--mamba-proj-bias", action="store_true")
+    gr.add_argument("--no-mamba-conv-bias", action="store_true")
     r.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(fn=cmd_random)

@@ -40,8 +40,7 @@ uint32_t ModelConfig::value_dim() const {
 }
 
 uint32_t ModelConfig::conv_channels() const {
-  if (type == ModelType::kMamba2)
-    return intermediate_size + 2 * n_groups * state_size;
+  if (is_mamba2()) return mamba_inner + 2 * n_groups * state_size;
   if (is_linear_attn() || !use_short_conv) return 0;
   return q_width() + k_width() + v_width();
 }
@@ -97,13 +96,15 @@ absl::Status ParseCommon(const json& j, const ModelTypeDef::CommonDefaults& d,
                                          sqrelu ? "sqrelu" : "swish", ")"));
   }
   double eps = d.norm_eps;
-  // mamba2's older fla configs (and transformers') say layer_norm_epsilon.
+  // mamba2's older fla configs (and transformers') say layer_norm_epsilon;
+  // transformers' own types rms_norm_eps.
+  const char* eps_field = d.rms_norm_eps ? "rms_norm_eps" : "norm_eps";
   if (d.layer_norm_epsilon && !j.contains("norm_eps")) {
     if (auto s = Value(j, "layer_norm_epsilon", &eps); !s.ok()) return s;
   }
-  if (auto s = Value(j, "norm_eps", &eps); !s.ok()) return s;
+  if (auto s = Value(j, eps_field, &eps); !s.ok()) return s;
   if (!(eps > 0) || !std::isfinite(eps)) {
-    return ConfigFieldError("norm_eps", "must be > 0");
+    return ConfigFieldError(eps_field, "must be > 0");
   }
   c.norm_eps = static_cast<float>(eps);
   if (d.mlp) {
@@ -204,6 +205,9 @@ absl::Status ParseHybridAttention(const json& j, ModelConfig& c) {
           "attn",
           "fla's mamba2 has no softmax-attention layers (its config "
           "takes no attn)");
+    case ModelType::kGraniteMoeHybrid:
+      return ConfigFieldError(
+          "attn", "granitemoehybrid names its attention layers in layer_types");
     case ModelType::kRwkv7:
       return ConfigFieldError(
           "attn",

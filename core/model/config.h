@@ -1,7 +1,8 @@
 // ModelConfig: the config.json of a flash-linear-attention (fla) checkpoint,
-// parsed and checked, with the sizes it implies. Eight model types load:
+// parsed and checked, with the sizes it implies. Nine model types load:
 // `linear_attn`, `retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`,
-// `rwkv7` and `rwkv6` (docs/design.md, "Model types").
+// `rwkv7`, `rwkv6` and transformers' `granitemoehybrid` (docs/design.md,
+// "Model types").
 //
 // Field names and defaults are those of fla's config classes (and the
 // older spellings fla wrote before: rms_norm_eps, layer_norm_epsilon,
@@ -45,6 +46,10 @@ enum class ModelType {
   kMamba2,         // SSD: scalar decay per head, D skip, gated RMSNorm
   kRwkv7,          // RWKV-7: token shift, LoRA decays, the rwkv7 rule, ReLU²
   kRwkv6,          // RWKV-6: token shift, data-dependent mixes, the rwkv6 rule
+  // IBM Granite 4.0-H (transformers' layout): mamba2's mixer and softmax
+  // attention by layer_types, a shared MLP and mixture-of-experts
+  // feed-forwards, multipliers on the embeddings, residuals and logits.
+  kGraniteMoeHybrid,
 };
 // The config.json spelling ("linear_attn", "retnet", …).
 absl::string_view ModelTypeName(ModelType type);
@@ -105,13 +110,18 @@ struct ModelConfig {
   std::optional<float> clamp_min;  // GLA: gk = max(gk, clamp_min)
   bool use_beta = false;           // delta rules: β = σ(b_proj(x)), else 1
   bool allow_neg_eigval = false;   // β ×2
-  // mamba2 (intermediate_size is expand × hidden; no MLP).
-  uint32_t state_size = 0;  // N
-  uint32_t n_groups = 0;    // G: B and C groups, head h reads h / (H / G)
+  // mamba2 (intermediate_size is expand × hidden; no MLP) and
+  // granitemoehybrid's Mamba-2 layers.
+  uint32_t mamba_inner = 0;  // I = expand × hidden: x's and z's width
+  uint32_t state_size = 0;   // N
+  uint32_t n_groups = 0;     // G: B and C groups, head h reads h / (H / G)
   bool use_conv_bias = false;
   bool use_bias = false;  // in_proj and out_proj biases
   bool rmsnorm = false;   // the gated RMSNorm (else y·SiLU(z))
   bool norm_before_gate = false;
+  // The gated RMSNorm's groups: mamba2's n_groups (fla's RMSNormGated over
+  // I / G channels); 1 for granitemoehybrid (its RMSNormGated is over I).
+  uint32_t gated_norm_groups = 1;
   bool d_has_hdim = false;        // D per channel (intermediate) or per head
   double dt_min = 0, dt_max = 0;  // dt_limit (dt_max may be +inf)
   // rwkv7 (num_heads × head_k keys = hidden_size, head_v values per head;
@@ -126,6 +136,16 @@ struct ModelConfig {
   bool norm_bias = true;   // the LayerNorms have biases
   bool fuse_norm = true;  // kk ÷ √(Σx² + 1e-6), else ÷ max(‖x‖, 1e-12)
 
+  // granitemoehybrid's multipliers (1 elsewhere): the embeddings times
+  // embedding_multiplier, every residual branch (mixer, attention, MLP and
+  // experts) times residual_multiplier before it is added, the logits
+  // divided by logits_scaling.
+  double embedding_multiplier = 1, residual_multiplier = 1, logits_scaling = 1;
+  // Mixture-of-experts feed-forwards beside the MLP (granitemoehybrid's
+  // block_sparse_moe): num_experts experts of expert_size (0: none), each
+  // token through experts_per_token of them (moe.h).
+  uint32_t num_experts = 0, experts_per_token = 0, expert_size = 0;
+
   // fla's hybrids (fla/models/hybrid.py, `attn` in every fla config):
   // softmax-attention layers (fla/layers/attn.py's Attention) in the layers
   // a spec names, the type's mixer in the others. Each layer's spec, or -1.
@@ -136,6 +156,12 @@ struct ModelConfig {
         0;  // window_size: query i sees keys i − w < j ≤ i; 0 = all
     double rope_theta = 10000;
     bool qkv_bias = false;
+    // granitemoehybrid's: o_proj has a bias too (attention_bias), scores
+    // are q·k·attention_multiplier (0 here: d^−½, fla's), and
+    // position_embedding_type may leave out the rotary embedding.
+    bool o_bias = false;
+    double scale = 0;
+    bool rope = true;
   };
   std::vector<SoftmaxAttention> attn;
   std::vector<int32_t> attn_of_layer;  // num_hidden_layers entries
@@ -152,6 +178,10 @@ struct ModelConfig {
   }
 
   bool is_linear_attn() const { return type == ModelType::kLinearAttn; }
+  // Mamba-2's mixer (mamba2, and granitemoehybrid's recurrent layers).
+  bool is_mamba2() const {
+    return type == ModelType::kMamba2 || type == ModelType::kGraniteMoeHybrid;
+  }
   // RWKV's block (rwkv7, rwkv6): LayerNorms, two token shifts, its own
   // channel mix.
   bool is_rwkv() const {

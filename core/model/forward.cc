@@ -12,6 +12,7 @@
 #include "core/attention/kernels.h"
 #include "core/attention/recurrent.h"
 #include "core/model/model_types.h"
+#include "core/model/moe.h"
 #include "core/model/row_ops.h"
 #include "core/onednn/gemm.h"
 #include "core/util/parallel_for.h"
@@ -54,6 +55,14 @@ void ForwardRunner::EnsureWorkspace(uint32_t needed) {
   if (c.has_mlp()) {
     ws_.gu = AlignedBuffer(rows * 2 * uint64_t{c.intermediate_size});
     ws_.act = AlignedBuffer(rows * uint64_t{c.intermediate_size});
+  }
+  if (c.num_experts > 0) {
+    const uint64_t I = c.expert_size;
+    ws_.moe_logits = AlignedBuffer(rows * c.num_experts);
+    ws_.moe_in = AlignedBuffer(rows * H);
+    ws_.moe_gu = AlignedBuffer(rows * 2 * I);
+    ws_.moe_act = AlignedBuffer(rows * I);
+    ws_.moe_out = AlignedBuffer(rows * H);
   }
   ws_.logits_rows = AlignedBuffer(rows * H);
   ws_.logits_out = AlignedBuffer(rows * uint64_t{c.vocab_size});
@@ -215,7 +224,12 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
                                 ? type.RunAttentionBlock(*this, pass)
                                 : type.RunMixer(*this, pass));
     if (c.has_mlp()) {
-      LINATTN_RETURN_IF_ERROR(MlpBlock(model_->layers()[l], rows));
+      const Model::Layer& L = model_->layers()[l];
+      LINATTN_RETURN_IF_ERROR(MlpBlock(L, rows));
+      // The experts read the MLP's normed input, still in xn.
+      if (L.experts != nullptr) {
+        LINATTN_RETURN_IF_ERROR(RunExperts(*this, *L.experts, l, rows));
+      }
     }
   }
   return Logits(items, pieces);
@@ -228,11 +242,16 @@ void ForwardRunner::Embed(std::span<const ForwardItem> items,
   const RowView<const float> table(model_->embeddings().data(),
                                    model_->config().vocab_size, H);
   const RowView<float> x(ws_.x.data(), ws_.capacity, H);
+  // granitemoehybrid's embedding_multiplier (1 elsewhere).
+  const float m = static_cast<float>(model_->config().embedding_multiplier);
   for (const ForwardPiece& p : pieces) {
     for (uint32_t j = 0; j < p.rows; ++j) {
       const int32_t t = items[p.item].tokens[p.first + j];
-      std::memcpy(x.row(p.row0 + j), table.row(static_cast<uint64_t>(t)),
-                  H * sizeof(float));
+      float* row = x.row(p.row0 + j);
+      std::memcpy(row, table.row(static_cast<uint64_t>(t)), H * sizeof(float));
+      if (m != 1.0f) {
+        for (uint32_t i = 0; i < H; ++i) row[i] *= m;
+      }
     }
   }
 }
@@ -295,11 +314,13 @@ absl::Status ForwardRunner::RunAttention(const LayerPass& pass, const float* g,
   return absl::OkStatus();
 }
 
-// x += down(SiLU(gate)·up) with (gate|up) from rmsnorm(x).
+// x += down(SiLU(gate)·up) with (gate|up) from xn = rmsnorm(x) (kept in xn
+// for the experts).
 absl::Status ForwardRunner::MlpBlock(const Model::Layer& L, uint32_t rows) {
   const ModelConfig& c = model_->config();
   const uint32_t H = c.hidden_size, I = c.intermediate_size;
   RmsNorm(ws_.x.data(), rows, H, L.mlp_norm.data(), c.norm_eps, ws_.xn.data());
+  if (L.gate_up == nullptr) return absl::OkStatus();  // width 0: adds nothing
   LINATTN_RETURN_IF_ERROR(L.gate_up->Apply(ws_.xn.data(), rows, ws_.gu.data()));
   const RowView<const float> gate_up(ws_.gu.data(), rows, 2 * uint64_t{I});
   const RowView<float> act(ws_.act.data(), rows, I);
@@ -375,7 +396,7 @@ void ForwardRunner::ShortConvolution(const LayerPass& pass) {
   const MixerColumns cols = MixerColumnsOf(c);
   const uint32_t C = c.conv_channels(), W = c.conv_size;
   const uint64_t keep = uint64_t{W - 1} * C;  // the window's floats
-  const bool mamba = c.type == ModelType::kMamba2;
+  const bool mamba = c.is_mamba2();
   const VectorKernels& kernels = ActiveKernels();
   const RowView<float> proj(ws_.proj.data(), ws_.capacity, cols.width);
   // y = Σ_j w_j·ws_.x{t+j} over the window's rows and then the input (in that

@@ -132,6 +132,10 @@ struct ForwardWorkspace {
   // A hybrid's softmax-attention layers (softmax_attention.h): rows × the
   // widest q|k|v, and rows × hidden of their heads' outputs.
   AlignedBuffer attn_qkv, attn_o;
+  // Mixture-of-experts (moe.h): rows × experts router logits, and one
+  // expert's rows gathered (× H), its gate|up (× 2I), SiLU·up (× I) and
+  // output (× H).
+  AlignedBuffer moe_logits, moe_in, moe_gu, moe_act, moe_out;
 };
 
 // A decode step of many sessions (every item one token, at least

@@ -179,6 +179,13 @@ std::vector<const PackedLinear*> Model::Projections() const {
         out.push_back(p);
       }
     }
+    if (layer.experts != nullptr) {
+      out.push_back(layer.experts->router.get());
+      for (size_t e = 0; e < layer.experts->gate_up.size(); ++e) {
+        out.push_back(layer.experts->gate_up[e].get());
+        out.push_back(layer.experts->down[e].get());
+      }
+    }
   }
   out.push_back(lm_head_.get());
   return out;
@@ -372,35 +379,62 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     Layer& L = model->layers_[i];
     LINATTN_ASSIGN_OR_RETURN(L.attn_norm, r.Vector(p + names.input_norm, H));
     if (const ModelConfig::SoftmaxAttention* a = c.attention_layer(i)) {
-      LINATTN_RETURN_IF_ERROR(LoadSoftmaxAttention(r, c, *a, p, weights, L));
+      LINATTN_RETURN_IF_ERROR(
+          LoadSoftmaxAttention(r, c, *a, p + names.attention, weights, L));
       LINATTN_RETURN_IF_ERROR(type.LoadAttentionBlock(r, c, p, weights, L));
     } else {
       LINATTN_RETURN_IF_ERROR(type.LoadMixer(r, c, p, weights, L));
     }
     if (!c.has_mlp()) continue;
-    LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + "mlp_norm.weight", H));
-    {
-      // Before February 2025 fla's MLP kept gate and up as one fused
-      // gate_proj of 2·I rows (gate first), with no up_proj.
-      const std::string gate = p + "mlp.gate_proj.weight",
-                        up = p + "mlp.up_proj.weight";
+    LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + names.mlp_norm, H));
+    if (I == 0) {
+      // A shared MLP of width 0 (granitemoehybrid's) adds nothing; an
+      // export may keep its empty matrices.
+      for (const auto& [tensor, shape] :
+           {std::pair<std::string, std::vector<int64_t>>{p + names.mlp_gate,
+                                                         {0, H}},
+            {p + names.mlp_down, {H, 0}}}) {
+        if (r.Has(tensor)) LINATTN_RETURN_IF_ERROR(r.Check(tensor, shape));
+        r.Skip(tensor);
+      }
+    } else {
+      // Gate and up stacked, or one fused matrix of 2·I rows (gate first):
+      // transformers' input_linear, and fla's gate_proj before February
+      // 2025, with no up_proj.
+      const std::string gate = p + names.mlp_gate,
+                        up = names.mlp_up.empty() ? "" : p + names.mlp_up;
       LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
-                               r.Has(up) ? r.Stacked({{gate, I}, {up, I}}, H)
-                                         : r.Matrix(gate, 2 * I, H));
+                               !up.empty() && r.Has(up)
+                                   ? r.Stacked({{gate, I}, {up, I}}, H)
+                                   : r.Matrix(gate, 2 * I, H));
       LINATTN_ASSIGN_OR_RETURN(
           L.gate_up, PackedLinear::Create(w.data(), 2 * I, H, false, weights));
-    }
-    {
-      LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
-                               r.Matrix(p + "mlp.down_proj.weight", H, I));
+      LINATTN_ASSIGN_OR_RETURN(AlignedBuffer down,
+                               r.Matrix(p + names.mlp_down, H, I));
+      std::vector<float> no_bias;
+      ScaleResidualBranch(c, down, no_bias);
       LINATTN_ASSIGN_OR_RETURN(
-          L.down, PackedLinear::Create(w.data(), H, I, true, weights));
+          L.down, PackedLinear::Create(down.data(), H, I, true, weights));
+    }
+    if (c.num_experts > 0) {
+      auto experts = std::make_unique<Experts>();
+      LINATTN_RETURN_IF_ERROR(
+          LoadExperts(r, c, p + names.experts, weights, *experts));
+      L.experts = std::move(experts);
     }
   }
   LINATTN_ASSIGN_OR_RETURN(model->final_norm_, r.Vector(names.final_norm, H));
   if (!names.final_norm_bias.empty() && c.norm_bias) {
     LINATTN_ASSIGN_OR_RETURN(model->final_norm_bias_,
                              r.Vector(names.final_norm_bias, H));
+  }
+  if (c.logits_scaling != 1) {
+    // logits_scaling divides the head's product (granitemoehybrid's):
+    // lm_head(w ⊙ n) / s = lm_head((w / s) ⊙ n), folded into the final
+    // norm's weight (a tied head stays the embeddings' matrix).
+    const float inv = static_cast<float>(1 / c.logits_scaling);
+    for (float& w : model->final_norm_) w *= inv;
+    for (float& b : model->final_norm_bias_) b *= inv;
   }
   if (c.tie_word_embeddings) {
     r.Skip("lm_head.weight");  // some exports keep the tied copy

@@ -33,6 +33,7 @@
 #include "core/model/chat_template.h"
 #include "core/model/config.h"
 #include "core/model/kv_cache.h"
+#include "core/model/moe.h"
 #include "core/model/tokenizer.h"
 #include "core/onednn/linear.h"
 #include "core/util/aligned_buffer.h"
@@ -122,6 +123,8 @@ class Model {
     std::vector<float> mlp_norm;      // hidden
     std::unique_ptr<PackedLinear> gate_up;  // hidden → 2·intermediate
     std::unique_ptr<PackedLinear> down;     // intermediate → hidden, adds
+    // Mixture-of-experts beside the MLP (config().num_experts > 0), or null.
+    std::unique_ptr<const Experts> experts;
 
     // The gated and delta-rule types. attn_norm is the mixer's input norm
     // (mamba2's `norm`), head_norm the output norm's weight (d_v, shared
@@ -137,7 +140,9 @@ class Model {
     std::vector<float> neg_exp_a;  // −exp(A_log) per state head (fp32)
     std::vector<float> dt_bias;    // per state head
     std::vector<float> d_skip;     // mamba2 D: per head or per channel
-    std::vector<float> out_bias;   // mamba2 use_bias: out_proj's bias
+    // o_proj's bias: mamba2's under use_bias, a softmax-attention layer's
+    // under o_bias (both × residual_multiplier).
+    std::vector<float> out_bias;
     std::vector<float> log_decay;  // RetNet: log(1 − 2^(−5−h)) in fp32
     // RetNet's rotary frequencies, head_k / 2 (fp32 as torch computes them).
     std::vector<float> rotary_inv_freq;

@@ -10,9 +10,10 @@ namespace linattn {
 
 std::span<const ModelTypeDef* const> ModelTypes() {
   // In ModelType's order.
-  static const std::array<const ModelTypeDef*, 8> kTypes = {
-      &LinearAttnType(),    &RetNetType(), &GlaType(),   &DeltaNetType(),
-      &GatedDeltaNetType(), &Mamba2Type(), &Rwkv7Type(), &Rwkv6Type()};
+  static const std::array<const ModelTypeDef*, 9> kTypes = {
+      &LinearAttnType(), &RetNetType(),        &GlaType(),
+      &DeltaNetType(),   &GatedDeltaNetType(), &Mamba2Type(),
+      &Rwkv7Type(),      &Rwkv6Type(),         &GraniteMoeHybridType()};
   return kTypes;
 }
 
@@ -25,6 +26,14 @@ const ModelTypeDef* FindModelType(absl::string_view name) {
     if (def->name() == name) return def;
   }
   return nullptr;
+}
+
+void ScaleResidualBranch(const ModelConfig& c, AlignedBuffer& w,
+                         std::vector<float>& bias) {
+  const float m = static_cast<float>(c.residual_multiplier);
+  if (m == 1.0f) return;
+  for (uint64_t i = 0; i < w.size(); ++i) w.data()[i] *= m;
+  for (float& b : bias) b *= m;
 }
 
 absl::Status ModelTypeDef::RunAttentionBlock(ForwardRunner& runner,

@@ -58,6 +58,8 @@ class ModelTypeDef {
     double hidden_ratio = 4;
     // attn_mode may also be "parallel" (RetNet's).
     bool parallel_mode = false;
+    // The norms' ε is rms_norm_eps (transformers' types), not norm_eps.
+    bool rms_norm_eps = false;
   };
   virtual CommonDefaults defaults() const { return {}; }
   // Reads the type's own fields into `c` (the common ones are read),
@@ -78,6 +80,16 @@ class ModelTypeDef {
     std::string final_norm = "model.norm.weight";
     // The final norm's bias (LayerNorm types; read when norm_bias), or empty.
     std::string final_norm_bias;
+    // Under the layer's prefix: a hybrid's softmax-attention module, and
+    // the MLP's norm and products (gate and up stacked, or one fused
+    // matrix of 2·I rows, the gate's first, when `mlp_up` is empty).
+    std::string attention = "attn.";
+    std::string mlp_norm = "mlp_norm.weight";
+    std::string mlp_gate = "mlp.gate_proj.weight";
+    std::string mlp_up = "mlp.up_proj.weight";
+    std::string mlp_down = "mlp.down_proj.weight";
+    // Mixture-of-experts feed-forwards (num_experts > 0), or empty.
+    std::string experts;
   };
   virtual TensorNames names() const { return {}; }
   // The state rule every layer runs, with the shapes config.json implies.
@@ -124,6 +136,11 @@ class ModelTypeDef {
   const absl::string_view reference_;
 };
 
+// A residual branch's output projection `w` and its bias, times the
+// config's residual_multiplier (granitemoehybrid's; nothing when it is 1).
+void ScaleResidualBranch(const ModelConfig& c, AlignedBuffer& w,
+                         std::vector<float>& bias);
+
 // The table: every type, in ModelType's order.
 std::span<const ModelTypeDef* const> ModelTypes();
 const ModelTypeDef& ModelTypeOf(ModelType type);
@@ -139,6 +156,7 @@ const ModelTypeDef& GatedDeltaNetType();
 const ModelTypeDef& Mamba2Type();
 const ModelTypeDef& Rwkv7Type();
 const ModelTypeDef& Rwkv6Type();
+const ModelTypeDef& GraniteMoeHybridType();
 
 }  // namespace linattn
 

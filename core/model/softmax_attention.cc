@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/kernels.h"
 #include "core/model/forward.h"
+#include "core/model/model_types.h"
 #include "core/model/row_ops.h"
 #include "core/model/tensor_reader.h"
 #include "core/util/parallel_for.h"
@@ -16,14 +18,19 @@
 #include "core/util/status_macros.h"
 
 namespace linattn {
+namespace {
+
+// The most query heads one task of the attention keeps scores for.
+constexpr uint32_t kMaxHeadsPerTask = 16;
+
+}  // namespace
 
 absl::Status LoadSoftmaxAttention(TensorReader& r, const ModelConfig& c,
                                   const ModelConfig::SoftmaxAttention& a,
-                                  const std::string& layer, WeightType weights,
+                                  const std::string& p, WeightType weights,
                                   Model::Layer& L) {
   const int64_t H = c.hidden_size;
   const int64_t kv = int64_t{a.num_kv_heads} * a.head_dim;
-  const std::string p = layer + "attn.";
   LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
                            r.Stacked({{p + "q_proj.weight", H},
                                       {p + "k_proj.weight", kv},
@@ -42,8 +49,13 @@ absl::Status LoadSoftmaxAttention(TensorReader& r, const ModelConfig& c,
   }
   LINATTN_ASSIGN_OR_RETURN(AlignedBuffer o,
                            r.Matrix(p + "o_proj.weight", H, H));
+  if (a.o_bias) {
+    LINATTN_ASSIGN_OR_RETURN(L.out_bias, r.Vector(p + "o_proj.bias", H));
+  }
+  ScaleResidualBranch(c, o, L.out_bias);
   LINATTN_ASSIGN_OR_RETURN(L.o,
                            PackedLinear::Create(o.data(), H, H, true, weights));
+  if (!a.rope) return absl::OkStatus();
   // fla's RotaryEmbedding: inv_freq = 1 / base^(2i/d) in fp32, as torch
   // computes it.
   const float base = static_cast<float>(a.rope_theta);
@@ -74,6 +86,7 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
                   float* row = qkv.row(p.row0 + i);
                   for (uint64_t j = 0; j < L.in_bias.size(); ++j)
                     row[j] += L.in_bias[j];
+                  if (!a.rope) return;
                   const uint64_t position = p.position + i;
                   for (uint32_t h = 0; h < nh; ++h) {
                     RotateHalves(L.rotary_inv_freq.data(), half, position,
@@ -85,60 +98,86 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
                   }
                 });
   }
-  // Each (piece, query head): its rows against the keys they see.
+  // Each task: one piece's rows for `per` query heads of one key/value
+  // head, reading each key and value once for all of them (the group's
+  // heads in halves while there are too few tasks to share the cores).
   const RowView<float> out(ws.attn_o.data(), rows, H);
-  const uint64_t tasks = uint64_t{pass.pieces.size()} * nh;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  uint32_t per = group;
+  while (per % 2 == 0 && (per > kMaxHeadsPerTask ||
+                          uint64_t{pass.pieces.size()} * nh / per < 4))
+    per /= 2;
+  if (per > kMaxHeadsPerTask) per = 1;
+  const uint32_t splits = group / per;
+  const uint64_t tasks = uint64_t{pass.pieces.size()} * nkv * splits;
+  const float scale = a.scale != 0 ? static_cast<float>(a.scale)
+                                   : 1.0f / std::sqrt(static_cast<float>(d));
   uint64_t work = 0;
   for (const ForwardPiece& p : pass.pieces) {
     work += uint64_t{p.rows} * nh * d *
             (a.window == 0 ? p.position + p.rows
                            : std::min<uint64_t>(a.window, p.position + p.rows));
   }
+  const VectorKernels& kernels = ActiveKernels();
   ParallelFor(tasks, work >= kParallelFloats, [&](uint64_t task) {
-    const ForwardPiece& p = pass.pieces[task / nh];
-    const uint32_t h = static_cast<uint32_t>(task % nh), g = h / group;
+    const ForwardPiece& p = pass.pieces[task / (uint64_t{nkv} * splits)];
+    const uint32_t g = static_cast<uint32_t>(task / splits % nkv);
+    const uint32_t h0 = g * group + static_cast<uint32_t>(task % splits) * per;
     const KvCache& cache = pass.items[p.item].state->kv()[pass.layer];
     const uint64_t first = p.position;  // the piece's first position
-    std::vector<float> scores;
+    auto key = [&](uint64_t j) -> const float* {
+      return j < first ? cache.key(j) + uint64_t{g} * d
+                       : qkv.row(p.row0 + (j - first)) + H + uint64_t{g} * d;
+    };
+    auto value = [&](uint64_t j) -> const float* {
+      return j < first
+                 ? cache.value(j) + uint64_t{g} * d
+                 : qkv.row(p.row0 + (j - first)) + H + kv + uint64_t{g} * d;
+    };
+    thread_local std::vector<float> scores;
     for (uint32_t i = 0; i < p.rows; ++i) {
       const uint64_t pos = first + i;
       const uint64_t lo =
           a.window == 0 || pos + 1 < a.window ? 0 : pos + 1 - a.window;
-      const float* q = qkv.row(p.row0 + i) + uint64_t{h} * d;
-      auto key = [&](uint64_t j) -> const float* {
-        return j < first ? cache.key(j) + uint64_t{g} * d
-                         : qkv.row(p.row0 + (j - first)) + H + uint64_t{g} * d;
-      };
-      auto value = [&](uint64_t j) -> const float* {
-        return j < first
-                   ? cache.value(j) + uint64_t{g} * d
-                   : qkv.row(p.row0 + (j - first)) + H + kv + uint64_t{g} * d;
-      };
-      scores.resize(pos - lo + 1);
-      float most = -std::numeric_limits<float>::infinity();
+      const uint64_t n = pos - lo + 1;
+      const float* q = qkv.row(p.row0 + i) + uint64_t{h0} * d;
+      scores.resize(n * per);
+      // Scores per head (row hh of `scores`), each key read once: the
+      // vector kernels' dot, the same sum for a row whether it is decoded
+      // or part of a prompt piece.
       for (uint64_t j = lo; j <= pos; ++j) {
         const float* k = key(j);
-        float s = 0;
-        for (uint32_t e = 0; e < d; ++e) s += q[e] * k[e];
-        s *= scale;
-        scores[j - lo] = s;
-        most = std::max(most, s);
+        for (uint32_t hh = 0; hh < per; ++hh) {
+          scores[hh * n + (j - lo)] =
+              kernels.dot(d, q + uint64_t{hh} * d, k) * scale;
+        }
       }
-      float sum = 0;
-      for (float& s : scores) {
-        s = std::exp(s - most);
-        sum += s;
+      float* o = out.row(p.row0 + i) + uint64_t{h0} * d;
+      std::fill(o, o + uint64_t{per} * d, 0.0f);
+      float inv[kMaxHeadsPerTask];
+      for (uint32_t hh = 0; hh < per; ++hh) {
+        float* sh = scores.data() + hh * n;
+        if (!kernels.all_finite(n, sh)) {
+          // Made NaN, for the check below to refuse.
+          inv[hh] = std::numeric_limits<float>::quiet_NaN();
+          continue;
+        }
+        const float most = *std::max_element(sh, sh + n);
+        kernels.exp_shifted(static_cast<uint32_t>(n), most, 1.0f, sh);
+        float sum = 0;
+        for (uint64_t j = 0; j < n; ++j) sum += sh[j];
+        inv[hh] = 1.0f / sum;
       }
-      float* o = out.row(p.row0 + i) + uint64_t{h} * d;
-      std::fill(o, o + d, 0.0f);
       for (uint64_t j = lo; j <= pos; ++j) {
-        const float w = scores[j - lo];
         const float* v = value(j);
-        for (uint32_t e = 0; e < d; ++e) o[e] += w * v[e];
+        for (uint32_t hh = 0; hh < per; ++hh) {
+          const float w = scores[hh * n + (j - lo)];
+          float* oh = o + uint64_t{hh} * d;
+          for (uint32_t e = 0; e < d; ++e) oh[e] += w * v[e];
+        }
       }
-      const float inv = 1.0f / sum;
-      for (uint32_t e = 0; e < d; ++e) o[e] *= inv;
+      for (uint32_t hh = 0; hh < per; ++hh) {
+        kernels.scale(d, inv[hh], o + uint64_t{hh} * d);
+      }
     }
   });
   for (float x : std::span<const float>(ws.attn_o.data(), uint64_t{rows} * H)) {
@@ -166,7 +205,14 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
     }
     target.layers()[pass.layer].set_position(end);
   }
-  return L.o->Apply(ws.attn_o.data(), rows, ws.x.data());
+  LINATTN_RETURN_IF_ERROR(L.o->Apply(ws.attn_o.data(), rows, ws.x.data()));
+  if (!L.out_bias.empty()) {
+    const RowView<float> x(ws.x.data(), rows, H);
+    for (uint32_t r = 0; r < rows; ++r) {
+      for (uint32_t i = 0; i < H; ++i) x.row(r)[i] += L.out_bias[i];
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace linattn

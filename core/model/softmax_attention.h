@@ -3,10 +3,11 @@
 // Attention → residual; rwkv6's block: its LayerNorms and channel mix
 // around it), over the session's KvCache (kv_cache.h):
 //   normed rows → (q|k|v) GEMM (+ qkv bias) → GPT-NeoX rotary on q and k at
-//   each row's position (base rope_theta) → per query head h (key/value
-//   head h / (num_heads / num_kv_heads)): softmax(q·kᵀ·d^−½) over the keys
-//   at positions i − w < j ≤ i (all j ≤ i without a window) → o_proj GEMM
-//   (+ residual).
+//   each row's position (base rope_theta; none without rope) → per query
+//   head h (key/value head h / (num_heads / num_kv_heads)):
+//   softmax(q·kᵀ·scale) (d^−½, or granitemoehybrid's attention_multiplier)
+//   over the keys at positions i − w < j ≤ i (all j ≤ i without a window)
+//   → o_proj GEMM (+ its bias) (+ residual).
 // A piece of many rows reads its earlier positions from the cache and its
 // own from the workspace (causal within the piece), then writes its keys
 // and values to the cache; a one-token piece is the same with one row.
@@ -25,12 +26,13 @@ class ForwardRunner;
 class TensorReader;
 struct LayerPass;
 
-// The layer's weights under `layer` ("model.layers.3."): attn.q_proj,
-// k_proj, v_proj (with biases when qkv_bias) and o_proj, into L.qkv,
-// L.in_bias and L.o; its rotary frequencies into L.rotary_inv_freq.
+// The layer's weights under `p` ("model.layers.3.attn."): q_proj, k_proj,
+// v_proj (with biases when qkv_bias) and o_proj (with its bias when
+// o_bias; both × residual_multiplier), into L.qkv, L.in_bias, L.o and
+// L.out_bias; its rotary frequencies into L.rotary_inv_freq.
 absl::Status LoadSoftmaxAttention(TensorReader& r, const ModelConfig& c,
                                   const ModelConfig::SoftmaxAttention& a,
-                                  const std::string& layer, WeightType weights,
+                                  const std::string& p, WeightType weights,
                                   Model::Layer& L);
 
 // x += Attention(xn) for the rows of `pass`, xn the workspace's normed

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <utility>
 
 namespace linattn {
 
@@ -25,8 +26,17 @@ class AlignedBuffer {
     Allocate();
     std::memset(data_.get(), 0, RoundUp(size * sizeof(float)));
   }
-  AlignedBuffer(AlignedBuffer&&) noexcept = default;
-  AlignedBuffer& operator=(AlignedBuffer&&) noexcept = default;
+  // A moved-from buffer is empty (size 0), as a default one.
+  AlignedBuffer(AlignedBuffer&& other) noexcept
+      : data_(std::move(other.data_)), size_(other.size_) {
+    other.size_ = 0;
+  }
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = other.size_;
+    if (&other != this) other.size_ = 0;
+    return *this;
+  }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 

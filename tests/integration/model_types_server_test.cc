@@ -1,6 +1,7 @@
 // A real linattn-server serving one model of each gated and delta-rule type
-// (retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7, rwkv6; the reference
-// fixtures tests/python/make_model_fixtures.py writes) through
+// (retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7, rwkv6, and
+// granitemoehybrid with experts and attention layers; the reference fixtures
+// tests/python/make_model_fixtures.py writes) through
 // GenerationService and the OpenAI-style HTTP API, against the same models run
 // in this process.
 #include <gmock/gmock.h>
@@ -25,10 +26,11 @@
 namespace linattn {
 namespace {
 
-const char* const kModels[] = {"retnet_gqa_nogate",      "gla_conv_gqa",
-                               "delta_net_silu_l2",      "gated_deltanet_gva",
-                               "mamba2_groups",          "rwkv7_unfused_nobias",
-                               "rwkv6_expand_no_prenorm"};
+const char* const kModels[] = {
+    "retnet_gqa_nogate",       "gla_conv_gqa",
+    "delta_net_silu_l2",       "gated_deltanet_gva",
+    "mamba2_groups",           "rwkv7_unfused_nobias",
+    "rwkv6_expand_no_prenorm", "granitemoehybrid_moe_shared_top2_gqa_nope"};
 constexpr int kTypes = sizeof(kModels) / sizeof(kModels[0]);
 
 using testing::GenerateGreedy;
@@ -49,9 +51,9 @@ TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
   ASSERT_TRUE(stub_->ListModels(&ctx, {}, &resp).ok());
   ASSERT_EQ(resp.models_size(), kTypes);
   const char* types[] = {"retnet", "gla",   "delta_net", "gated_deltanet",
-                         "mamba2", "rwkv7", "rwkv6"};
+                         "mamba2", "rwkv7", "rwkv6",     "granitemoehybrid"};
   const char* rules[] = {"gated", "gated", "delta", "gated_delta",
-                         "gated", "rwkv7", "rwkv6"};
+                         "gated", "rwkv7", "rwkv6", "gated"};
   for (int i = 0; i < kTypes; ++i) {
     const v1::ModelInfo& m = resp.models(i);
     auto local = Model::Load(Dir(kModels[i])).value();
@@ -60,6 +62,8 @@ TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
     EXPECT_EQ(m.update_rule(), rules[i]);
     EXPECT_EQ(m.feature_map(), "");
     EXPECT_EQ(m.state_bytes(), local->state_bytes());
+    EXPECT_EQ(m.kv_bytes_per_token(), local->kv_bytes_per_token());
+    EXPECT_EQ(m.kv_bytes_per_token() > 0, i == kTypes - 1) << m.name();
     EXPECT_EQ(m.conv_window_floats(), local->conv_window_floats());
     EXPECT_EQ(m.conv_window_floats() > 0, i > 0) << m.name();
   }

@@ -67,16 +67,18 @@ inline FixtureCase LoadFixture(const std::string& name) {
 // convolution (W terms); their rules carry earlier errors without growth:
 // gates are ≤ 1, and the delta rules' I − βkkᵀ has norm ≤ 1 for β ∈ [0, 2]
 // and ‖k‖₂ ≤ 1 (L2-normalised keys, or non-negative keys divided by their
-// sum). First-order rounding analysis bounds the error of such a chain by
-// n·u times the magnitudes it carries (u = 2⁻²⁴); the magnitudes are those
-// of the logits (≥ 1: the normalised stream has unit RMS).
+// sum). A mixture of experts adds its router's and its experts' products
+// (hidden, then expert_size terms). First-order rounding analysis bounds the
+// error of such a chain by n·u times the magnitudes it carries (u = 2⁻²⁴); the
+// magnitudes are those of the logits (≥ 1: the normalised stream has unit RMS).
 inline double LogitTolerance(const ModelConfig& c, size_t tokens,
                              double max_abs_logit) {
   const double u = std::ldexp(1.0, -24);
   const double chain =
       double(c.num_hidden_layers) *
           (2.0 * c.hidden_size + c.value_dim() + c.intermediate_size +
-           double(tokens) + c.feature_dim() + c.conv_size) +
+           double(tokens) + c.feature_dim() + c.conv_size +
+           (c.num_experts > 0 ? c.hidden_size + c.expert_size : 0)) +
       c.hidden_size;
   return chain * u * std::max(1.0, max_abs_logit);
 }

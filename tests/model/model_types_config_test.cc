@@ -407,3 +407,104 @@ TEST(ModelTypesConfigTest, WhatCannotBeServedExactlyIsRefusedByField) {
 
 }  // namespace
 }  // namespace linattn
+
+namespace linattn {
+namespace {
+
+// transformers' GraniteMoeHybridConfig: its own field names and defaults,
+// the attention layers from layer_types (or its alias), and refusals by
+// field for what linattn cannot serve exactly.
+TEST(ModelTypesConfigTest, GraniteMoeHybridReadsTransformersFields) {
+  const ModelConfig d = Parse(
+      R"({"model_type": "granitemoehybrid", "hidden_size": 256,
+          "num_hidden_layers": 3, "layer_types": ["mamba", "attention",
+          "mamba"], "num_attention_heads": 4, "num_key_value_heads": 2,
+          "rms_norm_eps": 1e-5, "position_embedding_type": "nope",
+          "attention_multiplier": 0.015625, "residual_multiplier": 0.22,
+          "embedding_multiplier": 12, "logits_scaling": 6,
+          "mamba_n_heads": 8, "mamba_d_state": 32, "mamba_n_groups": 2})");
+  EXPECT_EQ(d.type, ModelType::kGraniteMoeHybrid);
+  EXPECT_FLOAT_EQ(d.norm_eps, 1e-5f);
+  EXPECT_EQ(d.mamba_inner, 512u);  // mamba_expand 2
+  EXPECT_EQ(d.state_heads, 8u);
+  EXPECT_EQ(d.head_v, 64u);
+  EXPECT_EQ(d.head_k, 32u);
+  EXPECT_EQ(d.gated_norm_groups, 1u);  // over all I, whatever n_groups
+  EXPECT_EQ(d.conv_channels(), 512u + 2 * 2 * 32);
+  EXPECT_EQ(d.intermediate_size, 1024u);  // shared_intermediate_size
+  EXPECT_EQ(d.num_experts, 8u);
+  EXPECT_EQ(d.experts_per_token, 2u);
+  EXPECT_EQ(d.expert_size, 11008u);
+  EXPECT_DOUBLE_EQ(d.residual_multiplier, 0.22);
+  ASSERT_EQ(d.attention_layer(0), nullptr);
+  ASSERT_NE(d.attention_layer(1), nullptr);
+  EXPECT_EQ(d.attention_layer(1)->num_kv_heads, 2u);
+  EXPECT_EQ(d.attention_layer(1)->head_dim, 64u);
+  EXPECT_FALSE(d.attention_layer(1)->rope);
+  EXPECT_DOUBLE_EQ(d.attention_layer(1)->scale, 0.015625);
+  // All Mamba without layer_types: the attention fields are not read.
+  const ModelConfig m = Parse(
+      R"({"model_type": "granitemoehybrid", "hidden_size": 80,
+          "num_hidden_layers": 2, "num_local_experts": 0,
+          "mamba_n_heads": 5})");  // 80 is no multiple of 32 heads
+  EXPECT_FALSE(m.is_hybrid());
+  EXPECT_EQ(m.num_experts, 0u);
+  // Rotary from rope_parameters.
+  const ModelConfig r = Parse(
+      R"({"model_type": "granitemoehybrid", "hidden_size": 64,
+          "num_hidden_layers": 1, "layers_block_type": ["attention"],
+          "num_attention_heads": 4, "position_embedding_type": "rope",
+          "rope_parameters": {"rope_type": "default", "rope_theta": 500}})");
+  EXPECT_TRUE(r.attention_layer(0)->rope);
+  EXPECT_DOUBLE_EQ(r.attention_layer(0)->rope_theta, 500);
+}
+
+TEST(ModelTypesConfigTest, GraniteMoeHybridRefusesByField) {
+  const std::string base =
+      R"({"model_type": "granitemoehybrid", "hidden_size": 64,
+          "num_hidden_layers": 2, "num_attention_heads": 4,
+          "mamba_n_heads": 2, )";
+  auto with = [&](const std::string& fields) { return base + fields + "}"; };
+  ExpectRefused(with(R"("num_local_experts": 2, "num_experts_per_tok": 3)"),
+                "num_experts_per_tok");
+  ExpectRefused(with(R"("num_local_experts": 5000)"), "num_local_experts");
+  ExpectRefused(with(R"("layer_types": ["mamba"])"), "layer_types");
+  ExpectRefused(with(R"("layer_types": ["mamba", "mlp"])"), "layer_types[1]");
+  ExpectRefused(with(R"("layer_types": ["mamba", "attention"],
+                        "layers_block_type": ["attention", "mamba"])"),
+                "layers_block_type");
+  ExpectRefused(with(R"("attn": {"layers": [0], "num_heads": 4})"), "attn");
+  ExpectRefused(with(R"("residual_multiplier": 1e39)"), "residual_multiplier");
+  ExpectRefused(with(R"("logits_scaling": 0)"), "logits_scaling");
+  ExpectRefused(with(R"("logits_scaling": 1e-40)"), "logits_scaling");
+  ExpectRefused(with(R"("embedding_multiplier": Infinity)"),
+                "embedding_multiplier");
+  ExpectRefused(with(R"("time_step_limit": [0.5, 0.1])"), "time_step_limit");
+  ExpectRefused(with(R"("mamba_d_head": 48)"), "mamba_d_head");
+  ExpectRefused(with(R"("mamba_n_heads": 3)"), "mamba_n_heads");
+  ExpectRefused(with(R"("mamba_expand": 1048576)"), "mamba_expand");
+  ExpectRefused(with(R"("shared_intermediate_size": -1)"),
+                "shared_intermediate_size");
+  ExpectRefused(with(R"("num_nextn_predict_layers": 1)"),
+                "num_nextn_predict_layers");
+  ExpectRefused(with(R"("hidden_act": "gelu")"), "hidden_act");
+  ExpectRefused(with(R"("rms_norm_eps": 0)"), "rms_norm_eps");
+  // The attention layers' fields, when layer_types has one.
+  const std::string attention = R"("layer_types": ["mamba", "attention"], )";
+  ExpectRefused(with(attention + R"("position_embedding_type": "alibi")"),
+                "position_embedding_type");
+  ExpectRefused(with(attention + R"("position_embedding_type": "rope",
+                        "rope_scaling": {"rope_type": "yarn", "factor": 4})"),
+                "rope_scaling.rope_type");
+  ExpectRefused(with(attention + R"("position_embedding_type": "rope",
+                        "rope_parameters": {"rope_theta": -1})"),
+                "rope_parameters.rope_theta");
+  ExpectRefused(with(attention + R"("head_dim": 32)"), "head_dim");
+  ExpectRefused(with(attention + R"("num_key_value_heads": 3)"),
+                "num_key_value_heads");
+  ExpectRefused(with(attention + R"("attention_multiplier": 0)"),
+                "attention_multiplier");
+}
+
+}  // namespace
+}  // namespace linattn

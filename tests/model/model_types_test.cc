@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 
+#include "core/attention/state.h"
 #include "core/model/forward.h"
 #include "core/model/model.h"
 #include "core/model/safetensors.h"
@@ -34,12 +35,14 @@ using testing::LoadFixture;
 // One fixture of each type, each with its type's less common paths:
 // GQA without an output gate, a convolution with GQA, the delta rule's
 // convolutions, GVA, B/C groups, rwkv7 without biases over three layers
-// (v_first mixed into two), and rwkv6 with wider keys and values and no
-// pre_norm.
+// (v_first mixed into two), rwkv6 with wider keys and values and no
+// pre_norm, and granitemoehybrid with experts beside its shared MLP and
+// softmax attention in two of its three layers.
 const char* const kOnePerType[] = {
-    "retnet_gqa_nogate",      "gla_conv_gqa",  "delta_net_silu_l2",
-    "gated_deltanet_gva",     "mamba2_groups", "rwkv7_unfused_nobias",
-    "rwkv6_expand_no_prenorm"};
+    "retnet_gqa_nogate",       "gla_conv_gqa",
+    "delta_net_silu_l2",       "gated_deltanet_gva",
+    "mamba2_groups",           "rwkv7_unfused_nobias",
+    "rwkv6_expand_no_prenorm", "granitemoehybrid_moe_shared_top2_gqa_nope"};
 
 std::shared_ptr<const Model> LoadOrDie(const std::string& dir,
                                        const std::string& name = "") {
@@ -87,8 +90,9 @@ bool SameState(const ModelState& a, const ModelState& b) {
 
 TEST(ModelTypesTest, EveryTypeHasReferenceFixtures) {
   const auto names = FixtureNames();
-  for (const char* type : {"retnet_", "gla_", "delta_net_", "gated_deltanet_",
-                           "mamba2_", "rwkv7_", "rwkv6_"}) {
+  for (const char* type :
+       {"retnet_", "gla_", "delta_net_", "gated_deltanet_", "mamba2_", "rwkv7_",
+        "rwkv6_", "granitemoehybrid_"}) {
     const auto n = std::count_if(names.begin(), names.end(), [&](auto& s) {
       return s.rfind(type, 0) == 0;
     });
@@ -108,15 +112,26 @@ TEST(ModelTypesTest, StateIsHeadsTimesKeyTimesValuePlusWindows) {
     const uint64_t window =
         c.is_rwkv() ? 2 * uint64_t{c.hidden_size}
                     : uint64_t{c.conv_channels()} * (c.conv_size - 1);
-    const uint64_t expected =
-        uint64_t{c.num_hidden_layers} *
-        (uint64_t{c.state_heads} * c.head_k * c.head_v + window) * 4;
+    // A hybrid's softmax-attention layers keep a position-only state (one
+    // 1 × 1 head) and their keys and values beside it.
+    const AttentionSpec position_only{.num_heads = 1,
+                                      .key_dim = 1,
+                                      .value_dim = 1,
+                                      .feature_map = FeatureMapKind::kIdentity,
+                                      .unnormalized = true};
+    uint64_t expected = uint64_t{c.num_hidden_layers} * window * 4;
+    for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
+      expected += c.attention_layer(l) != nullptr
+                      ? StateBytes(position_only)
+                      : uint64_t{c.state_heads} * c.head_k * c.head_v * 4;
+    }
     EXPECT_EQ(model->state_bytes(), expected);
     ModelState state = model->NewState();
     EXPECT_EQ(state.bytes(), expected);
     ForwardRunner runner(model);
     Feed(runner, state, fx.tokens);
-    EXPECT_EQ(state.bytes(), expected);
+    EXPECT_EQ(state.bytes() - state.kv_bytes(), expected);
+    EXPECT_EQ(state.kv_bytes(), model->kv_bytes_at(fx.tokens.size()));
     EXPECT_EQ(state.conv().size(), window == 0 ? 0 : c.num_hidden_layers);
   }
 }
@@ -134,7 +149,9 @@ TEST(ModelTypesTest, SnapshotsAndForksContinueExactly) {
     Feed(runner, state, tokens.subspan(0, 23));
     const std::string blob =
         SerializeModelSnapshot(*model, state, tokens[23], SamplerPosition{});
-    EXPECT_EQ(blob.size(), ModelSnapshotBytes(*model));
+    EXPECT_EQ(blob.size(), model->config().is_hybrid()
+                               ? ModelSnapshotBytesAt(*model, 23)
+                               : ModelSnapshotBytes(*model));
     const std::shared_ptr<const Model> models[] = {model};
     auto parsed = ParseModelSnapshot(blob, models);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -169,7 +186,7 @@ TEST(ModelTypesTest, SnapshotsAndForksContinueExactly) {
 TEST(ModelTypesTest, HybridSnapshotsCarryTheKeysAndValues) {
   for (const char* name :
        {"hybrid_gla_window_gqa_bias", "hybrid_gated_deltanet_specs",
-        "hybrid_rwkv6_first_window"}) {
+        "hybrid_rwkv6_first_window", "granitemoehybrid_groups_biases"}) {
     for (const size_t at : {size_t{9}, size_t{70}}) {
       SCOPED_TRACE(std::string(name) + " at " + std::to_string(at));
       const auto [fx, model] = Open(name);

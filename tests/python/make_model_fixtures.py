@@ -13,7 +13,8 @@ forward in float64:
 Cases cover every supported feature map, normalised and not, with and without
 num_kv_heads < num_heads, tied feature maps, norm_q/norm_k, no affine head
 norm, tied embeddings, F16/BF16 files and expand_k/expand_v ≠ 1; every rule
-type's options; fla's hybrids (softmax-attention layers). With
+type's options; fla's hybrids (softmax-attention layers); transformers'
+granitemoehybrid (Mamba-2 and attention layers, dense or MoE). With
 --builtin DIR the built-in model gets the same treatment (case "builtin"), and
 with --builtin-rwkv7 DIR the RWKV-7 model shipped beside it (case
 "builtin_rwkv7").
@@ -181,6 +182,50 @@ def hybrid_cases():
     ]
 
 
+# transformers' granitemoehybrid (IBM Granite 4.0-H): Mamba-2 and attention
+# layers (layer_types, or its alias layers_block_type, or neither: all Mamba),
+# dense (the shared MLP alone) or MoE (top-1, top-2) with and without the
+# shared MLP, rope and nope, GQA and MQA, mamba_n_groups 2, the bias flags, a
+# time_step_limit that clamps, tied embeddings, a BF16 file; Granite's
+# multipliers everywhere.
+GRANITE = {"model_type": "granitemoehybrid", "hidden_size": 64, "num_hidden_layers": 2,
+           "vocab_size": 300, "tie_word_embeddings": False, "bos_token_id": 256,
+           "eos_token_id": 257, "linattn_tokenizer": "bytes",
+           "num_attention_heads": 4, "num_key_value_heads": 4, "hidden_act": "silu",
+           "rms_norm_eps": 1e-5, "intermediate_size": 32, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "shared_intermediate_size": 48,
+           "position_embedding_type": "rope", "rope_theta": 10000.0, "rope_scaling": None,
+           "attention_bias": False, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+           "attention_multiplier": 0.0625, "logits_scaling": 6.0,
+           "layer_types": ["mamba", "attention"], "mamba_n_heads": 8, "mamba_d_head": 16,
+           "mamba_n_groups": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+           "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False}
+
+
+def granite_cases():
+    return [
+        ("granitemoehybrid_dense", dict(num_local_experts=0, shared_intermediate_size=96)),
+        ("granitemoehybrid_moe_shared_top2_gqa_nope",
+         dict(num_hidden_layers=3, layer_types=["attention", "mamba", "attention"],
+              num_key_value_heads=2, position_embedding_type="nope")),
+        ("granitemoehybrid_moe_noshared_top1",
+         dict(num_experts_per_tok=1, shared_intermediate_size=0, num_local_experts=6)),
+        ("granitemoehybrid_groups_biases",
+         dict(num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "attention"],
+              mamba_n_groups=2, attention_bias=True, mamba_proj_bias=True,
+              mamba_conv_bias=False, mamba_d_conv=3, time_step_limit=[0.0, 0.05],
+              num_key_value_heads=1,
+              rope_parameters={"rope_type": "default", "rope_theta": 500.0})),
+        ("granitemoehybrid_alias_all_mamba_dense_nope",
+         dict(layer_types=None, layers_block_type=["mamba", "mamba"], num_local_experts=0,
+              position_embedding_type=None, mamba_d_head="auto", mamba_n_heads=4)),
+        ("granitemoehybrid_tied_bf16",
+         dict(tie_word_embeddings=True, _dtype="BF16", num_hidden_layers=3,
+              layer_types=["mamba", "mamba", "attention"], num_key_value_heads=2,
+              position_embedding_type="nope")),
+    ]
+
+
 def random_case(out, name, config, over, seed, rng, drop_nulls=False):
     """A random model of `config` updated by `over` (its "_dtype" the file's
     type) in OUT/<name>, with 77 tokens from `rng` and their logits."""
@@ -284,6 +329,8 @@ def main():
         os.path.join(case_dir, "logits_initial_state.f64"))
     for i, (name, base, over) in enumerate(hybrid_cases()):
         random_case(args.out, name, {**SHARED, **base}, over, 900 + i, rng)
+    for i, (name, over) in enumerate(granite_cases()):
+        random_case(args.out, name, GRANITE, over, 1000 + i, rng)
     for shipped, name in ((args.builtin, "builtin"), (args.builtin_rwkv7, "builtin_rwkv7")):
         if not shipped:
             continue

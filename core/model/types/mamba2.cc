@@ -5,6 +5,8 @@
 // dt·(−exp(A_log_h)), no scale; y = o + D ⊙ x, then the gated RMSNorm over
 // groups of I/G channels (or y·SiLU(z) without rmsnorm), out_proj; no MLP.
 // Reference: tools/linattn_ref.py's Mamba2Mixer.
+#include "core/model/types/mamba2.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,68 +14,46 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/row_ops.h"
-#include "core/model/types/rule_mixer.h"
 #include "core/util/parallel_for.h"
 #include "core/util/row_view.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
-namespace {
 
-class Mamba2Def final : public RuleMixer {
- public:
-  Mamba2Def() : RuleMixer(ModelType::kMamba2, "mamba2", "Mamba2Mixer") {}
+absl::Status ReadMamba2Shape(const json& j, const Mamba2Fields& f,
+                             ModelConfig& c) {
+  c.num_kv_heads = c.state_heads = c.num_heads;
+  if (auto s = Dim(j, f.state_size, &c.state_size, f.state_size_default);
+      !s.ok())
+    return s;
+  c.head_k = c.state_size;
+  if (auto s = Dim(j, f.n_groups, &c.n_groups, 1); !s.ok()) return s;
+  LINATTN_RETURN_IF_ERROR(
+      Divides(f.n_groups, c.num_heads, c.n_groups, "the head count"));
+  if (auto s = Dim(j, f.conv_kernel, &c.conv_size, 4); !s.ok()) return s;
+  c.use_short_conv = true;
+  LINATTN_RETURN_IF_ERROR(Bool(j, f.conv_bias, &c.use_conv_bias, true));
+  return Bool(j, f.bias, &c.use_bias, false);
+}
 
-  CommonDefaults defaults() const override {
-    CommonDefaults d;
-    d.layers = 48;
-    d.hidden_act = "silu";  // its convolution's (the same function)
-    d.norm_eps = 1e-5;
-    d.layer_norm_epsilon = true;
-    d.mlp = false;
-    return d;
+absl::Status ReadTimeStepLimit(const json& j, const char* field,
+                               ModelConfig& c) {
+  c.dt_min = 0;
+  c.dt_max = std::numeric_limits<double>::infinity();
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array() || it->size() != 2) {
+    return ConfigFieldError(field, "must be [min, max]");
   }
-  absl::Status ReadConfig(const json& j, ModelConfig& c) const override;
-  // fla's Mamba2 is `backbone.*` (mamba_ssm's checkpoints say
-  // `backbone.embedding`).
-  TensorNames names() const override {
-    TensorNames n;
-    n.base = "backbone.";
-    n.input_norm = "norm.weight";
-    n.embeddings = {"backbone.embeddings.weight", "backbone.embedding.weight"};
-    n.final_norm = "backbone.norm_f.weight";
-    return n;
+  LINATTN_ASSIGN_OR_RETURN(c.dt_min, Number((*it)[0], field));
+  LINATTN_ASSIGN_OR_RETURN(c.dt_max, Number((*it)[1], field));
+  if (!(c.dt_min >= 0) || !std::isfinite(c.dt_min) || !(c.dt_max >= c.dt_min)) {
+    return ConfigFieldError(
+        field, absl::StrCat("must be [min, max] with 0 ≤ min ≤ max, got [",
+                            c.dt_min, ", ", c.dt_max, "]"));
   }
-  MixerColumns Columns(const ModelConfig& c) const override {
-    // z | x B C | dt, as its in_proj is laid out; the convolution over
-    // x B C.
-    MixerColumns m;
-    const uint32_t I = c.intermediate_size, GN = c.n_groups * c.state_size;
-    m.gate = 0;
-    m.conv = m.v = I;
-    m.k = 2 * I;
-    m.q = 2 * I + GN;
-    m.a = 2 * I + 2 * GN;
-    m.width = m.a + c.num_heads;
-    return m;
-  }
-  absl::Status LoadMixer(TensorReader& r, const ModelConfig& c,
-                         const std::string& layer, WeightType weights,
-                         Model::Layer& L) const override;
-
- protected:
-  bool scaled() const override { return false; }
-  uint64_t ExtraWidth(const ModelConfig& c) const override {
-    return 2 * uint64_t{c.intermediate_size} +
-           2 * uint64_t{c.n_groups} * c.state_size + c.num_heads;
-  }
-  const char* size_field() const override { return "state_size"; }
-  const char* head_field() const override { return "state_size"; }
-  absl::Status Inputs(ForwardRunner& runner, const LayerPass& pass,
-                      const Model::Layer& L) const override;
-  void Outputs(ForwardRunner& runner, const LayerPass& pass,
-               const Model::Layer& L) const override;
-};
+  return absl::OkStatus();
+}
 
 absl::Status Mamba2Def::ReadConfig(const json& j, ModelConfig& c) const {
   uint32_t inner = 0;
@@ -81,7 +61,7 @@ absl::Status Mamba2Def::ReadConfig(const json& j, ModelConfig& c) const {
   if (auto s = Dim(j, "head_dim", &c.head_v, 64); !s.ok()) return s;
   LINATTN_RETURN_IF_ERROR(
       Divides("head_dim", inner, c.head_v, "expand × hidden_size"));
-  c.intermediate_size = inner;
+  c.intermediate_size = c.mamba_inner = inner;
   c.num_heads = inner / c.head_v;
   // Mamba2Config derives num_heads; a stored one must agree (the layer
   // raises otherwise).
@@ -92,16 +72,12 @@ absl::Status Mamba2Def::ReadConfig(const json& j, ModelConfig& c) const {
         "num_heads", absl::StrCat("must be expand × hidden_size / head_dim = ",
                                   c.num_heads, ", got ", stored));
   }
-  c.num_kv_heads = c.state_heads = c.num_heads;
-  if (auto s = Dim(j, "state_size", &c.state_size, 128); !s.ok()) return s;
-  c.head_k = c.state_size;
-  if (auto s = Dim(j, "n_groups", &c.n_groups, 1); !s.ok()) return s;
   LINATTN_RETURN_IF_ERROR(
-      Divides("n_groups", c.num_heads, c.n_groups, "the head count"));
-  if (auto s = Dim(j, "conv_kernel", &c.conv_size, 4); !s.ok()) return s;
-  c.use_short_conv = true;
-  LINATTN_RETURN_IF_ERROR(Bool(j, "use_conv_bias", &c.use_conv_bias, true));
-  LINATTN_RETURN_IF_ERROR(Bool(j, "use_bias", &c.use_bias, false));
+      ReadMamba2Shape(j,
+                      {"state_size", 128, "n_groups", "conv_kernel",
+                       "use_conv_bias", "use_bias"},
+                      c));
+  c.gated_norm_groups = c.n_groups;
   // fla wrote `rms_norm` before `rmsnorm`, and from September 2024 to April
   // 2026 applied the norm whatever it said (its first release honoured
   // it): false without `rmsnorm` has no one meaning.
@@ -119,33 +95,18 @@ absl::Status Mamba2Def::ReadConfig(const json& j, ModelConfig& c) const {
   LINATTN_RETURN_IF_ERROR(
       Bool(j, "norm_before_gate", &c.norm_before_gate, false));
   LINATTN_RETURN_IF_ERROR(Bool(j, "D_has_hdim", &c.d_has_hdim, false));
-  const char* limit_field =
+  return ReadTimeStepLimit(
+      j,
       j.contains("dt_limit") || !j.contains("time_step_limit")
           ? "dt_limit"
-          : "time_step_limit";
-  c.dt_min = 0;
-  c.dt_max = std::numeric_limits<double>::infinity();
-  if (auto it = j.find(limit_field); it != j.end() && !it->is_null()) {
-    if (!it->is_array() || it->size() != 2) {
-      return ConfigFieldError(limit_field, "must be [min, max]");
-    }
-    LINATTN_ASSIGN_OR_RETURN(c.dt_min, Number((*it)[0], limit_field));
-    LINATTN_ASSIGN_OR_RETURN(c.dt_max, Number((*it)[1], limit_field));
-    if (!(c.dt_min >= 0) || !std::isfinite(c.dt_min) ||
-        !(c.dt_max >= c.dt_min)) {
-      return ConfigFieldError(
-          limit_field, absl::StrCat("must be [min, max] with 0 ≤ min ≤ max, "
-                                    "got [",
-                                    c.dt_min, ", ", c.dt_max, "]"));
-    }
-  }
-  return absl::OkStatus();
+          : "time_step_limit",
+      c);
 }
 
 absl::Status Mamba2Def::LoadMixer(TensorReader& r, const ModelConfig& c,
                                   const std::string& layer, WeightType weights,
                                   Model::Layer& L) const {
-  const std::string p = layer + "mixer.";
+  const std::string p = layer + MixerModule();
   const int64_t H = c.hidden_size;
   const MixerColumns cols = Columns(c);
   const int64_t C = c.conv_channels(), W = c.conv_size;
@@ -171,13 +132,15 @@ absl::Status Mamba2Def::LoadMixer(TensorReader& r, const ModelConfig& c,
   }
   LINATTN_ASSIGN_OR_RETURN(
       L.d_skip,
-      r.Vector(p + "D", c.d_has_hdim ? c.intermediate_size : c.state_heads));
+      r.Vector(p + "D", c.d_has_hdim ? c.mamba_inner : c.state_heads));
   if (c.rmsnorm) {
     LINATTN_ASSIGN_OR_RETURN(L.head_norm,
-                             r.Vector(p + "norm.weight", c.intermediate_size));
+                             r.Vector(p + "norm.weight", c.mamba_inner));
   }
   LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w, r.Matrix(p + "out_proj.weight", H,
                                                      int64_t{c.value_dim()}));
+  // A residual multiplier scales the branch (its bias too).
+  ScaleResidualBranch(c, w, L.out_bias);
   LINATTN_ASSIGN_OR_RETURN(
       L.o, PackedLinear::Create(w.data(), H, c.value_dim(), true, weights));
   return absl::OkStatus();
@@ -236,9 +199,11 @@ void Mamba2Def::Outputs(ForwardRunner& runner, const LayerPass& pass,
   const float eps = c.norm_eps;
   const float* w = L.head_norm.empty() ? nullptr : L.head_norm.data();
   const VectorKernels& kernels = ActiveKernels();
-  // y + D·x, then fla's RMSNormGated over groups of I / G channels:
-  // norm(y·SiLU(z))·w, or norm(y)·w·SiLU(z) with norm_before_gate.
-  const uint32_t I = c.intermediate_size, group = I / c.n_groups;
+  // y + D·x, then the gated RMSNorm over its groups (fla's over I / G
+  // channels, granitemoehybrid's over I): norm(y·SiLU(z))·w, or
+  // norm(y)·w·SiLU(z) with norm_before_gate.
+  const uint32_t I = c.mamba_inner, groups = c.gated_norm_groups,
+                 group = I / groups;
   ParallelFor(rows, uint64_t{rows} * I >= kParallelFloats, [&](uint64_t r) {
     float* y = o.row(r);
     const float* x = proj.row(r) + cols.v;
@@ -248,14 +213,12 @@ void Mamba2Def::Outputs(ForwardRunner& runner, const LayerPass& pass,
     }
     if (!c.rmsnorm || !c.norm_before_gate) kernels.silu_mul(I, z, y, y);
     if (c.rmsnorm) {
-      RmsNormRows(y, c.n_groups, group, nullptr, eps, y);
+      RmsNormRows(y, groups, group, nullptr, eps, y);
       for (uint32_t i = 0; i < I; ++i) y[i] *= w[i];
       if (c.norm_before_gate) kernels.silu_mul(I, z, y, y);
     }
   });
 }
-
-}  // namespace
 
 const ModelTypeDef& Mamba2Type() {
   static const Mamba2Def kDef;

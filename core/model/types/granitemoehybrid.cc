@@ -1,0 +1,314 @@
+// granitemoehybrid: IBM Granite 4.0-H in transformers' layout
+// (transformers/models/granitemoehybrid, GraniteMoeHybridForCausalLM).
+// Per layer, by layer_types: x += m·mamba(rmsnorm(x)) with Mamba-2's mixer
+// (mamba2.h; its gated RMSNorm over all I channels, D per head), or
+// x += m·attention(rmsnorm(x)) with softmax attention (GQA, scores times
+// attention_multiplier, rotary only with position_embedding_type "rope",
+// attention_bias on q, k, v and o); then
+// x += m·(shared_mlp(h) + moe(h)), h = rmsnorm(x), the shared MLP a gated
+// SiLU MLP of shared_intermediate_size and the experts (moe.h) present
+// when num_local_experts > 0. m is residual_multiplier; the embeddings are
+// times embedding_multiplier and the logits divided by logits_scaling.
+// Reference: tools/linattn_ref.py's GraniteMoeHybridMambaLayer and its
+// language model.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/model/types/mamba2.h"
+#include "core/util/status_macros.h"
+
+namespace linattn {
+namespace {
+
+class GraniteMoeHybridDef final : public Mamba2Def {
+ public:
+  GraniteMoeHybridDef()
+      : Mamba2Def(ModelType::kGraniteMoeHybrid, "granitemoehybrid",
+                  "GraniteMoeHybridMambaLayer") {}
+
+  CommonDefaults defaults() const override {
+    CommonDefaults d;
+    d.layers = 32;
+    d.hidden_act = "silu";
+    d.norm_eps = 1e-6;
+    d.rms_norm_eps = true;
+    d.mlp = false;  // its sizes are read below
+    return d;
+  }
+  absl::Status ReadConfig(const json& j, ModelConfig& c) const override;
+  TensorNames names() const override {
+    TensorNames n;
+    n.base = "model.";
+    n.input_norm = "input_layernorm.weight";
+    n.embeddings = {"model.embed_tokens.weight"};
+    n.final_norm = "model.norm.weight";
+    n.attention = "self_attn.";
+    n.mlp_norm = "post_attention_layernorm.weight";
+    n.mlp_gate = "shared_mlp.input_linear.weight";
+    n.mlp_up = "";
+    n.mlp_down = "shared_mlp.output_linear.weight";
+    n.experts = "block_sparse_moe.";
+    return n;
+  }
+
+ protected:
+  const char* MixerModule() const override { return "mamba."; }
+  const char* size_field() const override { return "mamba_d_state"; }
+  const char* head_field() const override { return "mamba_d_head"; }
+};
+
+// The most experts a layer may have (Granite 4.0-H-Small has 72; each is
+// two packed products of its own).
+constexpr uint32_t kMaxExperts = 4096;
+
+// A finite number (positive with `positive`), `fallback` when absent.
+absl::Status Multiplier(const json& j, const char* field, double fallback,
+                        bool positive, double* out) {
+  *out = fallback;
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (it->is_boolean()) return ConfigFieldError(field, "must be a number");
+  LINATTN_ASSIGN_OR_RETURN(*out, Number(*it, field));
+  // Applied in fp32 (folded into weights): finite there, and so is its
+  // reciprocal for a divisor.
+  const double most = std::numeric_limits<float>::max();
+  if (!(std::fabs(*out) <= most) || (positive && !(*out >= 1 / most))) {
+    return ConfigFieldError(
+        field, positive ? "must be positive and within fp32's range (its "
+                          "reciprocal too)"
+                        : "must be finite within fp32's range");
+  }
+  return absl::OkStatus();
+}
+
+// A count that may be 0.
+absl::Status Count(const json& j, const char* field, uint32_t fallback,
+                   uint32_t* out) {
+  auto v = Optional<int64_t>(j, field);
+  if (!v.ok()) return v.status();
+  const int64_t n = v->value_or(fallback);
+  if (n < 0 || n > int64_t{kMaxModelDim}) {
+    return ConfigFieldError(
+        field, absl::StrCat("must be in [0, ", kMaxModelDim, "], got ", n));
+  }
+  *out = static_cast<uint32_t>(n);
+  return absl::OkStatus();
+}
+
+// The rotary embedding's base: rope_scaling's or else rope_parameters'
+// (transformers from v5) rope_theta, else the top-level one; anything but
+// the default rotary (scaled, YaRN …) is refused.
+absl::Status ReadRope(const json& j, double* theta) {
+  LINATTN_RETURN_IF_ERROR(Multiplier(j, "rope_theta", 10000, true, theta));
+  for (const char* field : {"rope_scaling", "rope_parameters"}) {
+    auto it = j.find(field);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_object()) {
+      return ConfigFieldError(field, "must be null or a dictionary");
+    }
+    for (const char* kind : {"rope_type", "type"}) {
+      auto k = it->find(kind);
+      if (k != it->end() && !(k->is_string() && *k == "default")) {
+        return ConfigFieldError(
+            absl::StrCat(field, ".", kind),
+            absl::StrCat(k->dump(),
+                         " is not supported (the default rotary only)"));
+      }
+    }
+    if (auto t = it->find("rope_theta"); t != it->end() && !t->is_null()) {
+      if (absl::Status s = Multiplier(*it, "rope_theta", 10000, true, theta);
+          !s.ok()) {
+        return ConfigFieldError(absl::StrCat(field, ".rope_theta"),
+                                "must be positive and finite");
+      }
+    }
+    // transformers reads the first of the two that is given.
+    break;
+  }
+  return absl::OkStatus();
+}
+
+// Multi-token-prediction heads (a checkpoint's extra layers for
+// speculative decoding) are not run: refused by name rather than ignored.
+absl::Status RefuseMultiTokenPrediction(const json& j) {
+  for (const char* field : {"num_nextn_predict_layers", "mtp_layers"}) {
+    if (auto it = j.find(field);
+        it != j.end() && !it->is_null() && !(*it == 0)) {
+      return ConfigFieldError(
+          field, "multi-token-prediction layers are not supported");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GraniteMoeHybridDef::ReadConfig(const json& j,
+                                             ModelConfig& c) const {
+  const uint32_t H = c.hidden_size;
+  // The multipliers.
+  LINATTN_RETURN_IF_ERROR(
+      Multiplier(j, "embedding_multiplier", 1, false, &c.embedding_multiplier));
+  LINATTN_RETURN_IF_ERROR(
+      Multiplier(j, "residual_multiplier", 1, false, &c.residual_multiplier));
+  LINATTN_RETURN_IF_ERROR(
+      Multiplier(j, "logits_scaling", 1, true, &c.logits_scaling));
+
+  // Feed-forwards: the shared MLP (GraniteMoeHybridMLP, always built; of
+  // width 0 it adds nothing), the experts with num_local_experts > 0.
+  LINATTN_RETURN_IF_ERROR(
+      Count(j, "shared_intermediate_size", 1024, &c.intermediate_size));
+  LINATTN_RETURN_IF_ERROR(Count(j, "num_local_experts", 8, &c.num_experts));
+  if (c.num_experts > kMaxExperts) {
+    return ConfigFieldError(
+        "num_local_experts",
+        absl::StrCat("must be at most ", kMaxExperts, ", got ", c.num_experts));
+  }
+  if (c.num_experts > 0) {
+    if (auto s = Dim(j, "intermediate_size", &c.expert_size, 11008); !s.ok())
+      return s;
+    if (auto s = Dim(j, "num_experts_per_tok", &c.experts_per_token, 2);
+        !s.ok())
+      return s;
+    if (c.experts_per_token > c.num_experts) {
+      return ConfigFieldError(
+          "num_experts_per_tok",
+          absl::StrCat("must be at most num_local_experts = ", c.num_experts,
+                       ", got ", c.experts_per_token));
+    }
+  }
+
+  // Mamba-2 layers.
+  uint32_t expand = 2;
+  if (auto s = Dim(j, "mamba_expand", &expand, 2); !s.ok()) return s;
+  if (uint64_t{expand} * H > kMaxModelDim) {
+    return ConfigFieldError("mamba_expand",
+                            "gives an inner width out of range");
+  }
+  c.mamba_inner = expand * H;
+  if (auto s = Dim(j, "mamba_n_heads", &c.num_heads, 128); !s.ok()) return s;
+  LINATTN_RETURN_IF_ERROR(Divides("mamba_n_heads", c.mamba_inner, c.num_heads,
+                                  "mamba_expand × hidden_size"));
+  c.head_v = c.mamba_inner / c.num_heads;
+  if (auto d = j.find("mamba_d_head");
+      d != j.end() && !d->is_null() && !(d->is_string() && *d == "auto")) {
+    uint32_t head = 0;
+    if (auto s = Dim(j, "mamba_d_head", &head); !s.ok()) return s;
+    if (head != c.head_v) {
+      return ConfigFieldError(
+          "mamba_d_head",
+          absl::StrCat("must be mamba_expand × hidden_size / mamba_n_heads = ",
+                       c.head_v, " (or \"auto\"), got ", head));
+    }
+  }
+  LINATTN_RETURN_IF_ERROR(
+      ReadMamba2Shape(j,
+                      {"mamba_d_state", 256, "mamba_n_groups", "mamba_d_conv",
+                       "mamba_conv_bias", "mamba_proj_bias"},
+                      c));
+  c.rmsnorm = true;
+  c.norm_before_gate = false;
+  c.d_has_hdim = false;
+  c.gated_norm_groups = 1;
+  LINATTN_RETURN_IF_ERROR(ReadTimeStepLimit(j, "time_step_limit", c));
+
+  // layer_types (or its alias layers_block_type): mamba or attention per
+  // layer, every layer mamba when neither is given.
+  auto listed = [&](const char* field) {
+    auto it = j.find(field);
+    return it != j.end() && !it->is_null() ? &*it : nullptr;
+  };
+  const json* types = listed("layer_types");
+  const char* types_field = "layer_types";
+  if (const json* alias = listed("layers_block_type")) {
+    if (types != nullptr && *types != *alias) {
+      return ConfigFieldError(
+          "layers_block_type",
+          "differs from layer_types (its alias); give one of them");
+    }
+    types = alias;
+    types_field = "layers_block_type";
+  }
+  c.attn_of_layer.assign(c.num_hidden_layers, -1);
+  if (types != nullptr) {
+    if (!types->is_array() || types->size() != c.num_hidden_layers) {
+      return ConfigFieldError(
+          types_field,
+          absl::StrCat("must list num_hidden_layers = ", c.num_hidden_layers,
+                       " layer types (\"mamba\" or "
+                       "\"attention\")"));
+    }
+    for (size_t l = 0; l < types->size(); ++l) {
+      const json& t = (*types)[l];
+      if (t == "attention") {
+        c.attn_of_layer[l] = 0;
+      } else if (t != "mamba") {
+        return ConfigFieldError(
+            absl::StrCat(types_field, "[", l, "]"),
+            absl::StrCat(t.dump(), " is not \"mamba\" or \"attention\""));
+      }
+    }
+  }
+  // Softmax-attention layers, read when layer_types has one (transformers
+  // builds none otherwise).
+  if (!c.is_hybrid()) return RefuseMultiTokenPrediction(j);
+  ModelConfig::SoftmaxAttention a;
+  if (auto s = Dim(j, "num_attention_heads", &a.num_heads, 32); !s.ok())
+    return s;
+  a.num_kv_heads = a.num_heads;
+  if (auto s = Dim(j, "num_key_value_heads", &a.num_kv_heads, a.num_heads);
+      !s.ok())
+    return s;
+  LINATTN_RETURN_IF_ERROR(
+      Divides("num_attention_heads", H, a.num_heads, "hidden_size"));
+  LINATTN_RETURN_IF_ERROR(Divides("num_key_value_heads", a.num_heads,
+                                  a.num_kv_heads, "num_attention_heads"));
+  a.head_dim = H / a.num_heads;
+  if (auto d = j.find("head_dim"); d != j.end() && !d->is_null()) {
+    uint32_t head = 0;
+    if (auto s = Dim(j, "head_dim", &head); !s.ok()) return s;
+    if (head != a.head_dim) {
+      return ConfigFieldError(
+          "head_dim",
+          absl::StrCat("linattn takes hidden_size / num_attention_heads = ",
+                       a.head_dim, ", got ", head));
+    }
+  }
+  LINATTN_RETURN_IF_ERROR(Bool(j, "attention_bias", &a.qkv_bias, false));
+  a.o_bias = a.qkv_bias;
+  LINATTN_RETURN_IF_ERROR(
+      Multiplier(j, "attention_multiplier", 1, false, &a.scale));
+  if (a.scale == 0) {
+    return ConfigFieldError("attention_multiplier", "must not be 0");
+  }
+  auto position = Optional<std::string>(j, "position_embedding_type");
+  if (!position.ok()) return position.status();
+  // transformers builds the rotary embedding for "rope" alone.
+  if (position->has_value() && **position != "rope" && **position != "nope") {
+    return ConfigFieldError(
+        "position_embedding_type",
+        absl::StrCat("'", **position, "' is not one of rope, nope"));
+  }
+  a.rope = position->has_value() && **position == "rope";
+  if (a.rope) {
+    LINATTN_RETURN_IF_ERROR(ReadRope(j, &a.rope_theta));
+    if (a.head_dim % 2 != 0) {
+      return ConfigFieldError(
+          "num_attention_heads",
+          absl::StrCat("gives an odd head size ", a.head_dim,
+                       " (rotary rotates halves)"));
+    }
+  }
+
+  c.attn.push_back(a);
+  return RefuseMultiTokenPrediction(j);
+}
+
+}  // namespace
+
+const ModelTypeDef& GraniteMoeHybridType() {
+  static const GraniteMoeHybridDef kDef;
+  return kDef;
+}
+
+}  // namespace linattn
