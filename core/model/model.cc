@@ -352,8 +352,14 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
         std::make_unique<Attention>(*Attention::Create(position_only));
   }
 
-  LINATTN_ASSIGN_OR_RETURN(auto file,
-                           SafetensorsFile::Open(dir + "/model.safetensors"));
+  // One model.safetensors, or the shards its index names (transformers'
+  // model.safetensors.index.json) when there is none.
+  const std::string single = dir + "/model.safetensors",
+                    index = dir + "/model.safetensors.index.json";
+  LINATTN_ASSIGN_OR_RETURN(
+      auto file, !std::ifstream(single).good() && std::ifstream(index).good()
+                     ? SafetensorsFile::OpenSharded(index)
+                     : SafetensorsFile::Open(single));
   TensorReader r(*file);
   const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
   const ModelTypeDef::TensorNames names = type.names();

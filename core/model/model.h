@@ -3,7 +3,8 @@
 // rwkv7, rwkv6; fla's hybrids of the first five with softmax-attention
 // layers), immutable and shared by every session that uses it.
 //
-// A model directory holds config.json, model.safetensors (F32, F16 or BF16)
+// A model directory holds config.json, model.safetensors (F32, F16 or BF16;
+// or the shards model.safetensors.index.json names)
 // and optionally a SentencePiece tokenizer.model (without one the model is
 // byte-level). Load() checks every tensor's name and shape against the
 // config, converts the weights to fp32 once, and packs them for the GEMMs:

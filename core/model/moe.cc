@@ -33,26 +33,23 @@ absl::Status LoadExperts(TensorReader& r, const ModelConfig& c,
   // Shapes first, then one tensor at a time.
   LINATTN_RETURN_IF_ERROR(r.Check(up, {E, 2 * I, H}));
   LINATTN_RETURN_IF_ERROR(r.Check(down, {E, H, I}));
+  // One expert at a time: the load holds one expert's fp32 weights beside
+  // the packed ones, not every expert's.
   const float m = static_cast<float>(c.residual_multiplier);
-  {
-    AlignedBuffer all(E * 2 * I * H);
-    LINATTN_RETURN_IF_ERROR(r.Read(up, {E, 2 * I, H}, all.data()));
-    for (int64_t e = 0; e < E; ++e) {
-      LINATTN_ASSIGN_OR_RETURN(
-          auto packed, PackedLinear::Create(all.data() + e * 2 * I * H, 2 * I,
-                                            H, false, weights));
-      out.gate_up.push_back(std::move(packed));
-    }
-  }
-  AlignedBuffer all(E * H * I);
-  LINATTN_RETURN_IF_ERROR(r.Read(down, {E, H, I}, all.data()));
-  if (m != 1.0f) {
-    for (uint64_t i = 0; i < all.size(); ++i) all.data()[i] *= m;
+  AlignedBuffer w(2 * I * H);
+  for (int64_t e = 0; e < E; ++e) {
+    LINATTN_RETURN_IF_ERROR(r.ReadPart(up, {E, 2 * I, H}, e, w.data()));
+    LINATTN_ASSIGN_OR_RETURN(
+        auto packed, PackedLinear::Create(w.data(), 2 * I, H, false, weights));
+    out.gate_up.push_back(std::move(packed));
   }
   for (int64_t e = 0; e < E; ++e) {
+    LINATTN_RETURN_IF_ERROR(r.ReadPart(down, {E, H, I}, e, w.data()));
+    if (m != 1.0f) {
+      for (int64_t i = 0; i < H * I; ++i) w.data()[i] *= m;
+    }
     LINATTN_ASSIGN_OR_RETURN(
-        auto packed,
-        PackedLinear::Create(all.data() + e * H * I, H, I, false, weights));
+        auto packed, PackedLinear::Create(w.data(), H, I, false, weights));
     out.down.push_back(std::move(packed));
   }
   return absl::OkStatus();

@@ -9,10 +9,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace linattn {
@@ -98,23 +100,23 @@ uint64_t TensorView::numel() const {
   return n;
 }
 
-void TensorView::ToFloat(float* out) const {
-  const uint64_t n = numel();
+void TensorView::ToFloat(float* out, uint64_t first, uint64_t count) const {
+  const uint8_t* at = data + first * DTypeBytes(dtype);
   switch (dtype) {
     case DType::kF32:
-      std::memcpy(out, data, n * 4);
+      std::memcpy(out, at, count * 4);
       return;
     case DType::kF16:
-      for (uint64_t i = 0; i < n; ++i) {
+      for (uint64_t i = 0; i < count; ++i) {
         uint16_t h;
-        std::memcpy(&h, data + 2 * i, 2);
+        std::memcpy(&h, at + 2 * i, 2);
         out[i] = HalfToFloat(h);
       }
       return;
     case DType::kBF16:
-      for (uint64_t i = 0; i < n; ++i) {
+      for (uint64_t i = 0; i < count; ++i) {
         uint16_t b;
-        std::memcpy(&b, data + 2 * i, 2);
+        std::memcpy(&b, at + 2 * i, 2);
         out[i] = BFloat16ToFloat(b);
       }
       return;
@@ -247,6 +249,93 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
 
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, mapped_bytes_);
+  for (const auto& [mapping, bytes] : shard_mappings_) ::munmap(mapping, bytes);
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenSharded(
+    const std::string& index_path) {
+  auto bad = [&index_path](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(index_path, ": ", what));
+  };
+  std::ifstream in(index_path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(index_path, ": cannot open"));
+  }
+  std::string text;
+  {
+    // An index lists names: it is far below the headers' own limit.
+    in.seekg(0, std::ios::end);
+    const std::streamoff size = in.tellg();
+    if (size < 0 || static_cast<uint64_t>(size) > kMaxHeaderBytes) {
+      return bad(absl::StrCat("larger than ", kMaxHeaderBytes, " bytes"));
+    }
+    text.resize(static_cast<size_t>(size));
+    in.seekg(0);
+    in.read(text.data(), size);
+  }
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return bad(absl::StrCat("not valid JSON: ", e.what()));
+  }
+  if (!index.is_object() || !index.contains("weight_map") ||
+      !index["weight_map"].is_object()) {
+    return bad("weight_map: must be an object of tensor names to shards");
+  }
+  // Every entry's shard: a plain file name beside the index.
+  std::map<std::string, std::string, std::less<>> shard_of;
+  std::map<std::string, size_t> shards;  // name → tensors the map gives it
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) {
+      return bad(absl::StrCat("weight_map.", name, ": must be a file name"));
+    }
+    const std::string file = shard.get<std::string>();
+    if (file.empty() || file == "." || file == ".." ||
+        file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos) {
+      return bad(absl::StrCat("weight_map.", name, ": '", file,
+                              "' is not a file name beside the index"));
+    }
+    shard_of[name] = file;
+    ++shards[file];
+    if (shards.size() > kMaxShards) {
+      return bad(absl::StrCat("names more than ", kMaxShards, " shards"));
+    }
+  }
+  const size_t slash = index_path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : index_path.substr(0, slash);
+  std::unique_ptr<SafetensorsFile> out(new SafetensorsFile());
+  out->path_ = index_path;
+  for (const auto& [file, count] : shards) {
+    LINATTN_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> shard,
+                             Open(dir + "/" + file));
+    out->shard_mappings_.emplace_back(shard->mapping_, shard->mapped_bytes_);
+    shard->mapping_ = nullptr;  // now unmapped by `out`
+    for (auto& [name, view] : shard->tensors_) {
+      auto it = shard_of.find(name);
+      if (it == shard_of.end() || it->second != file) {
+        return bad(absl::StrCat(
+            file, " holds tensor '", name, "', which weight_map ",
+            it == shard_of.end() ? "does not name"
+                                 : absl::StrCat("places in ", it->second)));
+      }
+      out->tensors_.emplace(name, std::move(view));
+    }
+    if (shard->tensors_.size() != count) {
+      for (const auto& [name, in_shard] : shard_of) {
+        if (in_shard == file && !out->tensors_.count(name)) {
+          return bad(absl::StrCat("weight_map places tensor '", name, "' in ",
+                                  file, ", which does not hold it"));
+        }
+      }
+    }
+    for (const auto& [key, value] : shard->metadata_) {
+      out->metadata_.emplace(key, value);
+    }
+  }
+  return out;
 }
 
 const TensorView* SafetensorsFile::Find(absl::string_view name) const {

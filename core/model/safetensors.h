@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,7 +40,10 @@ struct TensorView {
 
   uint64_t numel() const;
   // The values as fp32 (exact for all three dtypes), into out[numel()].
-  void ToFloat(float* out) const;
+  void ToFloat(float* out) const { ToFloat(out, 0, numel()); }
+  // Elements [first, first + count) of them (within numel()), into
+  // out[count].
+  void ToFloat(float* out, uint64_t first, uint64_t count) const;
 };
 
 class SafetensorsFile {
@@ -48,6 +52,19 @@ class SafetensorsFile {
   // file and tensor for anything malformed.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
       const std::string& path);
+  // A checkpoint split into shards, as transformers saves large models:
+  // `index_path` (model.safetensors.index.json) maps every tensor to the
+  // shard beside it that holds it ({"weight_map": {"name":
+  // "model-00001-of-00002.safetensors", …}}). Each shard is opened as Open()
+  // opens a file; the result holds every tensor of every shard, as one file
+  // would. NOT_FOUND for a missing index or shard; INVALID_ARGUMENT naming
+  // the index or shard for a malformed index, a shard name that is not a
+  // file beside the index, more than kMaxShards shards, a tensor the map
+  // places in a shard that does not hold it, one two shards hold, or one
+  // the map does not name.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenSharded(
+      const std::string& index_path);
+  static constexpr size_t kMaxShards = 4096;
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -71,6 +88,8 @@ class SafetensorsFile {
   std::string path_;
   void* mapping_ = nullptr;
   size_t mapped_bytes_ = 0;
+  // A sharded checkpoint's shards' mappings (the views point into them).
+  std::vector<std::pair<void*, size_t>> shard_mappings_;
   std::map<std::string, TensorView, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -46,6 +46,24 @@ class TensorReader {
     count_ += t->numel();
     return absl::OkStatus();
   }
+  // Part `index` of a tensor of `shape` cut along its first dimension
+  // (numel / shape[0] floats into `out`): one expert of a stacked (E, …)
+  // tensor without converting the others. The tensor counts as used, and
+  // its elements once every part has been read.
+  absl::Status ReadPart(const std::string& name,
+                        const std::vector<int64_t>& shape, int64_t index,
+                        float* out) {
+    LINATTN_ASSIGN_OR_RETURN(const TensorView* t, file_.Get(name, shape));
+    const uint64_t part = shape[0] == 0 ? 0 : t->numel() / shape[0];
+    t->ToFloat(out, static_cast<uint64_t>(index) * part, part);
+    used_.insert(name);
+    if (!AllFinite(out, part)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.safetensors: ", name, ": has NaN or Inf values"));
+    }
+    count_ += part;
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::vector<float>> Vector(const std::string& name,
                                             int64_t n) {
     LINATTN_RETURN_IF_ERROR(Check(name, {n}));

@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "core/attention/state.h"
 #include "core/model/forward.h"
 #include "core/model/model.h"
@@ -24,6 +25,7 @@
 #include "core/session/snapshot.h"
 #include "nlohmann/json.hpp"
 #include "tests/model/fixtures.h"
+#include "tests/util/temp_dir.h"
 
 namespace linattn {
 namespace {
@@ -742,6 +744,55 @@ TEST(ModelTypesTest, ReluSquareIsTorchsOnEveryKindOfValue) {
   std::vector<float> nan = {std::nanf(""), -std::nanf("")};
   RwkvReluSquare(nan.data(), 1, nan.size());
   EXPECT_TRUE(std::isnan(nan[0]) && std::isnan(nan[1]));
+}
+
+}  // namespace
+}  // namespace linattn
+
+namespace linattn {
+namespace {
+
+// A checkpoint in shards (transformers' model.safetensors.index.json) is the
+// same model as in one file: the same fingerprint and the same logits.
+TEST(ModelTypesTest, AShardedCheckpointIsTheSameModel) {
+  const FixtureCase fx = LoadFixture("granitemoehybrid_tied_bf16");
+  auto whole = SafetensorsFile::Open(fx.dir + "/model.safetensors");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ::linattn::testing::TempDir tmp;
+  const std::string dir = tmp.Path("sharded");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fx.dir + "/config.json", dir + "/config.json");
+  std::vector<TensorToWrite> shards[3];
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}};
+  size_t i = 0;
+  for (const auto& [name, view] : (*whole)->tensors()) {
+    TensorToWrite t{name, view.shape, std::vector<float>(view.numel()),
+                    view.dtype};
+    view.ToFloat(t.values.data());
+    const std::string shard =
+        absl::StrCat("model-0000", i % 3 + 1, "-of-00003.safetensors");
+    index["weight_map"][name] = shard;
+    shards[i++ % 3].push_back(std::move(t));
+  }
+  for (int s = 0; s < 3; ++s) {
+    std::ofstream(
+        absl::StrCat(dir, "/model-0000", s + 1, "-of-00003.safetensors"),
+        std::ios::binary)
+        << SerializeSafetensors(shards[s]);
+  }
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  const auto one = LoadOrDie(fx.dir), sharded = LoadOrDie(dir);
+  ASSERT_NE(sharded, nullptr);
+  EXPECT_EQ(sharded->fingerprint(), one->fingerprint());
+  ForwardRunner a(one), b(sharded);
+  ModelState sa = one->NewState(), sb = sharded->NewState();
+  EXPECT_TRUE(SameBits(Feed(a, sa, fx.tokens), Feed(b, sb, fx.tokens)));
+  // A shard the index names that is not there.
+  std::filesystem::remove(dir + "/model-00002-of-00003.safetensors");
+  auto missing = Model::Load(dir);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(),
+              ::testing::HasSubstr("model-00002-of-00003.safetensors"));
 }
 
 }  // namespace

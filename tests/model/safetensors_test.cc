@@ -182,3 +182,88 @@ TEST_F(SafetensorsTest, EveryDataByteBelongsToATensorAndMetadataIsStrings) {
 
 }  // namespace
 }  // namespace linattn
+
+namespace linattn {
+namespace {
+
+// transformers' sharded checkpoints: an index maps each tensor to the shard
+// beside it that holds it; every tensor of every shard reads as one file's,
+// and an index that does not describe its shards exactly is refused.
+class ShardedSafetensorsTest : public ::testing::Test {
+ protected:
+  void WriteShards() {
+    const std::vector<float> a = {1, 2, 3, 4}, b = {5, 6}, c = {7};
+    Write("s-1.safetensors",
+          SerializeSafetensors(
+              {{"a", {2, 2}, a, DType::kF32}, {"b", {2}, b, DType::kBF16}},
+              {{"format", "pt"}}));
+    Write("s-2.safetensors",
+          SerializeSafetensors({{"c", {1}, c, DType::kF16}}));
+  }
+  std::string Write(const std::string& name, const std::string& bytes) {
+    const std::string path = dir_.Path(name);
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenIndex(
+      const std::string& weight_map) {
+    return SafetensorsFile::OpenSharded(
+        Write("model.safetensors.index.json",
+              R"({"metadata": {"total_size": 28}, "weight_map": )" +
+                  weight_map + "}"));
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(ShardedSafetensorsTest, EveryShardsTensorsReadAsOneFiles) {
+  WriteShards();
+  auto file = OpenIndex(R"({"a": "s-1.safetensors", "b": "s-1.safetensors",
+                    "c": "s-2.safetensors"})");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->tensors().size(), 3u);
+  EXPECT_EQ((*file)->metadata().at("format"), "pt");
+  std::vector<float> out(4);
+  (*file)->Find("a")->ToFloat(out.data());
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 4}));
+  (*file)->Find("c")->ToFloat(out.data());
+  EXPECT_EQ(out[0], 7.0f);
+  EXPECT_TRUE((*file)->Get("b", {2}).ok());
+}
+
+TEST_F(ShardedSafetensorsTest, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
+  WriteShards();
+  auto refused = [&](const std::string& weight_map, const std::string& what,
+                     absl::StatusCode code =
+                         absl::StatusCode::kInvalidArgument) {
+    auto file = OpenIndex(weight_map);
+    ASSERT_FALSE(file.ok()) << weight_map;
+    EXPECT_EQ(file.status().code(), code) << file.status();
+    EXPECT_THAT(std::string(file.status().message()), HasSubstr(what))
+        << weight_map;
+  };
+  // A tensor the map does not name, or places elsewhere.
+  refused(R"({"a": "s-1.safetensors", "c": "s-2.safetensors"})",
+          "s-1.safetensors holds tensor 'b', which weight_map does not name");
+  refused(R"({"a": "s-1.safetensors", "b": "s-2.safetensors",
+              "c": "s-2.safetensors"})",
+          "holds tensor 'b', which weight_map places in s-2.safetensors");
+  // A tensor the shard does not hold.
+  refused(R"({"a": "s-1.safetensors", "b": "s-1.safetensors",
+              "c": "s-2.safetensors", "d": "s-2.safetensors"})",
+          "weight_map places tensor 'd' in s-2.safetensors, which does not "
+          "hold it");
+  // Names outside the index's directory, and shards that are not there.
+  refused(R"({"a": "../s-1.safetensors"})", "is not a file name beside");
+  refused(R"({"a": "/etc/passwd"})", "is not a file name beside");
+  refused(R"({"a": ".."})", "is not a file name beside");
+  refused(R"({"a": 3})", "weight_map.a: must be a file name");
+  refused(R"({"a": "s-9.safetensors"})", "s-9.safetensors: cannot open",
+          absl::StatusCode::kNotFound);
+  refused(R"([1, 2])", "weight_map: must be an object");
+  auto file = SafetensorsFile::OpenSharded(Write("bad.json", "{"));
+  EXPECT_THAT(std::string(file.status().message()),
+              HasSubstr("not valid JSON"));
+}
+
+}  // namespace
+}  // namespace linattn
