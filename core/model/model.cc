@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -356,10 +357,22 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
   // model.safetensors.index.json) when there is none.
   const std::string single = dir + "/model.safetensors",
                     index = dir + "/model.safetensors.index.json";
+  // Decided by what is there (a single file that cannot be read is that
+  // file's error, never a reason to read other weights).
+  auto present = [](const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::symlink_status(path, ec).type() !=
+           std::filesystem::file_type::not_found;
+  };
+  if (!present(single) && !present(index)) {
+    return absl::NotFoundError(absl::StrCat(
+        dir,
+        ": holds neither model.safetensors nor a sharded checkpoint's "
+        "model.safetensors.index.json"));
+  }
   LINATTN_ASSIGN_OR_RETURN(
-      auto file, !std::ifstream(single).good() && std::ifstream(index).good()
-                     ? SafetensorsFile::OpenSharded(index)
-                     : SafetensorsFile::Open(single));
+      auto file, present(single) ? SafetensorsFile::Open(single)
+                                 : SafetensorsFile::OpenSharded(index));
   TensorReader r(*file);
   const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
   const ModelTypeDef::TensorNames names = type.names();

@@ -27,6 +27,13 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// A name from a file, at most 200 bytes of it, for an error message.
+std::string Shortened(absl::string_view name) {
+  return name.size() <= 200
+             ? std::string(name)
+             : absl::StrCat(name.substr(0, 200), "… (", name.size(), " bytes)");
+}
+
 absl::StatusOr<DType> ParseDType(const std::string& name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
@@ -125,12 +132,18 @@ void TensorView::ToFloat(float* out, uint64_t first, uint64_t count) const {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO in a file's place must not stall the load.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     return absl::NotFoundError(absl::StrCat(path, ": cannot stat"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   auto bad = [&path](absl::string_view what) {
@@ -193,6 +206,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     }
     TensorView view;
     view.name = name;
+    view.file = path.substr(path.rfind('/') + 1);
     auto dtype = ParseDType(e["dtype"].get<std::string>());
     if (!dtype.ok()) return bad_tensor(dtype.status().message());
     view.dtype = *dtype;
@@ -263,15 +277,15 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenSharded(
   }
   std::string text;
   {
-    // An index lists names: it is far below the headers' own limit.
     in.seekg(0, std::ios::end);
     const std::streamoff size = in.tellg();
-    if (size < 0 || static_cast<uint64_t>(size) > kMaxHeaderBytes) {
-      return bad(absl::StrCat("larger than ", kMaxHeaderBytes, " bytes"));
+    if (size < 0) return bad("cannot be read (not a regular file?)");
+    if (static_cast<uint64_t>(size) > kMaxIndexBytes) {
+      return bad(absl::StrCat("larger than ", kMaxIndexBytes, " bytes"));
     }
     text.resize(static_cast<size_t>(size));
     in.seekg(0);
-    in.read(text.data(), size);
+    if (!in.read(text.data(), size)) return bad("cannot be read");
   }
   nlohmann::json index;
   try {
@@ -288,14 +302,16 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenSharded(
   std::map<std::string, size_t> shards;  // name → tensors the map gives it
   for (const auto& [name, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) {
-      return bad(absl::StrCat("weight_map.", name, ": must be a file name"));
+      return bad(absl::StrCat("weight_map.", Shortened(name),
+                              ": must be a file name"));
     }
     const std::string file = shard.get<std::string>();
-    if (file.empty() || file == "." || file == ".." ||
+    if (file.empty() || file == "." || file == ".." || file.size() > 255 ||
         file.find('/') != std::string::npos ||
         file.find('\0') != std::string::npos) {
-      return bad(absl::StrCat("weight_map.", name, ": '", file,
-                              "' is not a file name beside the index"));
+      return bad(absl::StrCat(
+          "weight_map.", Shortened(name), ": '", Shortened(file),
+          "' is not a file name beside the index (at most 255 bytes)"));
     }
     shard_of[name] = file;
     ++shards[file];
@@ -317,7 +333,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenSharded(
       auto it = shard_of.find(name);
       if (it == shard_of.end() || it->second != file) {
         return bad(absl::StrCat(
-            file, " holds tensor '", name, "', which weight_map ",
+            file, " holds tensor '", Shortened(name), "', which weight_map ",
             it == shard_of.end() ? "does not name"
                                  : absl::StrCat("places in ", it->second)));
       }
@@ -326,13 +342,17 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::OpenSharded(
     if (shard->tensors_.size() != count) {
       for (const auto& [name, in_shard] : shard_of) {
         if (in_shard == file && !out->tensors_.count(name)) {
-          return bad(absl::StrCat("weight_map places tensor '", name, "' in ",
-                                  file, ", which does not hold it"));
+          return bad(absl::StrCat("weight_map places tensor '", Shortened(name),
+                                  "' in ", file, ", which does not hold it"));
         }
       }
     }
     for (const auto& [key, value] : shard->metadata_) {
-      out->metadata_.emplace(key, value);
+      auto [at, added] = out->metadata_.emplace(key, value);
+      if (!added && at->second != value) {
+        return bad(absl::StrCat(file, ": metadata '", Shortened(key),
+                                "' differs from another shard's"));
+      }
     }
   }
   return out;
@@ -351,9 +371,10 @@ absl::StatusOr<const TensorView*> SafetensorsFile::Get(
         absl::StrCat(path_, ": tensor '", name, "' is missing"));
   }
   if (view->shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path_, ": tensor '", name, "' has shape ", ShapeText(view->shape),
-        ", the config needs ", ShapeText(shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(shard_mappings_.empty() ? path_ : view->file, ": tensor '",
+                     name, "' has shape ", ShapeText(view->shape),
+                     ", the config needs ", ShapeText(shape)));
   }
   return view;
 }

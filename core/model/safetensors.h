@@ -37,6 +37,10 @@ struct TensorView {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // inside the mapping
   uint64_t bytes = 0;
+  // The file that holds it, as named beside its directory
+  // ("model.safetensors", or a shard's name): errors about it say where it
+  // is.
+  std::string file;
 
   uint64_t numel() const;
   // The values as fp32 (exact for all three dtypes), into out[numel()].
@@ -58,13 +62,16 @@ class SafetensorsFile {
   // "model-00001-of-00002.safetensors", …}}). Each shard is opened as Open()
   // opens a file; the result holds every tensor of every shard, as one file
   // would. NOT_FOUND for a missing index or shard; INVALID_ARGUMENT naming
-  // the index or shard for a malformed index, a shard name that is not a
-  // file beside the index, more than kMaxShards shards, a tensor the map
-  // places in a shard that does not hold it, one two shards hold, or one
-  // the map does not name.
+  // the index or shard for a malformed index (or one over kMaxIndexBytes),
+  // a shard name that is not a file name beside the index (at most 255
+  // bytes), more than kMaxShards shards, a tensor the map places in a shard
+  // that does not hold it, one two shards hold, one the map does not name,
+  // or shards whose metadata disagree.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenSharded(
       const std::string& index_path);
   static constexpr size_t kMaxShards = 4096;
+  // An index lists names: far less than a header may hold.
+  static constexpr uint64_t kMaxIndexBytes = 16 << 20;
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;

@@ -1,4 +1,5 @@
-// TensorReader: a model's tensors by name out of model.safetensors, each
+// TensorReader: a model's tensors by name out of model.safetensors (or its
+// shards), each
 // shape checked against the config before anything is allocated for it (so
 // sizes in config.json cannot make the loader allocate more than the file
 // holds), converted to fp32, checked finite, and recorded as used: a file
@@ -41,7 +42,7 @@ class TensorReader {
     used_.insert(name);
     if (!AllFinite(out, t->numel())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("model.safetensors: ", name, ": has NaN or Inf values"));
+          absl::StrCat(t->file, ": ", name, ": has NaN or Inf values"));
     }
     count_ += t->numel();
     return absl::OkStatus();
@@ -54,12 +55,18 @@ class TensorReader {
                         const std::vector<int64_t>& shape, int64_t index,
                         float* out) {
     LINATTN_ASSIGN_OR_RETURN(const TensorView* t, file_.Get(name, shape));
-    const uint64_t part = shape[0] == 0 ? 0 : t->numel() / shape[0];
+    if (shape.empty() || index < 0 || index >= shape[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t->file, ": ", name, ": no part ", index, " in ",
+                       shape.empty() ? 0 : shape[0]));
+    }
+    const uint64_t part = t->numel() / static_cast<uint64_t>(shape[0]);
     t->ToFloat(out, static_cast<uint64_t>(index) * part, part);
     used_.insert(name);
     if (!AllFinite(out, part)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("model.safetensors: ", name, ": has NaN or Inf values"));
+          absl::StrCat(t->file, ": ", name, ": has NaN or Inf values (part ",
+                       index, " of ", shape[0], ")"));
     }
     count_ += part;
     return absl::OkStatus();
@@ -110,7 +117,7 @@ class TensorReader {
     for (const auto& [name, view] : file_.tensors()) {
       if (!used_.count(name)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "model.safetensors: unexpected tensor '", name,
+            view.file, ": unexpected tensor '", name,
             "' (not part of the model this config.json describes)"));
       }
     }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+#include "core/model/tensor_reader.h"
 #include "tests/util/temp_dir.h"
 
 namespace linattn {
@@ -260,9 +262,47 @@ TEST_F(ShardedSafetensorsTest, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
   refused(R"({"a": "s-9.safetensors"})", "s-9.safetensors: cannot open",
           absl::StatusCode::kNotFound);
   refused(R"([1, 2])", "weight_map: must be an object");
+  refused(R"({"a": ""})", "is not a file name beside");
+  refused(absl::StrCat(R"({"a": ")", std::string(300, 'x'), R"("})"),
+          "(at most 255 bytes)");
+  // A tensor two shards hold: the map places it in one of them.
+  Write("s-3.safetensors",
+        SerializeSafetensors({{"a", {1}, {9}, DType::kF32}}));
+  refused(R"({"a": "s-1.safetensors", "b": "s-1.safetensors",
+              "c": "s-3.safetensors"})",
+          "s-3.safetensors holds tensor 'a', which weight_map places in "
+          "s-1.safetensors");
+  // Shards whose metadata disagree, and a shard that is not a file.
+  Write("s-4.safetensors", SerializeSafetensors({{"c", {1}, {7}, DType::kF32}},
+                                                {{"format", "np"}}));
+  refused(R"({"a": "s-1.safetensors", "b": "s-1.safetensors",
+              "c": "s-4.safetensors"})",
+          "metadata 'format' differs from another shard's");
+  std::filesystem::create_directories(dir_.Path("d.safetensors"));
+  refused(R"({"a": "d.safetensors"})", "d.safetensors: not a regular file");
   auto file = SafetensorsFile::OpenSharded(Write("bad.json", "{"));
   EXPECT_THAT(std::string(file.status().message()),
               HasSubstr("not valid JSON"));
+}
+
+// One part of a stacked tensor (an expert of (E, …)), checked against the
+// first dimension.
+TEST_F(ShardedSafetensorsTest, PartsOfAStackedTensorAreReadAlone) {
+  WriteShards();
+  auto file = SafetensorsFile::Open(dir_.Path("s-1.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  TensorReader r(**file);
+  std::vector<float> part(2);
+  ASSERT_TRUE(r.ReadPart("a", {2, 2}, 1, part.data()).ok());
+  EXPECT_EQ(part, (std::vector<float>{3, 4}));
+  EXPECT_EQ(r.count(), 2u);
+  for (int64_t bad : {int64_t{-1}, int64_t{2}}) {
+    const absl::Status s = r.ReadPart("a", {2, 2}, bad, part.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("s-1.safetensors: a: no part"));
+  }
+  EXPECT_FALSE(r.ReadPart("a", {4}, 0, part.data()).ok());  // wrong shape
 }
 
 }  // namespace
