@@ -5,8 +5,9 @@
                                                 [--types retnet,gla,...]
                                                 [--weights f32|bf16|int8]
 
-For each of retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7, rwkv6 and
-granitemoehybrid (a Granite 4.0-H-shaped hybrid with experts), at the
+For each of retnet, gla, delta_net, gated_deltanet, mamba2, rwkv7, rwkv6,
+granitemoehybrid (a Granite 4.0-H-shaped hybrid with experts) and qwen3_next
+(a Qwen3-Next-shaped hybrid with experts), at the
 built-in model's size (hidden 256, 4 layers) and at hidden 1024 × 12 layers
 (random BF16 models written once into BUILD/bench_models/<type>-<size> by
 tools/linattn_ref.py, each with fla's default head shapes for its type), it
@@ -42,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REF = os.path.join(ROOT, "tools", "linattn_ref.py")
 TYPES = ("retnet", "gla", "delta_net", "gated_deltanet", "mamba2", "rwkv7", "rwkv6",
-         "granitemoehybrid")
+         "granitemoehybrid", "qwen3_next")
 
 # tools/linattn_ref.py random options per type and size: fla's default head
 # shapes for the type (RetNet expand_v 2, GLA expand_k 0.5, Gated DeltaNet
@@ -80,12 +81,31 @@ SHAPES = {
         "--num-kv-heads", "4", "--nope", "--head-dim", "64", "--state-size", "128",
         "--num-experts", "32", "--experts-per-token", "6", "--intermediate-size", "352",
         "--shared-intermediate-size", "1024"],
+    # Qwen3-Next-80B-A3B's shapes scaled down: Gated DeltaNet layers with
+    # twice as many value heads as key heads (GVA) whose values are twice
+    # the hidden size, gated attention in one layer in four with heads
+    # twice the hidden size in all, a quarter of them rotated, 1/8 as many
+    # key/value heads; 10 of 512 experts a quarter of the hidden size wide
+    # scaled to 8 of 64 (small) and 8 of 128 (large), a shared expert as
+    # wide as one.
+    ("qwen3_next", "small"): [
+        "--layer-types", "linear_attention,linear_attention,linear_attention,full_attention",
+        "--num-heads", "4", "--num-kv-heads", "1", "--head-dim", "128",
+        "--linear-key-heads", "2", "--num-v-heads", "4", "--linear-head-dim", "128",
+        "--num-experts", "64", "--experts-per-token", "8", "--moe-intermediate-size", "64",
+        "--shared-intermediate-size", "64", "--partial-rotary-factor", "0.25"],
+    ("qwen3_next", "large"): [
+        "--layer-types", ",".join((["linear_attention"] * 3 + ["full_attention"]) * 3),
+        "--num-heads", "8", "--num-kv-heads", "1", "--head-dim", "256",
+        "--linear-key-heads", "8", "--num-v-heads", "16", "--linear-head-dim", "128",
+        "--num-experts", "128", "--experts-per-token", "8", "--moe-intermediate-size", "256",
+        "--shared-intermediate-size", "256", "--partial-rotary-factor", "0.25"],
 }
 # Decode time at a long context against 1k: flat for the recurrent types;
-# granitemoehybrid's attention layers read every key and value so far (full
-# attention), so its step grows with the context, measured at 10k (a 100k
+# the hybrids' attention layers read every key and value so far (full
+# attention), so their step grows with the context, measured at 10k (a 100k
 # context's prefill is quadratic in its attention layers).
-LONG_CONTEXT = {"granitemoehybrid": "10000"}
+LONG_CONTEXT = {"granitemoehybrid": "10000", "qwen3_next": "10000"}
 SIZES = {"small": ("built-in size (hidden 256 × 4)", ["--hidden-size", "256", "--layers", "4"]),
          "large": ("hidden 1024 × 12", ["--hidden-size", "1024", "--layers", "12"])}
 

@@ -62,9 +62,18 @@ int CheckModels(const ServerOptions& options, std::FILE* out) {
     if (c.is_hybrid())
       std::fprintf(out, "  attention      %s\n", HybridSummary(m).c_str());
     if (c.num_experts > 0) {
+      uint32_t layers = 0;
+      for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
+        layers += c.layer_has_experts(l) ? 1 : 0;
+      }
       std::fprintf(out,
-                   "  experts        %u per layer of %u, %u chosen per token\n",
-                   c.num_experts, c.expert_size, c.experts_per_token);
+                   "  experts        %u per layer of %u, %u chosen per token, "
+                   "in %u of %u layers\n",
+                   c.num_experts, c.expert_size, c.experts_per_token, layers,
+                   c.num_hidden_layers);
+    }
+    if (!m.ignored_note().empty()) {
+      std::fprintf(out, "  left unread    %s\n", m.ignored_note().c_str());
     }
     if (!m.initial_state_file().empty()) {
       std::fprintf(out, "  initial state  %s\n",

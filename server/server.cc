@@ -124,6 +124,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const Model>>> LoadModels(
           (*model)->name(), (*model)->initial_state_file(),
           (*model)->attention_state_bytes());
     }
+    if (!(*model)->ignored_note().empty()) {
+      spdlog::info("model '{}': {}", (*model)->name(),
+                   (*model)->ignored_note());
+    }
     if ((*model)->chat_template().kind() == ChatTemplate::Kind::kRefused) {
       spdlog::warn("model '{}': chat template {}", (*model)->name(),
                    (*model)->chat_template_note());

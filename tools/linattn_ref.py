@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch reference of flash-linear-attention language models: `linear_attn`,
 `retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`, `rwkv7` and `rwkv6`;
-and of transformers' `granitemoehybrid` (IBM Granite 4.0-H).
+and of transformers' `granitemoehybrid` (IBM Granite 4.0-H) and `qwen3_next`
+(Qwen3-Next).
 
 Written from the architecture's definition, independently of linattn's C++
 code, so that the two can be compared: the C++ forward must give the logits
@@ -129,6 +130,33 @@ then RMSNorm(y * silu(gate)) over all mamba_expand * hidden_size channels (one
 group whatever n_groups) times its weight, and out_proj (in_proj and out_proj
 with bias for mamba_proj_bias).
 
+qwen3_next (transformers' Qwen3NextForCausalLM,
+models/qwen3_next/modeling_qwen3_next.py, in transformers' own names and
+config fields): x = embed_tokens[tokens]; per layer, of the kind layer_types
+names (absent: every full_attention_interval-th layer, default 4, full
+attention, the others linear; legacy "mamba"/"attention" remapped),
+    x = x + mixer(RMSNorm(x));  x = x + mlp(RMSNorm(x))
+logits = lm_head(RMSNorm(x)), every RMSNorm here zero-centred:
+x rsqrt(mean x^2 + eps) (1 + w). mlp: the sparse MoE block in layer i when i
+is not in mlp_only_layers, num_experts > 0 and (i + 1) % decoder_sparse_step
+== 0, else a dense SwiGLU MLP of intermediate_size. The MoE: softmax over all
+experts of the router's logits, its top num_experts_per_tok (renormalised to
+sum 1 with norm_topk_prob), each chosen expert down(silu(gate) * up), plus the
+shared expert (SwiGLU) times sigmoid(shared_expert_gate(x)). The attention:
+q_proj gives per head [query | gate] (2 head_dim), q_norm and k_norm
+(zero-centred, per head), rotary on the first int(head_dim *
+partial_rotary_factor) channels of each head (GPT-NeoX halves, tables in
+float32, theta and factor from rope_parameters, else the top-level fields,
+else 10000 and 0.25), causal softmax with scale head_dim^-1/2 (GQA), the
+output times sigmoid(gate), o_proj (all four projections with bias for
+attention_bias). The linear layers (Gated DeltaNet): in_proj_qkvz and
+in_proj_ba grouped per key head ([q | k | v | z] and [b | a] for each in
+turn), q|k|v through a depthwise causal conv1d (no bias) and SiLU, beta =
+sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), value head j reading key
+head j // (Hv / Hk), q and k L2-normalised, q scaled by head_k_dim^-1/2:
+    S = exp(g) S;  S = S + k (beta (v - S^T k))^T;  o = S^T q
+then w * RMSNorm(o) * silu(z) per value head (w not zero-centred), out_proj.
+
 Usage:
     linattn_ref.py logits --model DIR --tokens 1,2,3 --out L.npy [--dtype float64] [--all]
     linattn_ref.py random --out DIR --feature-map elu [--normalized] [--num-kv-heads 2] ...
@@ -142,6 +170,8 @@ Usage:
     linattn_ref.py random --out DIR --model-type gla --attn '{"layers": [1], "num_heads": 4}' ...
     linattn_ref.py random --out DIR --model-type granitemoehybrid --layer-types mamba,attention \
         [--num-experts 0 --nope --n-groups 2 --mamba-proj-bias ...]
+    linattn_ref.py random --out DIR --model-type qwen3_next \
+        --layer-types linear_attention,full_attention [--num-experts 0 --fused-experts ...]
     linattn_ref.py generate --model DIR --prompt TEXT --max-tokens N   (greedy, byte models)
     linattn_ref.py bench --model DIR --prompt-tokens N --decode-tokens N (JSON timings)
 """
@@ -280,6 +310,8 @@ HYBRID_REFUSED = {
              "fla cannot run it",
     "granitemoehybrid": "transformers' GraniteMoeHybridConfig has no attn field (its "
                         "layer_types place the attention layers)",
+    "qwen3_next": "transformers' Qwen3NextConfig has no attn field (its layer_types, or "
+                  "full_attention_interval, place the attention layers)",
 }
 
 
@@ -349,6 +381,14 @@ def hybrid_attention_layers(attn, num_hidden_layers, hidden_size):
     return out
 
 
+def not_null(d, field, default):
+    """d[field] (`default` when absent); a present null is refused."""
+    value = d.get(field, default)
+    if value is None:
+        raise ValueError(f"{field}: null is not supported")
+    return value
+
+
 class Config:
     """The fields of fla's LinearAttentionConfig or GatedDeltaNetConfig (with
     their defaults) that change the math; refuses the parts this reference
@@ -382,11 +422,17 @@ class Config:
         # rwkv7's and rwkv6's channel mixes are ReLU² (fla's ACT2FN "sqrelu").
         # granitemoehybrid's hidden_act (transformers' ACT2FN) drives its
         # experts, its shared MLP and its Mamba convolution.
+        # qwen3_next's drives its MLPs and experts; its convolution and gated
+        # norm follow it on transformers' fast path (causal_conv1d, fla) but
+        # are SiLU whatever it says on the torch path: silu (or ACT2FN's alias
+        # swish) is the only value on which the two agree.
         act = d.get("hidden_act", {"mamba2": "silu", "rwkv7": "sqrelu", "rwkv6": "sqrelu",
-                                   "granitemoehybrid": "silu"}.get(self.model_type, "swish"))
+                                   "granitemoehybrid": "silu",
+                                   "qwen3_next": "silu"}.get(self.model_type, "swish"))
         accepted = {"mamba2": ("swish", "silu"), "rwkv7": ("sqrelu",),
                     "rwkv6": ("sqrelu",),
-                    "granitemoehybrid": ("silu", "swish")}.get(self.model_type, ("swish",))
+                    "granitemoehybrid": ("silu", "swish"),
+                    "qwen3_next": ("silu", "swish")}.get(self.model_type, ("swish",))
         if act not in accepted:
             raise ValueError(f"hidden_act {act!r} not supported")
         # Parts of fla's configs this reference does not build.
@@ -612,10 +658,7 @@ class Config:
         # its own field names and defaults, not fla's. A null where the
         # config's default is a number would crash transformers' model: refused.
         def get(field, default):
-            value = d.get(field, default)
-            if value is None:
-                raise ValueError(f"{field}: null is not supported")
-            return value
+            return not_null(d, field, default)
 
         h = self.hidden_size = get("hidden_size", 4096)
         self.num_hidden_layers = get("num_hidden_layers", 32)
@@ -692,6 +735,140 @@ class Config:
         limit = get("time_step_limit", (0.0, float("inf")))
         self.time_step_limit = (float(limit[0]), float(limit[1]))
         self.mamba_conv_dim = self.mamba_intermediate + 2 * self.mamba_n_groups * self.mamba_d_state
+
+    def _qwen3_next(self, d):
+        # transformers' Qwen3NextConfig (configuration_qwen3_next.py): its own
+        # field names and defaults. Its fields are typed (huggingface_hub's
+        # @strict): a null where the type is a number is refused here.
+        def get(field, default):
+            return not_null(d, field, default)
+
+        def integer(field, default, minimum=1):
+            value = get(field, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{field} must be an integer >= {minimum}; got {value!r}")
+            return value
+
+        def number(field, value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value):
+                raise ValueError(f"{field} must be a finite number; got {value!r}")
+            return float(value)
+
+        def boolean(field, default):
+            value = get(field, default)
+            if not isinstance(value, bool):
+                raise ValueError(f"{field} must be true or false; got {value!r}")
+            return value
+
+        self.hidden_size = integer("hidden_size", 2048)
+        L = self.num_hidden_layers = integer("num_hidden_layers", 48)
+        self.vocab_size = integer("vocab_size", 151936)
+        self.norm_eps = number("rms_norm_eps", get("rms_norm_eps", 1e-6))
+        if self.norm_eps < 0:
+            raise ValueError("rms_norm_eps must not be negative")
+        # Every RMSNorm takes rms_norm_eps; the rule's L2 norm of q and k has
+        # its own 1e-6 (l2norm's default).
+        # Attention: num_attention_heads query heads of head_dim (a field of its
+        # own, default 256, not hidden_size / heads), num_key_value_heads
+        # key/value heads (repeat_kv: a divisor of the query heads).
+        self.num_heads = integer("num_attention_heads", 16)
+        self.num_kv_heads = integer("num_key_value_heads", 2)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        self.head_dim = integer("head_dim", 256)
+        self.attention_bias = boolean("attention_bias", False)
+        # Gated DeltaNet layers: linear_num_key_heads q/k heads of
+        # linear_key_head_dim, linear_num_value_heads v heads of
+        # linear_value_head_dim, a whole number of value heads per key head
+        # (fix_query_key_value_ordering's view); the depthwise convolution's
+        # linear_conv_kernel_dim taps.
+        self.linear_num_key_heads = integer("linear_num_key_heads", 16)
+        self.linear_num_value_heads = integer("linear_num_value_heads", 32)
+        self.linear_key_head_dim = integer("linear_key_head_dim", 128)
+        self.linear_value_head_dim = integer("linear_value_head_dim", 128)
+        self.linear_conv_kernel_dim = integer("linear_conv_kernel_dim", 4)
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ValueError("linear_num_value_heads must be a multiple of linear_num_key_heads")
+        self.linear_key_dim = self.linear_num_key_heads * self.linear_key_head_dim
+        self.linear_value_dim = self.linear_num_value_heads * self.linear_value_head_dim
+        self.linear_conv_dim = 2 * self.linear_key_dim + self.linear_value_dim
+        # layer_types (its legacy names remapped, remap_legacy_layer_types:
+        # "mamba" -> linear_attention, "attention" -> full_attention); absent
+        # or null: every full_attention_interval-th layer full attention.
+        types = d.get("layer_types")
+        if types is None:
+            interval = integer("full_attention_interval", 4)
+            types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                     for i in range(L)]
+        if not isinstance(types, list):
+            raise ValueError("layer_types must be a list")
+        legacy = {"mamba": "linear_attention", "attention": "full_attention"}
+        types = [legacy.get(t, t) if isinstance(t, str) else t for t in types]
+        if len(types) != L or any(t not in ("linear_attention", "full_attention")
+                                  for t in types):
+            raise ValueError("layer_types: one of 'linear_attention', 'full_attention' for "
+                             "every layer")
+        self.layer_types = types
+        # Feed-forward: a sparse MoE block in layer i when i is not in
+        # mlp_only_layers, num_experts > 0 and (i + 1) % decoder_sparse_step
+        # == 0; a dense MLP of intermediate_size otherwise.
+        self.num_experts = integer("num_experts", 512, 0)
+        only = d.get("mlp_only_layers")
+        only = [] if only is None else only
+        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                             for i in only):
+            raise ValueError("mlp_only_layers must be a list of layer indices")
+        self.mlp_only_layers = list(only)
+        if self.num_experts > 0:
+            self.decoder_sparse_step = integer("decoder_sparse_step", 1)
+            self.moe_layers = [i not in only and (i + 1) % self.decoder_sparse_step == 0
+                               for i in range(L)]
+        else:
+            self.decoder_sparse_step = d.get("decoder_sparse_step", 1)
+            self.moe_layers = [False] * L
+        # The sizes: at least 1 where a layer uses them.
+        moe, dense = (1 if any(self.moe_layers) else 0), (0 if all(self.moe_layers) else 1)
+        self.intermediate_size = integer("intermediate_size", 5632, dense)
+        self.num_experts_per_tok = integer("num_experts_per_tok", 10, moe)
+        self.moe_intermediate_size = integer("moe_intermediate_size", 512, moe)
+        self.shared_expert_intermediate_size = integer("shared_expert_intermediate_size", 512,
+                                                       moe)
+        self.norm_topk_prob = boolean("norm_topk_prob", True)
+        if moe and self.num_experts_per_tok > self.num_experts:
+            raise ValueError("num_experts_per_tok must be in [1, num_experts]")
+        # Rotary, as PreTrainedConfig.convert_rope_params_to_dict and
+        # standardize_rope_params (modeling_rope_utils.py) build
+        # config.rope_parameters: the legacy rope_scaling when given (not
+        # empty), else rope_parameters; its own rope_theta and
+        # partial_rotary_factor win over the top-level fields, which win over
+        # the defaults (10000, Qwen3NextConfig's 0.25). The default rope type
+        # only, one dictionary for all layers.
+        params = d.get("rope_scaling") or d.get("rope_parameters") or {}
+        if not isinstance(params, dict):
+            raise ValueError("rope_parameters must be a dictionary")
+        if params and set(params) <= set(self.layer_types):
+            raise ValueError("rope_parameters per layer type are not supported")
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"rope_type {rope_type!r} not supported")
+        theta = params["rope_theta"] if "rope_theta" in params else d.get("rope_theta", 10000.0)
+        # A null partial_rotary_factor is 1.0 in one transformers release and
+        # a crash in another: refused.
+        factor = (params["partial_rotary_factor"] if "partial_rotary_factor" in params
+                  else d.get("partial_rotary_factor", 0.25))
+        self.rope_theta = number("rope_theta", theta)
+        if self.rope_theta <= 0:
+            raise ValueError("rope_theta must be positive")
+        self.partial_rotary_factor = number("partial_rotary_factor", factor)
+        # compute_default_rope_parameters: dim = int(head_dim * factor), the
+        # first dim channels of each head rotated (GPT-NeoX halves), the rest
+        # passed through.
+        self.rotary_dim = int(self.head_dim * self.partial_rotary_factor)
+        if not 0 <= self.rotary_dim <= self.head_dim or self.rotary_dim % 2:
+            raise ValueError(f"partial_rotary_factor {factor!r}: the rotary dimension "
+                             f"int(head_dim * factor) = {self.rotary_dim} must be even and "
+                             f"in [0, head_dim]")
 
 
 def load_config(model_dir):
@@ -1629,7 +1806,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.c = c
         self.backbone_name = ("model" if isinstance(backbone, (Backbone, RWKVBackbone,
-                                                               GraniteMoeHybridModel))
+                                                               TransformersModel))
                               else "backbone")
         setattr(self, self.backbone_name, backbone)
         self.norm_name = norm_name
@@ -1929,7 +2106,23 @@ class GraniteMoeHybridMLP(nn.Module):
         return self.output_linear(F.silu(a) * b)
 
 
-class GraniteMoeHybridDecoderLayer(nn.Module):
+class DecoderLayer(nn.Module):
+    """A transformers decoder layer run over a sequence from its mixer's
+    state (`run(x, state)` by the subclass): the whole sequence from a new
+    state, or one token's step."""
+
+    def forward(self, x):
+        return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
+
+    def step(self, x, state):
+        out, state = self.run(x[:, None], state)
+        return out[:, 0], state
+
+    def new_state(self, batch, dtype):
+        return self.mixer.new_state(batch, dtype)
+
+
+class GraniteMoeHybridDecoderLayer(DecoderLayer):
     """GraniteMoeHybridDecoderLayer:
         x = x + residual_multiplier * mixer(input_layernorm(x))
         x = x + residual_multiplier * ffn(post_attention_layernorm(x))
@@ -1970,28 +2163,26 @@ class GraniteMoeHybridDecoderLayer(nn.Module):
         x = x + o * m
         return x + self.ffn(self.post_attention_layernorm(x)) * m, state
 
-    def forward(self, x):
-        return self.run(x, self.new_state(x.shape[0], x.dtype))[0]
-
-    def step(self, x, state):
-        out, state = self.run(x[:, None], state)
-        return out[:, 0], state
-
-    def new_state(self, batch, dtype):
-        return self.mixer.new_state(batch, dtype)
 
 
-class GraniteMoeHybridModel(nn.Module):
-    def __init__(self, c):
+class TransformersModel(nn.Module):
+    """A transformers decoder stack in its names: embed_tokens, layers (of
+    `layer`), norm (of `norm`)."""
+
+    def __init__(self, c, layer, norm):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList([GraniteMoeHybridDecoderLayer(c, i)
-                                     for i in range(c.num_hidden_layers)])
-        self.norm = RMSNorm(c.hidden_size, c.norm_eps)
+        self.layers = nn.ModuleList([layer(c, i) for i in range(c.num_hidden_layers)])
+        self.norm = norm(c.hidden_size, c.norm_eps)
 
     @property
     def embeddings(self):
         return self.embed_tokens
+
+
+class GraniteMoeHybridModel(TransformersModel):
+    def __init__(self, c):
+        super().__init__(c, GraniteMoeHybridDecoderLayer, RMSNorm)
 
 
 class GraniteMoeHybridLM(CausalLM):
@@ -2011,6 +2202,361 @@ class GraniteMoeHybridLM(CausalLM):
 
     def head(self, x):
         return self.lm_head(x) / self.c.logits_scaling
+
+
+# qwen3_next, written from transformers' Qwen3NextForCausalLM
+# (src/transformers/models/qwen3_next/modeling_qwen3_next.py, the version
+# whose experts are 3-D tensors and whose rotary reads config.rope_parameters)
+# and configuration_qwen3_next.py. Checkpoint names are the Hub's:
+# model.embed_tokens, model.layers.N.{input_layernorm, linear_attn |
+# self_attn, post_attention_layernorm, mlp}, model.norm, lm_head; the experts
+# per expert (mlp.experts.E.{gate,up,down}_proj.weight) or, as transformers v5
+# holds them, fused (mlp.experts.gate_up_proj (E, 2I, H), gate rows first, and
+# mlp.experts.down_proj (E, H, I)). The model holds them fused.
+
+
+class Qwen3NextRMSNorm(nn.Module):
+    """Qwen3NextRMSNorm: zero-centred, x rsqrt(mean x^2 + eps) (1 + weight),
+    its weight 0 at initialisation (the layers' norms, model.norm, q_norm and
+    k_norm)."""
+
+    zero_centred = True
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)
+
+
+class Qwen3NextRMSNormGated(nn.Module):
+    """Qwen3NextRMSNormGated(x, gate): the norm first, then its weight (1 at
+    initialisation, not zero-centred), then times silu(gate):
+    weight * x rsqrt(mean x^2 + eps) * silu(gate), per head of the rule's
+    output (one weight of head_v_dim for every head)."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x, gate):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x * F.silu(gate)
+
+
+def partial_rotary(x, position, base, rotary_dim):
+    """Qwen3NextRotaryEmbedding with apply_rotary_pos_emb on x (B, T, H, d),
+    tokens at positions position, position + 1, ...: `rotary` (tables in
+    float32, GPT-NeoX halves, inverse frequencies over rotary_dim) on the
+    first rotary_dim channels of each head, the others passed through."""
+    if rotary_dim == 0:
+        return x
+    return torch.cat([rotary(x[..., :rotary_dim], position, base), x[..., rotary_dim:]], dim=-1)
+
+
+class Qwen3NextGatedDeltaNet(RecurrentMixer):
+    """Qwen3NextGatedDeltaNet, token by token (the recurrence of
+    torch_recurrent_gated_delta_rule, which its cached decode step runs; its
+    chunked prefill, torch_chunk_gated_delta_rule, is the same function of
+    the sequence, tests/python/qwen3_next_reference_test.py checks the two
+    agree). Hk = linear_num_key_heads, Hv = linear_num_value_heads,
+    r = Hv / Hk, dk, dv the head dims:
+      in_proj_qkvz(x) per key head i: [q_i (dk) | k_i (dk) | v (r dv) | z (r dv)]
+      (value heads i r .. i r + r - 1), in_proj_ba(x) per key head:
+      [b (r) | a (r)] (fix_query_key_value_ordering);
+      [q | k | v] (all of q's heads, then k's, then v's) through the
+      depthwise causal conv1d of linear_conv_kernel_dim taps (no bias) and
+      SiLU; beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias);
+      value head j reads q/k head j // r (repeat_interleave); q and k
+      L2-normalised (x rsqrt(sum x^2 + 1e-6)), q times dk^-1/2:
+        S = exp(g) S;  S = S + k (beta (v - S^T k))^T;  o = S^T q
+      then Qwen3NextRMSNormGated(o, z) per value head, and out_proj.
+    State: (S (B, Hv, dk, dv), the key dimension first as transformers'
+    last_recurrent_state; the convolution's last K-1 inputs (B, K-1,
+    conv_dim), the oldest first)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        h, K = c.hidden_size, c.linear_conv_kernel_dim
+        self.in_proj_qkvz = nn.Linear(h, 2 * c.linear_key_dim + 2 * c.linear_value_dim,
+                                      bias=False)
+        self.in_proj_ba = nn.Linear(h, 2 * c.linear_num_value_heads, bias=False)
+        self.conv1d = nn.Conv1d(c.linear_conv_dim, c.linear_conv_dim, K, groups=c.linear_conv_dim,
+                                padding=K - 1, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(c.linear_num_value_heads))
+        self.A_log = nn.Parameter(torch.zeros(c.linear_num_value_heads))
+        self.norm = Qwen3NextRMSNormGated(c.linear_value_head_dim, c.norm_eps)
+        self.out_proj = nn.Linear(c.linear_value_dim, h, bias=False)
+
+    def new_state(self, batch, dtype):
+        c = self.c
+        return (torch.zeros(batch, c.linear_num_value_heads, c.linear_key_head_dim,
+                            c.linear_value_head_dim, dtype=dtype),
+                torch.zeros(batch, c.linear_conv_kernel_dim - 1, c.linear_conv_dim, dtype=dtype))
+
+    def projections(self, x):
+        """fix_query_key_value_ordering: x (B, T, hidden) -> q, k (B, T, Hk dk),
+        v (B, T, Hv dv), z (B, T, Hv, dv), b, a (B, T, Hv)."""
+        c = self.c
+        b, t, _ = x.shape
+        Hk, Hv = c.linear_num_key_heads, c.linear_num_value_heads
+        dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
+        r = Hv // Hk
+        per_key_head = self.in_proj_qkvz(x).view(b, t, Hk, 2 * dk + 2 * r * dv)
+        q, k, v, z = per_key_head.split([dk, dk, r * dv, r * dv], dim=-1)
+        beta_in, a = self.in_proj_ba(x).view(b, t, Hk, 2 * r).split([r, r], dim=-1)
+        return (q.reshape(b, t, Hk * dk), k.reshape(b, t, Hk * dk), v.reshape(b, t, Hv * dv),
+                z.reshape(b, t, Hv, dv), beta_in.reshape(b, t, Hv), a.reshape(b, t, Hv))
+
+    def run(self, x, state):
+        c = self.c
+        b, T, _ = x.shape
+        Hk, Hv = c.linear_num_key_heads, c.linear_num_value_heads
+        dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
+        s, window = state
+        q, k, v, z, beta_in, a = self.projections(x)
+        mixed = torch.cat([q, k, v], dim=-1)
+        w = self.conv1d.weight[:, 0, :].t()  # (K, C): tap j reads input t - (K-1) + j
+        conv = []
+        for t in range(T):
+            full = torch.cat([window, mixed[:, t:t + 1]], dim=1)  # (B, K, C)
+            window = full[:, 1:]
+            conv.append((full * w).sum(1))
+        mixed = F.silu(torch.stack(conv, dim=1))
+        q, k, v = mixed.split([c.linear_key_dim, c.linear_key_dim, c.linear_value_dim], dim=-1)
+        beta = beta_in.sigmoid()
+        g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
+        r = Hv // Hk
+        q = q.reshape(b, T, Hk, dk).repeat_interleave(r, dim=2)
+        k = k.reshape(b, T, Hk, dk).repeat_interleave(r, dim=2)
+        v = v.reshape(b, T, Hv, dv)
+        q = l2_normalise(q) * dk ** -0.5
+        k = l2_normalise(k)
+        o, s = gated_delta_recurrence(q, k, v, g, beta, s)
+        o = self.norm(o, z)
+        return self.out_proj(o.reshape(b, T, c.linear_value_dim)), (s, window)
+
+
+class Qwen3NextAttention(nn.Module):
+    """Qwen3NextAttention (eager): q_proj gives 2 head_dim per query head,
+    the query then its output gate ([q_h | gate_h] for each head h in turn);
+    k_proj, v_proj num_key_value_heads heads of head_dim (all four projections
+    with bias for attention_bias); q_norm and k_norm (Qwen3NextRMSNorm over
+    each head's head_dim) before the partial rotary (`partial_rotary`); causal
+    softmax of q.k head_dim^-1/2 (query head h reads key head
+    h // (heads / kv_heads)); the output times sigmoid(gate), then o_proj.
+    State: every key (normed, rotary applied) and value so far, and the
+    position."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        h, d = c.hidden_size, c.head_dim
+        self.q_proj = nn.Linear(h, c.num_heads * d * 2, bias=c.attention_bias)
+        self.k_proj = nn.Linear(h, c.num_kv_heads * d, bias=c.attention_bias)
+        self.v_proj = nn.Linear(h, c.num_kv_heads * d, bias=c.attention_bias)
+        self.o_proj = nn.Linear(c.num_heads * d, h, bias=c.attention_bias)
+        self.q_norm = Qwen3NextRMSNorm(d, c.norm_eps)
+        self.k_norm = Qwen3NextRMSNorm(d, c.norm_eps)
+
+    def new_state(self, batch, dtype):
+        empty = torch.zeros(batch, 0, self.c.num_kv_heads, self.c.head_dim, dtype=dtype)
+        return (empty, empty.clone(), 0)
+
+    def run(self, x, state):
+        c = self.c
+        keys, values, position = state
+        b, t, _ = x.shape
+        d, H = c.head_dim, c.num_heads
+        q, gate = self.q_proj(x).view(b, t, H, 2 * d).chunk(2, dim=-1)
+        q = self.q_norm(q)
+        k = self.k_norm(self.k_proj(x).view(b, t, c.num_kv_heads, d))
+        v = self.v_proj(x).view(b, t, c.num_kv_heads, d)
+        q = partial_rotary(q, position, c.rope_theta, c.rotary_dim)
+        k = partial_rotary(k, position, c.rope_theta, c.rotary_dim)
+        keys, values = torch.cat([keys, k], 1), torch.cat([values, v], 1)
+        group = H // c.num_kv_heads
+        kh = keys.repeat_interleave(group, dim=2)
+        vh = values.repeat_interleave(group, dim=2)
+        scores = torch.einsum("bihd,bjhd->bhij", q, kh) * d ** -0.5
+        qpos = torch.arange(position, position + t)[:, None]
+        kpos = torch.arange(keys.shape[1])[None, :]
+        scores = scores.masked_fill(~(kpos <= qpos), -math.inf)
+        o = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), vh)
+        o = o.reshape(b, t, H * d) * torch.sigmoid(gate.reshape(b, t, H * d))
+        return self.o_proj(o), (keys, values, position + t)
+
+
+class Qwen3NextMLP(nn.Module):
+    """Qwen3NextMLP: down_proj(silu(gate_proj(x)) * up_proj(x)), no biases
+    (the dense layers' MLP of intermediate_size; the shared expert of
+    shared_expert_intermediate_size)."""
+
+    def __init__(self, c, intermediate_size):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Qwen3NextExperts(nn.Module):
+    """Qwen3NextExperts: gate_up_proj (E, 2I, H), the gate's I rows first,
+    and down_proj (E, H, I); expert e gives
+    down_proj[e] (silu(gate) * up), [gate | up] = gate_up_proj[e] x."""
+
+    def __init__(self, c):
+        super().__init__()
+        E, H, I = c.num_experts, c.hidden_size, c.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.zeros(E, 2 * I, H))
+        self.down_proj = nn.Parameter(torch.zeros(E, H, I))
+
+    def forward(self, x, index, weights):
+        """x (N, H), the chosen experts (N, k) and their weights (N, k)."""
+        out = torch.zeros_like(x)
+        for e in range(self.gate_up_proj.shape[0]):
+            rows, slot = (index == e).nonzero(as_tuple=True)
+            if rows.numel() == 0:
+                continue
+            gate, up = F.linear(x[rows], self.gate_up_proj[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.down_proj[e])
+            out.index_add_(0, rows, y * weights[rows, slot, None])
+        return out
+
+
+class Qwen3NextTopKRouter(nn.Module):
+    """Qwen3NextTopKRouter: softmax over all num_experts of x W^T (weight
+    (E, H), no bias), then its top num_experts_per_tok; those renormalised to
+    sum 1 with norm_topk_prob, else kept as they are."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.weight = nn.Parameter(torch.zeros(c.num_experts, c.hidden_size))
+
+    def forward(self, x):
+        """x (N, H) -> expert indices (N, k), their weights (N, k)."""
+        probs = F.linear(x, self.weight).softmax(-1)
+        top, index = probs.topk(self.c.num_experts_per_tok, dim=-1)
+        if self.c.norm_topk_prob:
+            top = top / top.sum(-1, keepdim=True)
+        return index, top
+
+
+class Qwen3NextSparseMoeBlock(nn.Module):
+    """Qwen3NextSparseMoeBlock: experts(x) weighted by the router (`gate`),
+    plus shared_expert(x) * sigmoid(shared_expert_gate(x)) (a Linear H -> 1
+    without bias)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.gate = Qwen3NextTopKRouter(c)
+        self.experts = Qwen3NextExperts(c)
+        self.shared_expert = Qwen3NextMLP(c, c.shared_expert_intermediate_size)
+        self.shared_expert_gate = nn.Linear(c.hidden_size, 1, bias=False)
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        index, weights = self.gate(x)
+        out = self.experts(x, index, weights)
+        out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return out.view(shape)
+
+
+class Qwen3NextDecoderLayer(DecoderLayer):
+    """Qwen3NextDecoderLayer:
+        x = x + mixer(input_layernorm(x))
+        x = x + mlp(post_attention_layernorm(x))
+    mixer linear_attn (Qwen3NextGatedDeltaNet) or self_attn (layer_types);
+    mlp the sparse MoE block or a dense Qwen3NextMLP (Config.moe_layers)."""
+
+    def __init__(self, c, layer_idx):
+        super().__init__()
+        self.input_layernorm = Qwen3NextRMSNorm(c.hidden_size, c.norm_eps)
+        if c.layer_types[layer_idx] == "linear_attention":
+            self.linear_attn = Qwen3NextGatedDeltaNet(c)
+        else:
+            self.self_attn = Qwen3NextAttention(c)
+        self.post_attention_layernorm = Qwen3NextRMSNorm(c.hidden_size, c.norm_eps)
+        self.mlp = (Qwen3NextSparseMoeBlock(c) if c.moe_layers[layer_idx]
+                    else Qwen3NextMLP(c, c.intermediate_size))
+
+    @property
+    def mixer(self):
+        return self.linear_attn if hasattr(self, "linear_attn") else self.self_attn
+
+    def run(self, x, state):
+        o, state = self.mixer.run(self.input_layernorm(x), state)
+        x = x + o
+        return x + self.mlp(self.post_attention_layernorm(x)), state
+
+
+
+class Qwen3NextModel(TransformersModel):
+    def __init__(self, c):
+        super().__init__(c, Qwen3NextDecoderLayer, Qwen3NextRMSNorm)
+
+
+QWEN3_NEXT_EXPERT_LAYOUTS = ("split", "fused")
+
+
+class Qwen3NextLM(CausalLM):
+    """Qwen3NextForCausalLM: embed_tokens, the layers, model.norm (zero-centred),
+    lm_head (tied to embed_tokens with tie_word_embeddings). Reads the experts
+    in either layout (the Hub's per-expert names or v5's fused ones) and
+    writes the per-expert names unless told "fused"."""
+
+    def __init__(self, c):
+        super().__init__(c, Qwen3NextModel(c), "norm")
+
+    @property
+    def embeddings_name(self):
+        return "model.embed_tokens.weight"
+
+    def state_dict_for_export(self, experts="split"):
+        if experts not in QWEN3_NEXT_EXPERT_LAYOUTS:
+            raise ValueError(f"experts layout {experts!r}: one of {QWEN3_NEXT_EXPERT_LAYOUTS}")
+        sd = super().state_dict_for_export()
+        if experts == "fused":
+            return sd
+        for name in [n for n in sd if n.endswith(".mlp.experts.gate_up_proj")]:
+            prefix = name[:-len("gate_up_proj")]
+            gate_up, down = sd.pop(name), sd.pop(prefix + "down_proj")
+            I = gate_up.shape[1] // 2
+            for e in range(gate_up.shape[0]):
+                sd[f"{prefix}{e}.gate_proj.weight"] = gate_up[e, :I]
+                sd[f"{prefix}{e}.up_proj.weight"] = gate_up[e, I:]
+                sd[f"{prefix}{e}.down_proj.weight"] = down[e]
+        return sd
+
+    def checkpoint_tensors(self, tensors):
+        """A checkpoint's tensors with every MoE layer's experts fused
+        (mlp.experts.gate_up_proj, mlp.experts.down_proj), from the
+        per-expert names where the fused ones are absent."""
+        c = self.c
+        for i, moe in enumerate(c.moe_layers):
+            prefix = f"model.layers.{i}.mlp.experts."
+            if not moe or (prefix + "gate_up_proj" in tensors and prefix + "down_proj" in tensors):
+                continue
+            gate_up, down = [], []
+            for e in range(c.num_experts):
+                names = [f"{prefix}{e}.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj")]
+                for n in names:
+                    if n not in tensors:
+                        raise KeyError(f"{n} missing from model.safetensors (nor "
+                                       f"{prefix}gate_up_proj and {prefix}down_proj)")
+                gate_up.append(np.concatenate([tensors[names[0]], tensors[names[1]]], axis=0))
+                down.append(tensors[names[2]])
+            tensors[prefix + "gate_up_proj"] = np.stack(gate_up)
+            tensors[prefix + "down_proj"] = np.stack(down)
+        return tensors
 
 
 class ModelType:
@@ -2035,6 +2581,7 @@ MODEL_TYPES = {
     "rwkv7": ModelType(Config._rwkv7, RWKV7Attention, RWKV7LM, None),
     "rwkv6": ModelType(Config._rwkv6, RWKV6Attention, RWKV6LM, 4),
     "granitemoehybrid": ModelType(Config._granitemoehybrid, GraniteMoeHybridMambaLayer, GraniteMoeHybridLM, 32),
+    "qwen3_next": ModelType(Config._qwen3_next, Qwen3NextGatedDeltaNet, Qwen3NextLM, 16),
 }
 
 
@@ -2046,6 +2593,10 @@ def load_model(model_dir, dtype=torch.float32):
     c = load_config(model_dir)
     model = new_model(c)
     tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    # A type whose checkpoints name some tensors otherwise than its modules
+    # (qwen3_next's per-expert names) maps them first.
+    if hasattr(model, "checkpoint_tensors"):
+        tensors = model.checkpoint_tensors(tensors)
     sd = model.state_dict()
     # Checkpoints written before fla's GatedMLP split (February 2025) hold one
     # mlp.gate_proj of 2I rows, the gate's I rows first, and no up_proj.
@@ -2078,9 +2629,14 @@ def random_model(config, seed):
     torch.manual_seed(seed)
     c = Config(config)
     model = new_model(c)
+    # qwen3_next's zero-centred norms scale by 1 + weight: weights near 0.
+    zero_centred = {f"{n}.weight" for n, m in model.named_modules()
+                    if getattr(m, "zero_centred", False)}
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if name in zero_centred:
+                p.normal_(0, 0.1)
+            elif name.endswith("norm.weight"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
             elif name.endswith(".A_log"):
                 # fla's init: A ~ U(0, 16), kept away from 0 here.
@@ -2103,24 +2659,34 @@ def random_model(config, seed):
             elif name.endswith(".attn.k_k"):
                 p.copy_(0.7 + 0.1 * torch.randn_like(p))  # fla's: 0.71 - linear / 10
             elif p.dim() == 2:
-                # granitemoehybrid's router too: logits of order 1, so that
-                # the top-k experts change from token to token.
+                # granitemoehybrid's and qwen3_next's routers too (and
+                # qwen3_next's shared_expert_gate): logits of order 1, so
+                # that the top-k experts change from token to token.
                 p.normal_(0, 1 / math.sqrt(p.shape[1]))
             elif p.dim() == 3:
-                # granitemoehybrid's experts, (num_experts, out, in).
+                # granitemoehybrid's and qwen3_next's experts, (num_experts,
+                # out, in).
                 p.normal_(0, 1 / math.sqrt(p.shape[2]))
             else:
                 p.normal_(0, 0.1)
     return model
 
 
-def save_model(model, out_dir, dtype="F32"):
+def save_model(model, out_dir, dtype="F32", experts=None):
+    """config.json and model.safetensors (F32, F16 or BF16); experts: for
+    qwen3_next, "split" (the Hub's per-expert names, the default) or "fused"
+    (transformers v5's 3-D tensors)."""
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(model.c.raw, f, indent=2, sort_keys=True)
         f.write("\n")
-    write_safetensors(os.path.join(out_dir, "model.safetensors"),
-                      model.state_dict_for_export(), dtype)
+    if experts is None:
+        sd = model.state_dict_for_export()
+    elif isinstance(model, Qwen3NextLM):
+        sd = model.state_dict_for_export(experts=experts)
+    else:
+        raise ValueError("an experts layout is for qwen3_next models only")
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), sd, dtype)
 
 
 # ---------------------------------------------------------------- commands
@@ -2163,6 +2729,8 @@ def random_config(args):
         return config
     if args.model_type == "granitemoehybrid":
         return granitemoehybrid_config(args, config)
+    if args.model_type == "qwen3_next":
+        return qwen3_next_config(args, config)
     if args.model_type == "mamba2":
         config.update({
             "head_dim": args.head_dim, "expand": 2, "state_size": args.state_size,
@@ -2244,11 +2812,55 @@ def granitemoehybrid_config(args, config):
     return config
 
 
+def qwen3_next_config(args, config):
+    """transformers' Qwen3NextConfig fields for `random`: attention heads of
+    --head-dim (head_dim is its own field), Gated DeltaNet heads of
+    --linear-head-dim (default --head-dim), --linear-key-heads q/k heads and
+    --num-v-heads value heads (default twice as many), MoE layers of
+    --num-experts (0: every layer dense) beside dense ones of
+    --intermediate-size (96 when not given)."""
+    layers = args.layers
+    heads = args.num_heads
+    kv = args.num_kv_heads or heads
+    lk = args.linear_key_heads
+    lhd = args.linear_head_dim or args.head_dim
+    config.update({
+        "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": args.head_dim,
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 4096,
+        "rope_theta": args.rope_theta, "partial_rotary_factor": args.partial_rotary_factor,
+        "attention_bias": args.attention_bias, "attention_dropout": 0.0,
+        "intermediate_size": args.intermediate_size or 96,
+        "linear_conv_kernel_dim": args.conv_size, "linear_key_head_dim": lhd,
+        "linear_value_head_dim": lhd, "linear_num_key_heads": lk,
+        "linear_num_value_heads": args.num_v_heads or 2 * lk,
+        "num_experts": args.num_experts, "num_experts_per_tok": args.experts_per_token,
+        "moe_intermediate_size": args.moe_intermediate_size,
+        "shared_expert_intermediate_size": args.shared_intermediate_size,
+        "norm_topk_prob": not args.no_norm_topk_prob,
+        "decoder_sparse_step": args.decoder_sparse_step,
+        "mlp_only_layers": ([int(i) for i in args.mlp_only_layers.split(",")]
+                            if args.mlp_only_layers else [])})
+    if args.full_attention_interval is not None:
+        if args.layer_types:
+            raise SystemExit("--layer-types and --full-attention-interval exclude each other")
+        config["full_attention_interval"] = args.full_attention_interval
+    else:
+        types = (args.layer_types.split(",") if args.layer_types
+                 else ["linear_attention"] * (layers - 1) + ["full_attention"])
+        if len(types) != layers:
+            raise SystemExit(f"--layer-types names {len(types)} layers, --layers is {layers}")
+        config["layer_types"] = types
+    return config
+
+
 def cmd_random(args):
     config = random_config(args)
     if args.attn is not None:
         config["attn"] = json.loads(args.attn)
-    save_model(random_model(config, args.seed), args.out, args.dtype)
+    if args.fused_experts and args.model_type != "qwen3_next":
+        raise SystemExit("--fused-experts is for qwen3_next")
+    save_model(random_model(config, args.seed), args.out, args.dtype,
+               experts="fused" if args.fused_experts else None)
 
 
 def cmd_generate(args):
@@ -2323,19 +2935,20 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--model-type", default="linear_attn",
                    choices=["linear_attn", "retnet", "gla", "delta_net", "gated_deltanet",
-                            "mamba2", "rwkv7", "rwkv6", "granitemoehybrid"])
+                            "mamba2", "rwkv7", "rwkv6", "granitemoehybrid", "qwen3_next"])
     r.add_argument("--feature-map", default="elu", choices=FEATURE_MAPS)
     r.add_argument("--normalized", action="store_true", help="norm_feature_map = true")
     r.add_argument("--hidden-size", type=int, default=64)
     r.add_argument("--layers", type=int, default=2)
     r.add_argument("--num-heads", type=int, default=4,
-                   help="granitemoehybrid: num_attention_heads")
+                   help="granitemoehybrid, qwen3_next: num_attention_heads")
     r.add_argument("--num-kv-heads", type=int, default=None,
-                   help="granitemoehybrid: num_key_value_heads")
+                   help="granitemoehybrid, qwen3_next: num_key_value_heads")
     r.add_argument("--expand-k", type=float, default=1)
     r.add_argument("--expand-v", type=float, default=1)
     r.add_argument("--intermediate-size", type=int, default=None,
-                   help="granitemoehybrid: each expert's (32 when not given)")
+                   help="granitemoehybrid: each expert's (32 when not given); qwen3_next: "
+                   "the dense MLP's (96 when not given)")
     r.add_argument("--vocab-size", type=int, default=300)
     r.add_argument("--tie-feature-map-qk", action="store_true")
     r.add_argument("--tie-word-embeddings", action="store_true")
@@ -2362,14 +2975,16 @@ def main():
     r.add_argument("--qk-norm", default="l2", choices=["l2", "sum"], help="delta_net")
     r.add_argument("--head-dim", type=int, default=16,
                    help="gated_deltanet, mamba2, rwkv7; granitemoehybrid: mamba_d_head (unless "
-                   "--mamba-heads)")
+                   "--mamba-heads); qwen3_next: the attention's head_dim")
     r.add_argument("--low-rank-dim", type=int, default=16,
                    help="rwkv7: the decay, a and v LoRAs' rank (the gate's twice it); "
                    "rwkv6: proj_low_rank_dim (gate_low_rank_dim twice it)")
-    r.add_argument("--num-v-heads", type=int, default=None, help="gated_deltanet")
+    r.add_argument("--num-v-heads", type=int, default=None,
+                   help="gated_deltanet; qwen3_next: linear_num_value_heads (default twice "
+                   "--linear-key-heads)")
     r.add_argument("--conv-size", type=int, default=4,
                    help="gla, delta_net, gated_deltanet, mamba2 (conv_kernel), "
-                   "granitemoehybrid (mamba_d_conv)")
+                   "granitemoehybrid (mamba_d_conv), qwen3_next (linear_conv_kernel_dim)")
     r.add_argument("--no-gate", action="store_true",
                    help="gated_deltanet: use_gate = false; retnet, gla: use_output_gate = false")
     r.add_argument("--no-short-conv", action="store_true",
@@ -2378,18 +2993,21 @@ def main():
     r.add_argument("--attn", default=None, metavar="JSON",
                    help="fla's hybrid attention config (a spec or a list of them), e.g. "
                    "'{\"layers\": [1], \"num_heads\": 4, \"window_size\": 64}'")
-    gr = r.add_argument_group("granitemoehybrid")
+    gr = r.add_argument_group("granitemoehybrid (and qwen3_next where named)")
     gr.add_argument("--layer-types", default=None,
                     help="comma-separated mamba/attention, one per layer (default: Mamba "
-                    "layers, the last attention)")
+                    "layers, the last attention); qwen3_next: linear_attention/full_attention")
     gr.add_argument("--num-experts", type=int, default=4,
-                    help="num_local_experts (0: dense, the shared MLP only)")
-    gr.add_argument("--experts-per-token", type=int, default=2, help="num_experts_per_tok")
+                    help="num_local_experts (0: dense, the shared MLP only); qwen3_next: "
+                    "num_experts (0: every layer a dense MLP)")
+    gr.add_argument("--experts-per-token", type=int, default=2,
+                    help="num_experts_per_tok (qwen3_next too)")
     gr.add_argument("--shared-intermediate-size", type=int, default=48,
-                    help="the shared MLP's (0: none)")
+                    help="the shared MLP's (0: none); qwen3_next: "
+                    "shared_expert_intermediate_size")
     gr.add_argument("--nope", action="store_true",
                     help="position_embedding_type nope (no rotary; default rope)")
-    gr.add_argument("--rope-theta", type=float, default=10000.0)
+    gr.add_argument("--rope-theta", type=float, default=10000.0, help="qwen3_next too")
     gr.add_argument("--embedding-multiplier", type=float, default=12.0)
     gr.add_argument("--residual-multiplier", type=float, default=0.22)
     gr.add_argument("--attention-multiplier", type=float, default=None,
@@ -2398,9 +3016,24 @@ def main():
     gr.add_argument("--mamba-heads", type=int, default=None,
                     help="mamba_n_heads (default mamba_expand * hidden_size / --head-dim)")
     gr.add_argument("--mamba-expand", type=int, default=2)
-    gr.add_argument("--attention-bias", action="store_true")
+    gr.add_argument("--attention-bias", action="store_true", help="qwen3_next too")
     gr.add_argument("--mamba-proj-bias", action="store_true")
     gr.add_argument("--no-mamba-conv-bias", action="store_true")
+    qn = r.add_argument_group("qwen3_next")
+    qn.add_argument("--linear-key-heads", type=int, default=2, help="linear_num_key_heads")
+    qn.add_argument("--linear-head-dim", type=int, default=None,
+                    help="linear_key_head_dim and linear_value_head_dim (default --head-dim)")
+    qn.add_argument("--partial-rotary-factor", type=float, default=0.25)
+    qn.add_argument("--moe-intermediate-size", type=int, default=32)
+    qn.add_argument("--decoder-sparse-step", type=int, default=1)
+    qn.add_argument("--mlp-only-layers", default=None,
+                    help="comma-separated layer indices with a dense MLP")
+    qn.add_argument("--no-norm-topk-prob", action="store_true", help="norm_topk_prob = false")
+    qn.add_argument("--full-attention-interval", type=int, default=None,
+                    help="no layer_types: every N-th layer full attention")
+    qn.add_argument("--fused-experts", action="store_true",
+                    help="write mlp.experts.gate_up_proj/down_proj (transformers v5) in place "
+                    "of the Hub's per-expert names")
     r.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(fn=cmd_random)

@@ -1,5 +1,6 @@
 #include "core/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -37,6 +38,14 @@ uint32_t ModelConfig::key_dim() const {
 uint32_t ModelConfig::value_dim() const {
   if (!is_linear_attn()) return state_heads * head_v;
   return static_cast<uint32_t>(hidden_size * expand_v);
+}
+
+uint32_t ModelConfig::widest_mlp() const {
+  uint32_t widest = 0;
+  for (uint32_t l = 0; l < num_hidden_layers; ++l) {
+    widest = std::max(widest, mlp_width(l));
+  }
+  return widest;
 }
 
 uint32_t ModelConfig::conv_channels() const {
@@ -206,8 +215,10 @@ absl::Status ParseHybridAttention(const json& j, ModelConfig& c) {
           "fla's mamba2 has no softmax-attention layers (its config "
           "takes no attn)");
     case ModelType::kGraniteMoeHybrid:
+    case ModelType::kQwen3Next:
       return ConfigFieldError(
-          "attn", "granitemoehybrid names its attention layers in layer_types");
+          "attn", absl::StrCat(ModelTypeName(c.type),
+                               " names its attention layers in layer_types"));
     case ModelType::kRwkv7:
       return ConfigFieldError(
           "attn",

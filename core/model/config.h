@@ -1,8 +1,8 @@
 // ModelConfig: the config.json of a flash-linear-attention (fla) checkpoint,
-// parsed and checked, with the sizes it implies. Nine model types load:
+// parsed and checked, with the sizes it implies. Ten model types load:
 // `linear_attn`, `retnet`, `gla`, `delta_net`, `gated_deltanet`, `mamba2`,
-// `rwkv7`, `rwkv6` and transformers' `granitemoehybrid` (docs/design.md,
-// "Model types").
+// `rwkv7`, `rwkv6` and transformers' `granitemoehybrid` and `qwen3_next`
+// (docs/design.md, "Model types").
 //
 // Field names and defaults are those of fla's config classes (and the
 // older spellings fla wrote before: rms_norm_eps, layer_norm_epsilon,
@@ -50,6 +50,11 @@ enum class ModelType {
   // attention by layer_types, a shared MLP and mixture-of-experts
   // feed-forwards, multipliers on the embeddings, residuals and logits.
   kGraniteMoeHybrid,
+  // Qwen3-Next (transformers' layout): gated delta rule layers (GVA, one
+  // fused in_proj, a gated RMSNorm) and gated softmax attention by
+  // layer_types, mixture-of-experts with a gated shared expert or a dense
+  // MLP per layer, zero-centred RMSNorms.
+  kQwen3Next,
 };
 // The config.json spelling ("linear_attn", "retnet", …).
 absl::string_view ModelTypeName(ModelType type);
@@ -142,9 +147,39 @@ struct ModelConfig {
   // divided by logits_scaling.
   double embedding_multiplier = 1, residual_multiplier = 1, logits_scaling = 1;
   // Mixture-of-experts feed-forwards beside the MLP (granitemoehybrid's
-  // block_sparse_moe): num_experts experts of expert_size (0: none), each
-  // token through experts_per_token of them (moe.h).
+  // block_sparse_moe, qwen3_next's sparse blocks): num_experts experts of
+  // expert_size (0: none), each token through experts_per_token of them
+  // (moe.h).
   uint32_t num_experts = 0, experts_per_token = 0, expert_size = 0;
+  // The layers that have them (qwen3_next's decoder_sparse_step and
+  // mlp_only_layers); empty: every layer.
+  std::vector<uint8_t> expert_layers;
+  // The router's gates: a softmax over every expert's logit, the top k of
+  // those, divided by their sum with norm_topk_prob (qwen3_next); false:
+  // a softmax over the top k logits alone (granitemoehybrid; the same as
+  // the former with norm_topk_prob).
+  bool router_softmax_all = false;
+  bool norm_topk_prob = true;
+  // The MLP beside the experts in a layer that has them: of
+  // expert_mlp_size (qwen3_next's shared_expert_intermediate_size; 0:
+  // intermediate_size, granitemoehybrid's shared MLP), its output times
+  // σ(w·x) with shared_expert_gate (qwen3_next's shared_expert_gate).
+  uint32_t expert_mlp_size = 0;
+  bool shared_expert_gate = false;
+  bool layer_has_experts(size_t l) const {
+    return num_experts > 0 &&
+           (expert_layers.empty() ||
+            (l < expert_layers.size() && expert_layers[l] != 0));
+  }
+  // Layer l's MLP width (0: none), and the widest of them.
+  uint32_t mlp_width(size_t l) const {
+    return layer_has_experts(l) && expert_mlp_size != 0 ? expert_mlp_size
+                                                        : intermediate_size;
+  }
+  uint32_t widest_mlp() const;
+  // Every RMSNorm's weight is an offset from this (qwen3_next's
+  // zero-centred norms: x̂ · (1 + w)); folded into the weights at load.
+  float norm_weight_offset = 0;
 
   // fla's hybrids (fla/models/hybrid.py, `attn` in every fla config):
   // softmax-attention layers (fla/layers/attn.py's Attention) in the layers
@@ -162,6 +197,17 @@ struct ModelConfig {
     bool o_bias = false;
     double scale = 0;
     bool rope = true;
+    // qwen3_next's: the rotary embedding turns the first rotary_dim
+    // channels of each head (0: all of them; partial_rotary_factor), q
+    // and k are RMSNormed per head before it (q_norm, k_norm), and the
+    // output is gated, o · σ(gate) with the gate from q_proj (each head's
+    // query and gate rows interleaved there) before o_proj; head_dim may
+    // differ from hidden_size / num_heads.
+    uint32_t rotary_dim = 0;
+    bool qk_norm = false;
+    bool output_gate = false;
+    uint32_t q_width() const { return num_heads * head_dim; }
+    uint32_t rotated() const { return rotary_dim != 0 ? rotary_dim : head_dim; }
   };
   std::vector<SoftmaxAttention> attn;
   std::vector<int32_t> attn_of_layer;  // num_hidden_layers entries

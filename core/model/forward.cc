@@ -53,8 +53,8 @@ void ForwardRunner::EnsureWorkspace(uint32_t needed) {
   ws_.den = AlignedBuffer(rows * nh);
   ws_.available.assign(rows * nh, 0);
   if (c.has_mlp()) {
-    ws_.gu = AlignedBuffer(rows * 2 * uint64_t{c.intermediate_size});
-    ws_.act = AlignedBuffer(rows * uint64_t{c.intermediate_size});
+    ws_.gu = AlignedBuffer(rows * 2 * uint64_t{c.widest_mlp()});
+    ws_.act = AlignedBuffer(rows * uint64_t{c.widest_mlp()});
   }
   if (c.num_experts > 0) {
     const uint64_t I = c.expert_size;
@@ -79,13 +79,16 @@ void ForwardRunner::EnsureWorkspace(uint32_t needed) {
     }
   }
   if (c.is_hybrid()) {
-    uint64_t widest = 0;
+    uint64_t widest = 0, out = 0;
     for (const ModelConfig::SoftmaxAttention& a : c.attn) {
+      const uint64_t qw = a.q_width();
       widest = std::max<uint64_t>(
-          widest, H + 2 * uint64_t{a.num_kv_heads} * a.head_dim);
+          widest, qw * (a.output_gate ? 2 : 1) +
+                      2 * uint64_t{a.num_kv_heads} * a.head_dim);
+      out = std::max(out, qw);
     }
     ws_.attn_qkv = AlignedBuffer(rows * widest);
-    ws_.attn_o = AlignedBuffer(rows * H);
+    ws_.attn_o = AlignedBuffer(rows * out);
   }
   ws_.capacity = static_cast<uint32_t>(rows);
 }
@@ -225,7 +228,7 @@ absl::Status ForwardRunner::Pass(std::span<const ForwardItem> items,
                                 : type.RunMixer(*this, pass));
     if (c.has_mlp()) {
       const Model::Layer& L = model_->layers()[l];
-      LINATTN_RETURN_IF_ERROR(MlpBlock(L, rows));
+      LINATTN_RETURN_IF_ERROR(MlpBlock(l, rows));
       // The experts read the MLP's normed input, still in xn.
       if (L.experts != nullptr) {
         LINATTN_RETURN_IF_ERROR(RunExperts(*this, *L.experts, l, rows));
@@ -315,19 +318,26 @@ absl::Status ForwardRunner::RunAttention(const LayerPass& pass, const float* g,
 }
 
 // x += down(SiLU(gate)·up) with (gate|up) from xn = rmsnorm(x) (kept in xn
-// for the experts).
-absl::Status ForwardRunner::MlpBlock(const Model::Layer& L, uint32_t rows) {
+// for the experts), the output times σ(w·xn) with qwen3_next's
+// shared_expert_gate (applied to SiLU(gate)·up, before the linear down).
+absl::Status ForwardRunner::MlpBlock(size_t layer, uint32_t rows) {
   const ModelConfig& c = model_->config();
-  const uint32_t H = c.hidden_size, I = c.intermediate_size;
+  const Model::Layer& L = model_->layers()[layer];
+  const uint32_t H = c.hidden_size, I = c.mlp_width(layer);
   RmsNorm(ws_.x.data(), rows, H, L.mlp_norm.data(), c.norm_eps, ws_.xn.data());
   if (L.gate_up == nullptr) return absl::OkStatus();  // width 0: adds nothing
   LINATTN_RETURN_IF_ERROR(L.gate_up->Apply(ws_.xn.data(), rows, ws_.gu.data()));
   const RowView<const float> gate_up(ws_.gu.data(), rows, 2 * uint64_t{I});
+  const RowView<const float> xn(ws_.xn.data(), rows, H);
   const RowView<float> act(ws_.act.data(), rows, I);
   const VectorKernels& kernels = ActiveKernels();
   ParallelFor(rows, uint64_t{rows} * I >= kParallelFloats, [&](uint64_t r) {
     const float* gate = gate_up.row(r);
     kernels.silu_mul(I, gate, gate + I, act.row(r));
+    if (!L.mlp_out_gate.empty()) {
+      const float g = kernels.dot(H, L.mlp_out_gate.data(), xn.row(r));
+      kernels.scale(I, 1.0f / (1.0f + std::exp(-g)), act.row(r));
+    }
   });
   return L.down->Apply(ws_.act.data(), rows, ws_.x.data());
 }

@@ -197,7 +197,7 @@ class ForwardRunner {
                     std::span<const ForwardPiece> pieces, uint32_t rows);
   void Embed(std::span<const ForwardItem> items,
              std::span<const ForwardPiece> pieces);
-  absl::Status MlpBlock(const Model::Layer& layer, uint32_t rows);
+  absl::Status MlpBlock(size_t layer, uint32_t rows);
   absl::Status Logits(std::span<const ForwardItem> items,
                       std::span<const ForwardPiece> pieces);
   void EnsureWorkspace(uint32_t rows);

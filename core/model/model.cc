@@ -374,7 +374,7 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
       auto file, present(single) ? SafetensorsFile::Open(single)
                                  : SafetensorsFile::OpenSharded(index));
   TensorReader r(*file);
-  const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
   const ModelTypeDef::TensorNames names = type.names();
   LINATTN_ASSIGN_OR_RETURN(
       model->embeddings_,
@@ -404,15 +404,26 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     } else {
       LINATTN_RETURN_IF_ERROR(type.LoadMixer(r, c, p, weights, L));
     }
+    for (float& w : L.attn_norm) w += c.norm_weight_offset;
     if (!c.has_mlp()) continue;
     LINATTN_ASSIGN_OR_RETURN(L.mlp_norm, r.Vector(p + names.mlp_norm, H));
+    for (float& w : L.mlp_norm) w += c.norm_weight_offset;
+    const int64_t I = c.mlp_width(i);
+    const bool experts = c.layer_has_experts(i);
+    // A layer with experts may keep its MLP under its own names (qwen3_next's
+    // shared expert).
+    const bool own = experts && !names.expert_mlp_gate.empty();
+    const std::string mlp_gate =
+                          p + (own ? names.expert_mlp_gate : names.mlp_gate),
+                      mlp_up = (own ? names.expert_mlp_up : names.mlp_up),
+                      mlp_down =
+                          p + (own ? names.expert_mlp_down : names.mlp_down);
     if (I == 0) {
       // A shared MLP of width 0 (granitemoehybrid's) adds nothing; an
       // export may keep its empty matrices.
       for (const auto& [tensor, shape] :
-           {std::pair<std::string, std::vector<int64_t>>{p + names.mlp_gate,
-                                                         {0, H}},
-            {p + names.mlp_down, {H, 0}}}) {
+           {std::pair<std::string, std::vector<int64_t>>{mlp_gate, {0, H}},
+            {mlp_down, {H, 0}}}) {
         if (r.Has(tensor)) LINATTN_RETURN_IF_ERROR(r.Check(tensor, shape));
         r.Skip(tensor);
       }
@@ -420,29 +431,33 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
       // Gate and up stacked, or one fused matrix of 2·I rows (gate first):
       // transformers' input_linear, and fla's gate_proj before February
       // 2025, with no up_proj.
-      const std::string gate = p + names.mlp_gate,
-                        up = names.mlp_up.empty() ? "" : p + names.mlp_up;
+      const std::string up = mlp_up.empty() ? "" : p + mlp_up;
       LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
                                !up.empty() && r.Has(up)
-                                   ? r.Stacked({{gate, I}, {up, I}}, H)
-                                   : r.Matrix(gate, 2 * I, H));
+                                   ? r.Stacked({{mlp_gate, I}, {up, I}}, H)
+                                   : r.Matrix(mlp_gate, 2 * I, H));
       LINATTN_ASSIGN_OR_RETURN(
           L.gate_up, PackedLinear::Create(w.data(), 2 * I, H, false, weights));
-      LINATTN_ASSIGN_OR_RETURN(AlignedBuffer down,
-                               r.Matrix(p + names.mlp_down, H, I));
+      LINATTN_ASSIGN_OR_RETURN(AlignedBuffer down, r.Matrix(mlp_down, H, I));
       std::vector<float> no_bias;
       ScaleResidualBranch(c, down, no_bias);
       LINATTN_ASSIGN_OR_RETURN(
           L.down, PackedLinear::Create(down.data(), H, I, true, weights));
+      if (experts && c.shared_expert_gate) {
+        LINATTN_ASSIGN_OR_RETURN(AlignedBuffer g,
+                                 r.Matrix(p + names.expert_mlp_out_gate, 1, H));
+        L.mlp_out_gate.assign(g.data(), g.data() + H);
+      }
     }
-    if (c.num_experts > 0) {
-      auto experts = std::make_unique<Experts>();
-      LINATTN_RETURN_IF_ERROR(
-          LoadExperts(r, c, p + names.experts, weights, *experts));
-      L.experts = std::move(experts);
+    if (experts) {
+      auto loaded = std::make_unique<Experts>();
+      LINATTN_RETURN_IF_ERROR(LoadExperts(
+          r, c, p + names.experts, names.expert_names, weights, *loaded));
+      L.experts = std::move(loaded);
     }
   }
   LINATTN_ASSIGN_OR_RETURN(model->final_norm_, r.Vector(names.final_norm, H));
+  for (float& w : model->final_norm_) w += c.norm_weight_offset;
   if (!names.final_norm_bias.empty() && c.norm_bias) {
     LINATTN_ASSIGN_OR_RETURN(model->final_norm_bias_,
                              r.Vector(names.final_norm_bias, H));
@@ -464,6 +479,15 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w, r.Matrix("lm_head.weight", V, H));
     LINATTN_ASSIGN_OR_RETURN(
         model->lm_head_, PackedLinear::Create(w.data(), V, H, false, weights));
+  }
+  for (const std::string& prefix : names.ignored_prefixes) {
+    const size_t n = r.SkipPrefix(prefix);
+    if (n == 0) continue;
+    absl::StrAppend(&model->ignored_note_,
+                    model->ignored_note_.empty() ? "" : "; ", n,
+                    " tensors under '", prefix,
+                    "' (multi-token-prediction layers, which linattn does "
+                    "not run) left unread");
   }
   if (absl::Status s = r.CheckAllUsed(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(dir, "/", s.message()));

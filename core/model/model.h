@@ -124,6 +124,9 @@ class Model {
     std::vector<float> mlp_norm;      // hidden
     std::unique_ptr<PackedLinear> gate_up;  // hidden → 2·intermediate
     std::unique_ptr<PackedLinear> down;     // intermediate → hidden, adds
+    // qwen3_next's shared_expert_gate (hidden): the MLP's output times
+    // σ(w · its normed input); empty without one.
+    std::vector<float> mlp_out_gate;
     // Mixture-of-experts beside the MLP (config().num_experts > 0), or null.
     std::unique_ptr<const Experts> experts;
 
@@ -150,9 +153,10 @@ class Model {
     // The type's own (rwkv7, rwkv6: their time and channel mixes), or null.
     std::unique_ptr<const LayerExtras> extras;
     // (A hybrid's softmax-attention layer, config().attention_layer(l),
-    // uses attn_norm, qkv for q|k|v_proj, in_bias for their biases under
-    // qkv_bias, o for o_proj and rotary_inv_freq, head_dim / 2 of them:
-    // core/model/softmax_attention.h.)
+    // uses attn_norm, qkv for q|k|v_proj (and the output gate's rows),
+    // in_bias for their biases under qkv_bias, o for o_proj and
+    // rotary_inv_freq, half the rotated channels: softmax_attention.h.)
+    std::vector<float> q_norm, k_norm;  // head_dim each, with qk_norm
   };
 
   // NOT_FOUND when a file is missing; INVALID_ARGUMENT naming the file and
@@ -185,6 +189,9 @@ class Model {
   // it is refused or linattn's plain one is used.
   const ChatTemplate& chat_template() const { return *chat_template_; }
   const std::string& chat_template_note() const { return chat_template_note_; }
+  // What of the checkpoint was left unread, and why ("" when nothing was):
+  // tensors of parts linattn does not run that the type names as ignored.
+  const std::string& ignored_note() const { return ignored_note_; }
   // 64-bit hash of the config and every tensor (names, shapes, bytes):
   // snapshots carry it and are refused by any other model.
   uint64_t fingerprint() const { return fingerprint_; }
@@ -265,6 +272,7 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;
   std::string chat_template_note_;
+  std::string ignored_note_;
   std::unique_ptr<Attention> attention_;
   // A hybrid's softmax-attention layers' position-only state.
   std::unique_ptr<Attention> position_only_;

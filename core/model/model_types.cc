@@ -10,10 +10,10 @@ namespace linattn {
 
 std::span<const ModelTypeDef* const> ModelTypes() {
   // In ModelType's order.
-  static const std::array<const ModelTypeDef*, 9> kTypes = {
-      &LinearAttnType(), &RetNetType(),        &GlaType(),
-      &DeltaNetType(),   &GatedDeltaNetType(), &Mamba2Type(),
-      &Rwkv7Type(),      &Rwkv6Type(),         &GraniteMoeHybridType()};
+  static const std::array<const ModelTypeDef*, 10> kTypes = {
+      &LinearAttnType(),       &RetNetType(),   &GlaType(),   &DeltaNetType(),
+      &GatedDeltaNetType(),    &Mamba2Type(),   &Rwkv7Type(), &Rwkv6Type(),
+      &GraniteMoeHybridType(), &Qwen3NextType()};
   return kTypes;
 }
 

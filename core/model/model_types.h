@@ -88,8 +88,19 @@ class ModelTypeDef {
     std::string mlp_gate = "mlp.gate_proj.weight";
     std::string mlp_up = "mlp.up_proj.weight";
     std::string mlp_down = "mlp.down_proj.weight";
-    // Mixture-of-experts feed-forwards (num_experts > 0), or empty.
+    // Mixture-of-experts feed-forwards (num_experts > 0), or empty, and
+    // their tensors under it.
     std::string experts;
+    ExpertTensorNames expert_names;
+    // A layer with experts keeps its MLP under these names when they are
+    // given (qwen3_next's shared expert), and the MLP's output gate
+    // (1 × hidden) with shared_expert_gate.
+    std::string expert_mlp_gate, expert_mlp_up, expert_mlp_down;
+    std::string expert_mlp_out_gate;
+    // Tensors a checkpoint may carry that linattn does not run (qwen3_next's
+    // multi-token-prediction layers, "mtp."): left unread, and said so in
+    // Model::ignored_note().
+    std::vector<std::string> ignored_prefixes;
   };
   virtual TensorNames names() const { return {}; }
   // The state rule every layer runs, with the shapes config.json implies.
@@ -157,6 +168,7 @@ const ModelTypeDef& Mamba2Type();
 const ModelTypeDef& Rwkv7Type();
 const ModelTypeDef& Rwkv6Type();
 const ModelTypeDef& GraniteMoeHybridType();
+const ModelTypeDef& Qwen3NextType();
 
 }  // namespace linattn
 

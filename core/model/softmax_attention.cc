@@ -29,38 +29,75 @@ absl::Status LoadSoftmaxAttention(TensorReader& r, const ModelConfig& c,
                                   const ModelConfig::SoftmaxAttention& a,
                                   const std::string& p, WeightType weights,
                                   Model::Layer& L) {
-  const int64_t H = c.hidden_size;
-  const int64_t kv = int64_t{a.num_kv_heads} * a.head_dim;
-  LINATTN_ASSIGN_OR_RETURN(AlignedBuffer w,
-                           r.Stacked({{p + "q_proj.weight", H},
-                                      {p + "k_proj.weight", kv},
-                                      {p + "v_proj.weight", kv}},
-                                     H));
-  LINATTN_ASSIGN_OR_RETURN(
-      L.qkv, PackedLinear::Create(w.data(), H + 2 * kv, H, false, weights));
+  const int64_t H = c.hidden_size, d = a.head_dim;
+  const int64_t qw = a.q_width(), kv = int64_t{a.num_kv_heads} * d;
+  // q_proj holds each head's query rows then, with an output gate, its gate
+  // rows (qwen3_next's view(…, heads, 2·d).chunk(2)); linattn keeps every
+  // query row first and the gates' after v: q | k | v | gate.
+  const int64_t q_rows = a.output_gate ? 2 * qw : qw;
+  const int64_t width = q_rows + 2 * kv;
+  LINATTN_RETURN_IF_ERROR(r.Check(p + "q_proj.weight", {q_rows, H}));
+  LINATTN_RETURN_IF_ERROR(r.Check(p + "k_proj.weight", {kv, H}));
+  LINATTN_RETURN_IF_ERROR(r.Check(p + "v_proj.weight", {kv, H}));
+  // Where q_proj's row i goes in q | k | v | gate.
+  auto q_row = [&](int64_t i) -> int64_t {
+    if (!a.output_gate) return i;
+    const int64_t head = i / (2 * d), j = i % (2 * d);
+    return j < d ? head * d + j : qw + 2 * kv + head * d + (j - d);
+  };
+  {
+    AlignedBuffer w(width * H);
+    {
+      std::vector<float> q(q_rows * H);
+      LINATTN_RETURN_IF_ERROR(
+          r.Read(p + "q_proj.weight", {q_rows, H}, q.data()));
+      for (int64_t i = 0; i < q_rows; ++i) {
+        std::memcpy(w.data() + q_row(i) * H, q.data() + i * H,
+                    H * sizeof(float));
+      }
+    }
+    LINATTN_RETURN_IF_ERROR(
+        r.Read(p + "k_proj.weight", {kv, H}, w.data() + qw * H));
+    LINATTN_RETURN_IF_ERROR(
+        r.Read(p + "v_proj.weight", {kv, H}, w.data() + (qw + kv) * H));
+    LINATTN_ASSIGN_OR_RETURN(
+        L.qkv, PackedLinear::Create(w.data(), width, H, false, weights));
+  }
   if (a.qkv_bias) {
-    for (const auto& [name, n] : {std::pair<const char*, int64_t>{"q_proj", H},
-                                  {"k_proj", kv},
-                                  {"v_proj", kv}}) {
-      LINATTN_ASSIGN_OR_RETURN(std::vector<float> b,
-                               r.Vector(p + name + ".bias", n));
-      L.in_bias.insert(L.in_bias.end(), b.begin(), b.end());
+    L.in_bias.assign(width, 0.0f);
+    LINATTN_ASSIGN_OR_RETURN(std::vector<float> q,
+                             r.Vector(p + "q_proj.bias", q_rows));
+    for (int64_t i = 0; i < q_rows; ++i) L.in_bias[q_row(i)] = q[i];
+    LINATTN_ASSIGN_OR_RETURN(std::vector<float> k,
+                             r.Vector(p + "k_proj.bias", kv));
+    LINATTN_ASSIGN_OR_RETURN(std::vector<float> v,
+                             r.Vector(p + "v_proj.bias", kv));
+    std::copy(k.begin(), k.end(), L.in_bias.begin() + qw);
+    std::copy(v.begin(), v.end(), L.in_bias.begin() + qw + kv);
+  }
+  if (a.qk_norm) {
+    LINATTN_ASSIGN_OR_RETURN(L.q_norm, r.Vector(p + "q_norm.weight", d));
+    LINATTN_ASSIGN_OR_RETURN(L.k_norm, r.Vector(p + "k_norm.weight", d));
+    for (std::vector<float>* w : {&L.q_norm, &L.k_norm}) {
+      for (float& x : *w) x += c.norm_weight_offset;
     }
   }
   LINATTN_ASSIGN_OR_RETURN(AlignedBuffer o,
-                           r.Matrix(p + "o_proj.weight", H, H));
+                           r.Matrix(p + "o_proj.weight", H, qw));
   if (a.o_bias) {
     LINATTN_ASSIGN_OR_RETURN(L.out_bias, r.Vector(p + "o_proj.bias", H));
   }
   ScaleResidualBranch(c, o, L.out_bias);
-  LINATTN_ASSIGN_OR_RETURN(L.o,
-                           PackedLinear::Create(o.data(), H, H, true, weights));
+  LINATTN_ASSIGN_OR_RETURN(
+      L.o, PackedLinear::Create(o.data(), H, qw, true, weights));
   if (!a.rope) return absl::OkStatus();
-  // fla's RotaryEmbedding: inv_freq = 1 / base^(2i/d) in fp32, as torch
-  // computes it.
+  // fla's and transformers' rotary: inv_freq = 1 / base^(2i/r) in fp32, as
+  // torch computes it, r the channels it turns (all of the head's but for
+  // a partial rotary).
   const float base = static_cast<float>(a.rope_theta);
-  for (uint32_t i = 0; i < a.head_dim / 2; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(a.head_dim);
+  const uint32_t rotated = a.rotated();
+  for (uint32_t i = 0; i < rotated / 2; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rotated);
     L.rotary_inv_freq.push_back(1.0f / std::pow(base, e));
   }
   return absl::OkStatus();
@@ -74,18 +111,26 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
   ForwardWorkspace& ws = runner.workspace();
   const uint32_t rows = pass.rows, H = c.hidden_size, d = a.head_dim;
   const uint32_t nh = a.num_heads, nkv = a.num_kv_heads, group = nh / nkv;
-  const uint64_t kv = uint64_t{nkv} * d, width = H + 2 * kv;
-  const uint32_t half = d / 2;
+  // Each row of the product: q (qw) | k | v | the output gate (qw, with
+  // one).
+  const uint64_t qw = a.q_width(), kv = uint64_t{nkv} * d;
+  const uint64_t width = qw * (a.output_gate ? 2 : 1) + 2 * kv;
+  const uint32_t half = a.rotated() / 2;
 
   LINATTN_RETURN_IF_ERROR(L.qkv->Apply(ws.xn.data(), rows, ws.attn_qkv.data()));
   const RowView<float> qkv(ws.attn_qkv.data(), rows, width);
-  // Biases, and rotary at each row's position.
+  // Biases, q and k norms per head, and rotary at each row's position.
   for (const ForwardPiece& p : pass.pieces) {
     ParallelFor(p.rows, uint64_t{p.rows} * width >= kParallelFloats,
                 [&](uint64_t i) {
                   float* row = qkv.row(p.row0 + i);
                   for (uint64_t j = 0; j < L.in_bias.size(); ++j)
                     row[j] += L.in_bias[j];
+                  if (a.qk_norm) {
+                    RmsNormRows(row, nh, d, L.q_norm.data(), c.norm_eps, row);
+                    RmsNormRows(row + qw, nkv, d, L.k_norm.data(), c.norm_eps,
+                                row + qw);
+                  }
                   if (!a.rope) return;
                   const uint64_t position = p.position + i;
                   for (uint32_t h = 0; h < nh; ++h) {
@@ -94,14 +139,14 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
                   }
                   for (uint32_t h = 0; h < nkv; ++h) {
                     RotateHalves(L.rotary_inv_freq.data(), half, position,
-                                 row + H + uint64_t{h} * d);
+                                 row + qw + uint64_t{h} * d);
                   }
                 });
   }
   // Each task: one piece's rows for `per` query heads of one key/value
   // head, reading each key and value once for all of them (the group's
   // heads in halves while there are too few tasks to share the cores).
-  const RowView<float> out(ws.attn_o.data(), rows, H);
+  const RowView<float> out(ws.attn_o.data(), rows, qw);
   uint32_t per = group;
   while (per % 2 == 0 && (per > kMaxHeadsPerTask ||
                           uint64_t{pass.pieces.size()} * nh / per < 4))
@@ -126,12 +171,12 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
     const uint64_t first = p.position;  // the piece's first position
     auto key = [&](uint64_t j) -> const float* {
       return j < first ? cache.key(j) + uint64_t{g} * d
-                       : qkv.row(p.row0 + (j - first)) + H + uint64_t{g} * d;
+                       : qkv.row(p.row0 + (j - first)) + qw + uint64_t{g} * d;
     };
     auto value = [&](uint64_t j) -> const float* {
       return j < first
                  ? cache.value(j) + uint64_t{g} * d
-                 : qkv.row(p.row0 + (j - first)) + H + kv + uint64_t{g} * d;
+                 : qkv.row(p.row0 + (j - first)) + qw + kv + uint64_t{g} * d;
     };
     thread_local std::vector<float> scores;
     for (uint32_t i = 0; i < p.rows; ++i) {
@@ -180,12 +225,22 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
       }
     }
   });
-  for (float x : std::span<const float>(ws.attn_o.data(), uint64_t{rows} * H)) {
+  for (float x : std::span<const float>(ws.attn_o.data(), rows * qw)) {
     if (!std::isfinite(x)) {
       return absl::InternalError(absl::StrCat(
           "layer ", pass.layer,
           ": the model's activations are not finite (softmax attention)"));
     }
+  }
+  if (a.output_gate) {
+    // o · σ(gate), the gate's columns after v.
+    ParallelFor(rows, rows * qw >= kParallelFloats, [&](uint64_t i) {
+      const float* gate = qkv.row(i) + qw + 2 * kv;
+      float* o = out.row(i);
+      for (uint64_t e = 0; e < qw; ++e) {
+        o[e] *= 1.0f / (1.0f + std::exp(-gate[e]));
+      }
+    });
   }
   // The pieces' keys and values into their caches (a window's ring keeps
   // the last of them), and their positions; a one-token item with `into`
@@ -201,7 +256,7 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
     for (uint64_t j = std::max(p.position, cache.FirstHeld(end)); j < end;
          ++j) {
       const float* row = qkv.row(p.row0 + (j - p.position));
-      cache.Write(j, row + H, row + H + kv);
+      cache.Write(j, row + qw, row + qw + kv);
     }
     target.layers()[pass.layer].set_position(end);
   }

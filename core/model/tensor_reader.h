@@ -102,11 +102,16 @@ class TensorReader {
     return m;
   }
   void Skip(const std::string& name) { used_.insert(name); }
-  // Every tensor whose name starts with `prefix`.
-  void SkipPrefix(const std::string& prefix) {
+  // Every tensor whose name starts with `prefix`; how many there are.
+  size_t SkipPrefix(const std::string& prefix) {
+    size_t n = 0;
     for (const auto& [name, view] : file_.tensors()) {
-      if (name.rfind(prefix, 0) == 0) used_.insert(name);
+      if (name.rfind(prefix, 0) == 0) {
+        used_.insert(name);
+        ++n;
+      }
     }
+    return n;
   }
   bool Has(const std::string& name) const {
     return file_.Find(name) != nullptr;

@@ -30,7 +30,8 @@ const char* const kModels[] = {
     "retnet_gqa_nogate",       "gla_conv_gqa",
     "delta_net_silu_l2",       "gated_deltanet_gva",
     "mamba2_groups",           "rwkv7_unfused_nobias",
-    "rwkv6_expand_no_prenorm", "granitemoehybrid_moe_shared_top2_gqa_nope"};
+    "rwkv6_expand_no_prenorm", "granitemoehybrid_moe_shared_top2_gqa_nope",
+    "qwen3_next_moe_gva"};
 constexpr int kTypes = sizeof(kModels) / sizeof(kModels[0]);
 
 using testing::GenerateGreedy;
@@ -50,10 +51,11 @@ TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
   v1::ListModelsResponse resp;
   ASSERT_TRUE(stub_->ListModels(&ctx, {}, &resp).ok());
   ASSERT_EQ(resp.models_size(), kTypes);
-  const char* types[] = {"retnet", "gla",   "delta_net", "gated_deltanet",
-                         "mamba2", "rwkv7", "rwkv6",     "granitemoehybrid"};
-  const char* rules[] = {"gated", "gated", "delta", "gated_delta",
-                         "gated", "rwkv7", "rwkv6", "gated"};
+  const char* types[] = {"retnet",    "gla",   "delta_net", "gated_deltanet",
+                         "mamba2",    "rwkv7", "rwkv6",     "granitemoehybrid",
+                         "qwen3_next"};
+  const char* rules[] = {"gated", "gated", "delta", "gated_delta", "gated",
+                         "rwkv7", "rwkv6", "gated", "gated_delta"};
   for (int i = 0; i < kTypes; ++i) {
     const v1::ModelInfo& m = resp.models(i);
     auto local = Model::Load(Dir(kModels[i])).value();
@@ -63,7 +65,8 @@ TEST_F(ModelTypesServerTest, ListModelsReportsEachTypeAndItsState) {
     EXPECT_EQ(m.feature_map(), "");
     EXPECT_EQ(m.state_bytes(), local->state_bytes());
     EXPECT_EQ(m.kv_bytes_per_token(), local->kv_bytes_per_token());
-    EXPECT_EQ(m.kv_bytes_per_token() > 0, i == kTypes - 1) << m.name();
+    // The hybrids: granitemoehybrid and qwen3_next.
+    EXPECT_EQ(m.kv_bytes_per_token() > 0, i >= kTypes - 2) << m.name();
     EXPECT_EQ(m.conv_window_floats(), local->conv_window_floats());
     EXPECT_EQ(m.conv_window_floats() > 0, i > 0) << m.name();
   }

@@ -25,7 +25,7 @@ std::string ReferenceSource() {
 }
 
 TEST(ModelTypeTable, EveryTypeIsFoundByItsNameInModelTypeOrder) {
-  ASSERT_EQ(ModelTypes().size(), 9u);
+  ASSERT_EQ(ModelTypes().size(), 10u);
   for (size_t i = 0; i < ModelTypes().size(); ++i) {
     const ModelTypeDef& def = *ModelTypes()[i];
     EXPECT_EQ(static_cast<size_t>(def.type()), i) << def.name();
@@ -42,7 +42,7 @@ TEST(ModelTypeTable, AnUnknownTypeIsRefusedListingTheTable) {
   EXPECT_THAT(std::string(c.status().message()),
               HasSubstr("model_type: must be one of linear_attn, retnet, gla, "
                         "delta_net, gated_deltanet, mamba2, rwkv7, rwkv6, "
-                        "granitemoehybrid; got "
+                        "granitemoehybrid, qwen3_next; got "
                         "\"rwkv5\""));
 }
 

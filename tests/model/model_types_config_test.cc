@@ -506,5 +506,118 @@ TEST(ModelTypesConfigTest, GraniteMoeHybridRefusesByField) {
                 "attention_multiplier");
 }
 
+// qwen3_next: transformers' Qwen3NextConfig fields and defaults (the
+// 80B-A3B's), layer_types or full_attention_interval, the sparse layers
+// from decoder_sparse_step and mlp_only_layers, the partial rotary from
+// the top level or rope_parameters.
+TEST(ModelTypesConfigTest, Qwen3NextReadsTransformersFields) {
+  const ModelConfig d = Parse(R"({"model_type": "qwen3_next"})");
+  EXPECT_EQ(d.type, ModelType::kQwen3Next);
+  EXPECT_EQ(d.num_hidden_layers, 48u);
+  EXPECT_FLOAT_EQ(d.norm_eps, 1e-6f);
+  EXPECT_EQ(d.norm_weight_offset, 1.0f);  // zero-centred norms
+  EXPECT_EQ(d.num_heads, 16u);            // linear_num_key_heads
+  EXPECT_EQ(d.state_heads, 32u);          // linear_num_value_heads
+  EXPECT_EQ(d.head_k, 128u);
+  EXPECT_EQ(d.head_v, 128u);
+  EXPECT_EQ(d.conv_size, 4u);
+  EXPECT_EQ(d.conv_channels(), 2u * 16 * 128 + 32 * 128);
+  EXPECT_EQ(d.num_experts, 512u);
+  EXPECT_EQ(d.experts_per_token, 10u);
+  EXPECT_EQ(d.expert_size, 512u);
+  EXPECT_EQ(d.expert_mlp_size, 512u);
+  EXPECT_TRUE(d.norm_topk_prob && d.router_softmax_all && d.shared_expert_gate);
+  for (uint32_t l = 0; l < 48; ++l) {
+    EXPECT_TRUE(d.layer_has_experts(l)) << l;
+    EXPECT_EQ(d.attention_layer(l) != nullptr, l % 4 == 3) << l;
+  }
+  const ModelConfig::SoftmaxAttention& a = *d.attention_layer(3);
+  EXPECT_EQ(a.num_heads, 16u);
+  EXPECT_EQ(a.num_kv_heads, 2u);
+  EXPECT_EQ(a.head_dim, 256u);
+  EXPECT_EQ(a.rotary_dim, 64u);  // partial_rotary_factor 0.25
+  EXPECT_TRUE(a.qk_norm && a.output_gate && a.rope);
+  EXPECT_EQ(a.scale, 0);  // head_dim^-1/2
+  EXPECT_DOUBLE_EQ(a.rope_theta, 10000);
+
+  const ModelConfig s = Parse(
+      R"({"model_type": "qwen3_next", "num_hidden_layers": 6,
+          "layer_types": ["linear_attention", "full_attention",
+          "linear_attention", "linear_attention", "full_attention",
+          "linear_attention"], "decoder_sparse_step": 2,
+          "mlp_only_layers": [3], "intermediate_size": 96,
+          "shared_expert_intermediate_size": 48, "norm_topk_prob": false,
+          "rope_theta": 10000000, "partial_rotary_factor": 0.5,
+          "head_dim": 64})");
+  const bool sparse[] = {false, true, false, false, false, true};
+  for (uint32_t l = 0; l < 6; ++l) {
+    EXPECT_EQ(s.layer_has_experts(l), sparse[l]) << l;
+    EXPECT_EQ(s.mlp_width(l), sparse[l] ? 48u : 96u) << l;
+    EXPECT_EQ(s.attention_layer(l) != nullptr, l == 1 || l == 4) << l;
+  }
+  EXPECT_EQ(s.widest_mlp(), 96u);
+  EXPECT_FALSE(s.norm_topk_prob);
+  EXPECT_EQ(s.attention_layer(1)->rotary_dim, 32u);
+  EXPECT_DOUBLE_EQ(s.attention_layer(1)->rope_theta, 1e7);
+  // rope_parameters (transformers from v5) over the top level; all dense
+  // without experts.
+  const ModelConfig r = Parse(
+      R"({"model_type": "qwen3_next", "num_hidden_layers": 2,
+          "full_attention_interval": 2, "num_experts": 0, "head_dim": 16,
+          "partial_rotary_factor": 0.25, "rope_parameters": {"rope_type":
+          "default", "rope_theta": 500, "partial_rotary_factor": 0.5}})");
+  EXPECT_EQ(r.attention_layer(0), nullptr);
+  ASSERT_NE(r.attention_layer(1), nullptr);
+  EXPECT_EQ(r.attention_layer(1)->rotary_dim, 8u);
+  EXPECT_DOUBLE_EQ(r.attention_layer(1)->rope_theta, 500);
+  EXPECT_FALSE(r.layer_has_experts(0) || r.layer_has_experts(1));
+  EXPECT_EQ(r.mlp_width(0), 5632u);
+  // transformers' legacy layer names.
+  const ModelConfig legacy = Parse(
+      R"({"model_type": "qwen3_next", "num_hidden_layers": 2, "head_dim": 16,
+          "layer_types": ["mamba", "attention"]})");
+  EXPECT_EQ(legacy.attention_layer(0), nullptr);
+  EXPECT_NE(legacy.attention_layer(1), nullptr);
+}
+
+TEST(ModelTypesConfigTest, Qwen3NextRefusesByField) {
+  const std::string base =
+      R"({"model_type": "qwen3_next", "hidden_size": 64,
+          "num_hidden_layers": 2, "layer_types": ["linear_attention",
+          "full_attention"], "head_dim": 16, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "linear_num_key_heads": 2,
+          "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+          "linear_value_head_dim": 16, "num_experts": 4,
+          "num_experts_per_tok": 2, )";
+  auto with = [&](const std::string& fields) { return base + fields + "}"; };
+  EXPECT_TRUE(ParseModelConfig(with(R"("rms_norm_eps": 1e-6)")).ok());
+  ExpectRefused(with(R"("linear_num_value_heads": 3)"),
+                "linear_num_value_heads");
+  ExpectRefused(with(R"("num_key_value_heads": 3)"), "num_key_value_heads");
+  ExpectRefused(with(R"("num_experts_per_tok": 5)"), "num_experts_per_tok");
+  ExpectRefused(with(R"("num_experts": 5000)"), "num_experts");
+  ExpectRefused(with(R"("mlp_only_layers": [2])"), "mlp_only_layers[0]");
+  ExpectRefused(with(R"("mlp_only_layers": 1)"), "mlp_only_layers");
+  ExpectRefused(with(R"("decoder_sparse_step": 0)"), "decoder_sparse_step");
+  ExpectRefused(with(R"("shared_expert_intermediate_size": 0)"),
+                "shared_expert_intermediate_size");
+  ExpectRefused(with(R"("layer_types": ["linear_attention"])"), "layer_types");
+  ExpectRefused(with(R"("layer_types": ["linear_attention", "mlp"])"),
+                "layer_types[1]");
+  ExpectRefused(with(R"("partial_rotary_factor": 0.35)"),
+                "partial_rotary_factor");  // int(5.6): 5 channels
+  ExpectRefused(with(R"("partial_rotary_factor": 1.5)"),
+                "partial_rotary_factor");
+  ExpectRefused(with(R"("partial_rotary_factor": null)"),
+                "partial_rotary_factor");
+  ExpectRefused(with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4})"),
+                "rope_scaling.rope_type");
+  ExpectRefused(with(R"("rope_parameters": {"partial_rotary_factor": 0})"),
+                "rope_parameters.partial_rotary_factor");
+  ExpectRefused(with(R"("attn": {"layers": [0], "num_heads": 4})"), "attn");
+  ExpectRefused(with(R"("hidden_act": "gelu")"), "hidden_act");
+  ExpectRefused(with(R"("head_dim": 1048576)"), "head_dim");
+}
+
 }  // namespace
 }  // namespace linattn

@@ -38,13 +38,19 @@ using testing::LoadFixture;
 // GQA without an output gate, a convolution with GQA, the delta rule's
 // convolutions, GVA, B/C groups, rwkv7 without biases over three layers
 // (v_first mixed into two), rwkv6 with wider keys and values and no
-// pre_norm, and granitemoehybrid with experts beside its shared MLP and
-// softmax attention in two of its three layers.
+// pre_norm, granitemoehybrid with experts beside its shared MLP and
+// softmax attention in two of its three layers, and qwen3_next with one
+// sparse layer among dense ones and gated attention in two of four.
 const char* const kOnePerType[] = {
-    "retnet_gqa_nogate",       "gla_conv_gqa",
-    "delta_net_silu_l2",       "gated_deltanet_gva",
-    "mamba2_groups",           "rwkv7_unfused_nobias",
-    "rwkv6_expand_no_prenorm", "granitemoehybrid_moe_shared_top2_gqa_nope"};
+    "retnet_gqa_nogate",
+    "gla_conv_gqa",
+    "delta_net_silu_l2",
+    "gated_deltanet_gva",
+    "mamba2_groups",
+    "rwkv7_unfused_nobias",
+    "rwkv6_expand_no_prenorm",
+    "granitemoehybrid_moe_shared_top2_gqa_nope",
+    "qwen3_next_sparse_step_mlp_only_top1_unnormed"};
 
 std::shared_ptr<const Model> LoadOrDie(const std::string& dir,
                                        const std::string& name = "") {
@@ -94,7 +100,7 @@ TEST(ModelTypesTest, EveryTypeHasReferenceFixtures) {
   const auto names = FixtureNames();
   for (const char* type :
        {"retnet_", "gla_", "delta_net_", "gated_deltanet_", "mamba2_", "rwkv7_",
-        "rwkv6_", "granitemoehybrid_"}) {
+        "rwkv6_", "granitemoehybrid_", "qwen3_next_"}) {
     const auto n = std::count_if(names.begin(), names.end(), [&](auto& s) {
       return s.rfind(type, 0) == 0;
     });
@@ -188,7 +194,8 @@ TEST(ModelTypesTest, SnapshotsAndForksContinueExactly) {
 TEST(ModelTypesTest, HybridSnapshotsCarryTheKeysAndValues) {
   for (const char* name :
        {"hybrid_gla_window_gqa_bias", "hybrid_gated_deltanet_specs",
-        "hybrid_rwkv6_first_window", "granitemoehybrid_groups_biases"}) {
+        "hybrid_rwkv6_first_window", "granitemoehybrid_groups_biases",
+        "qwen3_next_moe_gva"}) {
     for (const size_t at : {size_t{9}, size_t{70}}) {
       SCOPED_TRACE(std::string(name) + " at " + std::to_string(at));
       const auto [fx, model] = Open(name);
@@ -793,6 +800,53 @@ TEST(ModelTypesTest, AShardedCheckpointIsTheSameModel) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(),
               ::testing::HasSubstr("model-00002-of-00003.safetensors"));
+}
+
+// Qwen3-Next's checkpoints carry multi-token-prediction layers (mtp.*) that
+// linattn does not run: left unread, as transformers leaves them, and said
+// so; the model is the same.
+TEST(ModelTypesTest, QwenMultiTokenPredictionWeightsAreLeftUnread) {
+  const FixtureCase fx = LoadFixture("qwen3_next_moe_gva");
+  auto whole = SafetensorsFile::Open(fx.dir + "/model.safetensors");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ::linattn::testing::TempDir tmp;
+  const std::string dir = tmp.Path("with_mtp");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fx.dir + "/config.json", dir + "/config.json");
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, view] : (*whole)->tensors()) {
+    TensorToWrite t{name, view.shape, std::vector<float>(view.numel()),
+                    view.dtype};
+    view.ToFloat(t.values.data());
+    tensors.push_back(std::move(t));
+  }
+  const int64_t H = 64;
+  tensors.push_back({"mtp.fc.weight",
+                     {H, 2 * H},
+                     std::vector<float>(2 * H * H, 0.5f),
+                     DType::kF32});
+  tensors.push_back(
+      {"mtp.norm.weight", {H}, std::vector<float>(H, 1.0f), DType::kF32});
+  std::ofstream(dir + "/model.safetensors", std::ios::binary)
+      << SerializeSafetensors(tensors);
+  const auto plain = LoadOrDie(fx.dir), with_mtp = LoadOrDie(dir);
+  ASSERT_NE(with_mtp, nullptr);
+  EXPECT_EQ(plain->ignored_note(), "");
+  EXPECT_THAT(with_mtp->ignored_note(),
+              ::testing::HasSubstr("2 tensors under 'mtp.'"));
+  EXPECT_EQ(with_mtp->parameter_count(), plain->parameter_count());
+  ForwardRunner a(plain), b(with_mtp);
+  ModelState sa = plain->NewState(), sb = with_mtp->NewState();
+  EXPECT_TRUE(SameBits(Feed(a, sa, fx.tokens), Feed(b, sb, fx.tokens)));
+  // Another unknown tensor is still refused.
+  tensors.push_back(
+      {"model.extra.weight", {H}, std::vector<float>(H, 1.0f), DType::kF32});
+  std::ofstream(dir + "/model.safetensors", std::ios::binary)
+      << SerializeSafetensors(tensors);
+  auto refused = Model::Load(dir);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              ::testing::HasSubstr("model.extra.weight"));
 }
 
 }  // namespace

@@ -14,7 +14,9 @@ Cases cover every supported feature map, normalised and not, with and without
 num_kv_heads < num_heads, tied feature maps, norm_q/norm_k, no affine head
 norm, tied embeddings, F16/BF16 files and expand_k/expand_v ≠ 1; every rule
 type's options; fla's hybrids (softmax-attention layers); transformers'
-granitemoehybrid (Mamba-2 and attention layers, dense or MoE). With
+granitemoehybrid (Mamba-2 and attention layers, dense or MoE) and qwen3_next
+(Gated DeltaNet and gated attention layers, dense or MoE with a shared
+expert, partial rotary, the per-expert and the fused expert names). With
 --builtin DIR the built-in model gets the same treatment (case "builtin"), and
 with --builtin-rwkv7 DIR the RWKV-7 model shipped beside it (case
 "builtin_rwkv7").
@@ -226,18 +228,82 @@ def granite_cases():
     ]
 
 
+# transformers' qwen3_next (Qwen3-Next): Gated DeltaNet ("linear_attention")
+# and gated softmax attention ("full_attention") layers; MoE with a shared
+# expert or dense MLPs; partial rotary.
+QWEN3_NEXT = {"model_type": "qwen3_next", "hidden_size": 64, "num_hidden_layers": 3,
+              "vocab_size": 300, "tie_word_embeddings": False, "bos_token_id": 256,
+              "eos_token_id": 257, "linattn_tokenizer": "bytes",
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+              "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 4096,
+              "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "attention_bias": False,
+              "attention_dropout": 0.0, "intermediate_size": 96,
+              "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
+              "linear_value_head_dim": 16, "linear_num_key_heads": 2,
+              "linear_num_value_heads": 4, "num_experts": 4, "num_experts_per_tok": 2,
+              "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+              "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+              "layer_types": ["linear_attention", "full_attention", "linear_attention"]}
+
+
+def qwen3_next_cases():
+    """(name, changes to QWEN3_NEXT); a null drops the field."""
+    return [
+        # Every layer MoE (top-2, renormalised) with the shared expert; 2 key
+        # heads for 4 value heads in the linear layers; GQA; rotary on a
+        # quarter of each head.
+        ("qwen3_next_moe_gva", {}),
+        # Dense MLPs only (num_experts 0), biases on q/k/v/o, one key/value
+        # head, rotary over the whole head, lm_head tied to the embeddings.
+        ("qwen3_next_dense_bias_mqa_full_rotary_tied",
+         dict(num_experts=0, attention_bias=True, num_key_value_heads=1,
+              partial_rotary_factor=1.0, tie_word_embeddings=True)),
+        # MoE only in layer 1 (decoder_sparse_step 2 makes layers 1 and 3
+        # sparse, mlp_only_layers takes 3 back), top-1 without renormalising
+        # (the weight is the expert's softmax probability).
+        ("qwen3_next_sparse_step_mlp_only_top1_unnormed",
+         dict(num_hidden_layers=4,
+              layer_types=["full_attention", "linear_attention", "linear_attention",
+                           "full_attention"],
+              decoder_sparse_step=2, mlp_only_layers=[3], norm_topk_prob=False,
+              num_experts_per_tok=1)),
+        # No layer_types: every full_attention_interval-th layer attention
+        # (linear, full, linear, full).
+        ("qwen3_next_interval_no_layer_types",
+         dict(num_hidden_layers=4, layer_types=None, full_attention_interval=2)),
+        # The rotary in rope_parameters only (transformers v5's config.json).
+        ("qwen3_next_rope_parameters",
+         dict(rope_theta=None, partial_rotary_factor=None,
+              rope_parameters={"rope_type": "default", "rope_theta": 500.0,
+                               "partial_rotary_factor": 0.5})),
+        # head_dim 24 with 4 heads of a 64-wide model (rotary over 6 channels),
+        # a 3-tap convolution, as many value heads as key heads, key heads
+        # narrower than value heads.
+        ("qwen3_next_head_dim24_conv3_equal_heads",
+         dict(head_dim=24, linear_conv_kernel_dim=3, linear_num_key_heads=4,
+              linear_num_value_heads=4, linear_key_head_dim=8)),
+        ("qwen3_next_bf16", dict(_dtype="BF16", num_key_value_heads=4)),
+        # transformers v5's names: mlp.experts.gate_up_proj (E, 2I, H) and
+        # mlp.experts.down_proj (E, H, I) in place of the per-expert ones.
+        ("qwen3_next_fused_experts", dict(_experts="fused", num_experts=6,
+                                          num_experts_per_tok=3)),
+    ]
+
+
 def random_case(out, name, config, over, seed, rng, drop_nulls=False):
     """A random model of `config` updated by `over` (its "_dtype" the file's
-    type) in OUT/<name>, with 77 tokens from `rng` and their logits."""
+    type, its "_experts" qwen3_next's expert names: "split" or "fused") in
+    OUT/<name>, with 77 tokens from `rng` and their logits."""
     over = dict(over)
     dtype = over.pop("_dtype", "F32")
+    experts = over.pop("_experts", None)
     config = {**config, **over}
     if drop_nulls:
         config = {key: value for key, value in config.items()
                   if value is not None or key in KEEP_NULL}
     model = linattn_ref.random_model(config, seed=seed)
     case_dir = os.path.join(out, name)
-    linattn_ref.save_model(model, case_dir, dtype)
+    linattn_ref.save_model(model, case_dir, dtype, experts)
     # Reload so that F16/BF16 cases use the rounded weights.
     model = linattn_ref.load_model(case_dir)
     tokens = [int(t) for t in rng.integers(0, 300, 77)]
@@ -331,6 +397,8 @@ def main():
         random_case(args.out, name, {**SHARED, **base}, over, 900 + i, rng)
     for i, (name, over) in enumerate(granite_cases()):
         random_case(args.out, name, GRANITE, over, 1000 + i, rng)
+    for i, (name, over) in enumerate(qwen3_next_cases()):
+        random_case(args.out, name, QWEN3_NEXT, over, 1100 + i, rng, drop_nulls=True)
     for shipped, name in ((args.builtin, "builtin"), (args.builtin_rwkv7, "builtin_rwkv7")):
         if not shipped:
             continue

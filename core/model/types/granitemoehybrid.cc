@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/types/mamba2.h"
+#include "core/model/types/transformers_fields.h"
 #include "core/util/status_macros.h"
 
 namespace linattn {
@@ -39,13 +40,7 @@ class GraniteMoeHybridDef final : public Mamba2Def {
   }
   absl::Status ReadConfig(const json& j, ModelConfig& c) const override;
   TensorNames names() const override {
-    TensorNames n;
-    n.base = "model.";
-    n.input_norm = "input_layernorm.weight";
-    n.embeddings = {"model.embed_tokens.weight"};
-    n.final_norm = "model.norm.weight";
-    n.attention = "self_attn.";
-    n.mlp_norm = "post_attention_layernorm.weight";
+    TensorNames n = TransformersTensorNames();
     n.mlp_gate = "shared_mlp.input_linear.weight";
     n.mlp_up = "";
     n.mlp_down = "shared_mlp.output_linear.weight";
@@ -58,90 +53,6 @@ class GraniteMoeHybridDef final : public Mamba2Def {
   const char* size_field() const override { return "mamba_d_state"; }
   const char* head_field() const override { return "mamba_d_head"; }
 };
-
-// The most experts a layer may have (Granite 4.0-H-Small has 72; each is
-// two packed products of its own).
-constexpr uint32_t kMaxExperts = 4096;
-
-// A finite number (positive with `positive`), `fallback` when absent.
-absl::Status Multiplier(const json& j, const char* field, double fallback,
-                        bool positive, double* out) {
-  *out = fallback;
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  if (it->is_boolean()) return ConfigFieldError(field, "must be a number");
-  LINATTN_ASSIGN_OR_RETURN(*out, Number(*it, field));
-  // Applied in fp32 (folded into weights): finite there, and so is its
-  // reciprocal for a divisor.
-  const double most = std::numeric_limits<float>::max();
-  if (!(std::fabs(*out) <= most) || (positive && !(*out >= 1 / most))) {
-    return ConfigFieldError(
-        field, positive ? "must be positive and within fp32's range (its "
-                          "reciprocal too)"
-                        : "must be finite within fp32's range");
-  }
-  return absl::OkStatus();
-}
-
-// A count that may be 0.
-absl::Status Count(const json& j, const char* field, uint32_t fallback,
-                   uint32_t* out) {
-  auto v = Optional<int64_t>(j, field);
-  if (!v.ok()) return v.status();
-  const int64_t n = v->value_or(fallback);
-  if (n < 0 || n > int64_t{kMaxModelDim}) {
-    return ConfigFieldError(
-        field, absl::StrCat("must be in [0, ", kMaxModelDim, "], got ", n));
-  }
-  *out = static_cast<uint32_t>(n);
-  return absl::OkStatus();
-}
-
-// The rotary embedding's base: rope_scaling's or else rope_parameters'
-// (transformers from v5) rope_theta, else the top-level one; anything but
-// the default rotary (scaled, YaRN …) is refused.
-absl::Status ReadRope(const json& j, double* theta) {
-  LINATTN_RETURN_IF_ERROR(Multiplier(j, "rope_theta", 10000, true, theta));
-  for (const char* field : {"rope_scaling", "rope_parameters"}) {
-    auto it = j.find(field);
-    if (it == j.end() || it->is_null()) continue;
-    if (!it->is_object()) {
-      return ConfigFieldError(field, "must be null or a dictionary");
-    }
-    for (const char* kind : {"rope_type", "type"}) {
-      auto k = it->find(kind);
-      if (k != it->end() && !(k->is_string() && *k == "default")) {
-        return ConfigFieldError(
-            absl::StrCat(field, ".", kind),
-            absl::StrCat(k->dump(),
-                         " is not supported (the default rotary only)"));
-      }
-    }
-    if (auto t = it->find("rope_theta"); t != it->end() && !t->is_null()) {
-      if (absl::Status s = Multiplier(*it, "rope_theta", 10000, true, theta);
-          !s.ok()) {
-        return ConfigFieldError(absl::StrCat(field, ".rope_theta"),
-                                "must be positive and finite");
-      }
-    }
-    // transformers reads the first of the two that is given.
-    break;
-  }
-  return absl::OkStatus();
-}
-
-// Multi-token-prediction heads (a checkpoint's extra layers for
-// speculative decoding) are not run: refused by name rather than ignored.
-absl::Status RefuseMultiTokenPrediction(const json& j) {
-  for (const char* field : {"num_nextn_predict_layers", "mtp_layers"}) {
-    if (auto it = j.find(field);
-        it != j.end() && !it->is_null() && !(*it == 0)) {
-      return ConfigFieldError(
-          field, "multi-token-prediction layers are not supported");
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::Status GraniteMoeHybridDef::ReadConfig(const json& j,
                                              ModelConfig& c) const {
@@ -158,25 +69,11 @@ absl::Status GraniteMoeHybridDef::ReadConfig(const json& j,
   // width 0 it adds nothing), the experts with num_local_experts > 0.
   LINATTN_RETURN_IF_ERROR(
       Count(j, "shared_intermediate_size", 1024, &c.intermediate_size));
-  LINATTN_RETURN_IF_ERROR(Count(j, "num_local_experts", 8, &c.num_experts));
-  if (c.num_experts > kMaxExperts) {
-    return ConfigFieldError(
-        "num_local_experts",
-        absl::StrCat("must be at most ", kMaxExperts, ", got ", c.num_experts));
-  }
-  if (c.num_experts > 0) {
-    if (auto s = Dim(j, "intermediate_size", &c.expert_size, 11008); !s.ok())
-      return s;
-    if (auto s = Dim(j, "num_experts_per_tok", &c.experts_per_token, 2);
-        !s.ok())
-      return s;
-    if (c.experts_per_token > c.num_experts) {
-      return ConfigFieldError(
-          "num_experts_per_tok",
-          absl::StrCat("must be at most num_local_experts = ", c.num_experts,
-                       ", got ", c.experts_per_token));
-    }
-  }
+  LINATTN_RETURN_IF_ERROR(
+      ReadExpertSizes(j,
+                      {"num_local_experts", 8, "intermediate_size", 11008,
+                       "num_experts_per_tok", 2},
+                      c));
 
   // Mamba-2 layers.
   uint32_t expand = 2;
@@ -291,7 +188,8 @@ absl::Status GraniteMoeHybridDef::ReadConfig(const json& j,
   }
   a.rope = position->has_value() && **position == "rope";
   if (a.rope) {
-    LINATTN_RETURN_IF_ERROR(ReadRope(j, &a.rope_theta));
+    a.rope_theta = 10000;
+    LINATTN_RETURN_IF_ERROR(ReadRope(j, &a.rope_theta, nullptr));
     if (a.head_dim % 2 != 0) {
       return ConfigFieldError(
           "num_attention_heads",
