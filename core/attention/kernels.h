@@ -79,6 +79,14 @@ struct VectorKernels {
   void (*mask_rows)(uint32_t C, const float* w, float* a, float* sums);
   // Σ a[i]·b[i].
   float (*dot)(uint32_t n, const float* a, const float* b);
+  // out[r] = dot(n, a[r], b) for r < rows, each with dot's operations in
+  // dot's order (the same bits), b read once for every four rows.
+  void (*dot_rows)(uint32_t n, uint32_t rows, const float* const* a,
+                   const float* b, float* out);
+  // y[r][i] ← y[r][i] + a[r]·x[i] for r < rows, each element by the same
+  // operations whatever n and rows; x read once for all rows.
+  void (*axpy_rows)(uint32_t n, uint32_t rows, const float* a, const float* x,
+                    float* const* y);
   // The gated rule's fused step of one head (S read and written once):
   //   S_i ← a_i·S_i + k_i·v  (row i, a_i = alpha[i·alpha_stride]),
   //   num = Sᵀq

@@ -89,7 +89,8 @@ absl::Status ParseCommon(const json& j, const ModelTypeDef::CommonDefaults& d,
   if (auto s = Dim(j, "num_hidden_layers", &c.num_hidden_layers, d.layers);
       !s.ok())
     return s;
-  if (auto s = Dim(j, "vocab_size", &c.vocab_size, 32000); !s.ok()) return s;
+  if (auto s = Dim(j, "vocab_size", &c.vocab_size, d.vocab_size); !s.ok())
+    return s;
   if (auto s = Value(j, "tie_word_embeddings", &c.tie_word_embeddings); !s.ok())
     return s;
   auto act = Optional<std::string>(j, "hidden_act");

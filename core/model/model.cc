@@ -480,14 +480,13 @@ absl::StatusOr<std::shared_ptr<const Model>> Model::LoadChecked(
     LINATTN_ASSIGN_OR_RETURN(
         model->lm_head_, PackedLinear::Create(w.data(), V, H, false, weights));
   }
-  for (const std::string& prefix : names.ignored_prefixes) {
-    const size_t n = r.SkipPrefix(prefix);
+  for (const ModelTypeDef::TensorNames::Ignored& ignored : names.ignored) {
+    const size_t n = r.SkipPrefix(ignored.prefix);
     if (n == 0) continue;
     absl::StrAppend(&model->ignored_note_,
                     model->ignored_note_.empty() ? "" : "; ", n,
-                    " tensors under '", prefix,
-                    "' (multi-token-prediction layers, which linattn does "
-                    "not run) left unread");
+                    " tensors under '", ignored.prefix, "' (", ignored.what,
+                    ", which linattn does not run) left unread");
   }
   if (absl::Status s = r.CheckAllUsed(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(dir, "/", s.message()));

@@ -46,6 +46,7 @@ class ModelTypeDef {
   // class sets its own.
   struct CommonDefaults {
     uint32_t layers = 24;
+    uint32_t vocab_size = 32000;
     // The activation when config.json names none, and the one it takes:
     // swish (or silu, the same), or rwkv7's sqrelu alone.
     const char* hidden_act = "swish";
@@ -97,10 +98,13 @@ class ModelTypeDef {
     // (1 × hidden) with shared_expert_gate.
     std::string expert_mlp_gate, expert_mlp_up, expert_mlp_down;
     std::string expert_mlp_out_gate;
-    // Tensors a checkpoint may carry that linattn does not run (qwen3_next's
-    // multi-token-prediction layers, "mtp."): left unread, and said so in
-    // Model::ignored_note().
-    std::vector<std::string> ignored_prefixes;
+    // Tensors a checkpoint may carry that linattn does not run, by prefix
+    // and what they are (qwen3_next's "mtp.", multi-token-prediction
+    // layers): left unread, and said so in Model::ignored_note().
+    struct Ignored {
+      std::string prefix, what;
+    };
+    std::vector<Ignored> ignored;
   };
   virtual TensorNames names() const { return {}; }
   // The state rule every layer runs, with the shapes config.json implies.

@@ -41,14 +41,17 @@ absl::Status LoadExperts(TensorReader& r, const ModelConfig& c,
   auto expert = [&](int64_t e, const char* what) {
     return absl::StrCat(p, names.each, e, ".", what, ".weight");
   };
-  if (!names.each.empty() && r.Has(expert(0, "gate_proj"))) {
-    // One Linear per expert: every shape first, then one expert at a time.
+  // One Linear per expert when the file has the first one, or the stacked
+  // tensors are not there either (then the error names what is missing).
+  if (!names.each.empty() &&
+      (r.Has(expert(0, "gate_proj")) || !r.Has(p + names.gate_up))) {
+    // Every shape first, then one expert at a time.
     for (int64_t e = 0; e < E; ++e) {
       LINATTN_RETURN_IF_ERROR(r.Check(expert(e, "gate_proj"), {I, H}));
       LINATTN_RETURN_IF_ERROR(r.Check(expert(e, "up_proj"), {I, H}));
       LINATTN_RETURN_IF_ERROR(r.Check(expert(e, "down_proj"), {H, I}));
     }
-    AlignedBuffer w(2 * I * H);
+    AlignedBuffer w;
     for (int64_t e = 0; e < E; ++e) {
       LINATTN_ASSIGN_OR_RETURN(
           w, r.Stacked({{expert(e, "gate_proj"), I}, {expert(e, "up_proj"), I}},

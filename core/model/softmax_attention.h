@@ -2,15 +2,19 @@
 // fla/layers/attn.py's Attention as fla's blocks place it (attn_norm →
 // Attention → residual; rwkv6's block: its LayerNorms and channel mix
 // around it), over the session's KvCache (kv_cache.h):
-//   normed rows → (q|k|v) GEMM (+ qkv bias) → GPT-NeoX rotary on q and k at
-//   each row's position (base rope_theta; none without rope) → per query
+//   normed rows → (q|k|v|gate) GEMM (+ qkv bias) → q_norm, k_norm per head
+//   (qwen3_next) → GPT-NeoX rotary on q and k at each row's position over
+//   the rotated channels (base rope_theta; none without rope) → per query
 //   head h (key/value head h / (num_heads / num_kv_heads)):
 //   softmax(q·kᵀ·scale) (d^−½, or granitemoehybrid's attention_multiplier)
 //   over the keys at positions i − w < j ≤ i (all j ≤ i without a window)
-//   → o_proj GEMM (+ its bias) (+ residual).
+//   → · σ(gate) (qwen3_next) → o_proj GEMM (+ its bias) (+ residual).
 // A piece of many rows reads its earlier positions from the cache and its
 // own from the workspace (causal within the piece), then writes its keys
-// and values to the cache; a one-token piece is the same with one row.
+// and values to the cache; a one-token piece is the same with one row. The
+// query vectors of a tile of rows go over the keys together (each key and
+// value read once for the tile), each vector's sums in the same order
+// whatever the tile.
 #ifndef LINATTN_CORE_MODEL_SOFTMAX_ATTENTION_H_
 #define LINATTN_CORE_MODEL_SOFTMAX_ATTENTION_H_
 

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -365,6 +366,64 @@ TEST(Kernels, MaskRowsAndDotMatchPlainLoops) {
       EXPECT_LE(std::abs(kernels->dot(C, x.data(), y.data()) - dot),
                 (C + 1) * kU * abs_dot)
           << kernels->name;
+    }
+  }
+}
+
+// dot_rows gives each row dot's own bits (the softmax attention's scores
+// of a row decoded alone and inside a tile of a prompt agree), for every
+// count of rows and lengths with and without a tail; axpy_rows adds a_r·x
+// to y_r element by element, the same operations for every element and
+// row.
+TEST(Kernels, DotRowsIsDotPerRowAndAxpyRowsAddsElementwise) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (const VectorKernels* kernels : SupportedKernels()) {
+    for (uint32_t n : {1u, 15u, 16u, 17u, 64u, 200u, 256u}) {
+      std::vector<float> b(n);
+      for (float& v : b) v = dist(rng);
+      std::vector<std::vector<float>> a(11, std::vector<float>(n));
+      std::vector<const float*> rows;
+      for (auto& r : a) {
+        for (float& v : r) v = dist(rng);
+        rows.push_back(r.data());
+      }
+      for (uint32_t count = 1; count <= a.size(); ++count) {
+        std::vector<float> out(count);
+        kernels->dot_rows(n, count, rows.data(), b.data(), out.data());
+        for (uint32_t r = 0; r < count; ++r) {
+          const float want = kernels->dot(n, a[r].data(), b.data());
+          ASSERT_EQ(std::memcmp(&out[r], &want, sizeof(float)), 0)
+              << kernels->name << " n=" << n << " rows=" << count << " r=" << r;
+        }
+      }
+      std::vector<float> y(n), want(n);
+      for (float& v : y) v = dist(rng);
+      for (uint32_t i = 0; i < n; ++i) {
+        // Within one rounding of the exact y + a·x (a fused multiply-add
+        // rounds once, a product then a sum twice).
+        const double exact = double(y[i]) + 0.75 * double(a[0][i]);
+        want[i] = static_cast<float>(exact);
+      }
+      std::vector<float> y1 = y;
+      const float three_quarters = 0.75f;
+      float* one[] = {y1.data()};
+      kernels->axpy_rows(n, 1, &three_quarters, a[0].data(), one);
+      for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(y1[i], want[i], 2 * kU * (std::abs(y[i]) + 1.5))
+            << kernels->name << " n=" << n << " i=" << i;
+      }
+      // An element's result depends on neither n (vector body or tail) nor
+      // the rows beside it.
+      if (n > 1) {
+        std::vector<float> y2 = y, y3 = y;
+        const float weights[] = {-1.25f, 0.75f};
+        float* two[] = {y3.data() + 1, y2.data() + 1};
+        kernels->axpy_rows(n - 1, 2, weights, a[0].data() + 1, two);
+        for (uint32_t i = 1; i < n; ++i) {
+          ASSERT_EQ(y2[i], y1[i]) << kernels->name << " n=" << n << " i=" << i;
+        }
+      }
     }
   }
 }

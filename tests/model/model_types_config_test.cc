@@ -572,6 +572,23 @@ TEST(ModelTypesConfigTest, Qwen3NextReadsTransformersFields) {
   EXPECT_DOUBLE_EQ(r.attention_layer(1)->rope_theta, 500);
   EXPECT_FALSE(r.layer_has_experts(0) || r.layer_has_experts(1));
   EXPECT_EQ(r.mlp_width(0), 5632u);
+  // The legacy rope_scaling wins when it is given and not empty, as
+  // transformers reads `rope_scaling or rope_parameters`.
+  const std::string two = R"({"model_type": "qwen3_next",
+      "num_hidden_layers": 2, "full_attention_interval": 2, "num_experts": 0,
+      "head_dim": 16, "rope_parameters": {"rope_theta": 500,
+      "partial_rotary_factor": 0.5}, )";
+  const ModelConfig legacy_wins = Parse(
+      two + R"("rope_scaling": {"rope_type": "default", "rope_theta": 40}})");
+  EXPECT_DOUBLE_EQ(legacy_wins.attention_layer(1)->rope_theta, 40);
+  EXPECT_EQ(legacy_wins.attention_layer(1)->rotary_dim, 4u);  // top level's
+  const ModelConfig empty_skipped = Parse(two + R"("rope_scaling": {}})");
+  EXPECT_DOUBLE_EQ(empty_skipped.attention_layer(1)->rope_theta, 500);
+  EXPECT_EQ(empty_skipped.attention_layer(1)->rotary_dim, 8u);
+  EXPECT_EQ(Parse(R"({"model_type": "qwen3_next", "num_hidden_layers": 1,
+                      "num_experts": 0, "layer_types": ["linear_attention"]})")
+                .vocab_size,
+            151936u);
   // transformers' legacy layer names.
   const ModelConfig legacy = Parse(
       R"({"model_type": "qwen3_next", "num_hidden_layers": 2, "head_dim": 16,
@@ -596,7 +613,13 @@ TEST(ModelTypesConfigTest, Qwen3NextRefusesByField) {
   ExpectRefused(with(R"("num_key_value_heads": 3)"), "num_key_value_heads");
   ExpectRefused(with(R"("num_experts_per_tok": 5)"), "num_experts_per_tok");
   ExpectRefused(with(R"("num_experts": 5000)"), "num_experts");
-  ExpectRefused(with(R"("mlp_only_layers": [2])"), "mlp_only_layers[0]");
+  ExpectRefused(with(R"("mlp_only_layers": [-1])"), "mlp_only_layers[0]");
+  ExpectRefused(with(R"("mlp_only_layers": [0, 1.5])"), "mlp_only_layers[1]");
+  ExpectRefused(with(R"("head_dim": null)"), "head_dim");
+  ExpectRefused(with(R"("rope_theta": null)"), "rope_theta");
+  ExpectRefused(with(R"("rope_parameters": {"full_attention": {"rope_type":
+                        "default", "rope_theta": 500}})"),
+                "rope_parameters.full_attention");
   ExpectRefused(with(R"("mlp_only_layers": 1)"), "mlp_only_layers");
   ExpectRefused(with(R"("decoder_sparse_step": 0)"), "decoder_sparse_step");
   ExpectRefused(with(R"("shared_expert_intermediate_size": 0)"),

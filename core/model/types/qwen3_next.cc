@@ -46,6 +46,7 @@ class Qwen3NextDef final : public RuleMixer {
   CommonDefaults defaults() const override {
     CommonDefaults d;
     d.layers = 48;
+    d.vocab_size = 151936;
     d.hidden_act = "silu";
     d.norm_eps = 1e-6;
     d.rms_norm_eps = true;
@@ -65,7 +66,7 @@ class Qwen3NextDef final : public RuleMixer {
     n.expert_mlp_up = "mlp.shared_expert.up_proj.weight";
     n.expert_mlp_down = "mlp.shared_expert.down_proj.weight";
     n.expert_mlp_out_gate = "mlp.shared_expert_gate.weight";
-    n.ignored_prefixes = {"mtp."};
+    n.ignored = {{"mtp.", "multi-token-prediction layers"}};
     return n;
   }
   absl::Status LoadMixer(TensorReader& r, const ModelConfig& c,
@@ -176,6 +177,28 @@ absl::Status Qwen3NextDef::CheckSizes(const ModelConfig& c) const {
 
 absl::Status Qwen3NextDef::ReadConfig(const json& j, ModelConfig& c) const {
   const uint32_t L = c.num_hidden_layers;
+  LINATTN_RETURN_IF_ERROR(RefuseNulls(j, {"vocab_size",
+                                          "hidden_size",
+                                          "num_hidden_layers",
+                                          "intermediate_size",
+                                          "num_attention_heads",
+                                          "num_key_value_heads",
+                                          "head_dim",
+                                          "rms_norm_eps",
+                                          "rope_theta",
+                                          "attention_bias",
+                                          "tie_word_embeddings",
+                                          "linear_num_key_heads",
+                                          "linear_num_value_heads",
+                                          "linear_key_head_dim",
+                                          "linear_value_head_dim",
+                                          "linear_conv_kernel_dim",
+                                          "num_experts",
+                                          "num_experts_per_tok",
+                                          "moe_intermediate_size",
+                                          "shared_expert_intermediate_size",
+                                          "norm_topk_prob",
+                                          "decoder_sparse_step"}));
   // The gated DeltaNet layers.
   if (auto s = Dim(j, "linear_num_key_heads", &c.num_heads, 16); !s.ok())
     return s;
@@ -223,11 +246,12 @@ absl::Status Qwen3NextDef::ReadConfig(const json& j, ModelConfig& c) const {
       }
       for (size_t i = 0; i < it->size(); ++i) {
         const json& v = (*it)[i];
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-            v.get<int64_t>() >= int64_t{L}) {
-          return ConfigFieldError(absl::StrCat("mlp_only_layers[", i, "]"),
-                                  absl::StrCat("must be a layer index in [0, ",
-                                               L, "), got ", v.dump()));
+        // transformers only asks whether a layer is listed: an index past
+        // the last layer names none.
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+          return ConfigFieldError(
+              absl::StrCat("mlp_only_layers[", i, "]"),
+              absl::StrCat("must be a layer index ≥ 0, got ", v.dump()));
         }
         dense.insert(v.get<int64_t>());
       }

@@ -103,6 +103,13 @@ absl::Status ReadRope(const json& j, double* theta, double* factor) {
       return ConfigFieldError(field, "must be null or a dictionary");
     }
     if (it->size() == 0) continue;
+    for (const auto& [key, value] : it->items()) {
+      if (value.is_object()) {
+        return ConfigFieldError(
+            absl::StrCat(field, ".", key),
+            "rotary parameters per layer type are not supported");
+      }
+    }
     for (const char* kind : {"rope_type", "type"}) {
       auto k = it->find(kind);
       if (k != it->end() &&
@@ -140,6 +147,16 @@ ModelTypeDef::TensorNames TransformersTensorNames() {
   n.attention = "self_attn.";
   n.mlp_norm = "post_attention_layernorm.weight";
   return n;
+}
+
+absl::Status RefuseNulls(const json& j,
+                         std::initializer_list<const char*> fields) {
+  for (const char* field : fields) {
+    if (auto it = j.find(field); it != j.end() && it->is_null()) {
+      return ConfigFieldError(field, "must be given, not null");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RefuseMultiTokenPrediction(const json& j) {

@@ -4,6 +4,7 @@
 #define LINATTN_CORE_MODEL_TYPES_TRANSFORMERS_FIELDS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "absl/status/status.h"
 #include "core/model/config.h"
@@ -37,17 +38,25 @@ absl::Status ReadExpertSizes(const json& j, const ExpertFields& f,
                              ModelConfig& c);
 
 // The default rotary embedding's base and the fraction of each head it
-// turns: `rope_parameters`' (transformers from v5) or else
-// `rope_scaling`'s rope_theta and partial_rotary_factor where they give
-// them, else the top-level fields, else `theta` / `factor` as passed in
-// (`factor` may be null: the type has no partial rotary). A rope_type
-// other than "default" (scaled, YaRN …) is refused.
+// turns: the dictionary transformers reads them from — the legacy
+// `rope_scaling` when it is given and not empty, else `rope_parameters`
+// (transformers from v5) — where it gives them, else the top-level
+// rope_theta and partial_rotary_factor, else `theta` / `factor` as passed
+// in (`factor` may be null: the type has no partial rotary). A rope_type
+// other than "default" (scaled, YaRN …) is refused, and so is a
+// dictionary per layer type (its values dictionaries).
 absl::Status ReadRope(const json& j, double* theta, double* factor);
 
 // transformers' decoder names: model.embed_tokens, model.layers.N.{
 // input_layernorm, self_attn, post_attention_layernorm}, model.norm; the
 // caller names the MLP and experts.
 ModelTypeDef::TensorNames TransformersTensorNames();
+
+// Refuses a null in any of `fields`: transformers' typed configs
+// (huggingface_hub's @strict) take none where a number or a Boolean is
+// declared, so a null has no meaning to stand for.
+absl::Status RefuseNulls(const json& j,
+                         std::initializer_list<const char*> fields);
 
 // Multi-token-prediction heads (a checkpoint's extra layers for
 // speculative decoding) configured in num_nextn_predict_layers or
