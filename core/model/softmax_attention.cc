@@ -263,12 +263,12 @@ absl::Status RunSoftmaxAttention(ForwardRunner& runner, const LayerPass& pass) {
   }
   if (a.output_gate) {
     // o · σ(gate), the gate's columns after v.
+    // (σ in place: the gate's columns are read nowhere else.)
     ParallelFor(rows, rows * qw >= kParallelFloats, [&](uint64_t i) {
-      const float* gate = qkv.row(i) + qw + 2 * kv;
+      float* gate = qkv.row(i) + qw + 2 * kv;
       float* o = out.row(i);
-      for (uint64_t e = 0; e < qw; ++e) {
-        o[e] *= 1.0f / (1.0f + std::exp(-gate[e]));
-      }
+      kernels.sigmoid(static_cast<uint32_t>(qw), gate, gate);
+      for (uint64_t e = 0; e < qw; ++e) o[e] *= gate[e];
     });
   }
   // The pieces' keys and values into their caches (a window's ring keeps
